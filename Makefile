@@ -1,0 +1,59 @@
+# Tandem: one pool of GPU Nodes for Slurm jobs and Kubernetes Pods.
+#   make demo   the whole local stack up and a Pod scheduled through Slurm
+#   make test   lint + unit + integration tests against the real local stack
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+PROTOS := $(wildcard proto/tandem/v1/*.proto)
+GENERATED := libs/tandem/v1/.generated
+PYTEST_ARGS ?=
+
+.PHONY: install proto tools lint unit integration test up down status demo bench clean
+
+install: $(INSTALLED) $(GENERATED)
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# Python stubs are generated from proto/ at build time, never edited by hand.
+$(GENERATED): $(PROTOS) $(INSTALLED)
+	mkdir -p libs/tandem/v1
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=libs --grpc_python_out=libs \
+		--pyi_out=libs $(PROTOS)
+	touch $@
+
+proto: $(GENERATED)
+
+tools: install
+	$(BIN)/python -m devstack tools
+
+lint: tools
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	.tandem/bin/buf lint
+
+unit: install
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test: lint
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+up: install
+	$(BIN)/python -m devstack up
+
+down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devstack down; else echo "nothing to stop"; fi
+
+status: install
+	$(BIN)/python -m devstack status
+
+demo: up
+	$(BIN)/python -m devstack demo
+
+clean: down
+	rm -rf .tandem $(VENV) libs/tandem/v1 .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,45 @@
+"""`python -m devstack up|down|status|tools|env`: the local stack's command line (see Makefile)."""
+
+from __future__ import annotations
+
+import sys
+
+from devstack import stack, tools
+from devstack.config import StackConfig
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "status"
+    cfg = StackConfig.from_env()
+    if command == "tools":
+        tools.ensure_tools(cfg.bin_dir)
+        return 0
+    if command == "up":
+        seconds = stack.up(cfg)
+        print(stack.summary(cfg))
+        print(f"\nstack up in {seconds:.1f}s ({cfg.nodes} nodes)")
+        return 0
+    if command == "down":
+        stopped = stack.down(cfg)
+        print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+        return 0
+    if command == "status":
+        rows, total = stack.status(cfg)
+        dead = [name for name, state, _ in rows if state == "DIED"]
+        for name, state, rss in rows:
+            print(f"{name:24} {state:8} {rss / 1024:8.1f} MiB")
+        print(f"{'total':24} {'':8} {total / 1024:8.1f} MiB")
+        if dead:
+            print(f"died: {', '.join(dead)}", file=sys.stderr)
+            return 1
+        return 0
+    if command == "demo":
+        from devstack import demo
+
+        return demo.run(cfg)
+    print(f"unknown command {command!r}; use up, down, status, tools or demo", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

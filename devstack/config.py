@@ -1,0 +1,171 @@
+"""Where the local stack lives, which ports it uses and which versions it pins."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Pinned versions of everything built from Go modules or npm (lab/KUBERNETES.md).
+KUBERNETES_VERSION = "v1.36.2"
+ETCD_VERSION = "v3.6.14"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.21.4"
+GRPCURL_VERSION = "v1.9.3"
+BUF_VERSION = "1.75.0"
+
+# The Kubernetes namespace of the slurmd Pods (one per Node, the shape of a SUNK NodeSet).
+SLURM_NAMESPACE = "tandem-slurm"
+# The namespace the Tandem services run "in"; the scheduler name derives from it as in the chart.
+TANDEM_NAMESPACE = "tandem"
+TANDEM_RELEASE = "tandem"
+SLURMD_POD_LABEL = ("app.kubernetes.io/name", "slurmd")
+
+GPU_MODEL = "H100_NVLINK_80GB"
+GPU_GRES_TYPE = "h100"
+GPUS_PER_NODE = 8
+CPUS_PER_NODE = 32
+MEMORY_MB_PER_NODE = 256_000
+KILL_WAIT_SECONDS = 30
+
+
+def cache_dir() -> Path:
+    """Binaries built once per machine, by version; shared by every clone (CI uses fresh clones)."""
+    return Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem"))
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    slurmctld: int
+    slurmrestd: int
+    slurmd_base: int
+    scheduler_grpc: int
+    scheduler_health: int
+    syncer_grpc: int
+    syncer_health: int
+    hooks_http: int
+    hooks_grpc: int
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        return cls(
+            etcd_client=base + 1,
+            etcd_peer=base + 2,
+            apiserver=base + 3,
+            slurmctld=base + 4,
+            slurmrestd=base + 5,
+            scheduler_grpc=base + 10,
+            scheduler_health=base + 11,
+            syncer_grpc=base + 12,
+            syncer_health=base + 13,
+            hooks_http=base + 14,
+            hooks_grpc=base + 15,
+            slurmd_base=base + 100,
+        )
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Everything that fixes one local stack; saved in its state dir so later commands agree."""
+
+    nodes: int
+    state_dir: Path
+    ports: Ports
+    hostname: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+
+    @classmethod
+    def from_env(cls) -> StackConfig:
+        state_dir = Path(os.environ.get("TANDEM_STATE_DIR", REPO_ROOT / ".tandem")).resolve()
+        saved = state_dir / "stack.json"
+        if saved.exists():
+            data = json.loads(saved.read_text())
+            requested = os.environ.get("NODES")
+            if requested and int(requested) != data["nodes"]:
+                raise SystemExit(
+                    f"the stack in {state_dir} was made with NODES={data['nodes']}; "
+                    f"run `make down` before asking for NODES={requested}"
+                )
+            return cls(nodes=data["nodes"], state_dir=state_dir, ports=Ports(**data["ports"]))
+        nodes = int(os.environ.get("NODES", "8"))
+        if not 1 <= nodes <= 512:
+            raise SystemExit(f"NODES must be between 1 and 512, not {nodes}")
+        base = int(os.environ.get("TANDEM_PORT_BASE", "31000"))
+        return cls(nodes=nodes, state_dir=state_dir, ports=Ports.from_base(base))
+
+    def save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = {"nodes": self.nodes, "ports": asdict(self.ports)}
+        (self.state_dir / "stack.json").write_text(json.dumps(data, indent=2))
+
+    # Layout of the state dir.
+    @property
+    def bin_dir(self) -> Path:
+        return self.state_dir / "bin"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def slurm_dir(self) -> Path:
+        return self.state_dir / "slurm"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.slurm_dir / "slurm.conf"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def slurmrestd_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.slurmrestd}"
+
+    @property
+    def hooks_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.hooks_http}"
+
+    @property
+    def scheduler_name(self) -> str:
+        return f"{TANDEM_NAMESPACE}-{TANDEM_RELEASE}"
+
+    def slurm_node_names(self) -> list[str]:
+        return [slurm_node_name(i) for i in range(self.nodes)]
+
+
+def is_gpu_node(index: int) -> bool:
+    """Half the nodes (the even ones) are GPU nodes."""
+    return index % 2 == 0
+
+
+def slurm_node_name(index: int) -> str:
+    return f"{'gpu' if is_gpu_node(index) else 'cpu'}-{index:03d}"
+
+
+def kube_node_name(index: int) -> str:
+    # Deliberately not the Slurm node's name: the mapping goes through the slurmd Pod.
+    return f"node-{index:03d}"

@@ -1,0 +1,311 @@
+"""etcd, kube-apiserver and kwok on 127.0.0.1, and the cluster model: Nodes and their slurmd Pods."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.request
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from devstack import config, pki
+from devstack.config import StackConfig
+from devstack.procs import Daemon, wait_for
+
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+# A test Pod carrying this annotation (milliseconds) is deleted that long after its graceful
+# delete starts: how a Pod that is slow to terminate is simulated.
+DELETE_DELAY_ANNOTATION = "tandem.test/delete-delay-ms"
+
+
+def daemons(cfg: StackConfig) -> dict[str, Daemon]:
+    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in ("etcd", "kube-apiserver", "kwok")}
+
+
+def start_etcd(cfg: StackConfig, daemon: Daemon) -> None:
+    p = cfg.ports
+    daemon.start([
+        str(cfg.bin_dir / "etcd"),
+        "--name", "default",
+        "--data-dir", str(cfg.state_dir / "etcd"),
+        "--listen-client-urls", f"http://127.0.0.1:{p.etcd_client}",
+        "--advertise-client-urls", f"http://127.0.0.1:{p.etcd_client}",
+        "--listen-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
+        "--initial-cluster", f"default=http://127.0.0.1:{p.etcd_peer}",
+        "--listen-metrics-urls", "",
+        "--unsafe-no-fsync",
+        "--log-level", "warn",
+    ])
+    wait_for("etcd health", lambda: _http_ok(f"http://127.0.0.1:{p.etcd_client}/health"), 30, daemon)
+
+
+def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
+    k = cfg.pki_dir
+    daemon.start([
+        str(cfg.bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{cfg.ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={cfg.ports.apiserver}",
+        f"--tls-cert-file={k / 'apiserver.crt'}",
+        f"--tls-private-key-file={k / 'apiserver.key'}",
+        f"--client-ca-file={k / 'ca.crt'}",
+        f"--token-auth-file={k / 'tokens.csv'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={k / 'sa.pub'}",
+        f"--service-account-signing-key-file={k / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--authorization-mode=RBAC",
+        "--endpoint-reconciler-type=none",
+        # No controller-manager: nothing would create the `default` ServiceAccount, nor remove
+        # the not-ready taint TaintNodesByCondition adds.
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        "--profiling=false",
+        "-v=1",
+    ])
+    wait_for("kube-apiserver /readyz", lambda: _apiserver_ready(cfg), 120, daemon)
+
+
+def start_kwok(cfg: StackConfig, daemon: Daemon) -> None:
+    stages = cfg.state_dir / "kwok-stages.yaml"
+    stages.write_text(KWOK_STAGES)
+    key, value = KWOK_NODE_ANNOTATION
+    daemon.start([
+        str(cfg.bin_dir / "kwok"),
+        f"--kubeconfig={cfg.state_dir / 'kubeconfig-kwok'}",
+        f"--config={stages}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={key}={value}",
+        "--node-ip=127.0.0.1",
+        "--cidr=10.128.0.0/12",
+        "--server-address=127.0.0.1:0",
+        "--enable-crds=",
+    ])
+
+
+def write_kubeconfigs(cfg: StackConfig) -> None:
+    for user in pki.USERS:
+        path = cfg.kubeconfig if user == "admin" else cfg.state_dir / f"kubeconfig-{user}"
+        pki.write_kubeconfig(path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, pki.token(cfg.pki_dir, user))
+
+
+def api(cfg: StackConfig) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config(config_file=str(cfg.kubeconfig))
+
+
+def ensure_cluster_model(cfg: StackConfig) -> None:
+    """N kwok Nodes, each hosting one slurmd Pod named after its Slurm node (a SUNK NodeSet)."""
+    core = k8s.CoreV1Api(api(cfg))
+    for ns in (config.SLURM_NAMESPACE, config.TANDEM_NAMESPACE, "default"):
+        _create_ignore_exists(lambda ns=ns: core.create_namespace(
+            k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns))))
+    existing_nodes = {n.metadata.name for n in core.list_node().items}
+    existing_pods = {p.metadata.name for p in core.list_namespaced_pod(config.SLURM_NAMESPACE).items}
+    for i in range(cfg.nodes):
+        node = config.kube_node_name(i)
+        if node not in existing_nodes:
+            core.create_node(_node_manifest(i))
+        slurm_node = config.slurm_node_name(i)
+        if slurm_node not in existing_pods:
+            core.create_namespaced_pod(config.SLURM_NAMESPACE, _slurmd_pod_manifest(i))
+
+
+def cluster_ready(cfg: StackConfig) -> bool:
+    core = k8s.CoreV1Api(api(cfg))
+    nodes = core.list_node().items
+    ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+    key, value = config.SLURMD_POD_LABEL
+    pods = core.list_namespaced_pod(config.SLURM_NAMESPACE, label_selector=f"{key}={value}").items
+    running = [p for p in pods if p.status.phase == "Running"]
+    return len(ready) >= cfg.nodes and len(running) >= cfg.nodes
+
+
+def _node_manifest(i: int) -> dict[str, object]:
+    labels = {
+        "kubernetes.io/hostname": config.kube_node_name(i),
+        "kubernetes.io/os": "linux",
+        "type": "kwok",
+    }
+    capacity: dict[str, str] = {
+        "cpu": str(config.CPUS_PER_NODE),
+        "memory": f"{config.MEMORY_MB_PER_NODE}Mi",
+        "pods": "110",
+    }
+    if config.is_gpu_node(i):
+        labels["gpu.nvidia.com/model"] = config.GPU_MODEL
+        labels["gpu.nvidia.com/class"] = config.GPU_MODEL
+        capacity["nvidia.com/gpu"] = str(config.GPUS_PER_NODE)
+    key, value = KWOK_NODE_ANNOTATION
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": config.kube_node_name(i), "labels": labels, "annotations": {key: value}},
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def _slurmd_pod_manifest(i: int) -> dict[str, object]:
+    key, value = config.SLURMD_POD_LABEL
+    slurm_node = config.slurm_node_name(i)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": slurm_node,
+            "namespace": config.SLURM_NAMESPACE,
+            "labels": {key: value, "app.kubernetes.io/component": "compute"},
+            "annotations": {"sunk.coreweave.com/lock": "false"},
+        },
+        "spec": {
+            "nodeName": config.kube_node_name(i),
+            "hostname": slurm_node,
+            "containers": [{
+                "name": "slurmd",
+                "image": "slurmd:local",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            }],
+            # slurmd must survive its own Node's lock.
+            "tolerations": [{"key": "sunk.coreweave.com/lock", "operator": "Exists"}],
+        },
+    }
+
+
+def _create_ignore_exists(create: object) -> None:
+    try:
+        create()  # type: ignore[operator]
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return bool(r.status == 200)
+
+
+def _apiserver_ready(cfg: StackConfig) -> bool:
+    ctx = ssl.create_default_context(cafile=str(cfg.pki_dir / "ca.crt"))
+    req = urllib.request.Request(
+        f"{cfg.apiserver_url}/readyz",
+        headers={"Authorization": f"Bearer {pki.token(cfg.pki_dir, 'admin')}"},
+    )
+    with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+        return bool(r.status == 200)
+
+
+def read_token(path: Path) -> str:
+    return path.read_text().strip()
+
+
+# kwok's behaviour: Nodes become Ready; Pods bound to them run; gracefully deleted Pods go away
+# (after DELETE_DELAY_ANNOTATION ms if set).
+KWOK_STAGES = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-initialize
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values: ['True']
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      {{{{ range NodeConditions }}}}
+      - lastHeartbeatTime: {{{{ $now | Quote }}}}
+        lastTransitionTime: {{{{ $now | Quote }}}}
+        message: {{{{ .message | Quote }}}}
+        reason: {{{{ .reason | Quote }}}}
+        status: {{{{ .status | Quote }}}}
+        type: {{{{ .type | Quote }}}}
+      {{{{ end }}}}
+      addresses:
+      - address: 127.0.0.1
+        type: InternalIP
+      - address: {{{{ NodeName | Quote }}}}
+        type: Hostname
+      allocatable:
+      {{{{ YAML .status.allocatable 1 }}}}
+      capacity:
+      {{{{ YAML .status.capacity 1 }}}}
+      nodeInfo:
+        architecture: amd64
+        operatingSystem: linux
+        kubeletVersion: kwok-{{{{ Version }}}}
+        containerRuntimeVersion: kwok-{{{{ Version }}}}
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.podIP'
+      operator: 'DoesNotExist'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: ContainersReady
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: true
+        restartCount: 0
+        started: true
+        state:
+          running:
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      hostIP: {{{{ NodeIPWith .spec.nodeName | Quote }}}}
+      podIP: {{{{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}}}
+      phase: Running
+      startTime: {{{{ $now | Quote }}}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["{DELETE_DELAY_ANNOTATION}"]'
+  next:
+    finalizers:
+      empty: true
+    delete: true
+"""

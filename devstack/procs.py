@@ -1,0 +1,180 @@
+"""Start and stop the stack's daemons by PID file; nothing is ever found or killed by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """One process of the stack, known by the name of its PID file."""
+
+    name: str
+    run_dir: Path
+    log_dir: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+
+    def alive(self) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        # The PID file also records the process start time, so a recycled PID is not mistaken
+        # for ours.
+        try:
+            recorded = self.pid_file.read_text().split()[1]
+        except IndexError:
+            return False
+        return _start_time(pid) == recorded
+
+    def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> int:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,  # its own process group, so stop() reaches its children
+            )
+        started = _start_time(proc.pid) or ""
+        self.pid_file.write_text(f"{proc.pid} {started}\n")
+        return proc.pid
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """SIGTERM the process group, SIGKILL after `timeout`. True if something was stopped."""
+        pid = self.pid()
+        if pid is None or not self.alive():
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _exists(pid):
+            _reap(pid)
+            time.sleep(0.05)
+        if _exists(pid):
+            _signal_group(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        # Children that outlived their leader in the same group.
+        _signal_group(pid, signal.SIGKILL)
+        _reap(pid)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def rss_kib(self) -> int:
+        pid = self.pid()
+        if pid is None or not self.alive():
+            return 0
+        return sum(_rss_kib(p) for p in [pid, *_descendants(pid)])
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, daemon: Daemon | None = None) -> None:
+    """Poll `check` until it is true; fail with the daemon's log if it died or time ran out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        if daemon is not None and not daemon.alive():
+            raise RuntimeError(f"{daemon.name} exited while waiting for {what}; log:\n{daemon.tail()}")
+        if time.monotonic() > deadline:
+            tail = f"; log:\n{daemon.tail()}" if daemon else ""
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+        time.sleep(0.1)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # Field 22 (starttime) counted after the parenthesised command name.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _exists(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

@@ -1,0 +1,82 @@
+"""The three Tandem services, started as the local stack's processes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from devstack import config, slurm
+from devstack.config import StackConfig
+from devstack.procs import Daemon, wait_for
+
+SERVICES = ("tandem-syncer", "tandem-scheduler", "tandem-hooks")
+
+
+def daemons(cfg: StackConfig) -> dict[str, Daemon]:
+    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in SERVICES}
+
+
+def hooks_token(cfg: StackConfig) -> str:
+    path = cfg.pki_dir / "hooks.token"
+    if not path.exists():
+        path.write_text(secrets.token_hex(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
+    p = cfg.ports
+    return {
+        "tandem-syncer": f"127.0.0.1:{p.syncer_grpc}",
+        "tandem-scheduler": f"127.0.0.1:{p.scheduler_grpc}",
+        "tandem-hooks": f"127.0.0.1:{p.hooks_grpc}",
+    }
+
+
+def argv(cfg: StackConfig, name: str) -> list[str]:
+    p = cfg.ports
+    exe = str(Path(sys.executable).parent / name)
+    slurm_args = [
+        f"--slurm-api-base={cfg.slurmrestd_url}",
+        f"--slurm-jwt-key-file={slurm.paths(cfg)['jwt_key']}",
+    ]
+    kubeconfig = f"--kubeconfig={cfg.state_dir / f'kubeconfig-{name}'}"
+    addr = grpc_addresses(cfg)
+    if name == "tandem-syncer":
+        return [exe, f"--grpc-bind-address={addr[name]}",
+                f"--health-probe-bind-address=127.0.0.1:{p.syncer_health}",
+                kubeconfig, *slurm_args, f"--slurmd-namespace={config.SLURM_NAMESPACE}"]
+    if name == "tandem-scheduler":
+        return [exe, f"--grpc-bind-address={addr[name]}",
+                f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health}",
+                kubeconfig, *slurm_args, f"--scheduler-name={cfg.scheduler_name}",
+                f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
+                f"--syncer-address={addr['tandem-syncer']}"]
+    if name == "tandem-hooks":
+        return [exe, f"--grpc-bind-address={addr[name]}",
+                f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
+                f"--syncer-address={addr['tandem-syncer']}",
+                f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}"]
+    raise KeyError(name)
+
+
+def start(cfg: StackConfig, name: str, daemon: Daemon) -> None:
+    hooks_token(cfg)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") and k != "KUBECONFIG"}
+    daemon.start(argv(cfg, name), env=env)
+
+
+def wait_serving(cfg: StackConfig, name: str, daemon: Daemon) -> None:
+    wait_for(f"{name} health SERVING", lambda: health_status(grpc_addresses(cfg)[name]) == "SERVING", 60, daemon)
+
+
+def health_status(address: str, service: str = "") -> str:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))

@@ -1,0 +1,143 @@
+"""Bring the whole local stack up (idempotently), report on it, and take it down."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from devstack import config, kube, pki, services, slurm, tools
+from devstack.config import StackConfig
+from devstack.procs import Daemon, wait_for
+
+# Until the hooks gateway's lock route exists, the prolog/epilog only succeed.
+NOOP_HOOK = "#!/bin/sh\nexit 0\n"
+
+
+def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
+    """In start order; stopped in reverse."""
+    return {**kube.daemons(cfg), **slurm.daemons(cfg), **services.daemons(cfg)}
+
+
+def up(cfg: StackConfig) -> float:
+    """Start whatever is not running; report by name what had died. Returns seconds taken."""
+    started = time.monotonic()
+    cfg.save()
+    tools.ensure_tools(cfg.bin_dir)
+    slurm.ensure_packages()
+    pki.ensure_pki(cfg.pki_dir)
+    kube.write_kubeconfigs(cfg)
+    slurm.ensure_files(cfg, prolog=NOOP_HOOK, epilog=NOOP_HOOK)
+    d = all_daemons(cfg)
+
+    def need(name: str) -> bool:
+        daemon = d[name]
+        if daemon.alive():
+            return False
+        if daemon.pid_file.exists():
+            print(f"{name} is not running (pid {daemon.pid()} gone); starting it again", flush=True)
+        return True
+
+    if need("etcd"):
+        kube.start_etcd(cfg, d["etcd"])
+    if need("kube-apiserver"):
+        kube.start_apiserver(cfg, d["kube-apiserver"])
+    kube.ensure_cluster_model(cfg)
+    if need("kwok"):
+        kube.start_kwok(cfg, d["kwok"])
+    if need("munged"):
+        slurm.start_munged(cfg, d["munged"])
+    if need("slurmctld"):
+        slurm.start_slurmctld(cfg, d["slurmctld"])
+    for node in cfg.slurm_node_names():
+        if need(f"slurmd-{node}"):
+            slurm.start_slurmd(cfg, node, d[f"slurmd-{node}"])
+    if need("slurmrestd"):
+        slurm.start_slurmrestd(cfg, d["slurmrestd"])
+    wait_for(f"{cfg.nodes} kwok Nodes Ready and slurmd Pods Running", lambda: kube.cluster_ready(cfg), 60,
+             d["kwok"])
+    wait_for(f"{cfg.nodes} Slurm nodes idle", lambda: slurm.nodes_idle(cfg), 60, d["slurmctld"])
+    for name in services.SERVICES:
+        if need(name):
+            services.start(cfg, name, d[name])
+    for name in services.SERVICES:
+        services.wait_serving(cfg, name, d[name])
+    write_env(cfg)
+    return time.monotonic() - started
+
+
+def down(cfg: StackConfig) -> list[str]:
+    """Stop exactly the processes the stack started, by PID; forget cluster and Slurm state."""
+    d = all_daemons(cfg)
+    stopped: list[str] = []
+    for name in services.SERVICES:
+        if d[name].stop():
+            stopped.append(name)
+    if d["slurmctld"].alive():
+        slurm.cancel_all_jobs(cfg)
+    for name in reversed(list(d)):
+        if name in services.SERVICES:
+            continue
+        if d[name].stop():
+            stopped.append(name)
+    # A fresh cluster and a fresh Slurm next time; keys, certs and tools stay.
+    for path in (cfg.state_dir / "etcd", cfg.slurm_dir / "state", cfg.slurm_dir / "spool"):
+        shutil.rmtree(path, ignore_errors=True)
+    (cfg.state_dir / "stack.json").unlink(missing_ok=True)
+    return stopped
+
+
+def status(cfg: StackConfig) -> tuple[list[tuple[str, str, int]], int]:
+    rows = []
+    total = 0
+    for name, daemon in all_daemons(cfg).items():
+        alive = daemon.alive()
+        rss = daemon.rss_kib() if alive else 0
+        total += rss
+        state = "running" if alive else ("DIED" if daemon.pid_file.exists() else "stopped")
+        rows.append((name, state, rss))
+    return rows, total
+
+
+def write_env(cfg: StackConfig) -> None:
+    venv_bin = Path(__import__("sys").executable).parent
+    addr = services.grpc_addresses(cfg)
+    values = {
+        "KUBECONFIG": str(cfg.kubeconfig),
+        "SLURM_CONF": str(cfg.slurm_conf),
+        "TANDEM_STATE_DIR": str(cfg.state_dir),
+        "TANDEM_SCHEDULER_ADDR": addr["tandem-scheduler"],
+        "TANDEM_SYNCER_ADDR": addr["tandem-syncer"],
+        "TANDEM_HOOKS_GRPC_ADDR": addr["tandem-hooks"],
+        "TANDEM_HOOKS_URL": cfg.hooks_url,
+        "TANDEM_HOOKS_TOKEN": services.hooks_token(cfg),
+        "TANDEM_SCHEDULER_NAME": cfg.scheduler_name,
+        "TANDEM_SLURMD_NAMESPACE": config.SLURM_NAMESPACE,
+        "TANDEM_SLURMRESTD_URL": cfg.slurmrestd_url,
+        "TANDEM_SLURM_USER": slurm.REST_USER,
+        "TANDEM_SLURM_TOKEN": slurm.rest_token(cfg),
+    }
+    lines = [f"export {k}='{v}'" for k, v in values.items()]
+    lines.append(f"export PATH='{cfg.bin_dir}:{venv_bin}':\"$PATH\"")
+    cfg.env_file.write_text("\n".join(lines) + "\n")
+
+
+def summary(cfg: StackConfig) -> str:
+    env = {**__import__("os").environ, "KUBECONFIG": str(cfg.kubeconfig), "SLURM_CONF": str(cfg.slurm_conf)}
+    kubectl = str(cfg.bin_dir / "kubectl")
+    out = []
+    for title, argv in (
+        ("Kubernetes Nodes", [kubectl, "get", "nodes", "-L", "gpu.nvidia.com/model"]),
+        ("slurmd Pods", [kubectl, "get", "pods", "-n", config.SLURM_NAMESPACE, "-o", "wide"]),
+        ("Slurm", ["sinfo", "-N", "-o", "%N %P %t %c %m %G"]),
+    ):
+        res = subprocess.run(argv, env=env, capture_output=True, text=True)
+        out.append(f"== {title}\n{res.stdout.rstrip() or res.stderr.rstrip()}")
+    addr = services.grpc_addresses(cfg)
+    out.append("== Tandem")
+    for name in services.SERVICES:
+        out.append(f"{name:18} gRPC {addr[name]:22} {services.health_status(addr[name])}")
+    out.append(f"hooks gateway      HTTP {cfg.hooks_url}")
+    out.append(f"\nshell: . {cfg.env_file}")
+    return "\n".join(out)

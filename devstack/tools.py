@@ -1,0 +1,101 @@
+"""The binaries the stack needs, built from Go modules and npm once per machine and cached by version."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack import config
+
+TOOLS_SRC = config.REPO_ROOT / "tools"
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    version: str
+    # Either a Go package to `go install`, or a package built inside one of our tool modules.
+    go_install: str | None = None
+    module_dir: str | None = None
+    build_pkg: str | None = None
+    npm_package: str | None = None
+
+    @property
+    def cached(self) -> Path:
+        return config.cache_dir() / "bin" / f"{self.name}-{self.version}"
+
+
+TOOLS = [
+    Tool("kube-apiserver", config.KUBERNETES_VERSION, module_dir="kube-apiserver",
+         build_pkg="k8s.io/kubernetes/cmd/kube-apiserver"),
+    Tool("kubectl", config.KUBERNETES_VERSION, module_dir="kube-apiserver",
+         build_pkg="k8s.io/kubernetes/cmd/kubectl"),
+    Tool("etcd", config.ETCD_VERSION, module_dir="etcd", build_pkg="."),
+    Tool("kwok", config.KWOK_VERSION, go_install="sigs.k8s.io/kwok/cmd/kwok"),
+    Tool("helm", config.HELM_VERSION, go_install="helm.sh/helm/v3/cmd/helm"),
+    Tool("grpcurl", config.GRPCURL_VERSION, go_install="github.com/fullstorydev/grpcurl/cmd/grpcurl"),
+    Tool("buf", config.BUF_VERSION, npm_package="@bufbuild/buf"),
+]
+
+
+def ensure_tools(bin_dir: Path, log: bool = True) -> None:
+    """Build what is missing from the cache, then link every tool into `bin_dir` by its plain name."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool in TOOLS:
+        if not tool.cached.exists():
+            if log:
+                print(f"building {tool.name} {tool.version} (once per machine) ...", flush=True)
+            _build(tool)
+        link = bin_dir / tool.name
+        if link.is_symlink() or link.exists():
+            if link.resolve() == tool.cached.resolve():
+                continue
+            link.unlink()
+        link.symlink_to(tool.cached)
+
+
+def _build(tool: Tool) -> None:
+    tool.cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = tool.cached.with_name(tool.cached.name + ".partial")
+    if tool.npm_package:
+        prefix = config.cache_dir() / "npm" / f"{tool.name}-{tool.version}"
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+             f"{tool.npm_package}@{tool.version}"],
+            check=True,
+        )
+        # The npm wrapper only locates the platform binary; link the binary itself.
+        candidates = sorted(prefix.glob("node_modules/@bufbuild/buf-linux-*/bin/buf"))
+        target = candidates[0] if candidates else prefix / "node_modules" / ".bin" / "buf"
+        tool.cached.unlink(missing_ok=True)
+        tool.cached.symlink_to(target)
+        return
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    if tool.go_install:
+        with tempfile.TemporaryDirectory() as gobin:
+            subprocess.run(["go", "install", f"{tool.go_install}@{tool.version}"],
+                           check=True, env={**env, "GOBIN": gobin})
+            shutil.move(str(Path(gobin) / tool.name), partial)
+    else:
+        assert tool.module_dir and tool.build_pkg
+        subprocess.run(["go", "build", "-ldflags", _version_ldflags(tool), "-o", str(partial),
+                        tool.build_pkg],
+                       check=True, env=env, cwd=TOOLS_SRC / tool.module_dir)
+    partial.rename(tool.cached)
+
+
+def _version_ldflags(tool: Tool) -> str:
+    """Stamp the Kubernetes version, which `go build` of the module alone leaves at v0.0.0-master."""
+    if not tool.version.startswith("v1."):
+        return ""
+    major, minor = tool.version[1:].split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return " ".join(
+        f"-X {pkg}.{key}={value}"
+        for key, value in (("gitVersion", tool.version), ("gitMajor", major), ("gitMinor", minor),
+                           ("gitTreeState", "clean"))
+    ) + " -s -w"

@@ -1,0 +1,60 @@
+"""Every annotation, label, taint and lock-state name Tandem reads or writes, in one place.
+
+The names are SUNK's (see shared/reference): they are the compatibility contract.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+PREFIX = "sunk.coreweave.com/"
+
+# Node lock: a taint on the Node and an annotation (same key) on the Node's slurmd Pod.
+LOCK_KEY = PREFIX + "lock"
+LOCK_TAINT_VALUE = "true"
+LOCK_TAINT_EFFECT = "NoExecute"
+
+
+class LockState(StrEnum):
+    """Values of the lock annotation on a slurmd Pod."""
+
+    FALSE = "false"
+    PENDING = "pending"
+    LOCKED = "locked"
+    LOCKED_STRICT = "locked_strict"
+
+
+# Written by the scheduler on the Pods it owns.
+JOB_ID_ANNOTATION = PREFIX + "job-id"
+
+# Pod annotations mapped to the placeholder job's fields.
+ACCOUNT = PREFIX + "account"
+COMMENT = PREFIX + "comment"
+CONSTRAINTS = PREFIX + "constraints"
+EXCLUSIVE = PREFIX + "exclusive"
+EXCLUDED_NODES = PREFIX + "excluded-nodes"
+REQUIRED_NODES = PREFIX + "required-nodes"
+PARTITION = PREFIX + "partition"
+PREFER = PREFIX + "prefer"
+PRIORITY = PREFIX + "priority"
+QOS = PREFIX + "qos"
+RESERVATION = PREFIX + "reservation"
+USER_ID = PREFIX + "user-id"
+GROUP_ID = PREFIX + "group-id"
+CURRENT_WORKING_DIR = PREFIX + "current-working-dir"
+TIMEOUT = PREFIX + "timeout"
+
+JOB_ANNOTATIONS = frozenset({
+    ACCOUNT, COMMENT, CONSTRAINTS, EXCLUSIVE, EXCLUDED_NODES, REQUIRED_NODES, PARTITION, PREFER,
+    PRIORITY, QOS, RESERVATION, USER_ID, GROUP_ID, CURRENT_WORKING_DIR, TIMEOUT,
+})
+# Keys under the prefix that are not job fields but are still ours (never warned about).
+OWN_ANNOTATIONS = frozenset({JOB_ID_ANNOTATION, LOCK_KEY})
+
+# Node labels naming the GPU model, read from a Pod's required node affinity.
+GPU_MODEL_LABELS = ("gpu.nvidia.com/model", "gpu.nvidia.com/class")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# The slurmd Pods of a NodeSet: found by this label; each Pod's name is its Slurm node's name.
+SLURMD_POD_LABEL = "app.kubernetes.io/name"
+SLURMD_POD_LABEL_VALUE = "slurmd"

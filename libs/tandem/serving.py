@@ -1,0 +1,123 @@
+"""What every Tandem service serves: gRPC with reflection and grpc.health.v1, and a small HTTP
+server for `/healthz`, `/readyz` and `/metrics`; and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from tandem.settings import split_host_port
+
+log = logging.getLogger(__name__)
+
+Registrar = Callable[[grpc.Server], None]
+
+
+class GrpcServer:
+    """A gRPC server whose health service reports SERVING once `set_serving(True)` is called."""
+
+    def __init__(self, address: str, registrars: Iterable[Registrar], service_names: Iterable[str],
+                 max_workers: int = 64, interceptors: Iterable[Any] = ()) -> None:
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+            interceptors=list(interceptors),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.service_names = list(service_names)
+        for register in registrars:
+            register(self.server)
+        reflection.enable_server_reflection(
+            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+             reflection.SERVICE_NAME],
+            self.server,
+        )
+        host, port = split_host_port(address)
+        self.port = self.server.add_insecure_port(f"{host or '[::]'}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen for gRPC on {address}")
+        self.set_serving(False)
+
+    def start(self) -> None:
+        self.server.start()
+
+    def set_serving(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ["", *self.service_names]:
+            self.health.set(name, status)
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+
+
+class HealthHttpServer:
+    """`/healthz` (the process is alive), `/readyz` (`ready()` is true), `/metrics`."""
+
+    def __init__(self, address: str, ready: Callable[[], bool], metrics: Callable[[], str]) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    self._reply(HTTPStatus.OK, "ok\n")
+                elif path == "/readyz":
+                    ok = outer.ready()
+                    self._reply(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE,
+                                "ok\n" if ok else "not ready\n")
+                elif path == "/metrics":
+                    self._reply(HTTPStatus.OK, outer.metrics(), "text/plain; version=0.0.4")
+                else:
+                    self._reply(HTTPStatus.NOT_FOUND, "not found\n")
+
+            def _reply(self, status: HTTPStatus, body: str, ctype: str = "text/plain") -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.ready = ready
+        self.metrics = metrics
+        host, port = split_host_port(address)
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="health-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def wait_for_stop_signal() -> None:
+    """Block the main thread until SIGTERM or SIGINT."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    stop.wait()

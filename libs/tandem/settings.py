@@ -1,0 +1,86 @@
+"""Typed configuration from flags and environment variables, one frozen dataclass per service.
+
+A field declares its flag, its environment variable and its help once; precedence is
+flag > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_DURATION = re.compile(r"^(?P<num>\d+(\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Seconds(float):
+    """A duration in seconds, written as `30s`, `1.5m`, `500ms` or a bare number of seconds."""
+
+    @classmethod
+    def parse(cls, text: str) -> Seconds:
+        m = _DURATION.match(text.strip())
+        if not m:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 500ms, 2m)")
+        return cls(float(m["num"]) * _UNIT_SECONDS[m["unit"]])
+
+
+def option(default: Any, *, flag: str, env: str, help: str) -> Any:
+    return dataclasses.field(default=default, metadata={"flag": flag, "env": env, "help": help})
+
+
+def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> T:
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    parser = argparse.ArgumentParser(description=cls.__doc__)
+    fields = [f for f in dataclasses.fields(cls) if "flag" in f.metadata]  # type: ignore[arg-type]
+    for f in fields:
+        parser.add_argument(f.metadata["flag"], dest=f.name, default=None,
+                            help=f"{f.metadata['help']} (env {f.metadata['env']}; default {f.default!r})")
+    args = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    for f in fields:
+        raw = getattr(args, f.name)
+        if raw is None:
+            raw = environ.get(f.metadata["env"])
+        if raw is None:
+            continue
+        try:
+            values[f.name] = _convert(hints[f.name], raw)
+        except ValueError as e:
+            parser.error(f"{f.metadata['flag']} / {f.metadata['env']}: {e}")
+    return cls(**values)
+
+
+def _convert(kind: Any, raw: str) -> Any:
+    if isinstance(kind, types.UnionType):  # `X | None`
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"not a boolean: {raw!r}")
+    if kind is Seconds:
+        return Seconds.parse(raw)
+    if kind is int:
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    if typing.get_origin(kind) is tuple:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`:8000` -> ("", 8000) (all interfaces, as in a Pod); `127.0.0.1:8000` -> as written."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,30 @@
+"""Entry point of `tandem-hooks`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from tandem import logs, serving, settings
+from tandem.hooks.gateway import HooksGateway
+from tandem.hooks.settings import HooksSettings
+
+log = logging.getLogger("tandem.hooks")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cfg = settings.load(HooksSettings, argv)
+    logs.setup("hooks", cfg.log_level)
+    gateway = HooksGateway(cfg.hooks_address, cfg.bearer_token())
+    grpc_server = serving.GrpcServer(cfg.grpc_address, [], [])
+    grpc_server.start()
+    gateway.start()
+    grpc_server.set_serving(True)
+    log.info("serving", extra={"hooks_port": gateway.port, "grpc_port": grpc_server.port})
+    serving.wait_for_stop_signal()
+    gateway.stop()
+    grpc_server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The syncer: mirror of Slurm state, node locks (taint + annotation), node drains."""

@@ -1,0 +1,34 @@
+"""The integration suite's stack: the same code as `make up`, brought up once per session.
+
+If a stack is already up (from `make up`), it is reused and left running; otherwise the session
+starts one and takes it down at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from devstack import kube, stack
+from devstack.config import StackConfig
+
+
+@pytest.fixture(scope="session")
+def stack_cfg() -> Iterator[StackConfig]:
+    cfg = StackConfig.from_env()
+    was_up = (cfg.state_dir / "stack.json").exists() and all(
+        d.alive() for d in stack.all_daemons(cfg).values()
+    )
+    stack.up(cfg)
+    os.environ["SLURM_CONF"] = str(cfg.slurm_conf)
+    yield cfg
+    if not was_up and os.environ.get("TANDEM_KEEP_STACK") != "1":
+        stack.down(cfg)
+
+
+@pytest.fixture(scope="session")
+def core(stack_cfg: StackConfig) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(kube.api(stack_cfg))

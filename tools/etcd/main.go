@@ -1,0 +1,10 @@
+// Command etcd wraps etcdmain so etcd builds from the Go module proxy.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
