@@ -26,46 +26,59 @@ def daemons(cfg: StackConfig) -> dict[str, Daemon]:
 
 def start_etcd(cfg: StackConfig, daemon: Daemon) -> None:
     p = cfg.ports
-    daemon.start([
-        str(cfg.bin_dir / "etcd"),
-        "--name", "default",
-        "--data-dir", str(cfg.state_dir / "etcd"),
-        "--listen-client-urls", f"http://127.0.0.1:{p.etcd_client}",
-        "--advertise-client-urls", f"http://127.0.0.1:{p.etcd_client}",
-        "--listen-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
-        "--initial-cluster", f"default=http://127.0.0.1:{p.etcd_peer}",
-        "--listen-metrics-urls", "",
-        "--unsafe-no-fsync",
-        "--log-level", "warn",
-    ])
+    daemon.start(
+        [
+            str(cfg.bin_dir / "etcd"),
+            "--name",
+            "default",
+            "--data-dir",
+            str(cfg.state_dir / "etcd"),
+            "--listen-client-urls",
+            f"http://127.0.0.1:{p.etcd_client}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{p.etcd_client}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{p.etcd_peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{p.etcd_peer}",
+            "--initial-cluster",
+            f"default=http://127.0.0.1:{p.etcd_peer}",
+            "--listen-metrics-urls",
+            "",
+            "--unsafe-no-fsync",
+            "--log-level",
+            "warn",
+        ]
+    )
     wait_for("etcd health", lambda: _http_ok(f"http://127.0.0.1:{p.etcd_client}/health"), 30, daemon)
 
 
 def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
     k = cfg.pki_dir
-    daemon.start([
-        str(cfg.bin_dir / "kube-apiserver"),
-        f"--etcd-servers=http://127.0.0.1:{cfg.ports.etcd_client}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={cfg.ports.apiserver}",
-        f"--tls-cert-file={k / 'apiserver.crt'}",
-        f"--tls-private-key-file={k / 'apiserver.key'}",
-        f"--client-ca-file={k / 'ca.crt'}",
-        f"--token-auth-file={k / 'tokens.csv'}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={k / 'sa.pub'}",
-        f"--service-account-signing-key-file={k / 'sa.key'}",
-        "--service-cluster-ip-range=10.0.0.0/24",
-        "--authorization-mode=RBAC",
-        "--endpoint-reconciler-type=none",
-        # No controller-manager: nothing would create the `default` ServiceAccount, nor remove
-        # the not-ready taint TaintNodesByCondition adds.
-        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-        "--profiling=false",
-        "-v=1",
-    ])
+    daemon.start(
+        [
+            str(cfg.bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{cfg.ports.etcd_client}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={cfg.ports.apiserver}",
+            f"--tls-cert-file={k / 'apiserver.crt'}",
+            f"--tls-private-key-file={k / 'apiserver.key'}",
+            f"--client-ca-file={k / 'ca.crt'}",
+            f"--token-auth-file={k / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={k / 'sa.pub'}",
+            f"--service-account-signing-key-file={k / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--endpoint-reconciler-type=none",
+            # No controller-manager: nothing would create the `default` ServiceAccount, nor remove
+            # the not-ready taint TaintNodesByCondition adds.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--profiling=false",
+            "-v=1",
+        ]
+    )
     wait_for("kube-apiserver /readyz", lambda: _apiserver_ready(cfg), 120, daemon)
 
 
@@ -73,23 +86,27 @@ def start_kwok(cfg: StackConfig, daemon: Daemon) -> None:
     stages = cfg.state_dir / "kwok-stages.yaml"
     stages.write_text(KWOK_STAGES)
     key, value = KWOK_NODE_ANNOTATION
-    daemon.start([
-        str(cfg.bin_dir / "kwok"),
-        f"--kubeconfig={cfg.state_dir / 'kubeconfig-kwok'}",
-        f"--config={stages}",
-        "--manage-all-nodes=false",
-        f"--manage-nodes-with-annotation-selector={key}={value}",
-        "--node-ip=127.0.0.1",
-        "--cidr=10.128.0.0/12",
-        "--server-address=127.0.0.1:0",
-        "--enable-crds=",
-    ])
+    daemon.start(
+        [
+            str(cfg.bin_dir / "kwok"),
+            f"--kubeconfig={cfg.state_dir / 'kubeconfig-kwok'}",
+            f"--config={stages}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={key}={value}",
+            "--node-ip=127.0.0.1",
+            "--cidr=10.128.0.0/12",
+            "--server-address=127.0.0.1:0",
+            "--enable-crds=",
+        ]
+    )
 
 
 def write_kubeconfigs(cfg: StackConfig) -> None:
     for user in pki.USERS:
         path = cfg.kubeconfig if user == "admin" else cfg.state_dir / f"kubeconfig-{user}"
-        pki.write_kubeconfig(path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, pki.token(cfg.pki_dir, user))
+        pki.write_kubeconfig(
+            path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, pki.token(cfg.pki_dir, user)
+        )
 
 
 def api(cfg: StackConfig) -> k8s.ApiClient:
@@ -100,8 +117,9 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
     """N kwok Nodes, each hosting one slurmd Pod named after its Slurm node (a SUNK NodeSet)."""
     core = k8s.CoreV1Api(api(cfg))
     for ns in (config.SLURM_NAMESPACE, config.TANDEM_NAMESPACE, "default"):
-        _create_ignore_exists(lambda ns=ns: core.create_namespace(
-            k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns))))
+        _create_ignore_exists(
+            lambda ns=ns: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+        )
     existing_nodes = {n.metadata.name for n in core.list_node().items}
     existing_pods = {p.metadata.name for p in core.list_namespaced_pod(config.SLURM_NAMESPACE).items}
     for i in range(cfg.nodes):
@@ -116,7 +134,9 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
 def cluster_ready(cfg: StackConfig) -> bool:
     core = k8s.CoreV1Api(api(cfg))
     nodes = core.list_node().items
-    ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+    ready = [
+        n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+    ]
     key, value = config.SLURMD_POD_LABEL
     pods = core.list_namespaced_pod(config.SLURM_NAMESPACE, label_selector=f"{key}={value}").items
     running = [p for p in pods if p.status.phase == "Running"]
@@ -163,11 +183,13 @@ def _slurmd_pod_manifest(i: int) -> dict[str, object]:
         "spec": {
             "nodeName": config.kube_node_name(i),
             "hostname": slurm_node,
-            "containers": [{
-                "name": "slurmd",
-                "image": "slurmd:local",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
-            }],
+            "containers": [
+                {
+                    "name": "slurmd",
+                    "image": "slurmd:local",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
             # slurmd must survive its own Node's lock.
             "tolerations": [{"key": "sunk.coreweave.com/lock", "operator": "Exists"}],
         },

@@ -21,8 +21,21 @@ def ensure_pki(pki: Path) -> None:
     pki.mkdir(parents=True, exist_ok=True)
     pki.chmod(0o700)
     if not (pki / "ca.crt").exists():
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-                 "-keyout", pki / "ca.key", "-out", pki / "ca.crt", "-subj", "/CN=tandem-local-ca")
+        _openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-keyout",
+            pki / "ca.key",
+            "-out",
+            pki / "ca.crt",
+            "-subj",
+            "/CN=tandem-local-ca",
+        )
     if not (pki / "apiserver.crt").exists():
         ext = pki / "apiserver.ext"
         ext.write_text(
@@ -30,11 +43,35 @@ def ensure_pki(pki: Path) -> None:
             "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
             "extendedKeyUsage=serverAuth\n"
         )
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", pki / "apiserver.key",
-                 "-out", pki / "apiserver.csr", "-subj", "/CN=kube-apiserver")
-        _openssl("x509", "-req", "-in", pki / "apiserver.csr", "-CA", pki / "ca.crt",
-                 "-CAkey", pki / "ca.key", "-CAcreateserial", "-days", "3650",
-                 "-out", pki / "apiserver.crt", "-extfile", ext)
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            pki / "apiserver.key",
+            "-out",
+            pki / "apiserver.csr",
+            "-subj",
+            "/CN=kube-apiserver",
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            pki / "apiserver.csr",
+            "-CA",
+            pki / "ca.crt",
+            "-CAkey",
+            pki / "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            pki / "apiserver.crt",
+            "-extfile",
+            ext,
+        )
     if not (pki / "sa.key").exists():
         _openssl("genrsa", "-out", pki / "sa.key", "2048")
         _openssl("rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")

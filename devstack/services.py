@@ -48,20 +48,33 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     kubeconfig = f"--kubeconfig={cfg.state_dir / f'kubeconfig-{name}'}"
     addr = grpc_addresses(cfg)
     if name == "tandem-syncer":
-        return [exe, f"--grpc-bind-address={addr[name]}",
-                f"--health-probe-bind-address=127.0.0.1:{p.syncer_health}",
-                kubeconfig, *slurm_args, f"--slurmd-namespace={config.SLURM_NAMESPACE}"]
+        return [
+            exe,
+            f"--grpc-bind-address={addr[name]}",
+            f"--health-probe-bind-address=127.0.0.1:{p.syncer_health}",
+            kubeconfig,
+            *slurm_args,
+            f"--slurmd-namespace={config.SLURM_NAMESPACE}",
+        ]
     if name == "tandem-scheduler":
-        return [exe, f"--grpc-bind-address={addr[name]}",
-                f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health}",
-                kubeconfig, *slurm_args, f"--scheduler-name={cfg.scheduler_name}",
-                f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
-                f"--syncer-address={addr['tandem-syncer']}"]
+        return [
+            exe,
+            f"--grpc-bind-address={addr[name]}",
+            f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health}",
+            kubeconfig,
+            *slurm_args,
+            f"--scheduler-name={cfg.scheduler_name}",
+            f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
+            f"--syncer-address={addr['tandem-syncer']}",
+        ]
     if name == "tandem-hooks":
-        return [exe, f"--grpc-bind-address={addr[name]}",
-                f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
-                f"--syncer-address={addr['tandem-syncer']}",
-                f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}"]
+        return [
+            exe,
+            f"--grpc-bind-address={addr[name]}",
+            f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
+            f"--syncer-address={addr['tandem-syncer']}",
+            f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}",
+        ]
     raise KeyError(name)
 
 
@@ -72,7 +85,9 @@ def start(cfg: StackConfig, name: str, daemon: Daemon) -> None:
 
 
 def wait_serving(cfg: StackConfig, name: str, daemon: Daemon) -> None:
-    wait_for(f"{name} health SERVING", lambda: health_status(grpc_addresses(cfg)[name]) == "SERVING", 60, daemon)
+    wait_for(
+        f"{name} health SERVING", lambda: health_status(grpc_addresses(cfg)[name]) == "SERVING", 60, daemon
+    )
 
 
 def health_status(address: str, service: str = "") -> str:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import subprocess
 from pathlib import Path
 
+from tandem.slurm import jwt
+
 from devstack import config
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
-from tandem.slurm import jwt
 
 PACKAGES = ["slurmctld", "slurmd", "slurmrestd", "slurm-client", "munge", "slurm-wlm-jwt-plugin", "curl"]
 REST_USER = "root"
@@ -20,13 +22,17 @@ REST_USER = "root"
 def ensure_packages() -> None:
     """Install Slurm's Debian packages when a binary is missing (root, Debian/Ubuntu)."""
     needed = ["slurmctld", "slurmd", "slurmrestd", "sinfo", "munged"]
-    if all(shutil.which(b) for b in needed) and Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists():
+    if (
+        all(shutil.which(b) for b in needed)
+        and Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists()
+    ):
         return
     print("installing Slurm packages (apt-get) ...", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-                   check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES], check=True, env=env
+    )
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
@@ -123,8 +129,11 @@ def slurm_conf(cfg: StackConfig) -> str:
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
     ]
     for i, name in enumerate(cfg.slurm_node_names()):
-        gres = f" Gres=gpu:{config.GPU_GRES_TYPE}:{config.GPUS_PER_NODE} Features=gpu,{config.GPU_GRES_TYPE}" \
-            if config.is_gpu_node(i) else " Features=cpu"
+        gres = (
+            f" Gres=gpu:{config.GPU_GRES_TYPE}:{config.GPUS_PER_NODE} Features=gpu,{config.GPU_GRES_TYPE}"
+            if config.is_gpu_node(i)
+            else " Features=cpu"
+        )
         lines.append(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={cfg.ports.slurmd_base + i} "
             f"CPUs={config.CPUS_PER_NODE} RealMemory={config.MEMORY_MB_PER_NODE}{gres} State=UNKNOWN"
@@ -143,8 +152,10 @@ def gres_conf(cfg: StackConfig) -> str:
     last = config.GPUS_PER_NODE - 1
     for i, name in enumerate(cfg.slurm_node_names()):
         if config.is_gpu_node(i):
-            lines.append(f"NodeName={name} Name=gpu Type={config.GPU_GRES_TYPE} "
-                         f"File={paths(cfg)['dev']}/{name}/nvidia[0-{last}]")
+            lines.append(
+                f"NodeName={name} Name=gpu Type={config.GPU_GRES_TYPE} "
+                f"File={paths(cfg)['dev']}/{name}/nvidia[0-{last}]"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -168,11 +179,19 @@ def slurm_env(cfg: StackConfig) -> dict[str, str]:
 def start_munged(cfg: StackConfig, daemon: Daemon) -> None:
     p = paths(cfg)
     d = p["munge_key"].parent
-    daemon.start([
-        "munged", "-F", "--force", f"--key-file={p['munge_key']}", f"--socket={p['munge_socket']}",
-        f"--pid-file={d / 'munged.pid'}", f"--seed-file={d / 'munged.seed'}",
-        f"--log-file={cfg.log_dir / 'munged.detail.log'}", "--num-threads=4",
-    ])
+    daemon.start(
+        [
+            "munged",
+            "-F",
+            "--force",
+            f"--key-file={p['munge_key']}",
+            f"--socket={p['munge_socket']}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--seed-file={d / 'munged.seed'}",
+            f"--log-file={cfg.log_dir / 'munged.detail.log'}",
+            "--num-threads=4",
+        ]
+    )
     wait_for("munge socket", lambda: p["munge_socket"].exists(), 15, daemon)
 
 
@@ -188,8 +207,20 @@ def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:
 def start_slurmrestd(cfg: StackConfig, daemon: Daemon) -> None:
     env = {**slurm_env(cfg), "SLURM_JWT": "daemon"}
     daemon.start(
-        ["slurmrestd", "-f", str(cfg.slurm_conf), "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38",
-         "-u", "nobody", "-t", "8", f"127.0.0.1:{cfg.ports.slurmrestd}"],
+        [
+            "slurmrestd",
+            "-f",
+            str(cfg.slurm_conf),
+            "-a",
+            "rest_auth/jwt",
+            "-s",
+            "openapi/v0.0.38",
+            "-u",
+            "nobody",
+            "-t",
+            "8",
+            f"127.0.0.1:{cfg.ports.slurmrestd}",
+        ],
         env=env,
     )
     wait_for("slurmrestd ping", lambda: _rest_ping(cfg), 30, daemon)
@@ -200,8 +231,9 @@ def rest_token(cfg: StackConfig, user: str = REST_USER, lifespan: int = 30 * 864
 
 
 def nodes_idle(cfg: StackConfig) -> bool:
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=slurm_env(cfg),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %t"], env=slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout
     states = dict(line.split() for line in out.splitlines() if line.strip())
     return len(states) >= cfg.nodes and all(s == "idle" for s in states.values())
 
@@ -215,12 +247,16 @@ def cancel_all_jobs(cfg: StackConfig) -> None:
         return
     subprocess.run(["scancel", "--signal=KILL", "--full", *jobs], env=env, capture_output=True)
     subprocess.run(["scancel", *jobs], env=env, capture_output=True)
-    try:
-        wait_for("jobs to end", lambda: not subprocess.run(
-            ["squeue", "-h", "-t", "R,CG,PD", "-o", "%i"], env=env, capture_output=True, text=True
-        ).stdout.strip(), 20)
-    except RuntimeError:
-        pass
+    with contextlib.suppress(RuntimeError):
+        wait_for(
+            "jobs to end",
+            lambda: (
+                not subprocess.run(
+                    ["squeue", "-h", "-t", "R,CG,PD", "-o", "%i"], env=env, capture_output=True, text=True
+                ).stdout.strip()
+            ),
+            20,
+        )
 
 
 def _run_ok(cfg: StackConfig, argv: list[str], needle: str) -> bool:

@@ -55,8 +55,12 @@ def up(cfg: StackConfig) -> float:
             slurm.start_slurmd(cfg, node, d[f"slurmd-{node}"])
     if need("slurmrestd"):
         slurm.start_slurmrestd(cfg, d["slurmrestd"])
-    wait_for(f"{cfg.nodes} kwok Nodes Ready and slurmd Pods Running", lambda: kube.cluster_ready(cfg), 60,
-             d["kwok"])
+    wait_for(
+        f"{cfg.nodes} kwok Nodes Ready and slurmd Pods Running",
+        lambda: kube.cluster_ready(cfg),
+        60,
+        d["kwok"],
+    )
     wait_for(f"{cfg.nodes} Slurm nodes idle", lambda: slurm.nodes_idle(cfg), 60, d["slurmctld"])
     for name in services.SERVICES:
         if need(name):

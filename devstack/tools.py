@@ -30,10 +30,18 @@ class Tool:
 
 
 TOOLS = [
-    Tool("kube-apiserver", config.KUBERNETES_VERSION, module_dir="kube-apiserver",
-         build_pkg="k8s.io/kubernetes/cmd/kube-apiserver"),
-    Tool("kubectl", config.KUBERNETES_VERSION, module_dir="kube-apiserver",
-         build_pkg="k8s.io/kubernetes/cmd/kubectl"),
+    Tool(
+        "kube-apiserver",
+        config.KUBERNETES_VERSION,
+        module_dir="kube-apiserver",
+        build_pkg="k8s.io/kubernetes/cmd/kube-apiserver",
+    ),
+    Tool(
+        "kubectl",
+        config.KUBERNETES_VERSION,
+        module_dir="kube-apiserver",
+        build_pkg="k8s.io/kubernetes/cmd/kubectl",
+    ),
     Tool("etcd", config.ETCD_VERSION, module_dir="etcd", build_pkg="."),
     Tool("kwok", config.KWOK_VERSION, go_install="sigs.k8s.io/kwok/cmd/kwok"),
     Tool("helm", config.HELM_VERSION, go_install="helm.sh/helm/v3/cmd/helm"),
@@ -64,8 +72,15 @@ def _build(tool: Tool) -> None:
     if tool.npm_package:
         prefix = config.cache_dir() / "npm" / f"{tool.name}-{tool.version}"
         subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-             f"{tool.npm_package}@{tool.version}"],
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(prefix),
+                f"{tool.npm_package}@{tool.version}",
+            ],
             check=True,
         )
         # The npm wrapper only locates the platform binary; link the binary itself.
@@ -77,14 +92,20 @@ def _build(tool: Tool) -> None:
     env = {**os.environ, "CGO_ENABLED": "0"}
     if tool.go_install:
         with tempfile.TemporaryDirectory() as gobin:
-            subprocess.run(["go", "install", f"{tool.go_install}@{tool.version}"],
-                           check=True, env={**env, "GOBIN": gobin})
+            subprocess.run(
+                ["go", "install", f"{tool.go_install}@{tool.version}"],
+                check=True,
+                env={**env, "GOBIN": gobin},
+            )
             shutil.move(str(Path(gobin) / tool.name), partial)
     else:
         assert tool.module_dir and tool.build_pkg
-        subprocess.run(["go", "build", "-ldflags", _version_ldflags(tool), "-o", str(partial),
-                        tool.build_pkg],
-                       check=True, env=env, cwd=TOOLS_SRC / tool.module_dir)
+        subprocess.run(
+            ["go", "build", "-ldflags", _version_ldflags(tool), "-o", str(partial), tool.build_pkg],
+            check=True,
+            env=env,
+            cwd=TOOLS_SRC / tool.module_dir,
+        )
     partial.rename(tool.cached)
 
 
@@ -94,8 +115,15 @@ def _version_ldflags(tool: Tool) -> str:
         return ""
     major, minor = tool.version[1:].split(".")[:2]
     pkg = "k8s.io/component-base/version"
-    return " ".join(
-        f"-X {pkg}.{key}={value}"
-        for key, value in (("gitVersion", tool.version), ("gitMajor", major), ("gitMinor", minor),
-                           ("gitTreeState", "clean"))
-    ) + " -s -w"
+    return (
+        " ".join(
+            f"-X {pkg}.{key}={value}"
+            for key, value in (
+                ("gitVersion", tool.version),
+                ("gitMajor", major),
+                ("gitMinor", minor),
+                ("gitTreeState", "clean"),
+            )
+        )
+        + " -s -w"
+    )

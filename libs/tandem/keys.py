@@ -44,10 +44,25 @@ GROUP_ID = PREFIX + "group-id"
 CURRENT_WORKING_DIR = PREFIX + "current-working-dir"
 TIMEOUT = PREFIX + "timeout"
 
-JOB_ANNOTATIONS = frozenset({
-    ACCOUNT, COMMENT, CONSTRAINTS, EXCLUSIVE, EXCLUDED_NODES, REQUIRED_NODES, PARTITION, PREFER,
-    PRIORITY, QOS, RESERVATION, USER_ID, GROUP_ID, CURRENT_WORKING_DIR, TIMEOUT,
-})
+JOB_ANNOTATIONS = frozenset(
+    {
+        ACCOUNT,
+        COMMENT,
+        CONSTRAINTS,
+        EXCLUSIVE,
+        EXCLUDED_NODES,
+        REQUIRED_NODES,
+        PARTITION,
+        PREFER,
+        PRIORITY,
+        QOS,
+        RESERVATION,
+        USER_ID,
+        GROUP_ID,
+        CURRENT_WORKING_DIR,
+        TIMEOUT,
+    }
+)
 # Keys under the prefix that are not job fields but are still ours (never warned about).
 OWN_ANNOTATIONS = frozenset({JOB_ID_ANNOTATION, LOCK_KEY})
 

@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
 from tandem.settings import split_host_port
 
 log = logging.getLogger(__name__)
@@ -26,8 +25,14 @@ Registrar = Callable[[grpc.Server], None]
 class GrpcServer:
     """A gRPC server whose health service reports SERVING once `set_serving(True)` is called."""
 
-    def __init__(self, address: str, registrars: Iterable[Registrar], service_names: Iterable[str],
-                 max_workers: int = 64, interceptors: Iterable[Any] = ()) -> None:
+    def __init__(
+        self,
+        address: str,
+        registrars: Iterable[Registrar],
+        service_names: Iterable[str],
+        max_workers: int = 64,
+        interceptors: Iterable[Any] = (),
+    ) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             interceptors=list(interceptors),
@@ -39,8 +44,11 @@ class GrpcServer:
         for register in registrars:
             register(self.server)
         reflection.enable_server_reflection(
-            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME],
+            [
+                *self.service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ],
             self.server,
         )
         host, port = split_host_port(address)
@@ -53,8 +61,9 @@ class GrpcServer:
         self.server.start()
 
     def set_serving(self, serving: bool) -> None:
-        status = (health_pb2.HealthCheckResponse.SERVING if serving
-                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ["", *self.service_names]:
             self.health.set(name, status)
 
@@ -76,8 +85,10 @@ class HealthHttpServer:
                     self._reply(HTTPStatus.OK, "ok\n")
                 elif path == "/readyz":
                     ok = outer.ready()
-                    self._reply(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE,
-                                "ok\n" if ok else "not ready\n")
+                    self._reply(
+                        HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE,
+                        "ok\n" if ok else "not ready\n",
+                    )
                 elif path == "/metrics":
                     self._reply(HTTPStatus.OK, outer.metrics(), "text/plain; version=0.0.4")
                 else:

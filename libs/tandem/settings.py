@@ -42,8 +42,12 @@ def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, 
     parser = argparse.ArgumentParser(description=cls.__doc__)
     fields = [f for f in dataclasses.fields(cls) if "flag" in f.metadata]  # type: ignore[arg-type]
     for f in fields:
-        parser.add_argument(f.metadata["flag"], dest=f.name, default=None,
-                            help=f"{f.metadata['help']} (env {f.metadata['env']}; default {f.default!r})")
+        parser.add_argument(
+            f.metadata["flag"],
+            dest=f.name,
+            default=None,
+            help=f"{f.metadata['help']} (env {f.metadata['env']}; default {f.default!r})",
+        )
     args = parser.parse_args(argv)
     values: dict[str, Any] = {}
     for f in fields:

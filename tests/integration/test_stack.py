@@ -17,8 +17,17 @@ pytestmark = pytest.mark.integration
 
 def test_apiserver_answers_with_its_version(stack_cfg: StackConfig) -> None:
     out = subprocess.run(
-        [str(stack_cfg.bin_dir / "kubectl"), "--kubeconfig", str(stack_cfg.kubeconfig), "version", "-o", "json"],
-        capture_output=True, text=True, check=True,
+        [
+            str(stack_cfg.bin_dir / "kubectl"),
+            "--kubeconfig",
+            str(stack_cfg.kubeconfig),
+            "version",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert f'"gitVersion": "{config.KUBERNETES_VERSION}"' in out
 
@@ -48,8 +57,13 @@ def test_each_node_runs_one_slurmd_pod_named_after_its_slurm_node(
 
 
 def test_sinfo_shows_every_node_idle_with_gpus_on_gpu_nodes(stack_cfg: StackConfig) -> None:
-    out = subprocess.run(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t %G"], env=slurm.slurm_env(stack_cfg),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t %G"],
+        env=slurm.slurm_env(stack_cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert sorted(rows) == sorted(stack_cfg.slurm_node_names())
     for i, name in enumerate(stack_cfg.slurm_node_names()):
@@ -64,9 +78,14 @@ def test_a_job_submitted_through_slurmrestd_runs_on_a_node(stack_cfg: StackConfi
     marker = stack_cfg.state_dir / "job-ran-marker"
     marker.unlink(missing_ok=True)
     body = {
-        "script": f"#!/bin/sh\necho \"$SLURMD_NODENAME\" > {marker}\n",
-        "job": {"name": "stack-smoke", "environment": {"PATH": "/usr/bin:/bin"}, "current_working_directory": "/tmp",
-                "cpus_per_task": 1, "memory_per_node": 100},
+        "script": f'#!/bin/sh\necho "$SLURMD_NODENAME" > {marker}\n',
+        "job": {
+            "name": "stack-smoke",
+            "environment": {"PATH": "/usr/bin:/bin"},
+            "current_working_directory": "/tmp",
+            "cpus_per_task": 1,
+            "memory_per_node": 100,
+        },
     }
     url = f"{stack_cfg.slurmrestd_url}/slurm/v0.0.38"
     r = httpx.post(f"{url}/job/submit", json=body, headers=headers, timeout=30)
@@ -94,5 +113,7 @@ def test_hooks_gateway_refuses_calls_without_the_token(stack_cfg: StackConfig) -
     assert httpx.get(f"{stack_cfg.hooks_url}/healthz", timeout=5).status_code == 200
     r = httpx.post(f"{stack_cfg.hooks_url}/v1/lock", json={}, timeout=5)
     assert r.status_code == 401
-    r = httpx.post(f"{stack_cfg.hooks_url}/v1/lock", json={}, headers={"Authorization": "Bearer wrong"}, timeout=5)
+    r = httpx.post(
+        f"{stack_cfg.hooks_url}/v1/lock", json={}, headers={"Authorization": "Bearer wrong"}, timeout=5
+    )
     assert r.status_code == 401

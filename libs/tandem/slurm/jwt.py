@@ -21,7 +21,9 @@ def mint(key: bytes, user: str, lifespan_seconds: int = 3600, now: float | None 
     issued = int(now if now is not None else time.time())
     header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
     payload = _b64(
-        json.dumps({"exp": issued + lifespan_seconds, "iat": issued, "sun": user}, separators=(",", ":")).encode()
+        json.dumps(
+            {"exp": issued + lifespan_seconds, "iat": issued, "sun": user}, separators=(",", ":")
+        ).encode()
     )
     signing_input = f"{header}.{payload}".encode()
     signature = _b64(hmac.new(key, signing_input, hashlib.sha256).digest())

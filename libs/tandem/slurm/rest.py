@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from tandem.slurm import jwt
 
 
@@ -48,14 +47,18 @@ class TokenSource:
 
 
 class SlurmRestClient:
-    def __init__(self, base_url: str, user: str, tokens: TokenSource, version: str = "v0.0.38",
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, user: str, tokens: TokenSource, version: str = "v0.0.38", timeout: float = 30.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.user = user
         self.tokens = tokens
         self.version = version
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout,
-                                  limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+        )
 
     @classmethod
     def from_settings(cls, base_url: str, user: str, token: str, key_file: str) -> SlurmRestClient:
@@ -72,13 +75,21 @@ class SlurmRestClient:
             return False
         return True
 
-    def _request(self, method: str, path: str, *, user: str | None = None,
-                 json: object | None = None, params: dict[str, str] | None = None) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        user: str | None = None,
+        json: object | None = None,
+        params: dict[str, str] | None = None,
+    ) -> httpx.Response:
         who = user or self.user
         headers = {"X-SLURM-USER-NAME": who, "X-SLURM-USER-TOKEN": self.tokens.token(who)}
         try:
-            r = self._http.request(method, f"/slurm/{self.version}/{path}", headers=headers, json=json,
-                                   params=params)
+            r = self._http.request(
+                method, f"/slurm/{self.version}/{path}", headers=headers, json=json, params=params
+            )
         except httpx.HTTPError as e:
             raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
         if r.status_code >= 400:

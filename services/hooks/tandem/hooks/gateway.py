@@ -59,7 +59,9 @@ class HooksGateway:
 
     def authorized(self, header: str) -> bool:
         scheme, _, presented = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), self.token.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self.token.encode()
+        )
 
     def start(self) -> None:
         self._thread.start()

@@ -11,18 +11,39 @@ from tandem.settings import Seconds, option
 class HooksSettings:
     """Tandem hooks gateway: HTTP API for Slurm prolog/epilog and placeholder scripts."""
 
-    hooks_address: str = option(":8000", flag="--hooks-api-bind-address", env="TANDEM_HOOKS_API_BIND_ADDRESS",
-                                help="HTTP listen address of the hooks API")
-    grpc_address: str = option(":50053", flag="--grpc-bind-address", env="TANDEM_HOOKS_GRPC_ADDRESS",
-                               help="gRPC listen address (health and reflection)")
-    syncer_address: str = option("tandem-syncer:50052", flag="--syncer-address", env="TANDEM_SYNCER_ADDRESS",
-                                 help="the syncer's gRPC address")
-    token_file: str = option("", flag="--hooks-token-file", env="TANDEM_HOOKS_TOKEN_FILE",
-                             help="file holding the bearer token callers must present")
-    token: str = option("", flag="--hooks-token", env="TANDEM_HOOKS_TOKEN",
-                        help="the bearer token (when no file is given)")
-    call_timeout: Seconds = option(Seconds(55.0), flag="--call-timeout", env="TANDEM_HOOKS_CALL_TIMEOUT",
-                                   help="longest a hook call waits for the syncer")
+    hooks_address: str = option(
+        ":8000",
+        flag="--hooks-api-bind-address",
+        env="TANDEM_HOOKS_API_BIND_ADDRESS",
+        help="HTTP listen address of the hooks API",
+    )
+    grpc_address: str = option(
+        ":50053",
+        flag="--grpc-bind-address",
+        env="TANDEM_HOOKS_GRPC_ADDRESS",
+        help="gRPC listen address (health and reflection)",
+    )
+    syncer_address: str = option(
+        "tandem-syncer:50052",
+        flag="--syncer-address",
+        env="TANDEM_SYNCER_ADDRESS",
+        help="the syncer's gRPC address",
+    )
+    token_file: str = option(
+        "",
+        flag="--hooks-token-file",
+        env="TANDEM_HOOKS_TOKEN_FILE",
+        help="file holding the bearer token callers must present",
+    )
+    token: str = option(
+        "", flag="--hooks-token", env="TANDEM_HOOKS_TOKEN", help="the bearer token (when no file is given)"
+    )
+    call_timeout: Seconds = option(
+        Seconds(55.0),
+        flag="--call-timeout",
+        env="TANDEM_HOOKS_CALL_TIMEOUT",
+        help="longest a hook call waits for the syncer",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
 
     def bearer_token(self) -> str:

@@ -20,12 +20,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not cfg.scheduler_name:
         raise SystemExit("--scheduler-name (TANDEM_SCHEDULER_NAME) is required")
     api = kube.api_client(cfg.kubeconfig)
-    slurm = SlurmRestClient.from_settings(cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token,
-                                          cfg.slurm_jwt_key_file)
+    slurm = SlurmRestClient.from_settings(
+        cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
+    )
     servicer = SchedulerServicer()
     name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     grpc_server = serving.GrpcServer(
-        cfg.grpc_address, [lambda s: scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, s)],
+        cfg.grpc_address,
+        [lambda s: scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, s)],
         [name],
     )
 

@@ -11,27 +11,64 @@ from tandem.settings import Seconds, option
 class SchedulerSettings:
     """Tandem scheduler: schedules Pods through Slurm."""
 
-    grpc_address: str = option(":50051", flag="--grpc-bind-address", env="TANDEM_SCHEDULER_GRPC_ADDRESS",
-                               help="gRPC listen address")
-    health_address: str = option(":8081", flag="--health-probe-bind-address",
-                                 env="TANDEM_SCHEDULER_HEALTH_ADDRESS",
-                                 help="HTTP address for /healthz, /readyz and /metrics")
-    kubeconfig: str = option("", flag="--kubeconfig", env="KUBECONFIG",
-                             help="kubeconfig file; empty means in-cluster")
-    scheduler_name: str = option("", flag="--scheduler-name", env="TANDEM_SCHEDULER_NAME",
-                                 help="spec.schedulerName of the Pods this scheduler owns (required)")
-    watch_namespaces: tuple[str, ...] = option((), flag="--watch-namespace", env="TANDEM_WATCH_NAMESPACE",
-                                               help="comma-separated namespaces; empty means the whole cluster")
-    slurm_kill_wait: Seconds = option(Seconds(30.0), flag="--slurm-kill-wait", env="TANDEM_SLURM_KILL_WAIT",
-                                      help="Slurm's KillWait; Pods' grace periods must stay below it minus 5s")
-    syncer_address: str = option("tandem-syncer:50052", flag="--syncer-address", env="TANDEM_SYNCER_ADDRESS",
-                                 help="the syncer's gRPC address")
-    slurm_api_base: str = option("http://slurm-controller:6820", flag="--slurm-api-base",
-                                 env="TANDEM_SLURM_API_BASE", help="slurmrestd base URL")
-    slurm_user: str = option("root", flag="--slurm-user", env="TANDEM_SLURM_USER",
-                             help="Slurm user placeholder jobs run as when a Pod names none")
-    slurm_auth_token: str = option("", flag="--slurm-auth-token", env="TANDEM_SLURM_TOKEN",
-                                   help="Slurm JWT (used when no key file is given)")
-    slurm_jwt_key_file: str = option("", flag="--slurm-jwt-key-file", env="TANDEM_SLURM_JWT_KEY_FILE",
-                                     help="slurmctld's jwt_key, to mint tokens (needed for user-id)")
+    grpc_address: str = option(
+        ":50051", flag="--grpc-bind-address", env="TANDEM_SCHEDULER_GRPC_ADDRESS", help="gRPC listen address"
+    )
+    health_address: str = option(
+        ":8081",
+        flag="--health-probe-bind-address",
+        env="TANDEM_SCHEDULER_HEALTH_ADDRESS",
+        help="HTTP address for /healthz, /readyz and /metrics",
+    )
+    kubeconfig: str = option(
+        "", flag="--kubeconfig", env="KUBECONFIG", help="kubeconfig file; empty means in-cluster"
+    )
+    scheduler_name: str = option(
+        "",
+        flag="--scheduler-name",
+        env="TANDEM_SCHEDULER_NAME",
+        help="spec.schedulerName of the Pods this scheduler owns (required)",
+    )
+    watch_namespaces: tuple[str, ...] = option(
+        (),
+        flag="--watch-namespace",
+        env="TANDEM_WATCH_NAMESPACE",
+        help="comma-separated namespaces; empty means the whole cluster",
+    )
+    slurm_kill_wait: Seconds = option(
+        Seconds(30.0),
+        flag="--slurm-kill-wait",
+        env="TANDEM_SLURM_KILL_WAIT",
+        help="Slurm's KillWait; Pods' grace periods must stay below it minus 5s",
+    )
+    syncer_address: str = option(
+        "tandem-syncer:50052",
+        flag="--syncer-address",
+        env="TANDEM_SYNCER_ADDRESS",
+        help="the syncer's gRPC address",
+    )
+    slurm_api_base: str = option(
+        "http://slurm-controller:6820",
+        flag="--slurm-api-base",
+        env="TANDEM_SLURM_API_BASE",
+        help="slurmrestd base URL",
+    )
+    slurm_user: str = option(
+        "root",
+        flag="--slurm-user",
+        env="TANDEM_SLURM_USER",
+        help="Slurm user placeholder jobs run as when a Pod names none",
+    )
+    slurm_auth_token: str = option(
+        "",
+        flag="--slurm-auth-token",
+        env="TANDEM_SLURM_TOKEN",
+        help="Slurm JWT (used when no key file is given)",
+    )
+    slurm_jwt_key_file: str = option(
+        "",
+        flag="--slurm-jwt-key-file",
+        env="TANDEM_SLURM_JWT_KEY_FILE",
+        help="slurmctld's jwt_key, to mint tokens (needed for user-id)",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")

@@ -18,8 +18,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(SyncerSettings, argv)
     logs.setup("syncer", cfg.log_level)
     api = kube.api_client(cfg.kubeconfig)
-    slurm = SlurmRestClient.from_settings(cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token,
-                                          cfg.slurm_jwt_key_file)
+    slurm = SlurmRestClient.from_settings(
+        cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
+    )
     servicer = SyncerServicer(cfg, api, slurm)
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(

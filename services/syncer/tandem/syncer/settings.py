@@ -11,24 +11,52 @@ from tandem.settings import Seconds, option
 class SyncerSettings:
     """Tandem syncer: Slurm mirror, node locks and drains."""
 
-    grpc_address: str = option(":50052", flag="--grpc-bind-address", env="TANDEM_SYNCER_GRPC_ADDRESS",
-                               help="gRPC listen address")
-    health_address: str = option(":8081", flag="--health-probe-bind-address", env="TANDEM_SYNCER_HEALTH_ADDRESS",
-                                 help="HTTP address for /healthz, /readyz and /metrics")
-    kubeconfig: str = option("", flag="--kubeconfig", env="KUBECONFIG",
-                             help="kubeconfig file; empty means in-cluster")
-    slurm_api_base: str = option("http://slurm-controller:6820", flag="--slurm-api-base",
-                                 env="TANDEM_SLURM_API_BASE", help="slurmrestd base URL")
-    slurm_user: str = option("root", flag="--slurm-user", env="TANDEM_SLURM_USER",
-                             help="Slurm user the syncer acts as")
-    slurm_auth_token: str = option("", flag="--slurm-auth-token", env="TANDEM_SLURM_TOKEN",
-                                   help="Slurm JWT (used when no key file is given)")
-    slurm_jwt_key_file: str = option("", flag="--slurm-jwt-key-file", env="TANDEM_SLURM_JWT_KEY_FILE",
-                                     help="slurmctld's jwt_key, to mint tokens")
-    slurmd_namespace: str = option("slurm", flag="--slurmd-namespace", env="TANDEM_SLURMD_NAMESPACE",
-                                   help="namespace of the slurmd Pods")
-    poll_interval: Seconds = option(Seconds(2.0), flag="--slurm-poll-interval", env="TANDEM_SLURM_POLL_INTERVAL",
-                                    help="safety-net poll of slurmrestd")
-    lock_timeout: Seconds = option(Seconds(50.0), flag="--lock-timeout", env="TANDEM_LOCK_TIMEOUT",
-                                   help="longest a lock call waits for Pods to leave")
+    grpc_address: str = option(
+        ":50052", flag="--grpc-bind-address", env="TANDEM_SYNCER_GRPC_ADDRESS", help="gRPC listen address"
+    )
+    health_address: str = option(
+        ":8081",
+        flag="--health-probe-bind-address",
+        env="TANDEM_SYNCER_HEALTH_ADDRESS",
+        help="HTTP address for /healthz, /readyz and /metrics",
+    )
+    kubeconfig: str = option(
+        "", flag="--kubeconfig", env="KUBECONFIG", help="kubeconfig file; empty means in-cluster"
+    )
+    slurm_api_base: str = option(
+        "http://slurm-controller:6820",
+        flag="--slurm-api-base",
+        env="TANDEM_SLURM_API_BASE",
+        help="slurmrestd base URL",
+    )
+    slurm_user: str = option(
+        "root", flag="--slurm-user", env="TANDEM_SLURM_USER", help="Slurm user the syncer acts as"
+    )
+    slurm_auth_token: str = option(
+        "",
+        flag="--slurm-auth-token",
+        env="TANDEM_SLURM_TOKEN",
+        help="Slurm JWT (used when no key file is given)",
+    )
+    slurm_jwt_key_file: str = option(
+        "",
+        flag="--slurm-jwt-key-file",
+        env="TANDEM_SLURM_JWT_KEY_FILE",
+        help="slurmctld's jwt_key, to mint tokens",
+    )
+    slurmd_namespace: str = option(
+        "slurm", flag="--slurmd-namespace", env="TANDEM_SLURMD_NAMESPACE", help="namespace of the slurmd Pods"
+    )
+    poll_interval: Seconds = option(
+        Seconds(2.0),
+        flag="--slurm-poll-interval",
+        env="TANDEM_SLURM_POLL_INTERVAL",
+        help="safety-net poll of slurmrestd",
+    )
+    lock_timeout: Seconds = option(
+        Seconds(50.0),
+        flag="--lock-timeout",
+        env="TANDEM_LOCK_TIMEOUT",
+        help="longest a lock call waits for Pods to leave",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
