@@ -9,11 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tandem.slurm import jwt
-
 from devstack import config
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
+from tandem.slurm import jwt
 
 PACKAGES = ["slurmctld", "slurmd", "slurmrestd", "slurm-client", "munge", "slurm-wlm-jwt-plugin", "curl"]
 REST_USER = "root"

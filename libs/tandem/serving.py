@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from tandem.settings import split_host_port
 
 log = logging.getLogger(__name__)

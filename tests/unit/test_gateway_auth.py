@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
@@ -7,10 +9,10 @@ from tandem.hooks.gateway import HooksGateway
 
 
 @pytest.fixture
-def gateway() -> HooksGateway:
+def gateway() -> Iterator[HooksGateway]:
     g = HooksGateway("127.0.0.1:0", "s3cret")
     g.start()
-    yield g  # type: ignore[misc]
+    yield g
     g.stop()
 
 

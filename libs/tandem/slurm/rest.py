@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+
 from tandem.slurm import jwt
+from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, dialect_for
+from tandem.slurm.models import Job, JobSpec, Node
 
 
 class SlurmApiError(RuntimeError):
@@ -47,26 +51,49 @@ class TokenSource:
 
 
 class SlurmRestClient:
+    """One slurmrestd, one OpenAPI version (detected on first use unless given)."""
+
     def __init__(
-        self, base_url: str, user: str, tokens: TokenSource, version: str = "v0.0.38", timeout: float = 30.0
+        self, base_url: str, user: str, tokens: TokenSource, version: str = "auto", timeout: float = 30.0
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.user = user
         self.tokens = tokens
-        self.version = version
+        self._version = version
+        self._dialect: Dialect | None = None if version == "auto" else dialect_for(version)
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
 
     @classmethod
-    def from_settings(cls, base_url: str, user: str, token: str, key_file: str) -> SlurmRestClient:
+    def from_settings(
+        cls, base_url: str, user: str, token: str, key_file: str, version: str = "auto"
+    ) -> SlurmRestClient:
         key = Path(key_file).read_bytes() if key_file else None
-        return cls(base_url, user, TokenSource(token=token, key=key))
+        return cls(base_url, user, TokenSource(token=token, key=key), version)
 
     def close(self) -> None:
         self._http.close()
+
+    @property
+    def dialect(self) -> Dialect:
+        if self._dialect is None:
+            self._dialect = dialect_for(self._detect_version())
+        return self._dialect
+
+    def _detect_version(self) -> str:
+        for version in SUPPORTED_VERSIONS:
+            try:
+                r = self._http.get(f"/slurm/{version}/ping", headers=self._auth(self.user))
+            except httpx.HTTPError as e:
+                raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
+            if r.status_code == 200:
+                return version
+            if r.status_code in (401, 403):
+                raise SlurmApiError(f"slurmrestd refused our token: HTTP {r.status_code}", r.status_code)
+        raise SlurmApiError(f"slurmrestd at {self.base_url} serves none of {SUPPORTED_VERSIONS}")
 
     def ping(self) -> bool:
         try:
@@ -74,6 +101,63 @@ class SlurmRestClient:
         except SlurmApiError:
             return False
         return True
+
+    def submit_job(self, spec: JobSpec, user: str | None = None) -> int:
+        body = self.dialect.submit_body(spec)
+        data = self._request("POST", "job/submit", user=user, json=body).json()
+        job_id = data.get("job_id")
+        if job_id is None:
+            raise SlurmApiError(f"submit answered no job id: {_errors(data) or data}")
+        return int(job_id)
+
+    def get_job(self, job_id: int) -> Job | None:
+        try:
+            data = self._request("GET", f"job/{job_id}").json()
+        except SlurmApiError as e:
+            if e.status == 404 or "Invalid job id" in str(e):
+                return None
+            raise
+        jobs = data.get("jobs") or []
+        return self.dialect.parse_job(jobs[0]) if jobs else None
+
+    def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
+        """All jobs; None when nothing changed since `changed_since` (unix seconds)."""
+        params = {"update_time": str(changed_since)} if changed_since else None
+        r = self._request("GET", "jobs", params=params)
+        if r.status_code == 304 or not r.content:
+            return None
+        return [self.dialect.parse_job(j) for j in r.json().get("jobs") or []]
+
+    def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
+        params = {"update_time": str(changed_since)} if changed_since else None
+        r = self._request("GET", "nodes", params=params)
+        if r.status_code == 304 or not r.content:
+            return None
+        return [self.dialect.parse_node(n) for n in r.json().get("nodes") or []]
+
+    def cancel_job(self, job_id: int, signal: str | None = None) -> None:
+        """scancel: SIGTERM now, SIGKILL after KillWait (or just `signal`). Gone jobs are fine."""
+        params = {"signal": signal} if signal else None
+        try:
+            self._request("DELETE", f"job/{job_id}", params=params)
+        except SlurmApiError as e:
+            if (
+                e.status == 404
+                or "Invalid job id" in str(e)
+                or "already completing" in str(e).lower()
+                or "Job/step already completing or completed" in str(e)
+            ):
+                return
+            raise
+
+    def drain_node(self, node: str, reason: str) -> None:
+        body = self.dialect.drain_body(reason)
+        if body is None:
+            raise SlurmApiError(f"slurmrestd {self.dialect.version} cannot drain nodes; use scontrol")
+        self._request("POST", f"node/{node}", json=body)
+
+    def _auth(self, user: str) -> dict[str, str]:
+        return {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self.tokens.token(user)}
 
     def _request(
         self,
@@ -84,14 +168,29 @@ class SlurmRestClient:
         json: object | None = None,
         params: dict[str, str] | None = None,
     ) -> httpx.Response:
-        who = user or self.user
-        headers = {"X-SLURM-USER-NAME": who, "X-SLURM-USER-TOKEN": self.tokens.token(who)}
+        version = self.dialect.version
         try:
             r = self._http.request(
-                method, f"/slurm/{self.version}/{path}", headers=headers, json=json, params=params
+                method,
+                f"/slurm/{version}/{path}",
+                headers=self._auth(user or self.user),
+                json=json,
+                params=params,
             )
         except httpx.HTTPError as e:
             raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
         if r.status_code >= 400:
-            raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {r.text[:500]}", r.status_code)
+            try:
+                detail = _errors(r.json()) or r.text[:300]
+            except ValueError:
+                detail = r.text[:300]
+            raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code)
         return r
+
+
+def _errors(data: dict[str, Any]) -> str:
+    return "; ".join(
+        str(e.get("description") or e.get("error") or e)
+        for e in data.get("errors") or []
+        if isinstance(e, dict)
+    )

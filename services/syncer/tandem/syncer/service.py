@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kubernetes import client
+
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.settings import SyncerSettings
 from tandem.v1 import syncer_pb2_grpc

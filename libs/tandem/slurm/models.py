@@ -1,0 +1,90 @@
+"""Slurm jobs and nodes as Tandem sees them, the same whatever slurmrestd version spoke."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Base job states after which a job never runs again.
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+STARTED_MARKER = ": started"
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    name: str
+    state: str  # base state, upper case: PENDING, RUNNING, COMPLETING, COMPLETED, ...
+    state_reason: str = ""
+    nodes: tuple[str, ...] = ()
+    partition: str = ""
+    comment: str = ""
+    extra: str = ""
+    user_id: int = 0
+    group_id: int = 0
+    flags: tuple[str, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @property
+    def script_started(self) -> bool:
+        """The placeholder script marks itself in Extra (Slurm >= 23.02) or Comment (22.05)."""
+        return self.extra.endswith(STARTED_MARKER) or self.comment.endswith(STARTED_MARKER)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...
+    flags: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def busy(self) -> bool:
+        """The node runs (or is still cleaning up) at least one job."""
+        return self.state in ("ALLOCATED", "MIXED") or "COMPLETING" in self.flags
+
+
+@dataclass
+class JobSpec:
+    """What a placeholder job asks for; translated to each slurmrestd version's submit body."""
+
+    name: str
+    script: str
+    environment: dict[str, str]
+    cpus: int
+    memory_mb: int
+    working_dir: str = "/tmp"
+    gpus: int = 0
+    gpu_type: str = ""
+    account: str = ""
+    comment: str = ""
+    constraints: str = ""
+    # Slurm's job_desc "shared" values as SUNK names them: none (whole node), ok, user, mcs, topo.
+    exclusive: str = ""
+    excluded_nodes: str = ""
+    required_nodes: str = ""
+    partition: str = ""
+    prefer: str = ""
+    priority: int | None = None
+    qos: str = ""
+    reservation: str = ""
+    time_limit_minutes: int | None = None
+    extra_fields: dict[str, object] = field(default_factory=dict)
