@@ -29,6 +29,23 @@ def hooks_token(cfg: StackConfig) -> str:
     return path.read_text().strip()
 
 
+def hooks_env_file(cfg: StackConfig) -> Path:
+    return cfg.slurm_dir / "hooks.env"
+
+
+def write_hooks_env(cfg: StackConfig) -> None:
+    """What the prolog, epilog and placeholder scripts read on a Slurm node (a mounted Secret in a
+    cluster). Placeholder jobs run as their Pod's user, so the token file is readable by all."""
+    token_file = cfg.slurm_dir / "hooks-token"
+    token_file.write_text(hooks_token(cfg))
+    token_file.chmod(0o644)
+    hooks_env_file(cfg).write_text(
+        f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\n"
+        f"TANDEM_LOCK_TIMEOUT=50\n"
+    )
+    hooks_env_file(cfg).chmod(0o644)
+
+
 def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
     p = cfg.ports
     return {
@@ -55,6 +72,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             kubeconfig,
             *slurm_args,
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
+            f"--scheduler-name={cfg.scheduler_name}",
         ]
     if name == "tandem-scheduler":
         return [
@@ -66,6 +84,8 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--scheduler-name={cfg.scheduler_name}",
             f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
             f"--syncer-address={addr['tandem-syncer']}",
+            f"--slurmd-namespace={config.SLURM_NAMESPACE}",
+            f"--hooks-env-file={hooks_env_file(cfg)}",
         ]
     if name == "tandem-hooks":
         return [

@@ -34,6 +34,26 @@ def ensure_packages() -> None:
     )
 
 
+# A Slurm user for Pods that set sunk.coreweave.com/user-id (the reference's "dedicated user"),
+# with a second group for group-id.
+POD_USER = ("tandem-pods", 1001, 1001)
+POD_EXTRA_GROUP = ("tandem-gpu", 1002)
+
+
+def ensure_users() -> None:
+    name, uid, gid = POD_USER
+    group, extra_gid = POD_EXTRA_GROUP
+    if subprocess.run(["getent", "group", str(gid)], capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", "-g", str(gid), name], check=True)
+    if subprocess.run(["getent", "group", str(extra_gid)], capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", "-g", str(extra_gid), group], check=True)
+    if subprocess.run(["getent", "passwd", str(uid)], capture_output=True).returncode != 0:
+        subprocess.run(
+            ["useradd", "-u", str(uid), "-g", str(gid), "-G", group, "-M", "-s", "/usr/sbin/nologin", name],
+            check=True,
+        )
+
+
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
     names = ["munged", "slurmctld", *(f"slurmd-{n}" for n in cfg.slurm_node_names()), "slurmrestd"]
     return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in names}

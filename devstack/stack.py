@@ -10,9 +10,14 @@ from pathlib import Path
 from devstack import config, kube, pki, services, slurm, tools
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
+from tandem.hooks import scripts
 
-# Until the hooks gateway's lock route exists, the prolog/epilog only succeed.
-NOOP_HOOK = "#!/bin/sh\nexit 0\n"
+
+def hook_wrapper(cfg: StackConfig, script: str) -> str:
+    """What slurm.conf's Prolog=/Epilog= run: the packaged script, pointed at this stack's gateway
+    (slurmd gives prologs a bare environment)."""
+    env_file = services.hooks_env_file(cfg)
+    return f"#!/bin/sh\nexport TANDEM_HOOKS_ENV='{env_file}'\nexec '{scripts.DIR / script}'\n"
 
 
 def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
@@ -28,7 +33,9 @@ def up(cfg: StackConfig) -> float:
     slurm.ensure_packages()
     pki.ensure_pki(cfg.pki_dir)
     kube.write_kubeconfigs(cfg)
-    slurm.ensure_files(cfg, prolog=NOOP_HOOK, epilog=NOOP_HOOK)
+    slurm.ensure_users()
+    services.write_hooks_env(cfg)
+    slurm.ensure_files(cfg, prolog=hook_wrapper(cfg, "prolog.sh"), epilog=hook_wrapper(cfg, "epilog.sh"))
     d = all_daemons(cfg)
 
     def need(name: str) -> bool:

@@ -10,7 +10,7 @@ from tandem.hooks.gateway import HooksGateway
 
 @pytest.fixture
 def gateway() -> Iterator[HooksGateway]:
-    g = HooksGateway("127.0.0.1:0", "s3cret")
+    g = HooksGateway("127.0.0.1:0", "s3cret", None)
     g.start()
     yield g
     g.stop()
@@ -25,4 +25,4 @@ def test_no_token_wrong_token_and_wrong_scheme_are_refused(gateway: HooksGateway
 
 def test_anonymous_gateway_cannot_be_built() -> None:
     with pytest.raises(ValueError, match="bearer token"):
-        HooksGateway("127.0.0.1:0", "")
+        HooksGateway("127.0.0.1:0", "", None)

@@ -60,6 +60,10 @@ def _reason(value: Any) -> str:
     return "" if text == "None" else text
 
 
+def _gres(spec: JobSpec) -> str:
+    return f"gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gpu:{spec.gpus}"
+
+
 def _common_submit(spec: JobSpec) -> dict[str, Any]:
     job: dict[str, Any] = {
         "name": spec.name,
@@ -68,9 +72,6 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         "tasks": 1,
         "nodes": "1",
     }
-    if spec.gpus:
-        gres = f"gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gpu:{spec.gpus}"
-        job["tres_per_node"] = f"gres/{gres}"
     for key, value in (
         ("account", spec.account),
         ("comment", spec.comment),
@@ -79,7 +80,6 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         ("prefer", spec.prefer),
         ("qos", spec.qos),
         ("reservation", spec.reservation),
-        ("excluded_nodes", spec.excluded_nodes),
     ):
         if value:
             job[key] = value
@@ -117,6 +117,10 @@ class V0038:
         job = _common_submit(spec)
         job["environment"] = dict(spec.environment)
         job["memory_per_node"] = spec.memory_mb
+        if spec.gpus:
+            job["gres"] = _gres(spec)  # 22.05 has no tres_per_node key on submit
+        if spec.excluded_nodes:
+            job["exclude_nodes"] = spec.excluded_nodes
         if spec.required_nodes:
             job["nodelist"] = spec.required_nodes
         if spec.exclusive:
@@ -161,6 +165,8 @@ class V0040:
         job = _common_submit(spec)
         job["environment"] = [f"{k}={v}" for k, v in spec.environment.items()]
         job["memory_per_node"] = {"set": True, "infinite": False, "number": spec.memory_mb}
+        if spec.gpus:
+            job["tres_per_node"] = f"gres/{_gres(spec)}"
         if spec.required_nodes:
             job["required_nodes"] = spec.required_nodes.split(",")
         if spec.excluded_nodes:

@@ -122,18 +122,34 @@ class SlurmRestClient:
 
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
         """All jobs; None when nothing changed since `changed_since` (unix seconds)."""
-        params = {"update_time": str(changed_since)} if changed_since else None
-        r = self._request("GET", "jobs", params=params)
-        if r.status_code == 304 or not r.content:
-            return None
-        return [self.dialect.parse_job(j) for j in r.json().get("jobs") or []]
+        data = self._list("jobs", changed_since)
+        return None if data is None else [self.dialect.parse_job(j) for j in data.get("jobs") or []]
 
     def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
-        params = {"update_time": str(changed_since)} if changed_since else None
-        r = self._request("GET", "nodes", params=params)
+        """All nodes; None when nothing changed since `changed_since` (unix seconds)."""
+        data = self._list("nodes", changed_since)
+        return None if data is None else [self.dialect.parse_node(n) for n in data.get("nodes") or []]
+
+    def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
+        if changed_since:
+            try:
+                r = self._request("GET", what, params={"update_time": str(changed_since)})
+            except SlurmApiError as e:
+                if e.status != 500:
+                    raise
+                # Slurm 22.05 sometimes answers a filtered node query with 500 "Unspecified
+                # error"; the unfiltered query works, and costs only a bigger answer.
+                r = self._request("GET", what)
+        else:
+            r = self._request("GET", what)
         if r.status_code == 304 or not r.content:
             return None
-        return [self.dialect.parse_node(n) for n in r.json().get("nodes") or []]
+        data: dict[str, Any] = r.json()
+        # v0.0.40+ answers "nothing changed" with 200 and a warning instead of 304.
+        if changed_since and any("No " in str(w.get("description", "")) and "changes since" in
+                                 str(w.get("description", "")) for w in data.get("warnings") or []):
+            return None
+        return data
 
     def cancel_job(self, job_id: int, signal: str | None = None) -> None:
         """scancel: SIGTERM now, SIGKILL after KillWait (or just `signal`). Gone jobs are fine."""
@@ -189,8 +205,10 @@ class SlurmRestClient:
 
 
 def _errors(data: dict[str, Any]) -> str:
-    return "; ".join(
-        str(e.get("description") or e.get("error") or e)
-        for e in data.get("errors") or []
-        if isinstance(e, dict)
-    )
+    """Slurm's own words: both the description and the error text (they say different things)."""
+    parts = []
+    for e in data.get("errors") or []:
+        if isinstance(e, dict):
+            texts = [str(e[k]) for k in ("description", "error") if e.get(k)]
+            parts.append(": ".join(dict.fromkeys(texts)) or str(e))
+    return "; ".join(parts)

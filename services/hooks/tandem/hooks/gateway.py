@@ -1,4 +1,13 @@
-"""The hooks HTTP API. Every request must carry `Authorization: Bearer <token>`."""
+"""The hooks HTTP API: Slurm's prolog/epilog and the placeholder script call it; each route is one
+gRPC call to the syncer. Every request must carry `Authorization: Bearer <token>`.
+
+    POST /v1/lock         {"node", "job"}   prolog: blocks until the Node is locked
+    POST /v1/unlock       {"node", "job"}   epilog: the job no longer holds the lock
+    POST /v1/started      {"node", "job"}   placeholder script started
+    POST /v1/terminating  {"node", "job", "timeout"?}  placeholder got SIGTERM: 200 once the Pod
+                                            is gone, 408 if it is still there at the deadline
+    POST /v1/drain        {"node", "reason"}  drain a Slurm node ("k8s:" reasons)
+"""
 
 from __future__ import annotations
 
@@ -6,20 +15,52 @@ import hmac
 import json
 import logging
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
+
 from tandem.settings import split_host_port
+from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+MAX_BODY = 64 * 1024
+_GRPC_TO_HTTP = {
+    grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
+    grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION: HTTPStatus.CONFLICT,
+    grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
+    grpc.StatusCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+class BadRequest(ValueError):
+    pass
+
 
 class HooksGateway:
-    def __init__(self, address: str, token: str) -> None:
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        syncer: syncer_pb2_grpc.SyncerServiceStub | None,
+        call_timeout: float = 55.0,
+    ) -> None:
         if not token:
             raise ValueError("the hooks API needs a bearer token; anonymous calls are never served")
         self.token = token
+        self.syncer = syncer
+        self.call_timeout = call_timeout
+        self.routes: dict[str, Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]]] = {
+            "/v1/lock": self.lock,
+            "/v1/unlock": self.unlock,
+            "/v1/started": self.started,
+            "/v1/terminating": self.terminating,
+            "/v1/drain": self.drain,
+        }
         gateway = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,17 +69,45 @@ class HooksGateway:
             def do_GET(self) -> None:
                 if self.path == "/healthz":
                     self._reply(HTTPStatus.OK, {"status": "ok"})
-                    return
-                if not gateway.authorized(self.headers.get("Authorization", "")):
-                    self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"})
-                    return
-                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
+                elif not gateway.authorized(self.headers.get("Authorization", "")):
+                    self._unauthorized()
+                else:
+                    self._reply(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "hook routes take POST"})
 
             def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(min(length, MAX_BODY + 1)) if length else b""
                 if not gateway.authorized(self.headers.get("Authorization", "")):
-                    self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"})
+                    self._unauthorized()
                     return
-                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
+                route = gateway.routes.get(self.path.split("?", 1)[0])
+                if route is None:
+                    self._reply(
+                        HTTPStatus.NOT_FOUND,
+                        {"error": f"no route {self.path}", "routes": sorted(gateway.routes)},
+                    )
+                    return
+                try:
+                    if len(raw) > MAX_BODY:
+                        raise BadRequest(f"body larger than {MAX_BODY} bytes")
+                    status, body = route(_parse_body(raw))
+                except BadRequest as e:
+                    status, body = HTTPStatus.BAD_REQUEST, {"error": str(e)}
+                except grpc.RpcError as e:
+                    code = e.code()
+                    status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
+                    body = {"error": e.details() or code.name, "syncer_status": code.name}
+                log.info("hook", extra={"route": self.path, "status": int(status)})
+                self._reply(status, body)
+
+            def _unauthorized(self) -> None:
+                self.send_response(HTTPStatus.UNAUTHORIZED)
+                data = b'{"error": "missing or wrong bearer token"}\n'
+                self.send_header("WWW-Authenticate", 'Bearer realm="tandem-hooks"')
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
                 data = (json.dumps(body) + "\n").encode()
@@ -69,3 +138,93 @@ class HooksGateway:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    def _stub(self) -> syncer_pb2_grpc.SyncerServiceStub:
+        if self.syncer is None:
+            raise BadRequest("no syncer configured")
+        return self.syncer
+
+    def lock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
+        reply = self._stub().AcquireNodeLock(
+            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job), timeout=self.call_timeout
+        )
+        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
+
+    def unlock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
+        reply = self._stub().ReleaseNodeLock(
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job), timeout=self.call_timeout
+        )
+        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
+
+    def started(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+        job = _job(body)
+        self._stub().JobStarted(
+            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=str(body.get("node", ""))),
+            timeout=self.call_timeout,
+        )
+        return HTTPStatus.OK, {"job": job, "started": True}
+
+    def terminating(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+        job = _job(body)
+        timeout = body.get("timeout", self.call_timeout)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise BadRequest("timeout must be a positive number of seconds")
+        reply = self._stub().JobTerminating(
+            syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=str(body.get("node", ""))),
+            timeout=float(timeout) + 1,
+        )
+        if reply.pod_gone:
+            return HTTPStatus.OK, {"job": job, "pod_gone": True}
+        return HTTPStatus.REQUEST_TIMEOUT, {
+            "job": job,
+            "pod_gone": False,
+            "error": "the Pod is still there at the deadline",
+        }
+
+    def drain(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+        node = _node(body)
+        reason = body.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise BadRequest("reason must be a non-empty string")
+        self._stub().DrainNode(
+            syncer_pb2.DrainNodeRequest(slurm_node=node, reason=reason), timeout=self.call_timeout
+        )
+        return HTTPStatus.OK, {"node": node, "drained": True}
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise BadRequest('a JSON object body is required, e.g. {"node": "gpu-001", "job": 42}')
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"body is not JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    return body
+
+
+def _node(body: dict[str, Any]) -> str:
+    node = body.get("node")
+    if not isinstance(node, str) or not node or len(node) > 253 or any(c.isspace() for c in node):
+        raise BadRequest("node must be a Slurm node name")
+    return node
+
+
+def _job(body: dict[str, Any]) -> int:
+    job = body.get("job")
+    if isinstance(job, str) and job.isdigit():
+        job = int(job)
+    if not isinstance(job, int) or isinstance(job, bool) or not 0 < job < 2**32:
+        raise BadRequest("job must be a positive Slurm job id")
+    return job
+
+
+def _lock_name(state: int) -> str:
+    from tandem.v1 import lock_pb2
+
+    return str(lock_pb2.LockState.Name(state)).removeprefix("LOCK_STATE_").lower()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import grpc
+
 from tandem import logs, serving, settings
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.settings import HooksSettings
+from tandem.v1 import syncer_pb2_grpc
 
 log = logging.getLogger("tandem.hooks")
 
@@ -15,7 +18,10 @@ log = logging.getLogger("tandem.hooks")
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(HooksSettings, argv)
     logs.setup("hooks", cfg.log_level)
-    gateway = HooksGateway(cfg.hooks_address, cfg.bearer_token())
+    channel = grpc.insecure_channel(cfg.syncer_address)
+    gateway = HooksGateway(
+        cfg.hooks_address, cfg.bearer_token(), syncer_pb2_grpc.SyncerServiceStub(channel), cfg.call_timeout
+    )
     grpc_server = serving.GrpcServer(cfg.grpc_address, [], [])
     grpc_server.start()
     gateway.start()
@@ -24,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     serving.wait_for_stop_signal()
     gateway.stop()
     grpc_server.stop()
+    channel.close()
 
 
 if __name__ == "__main__":

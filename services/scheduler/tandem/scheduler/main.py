@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 
-from tandem import kube, logs, serving, settings
+import grpc
+
+from tandem import logs, serving, settings
+from tandem.events import EventRecorder
+from tandem.hooks.scripts import placeholder_batch_script
+from tandem.informer import Informer
+from tandem.kube import KubeClient
+from tandem.scheduler import jobspec
+from tandem.scheduler.controller import Controller
+from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.slurm.rest import SlurmRestClient
-from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc
+from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
+from tandem.workqueue import WorkQueue, run_workers
 
 log = logging.getLogger("tandem.scheduler")
 
@@ -19,11 +30,53 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.setup("scheduler", cfg.log_level)
     if not cfg.scheduler_name:
         raise SystemExit("--scheduler-name (TANDEM_SCHEDULER_NAME) is required")
-    api = kube.api_client(cfg.kubeconfig)
+    try:
+        gpu_types = jobspec.parse_gpu_types(cfg.gpu_types)
+    except ValueError as e:
+        raise SystemExit(f"--gpu-types: {e}") from e
+    kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.from_settings(
         cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
     )
-    servicer = SchedulerServicer()
+    channel = grpc.insecure_channel(cfg.syncer_address)
+    stop = threading.Event()
+    queue = WorkQueue()
+    placeholder_cfg = jobspec.PlaceholderConfig(
+        script=placeholder_batch_script(),
+        environment={
+            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "TANDEM_HOOKS_ENV": cfg.hooks_env_file,
+            "TANDEM_KILL_WAIT": str(int(cfg.slurm_kill_wait)),
+        },
+        gpu_types=gpu_types,
+    )
+    paths = (
+        [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]
+        if cfg.watch_namespaces
+        else ["/api/v1/pods"]
+    )
+    controller: Controller
+    pods = Informer(
+        kube,
+        paths,
+        {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
+        lambda key, old, new: controller.on_pod(key, old, new),
+    )
+    jobs = JobTracker(
+        syncer_pb2_grpc.SyncerServiceStub(channel), lambda pod, job: controller.on_job(pod, job)
+    )
+    controller = Controller(
+        kube,
+        slurm,
+        jobs,
+        EventRecorder(kube, "tandem-scheduler"),
+        queue,
+        pods,
+        placeholder_cfg,
+        cfg.slurm_kill_wait,
+        cfg.slurmd_namespace,
+    )
+    servicer = SchedulerServicer(controller)
     name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     grpc_server = serving.GrpcServer(
         cfg.grpc_address,
@@ -32,17 +85,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
 
     def ready() -> bool:
-        return kube.reachable(api) and slurm.ping()
+        return pods.synced and jobs.synced and jobs.connected
 
     http = serving.HealthHttpServer(cfg.health_address, ready, lambda: "")
+    threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()
+    pods.start(stop)
+    run_workers(queue, controller.reconcile, cfg.workers, "reconcile")
     grpc_server.start()
     http.start()
+    pods.wait_synced(30)
+    jobs.wait_synced(30)
     grpc_server.set_serving(True)
-    log.info("serving", extra={"scheduler_name": cfg.scheduler_name, "grpc_port": grpc_server.port})
+    log.info(
+        "serving",
+        extra={
+            "scheduler_name": cfg.scheduler_name,
+            "grpc_port": grpc_server.port,
+            "namespaces": list(cfg.watch_namespaces) or "all",
+        },
+    )
     serving.wait_for_stop_signal()
+    stop.set()
+    queue.shutdown()
     grpc_server.stop()
     http.stop()
+    channel.close()
     slurm.close()
+    kube.close()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,35 @@
-"""The scheduler's gRPC API (proto/tandem/v1/scheduler.proto)."""
+"""The scheduler's gRPC API (proto/tandem/v1/scheduler.proto): where each Pod is."""
 
 from __future__ import annotations
 
-from tandem.v1 import scheduler_pb2_grpc
+from typing import Any
+
+import grpc
+
+from tandem.scheduler.controller import Controller
+from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):  # type: ignore[misc]
-    pass
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def GetPlacement(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if not request.pod_namespace or not request.pod_name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_namespace and pod_name are required")
+        pod = self.controller.pods.get(f"{request.pod_namespace}/{request.pod_name}")
+        if pod is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"no Pod {request.pod_namespace}/{request.pod_name} with this scheduler's name in scope",
+            )
+        return scheduler_pb2.GetPlacementResponse(placement=self.controller.placement(pod))
+
+    def ListPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
+        pods = [
+            p
+            for p in self.controller.pods.items()
+            if not request.pod_namespace or p["metadata"]["namespace"] == request.pod_namespace
+        ]
+        pods.sort(key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+        return scheduler_pb2.ListPlacementsResponse(placements=[self.controller.placement(p) for p in pods])

@@ -71,4 +71,25 @@ class SchedulerSettings:
         env="TANDEM_SLURM_JWT_KEY_FILE",
         help="slurmctld's jwt_key, to mint tokens (needed for user-id)",
     )
+    slurmd_namespace: str = option(
+        "slurm",
+        flag="--slurmd-namespace",
+        env="TANDEM_SLURMD_NAMESPACE",
+        help="namespace of the slurmd Pods (named after their Slurm nodes)",
+    )
+    gpu_types: str = option(
+        "H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100,A100_NVLINK_80GB=a100",
+        flag="--gpu-types",
+        env="TANDEM_GPU_TYPES",
+        help="GPU model label value=Slurm GRES type, comma-separated",
+    )
+    hooks_env_file: str = option(
+        "/etc/tandem/hooks.env",
+        flag="--hooks-env-file",
+        env="TANDEM_HOOKS_ENV",
+        help="path, on the Slurm nodes, of the file naming the hooks API and token",
+    )
+    workers: int = option(
+        16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 
-from tandem import kube, logs, serving, settings
+from tandem import logs, serving, settings
+from tandem.kube import KubeClient, KubeError
 from tandem.slurm.rest import SlurmRestClient
+from tandem.syncer.locks import NodeLocker
+from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
@@ -17,28 +21,43 @@ log = logging.getLogger("tandem.syncer")
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(SyncerSettings, argv)
     logs.setup("syncer", cfg.log_level)
-    api = kube.api_client(cfg.kubeconfig)
+    kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.from_settings(
         cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
     )
-    servicer = SyncerServicer(cfg, api, slurm)
+    stop = threading.Event()
+    mirror = SlurmMirror(slurm, cfg.poll_interval)
+    locker = NodeLocker(kube, mirror, cfg.slurmd_namespace, cfg.scheduler_name, cfg.lock_timeout)
+    servicer = SyncerServicer(mirror, locker, slurm, kube, cfg.terminating_timeout)
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(
         cfg.grpc_address, [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)], [name]
     )
 
+    def reconcile_locks() -> None:
+        while not stop.wait(cfg.reconcile_interval):
+            try:
+                locker.reconcile_all()
+            except KubeError as e:
+                log.warning("lock reconcile failed", extra={"error": str(e)})
+
     def ready() -> bool:
-        return kube.reachable(api) and slurm.ping()
+        return mirror.synced and kube.reachable()
 
     http = serving.HealthHttpServer(cfg.health_address, ready, lambda: "")
+    threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
+    threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
     grpc_server.start()
     http.start()
+    mirror.wait_synced(30)
     grpc_server.set_serving(True)
     log.info("serving", extra={"grpc_port": grpc_server.port, "health_port": http.port})
     serving.wait_for_stop_signal()
+    stop.set()
     grpc_server.stop()
     http.stop()
     slurm.close()
+    kube.close()
 
 
 if __name__ == "__main__":

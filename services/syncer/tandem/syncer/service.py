@@ -2,15 +2,163 @@
 
 from __future__ import annotations
 
-from kubernetes import client
+import logging
+import queue
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
 
-from tandem.slurm.rest import SlurmRestClient
-from tandem.syncer.settings import SyncerSettings
-from tandem.v1 import syncer_pb2_grpc
+import grpc
+
+from tandem import placeholder
+from tandem.kube import KubeClient, KubeError, pod_path
+from tandem.slurm.rest import SlurmApiError, SlurmRestClient
+from tandem.syncer import convert
+from tandem.syncer.locks import LockError, NodeLocker
+from tandem.syncer.mirror import JobStatus, SlurmMirror
+from tandem.v1 import syncer_pb2, syncer_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 
 class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[misc]
-    def __init__(self, cfg: SyncerSettings, api: client.ApiClient, slurm: SlurmRestClient) -> None:
-        self.cfg = cfg
-        self.api = api
+    def __init__(
+        self,
+        mirror: SlurmMirror,
+        locker: NodeLocker,
+        slurm: SlurmRestClient,
+        kube: KubeClient,
+        terminating_timeout: float,
+    ) -> None:
+        self.mirror = mirror
+        self.locker = locker
         self.slurm = slurm
+        self.kube = kube
+        self.terminating_timeout = terminating_timeout
+
+    def AcquireNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
+        strict = request.strict or self._is_placeholder(request.job_id)
+        try:
+            view = self.locker.acquire(request.slurm_node, request.job_id, strict)
+        except LockError as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except KubeError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+        return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
+
+    def ReleaseNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
+        try:
+            view = self.locker.release(request.slurm_node, request.job_id)
+        except LockError as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except KubeError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+        return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
+
+    def GetNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.slurm_node, "slurm_node is required")
+        try:
+            view = self.locker.get(request.slurm_node)
+        except LockError as e:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        return syncer_pb2.GetNodeLockResponse(lock=convert.lock(view))
+
+    def ListNodeLocks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locker.list()])
+
+    def JobStarted(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.job_id, "job_id is required")
+        status = self.mirror.job_started(request.job_id, request.slurm_node)
+        return syncer_pb2.JobStartedResponse(job=convert.job(status) if status else None)
+
+    def JobTerminating(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.job_id, "job_id is required")
+        status = self.mirror.job_terminating(request.job_id, request.slurm_node)
+        pod = placeholder.parse_job_name(status.job.name) if status else None
+        if pod is None:
+            return syncer_pb2.JobTerminatingResponse(pod_gone=True)
+        deadline = time.monotonic() + min(self.terminating_timeout, _remaining(context))
+        while time.monotonic() < deadline:
+            if self._pod_gone(pod):
+                return syncer_pb2.JobTerminatingResponse(pod_gone=True)
+            time.sleep(0.2)
+        return syncer_pb2.JobTerminatingResponse(pod_gone=self._pod_gone(pod))
+
+    def WatchSlurm(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if request.fresh:
+            try:
+                self.mirror.poll_once()
+            except SlurmApiError as e:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}")
+        snapshot, sub = self.mirror.subscribe()
+        context.add_callback(sub.close)
+        try:
+            for change in snapshot:
+                yield _change(change)
+            yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
+            while context.is_active():
+                try:
+                    item = sub.queue.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    return
+                yield _change(item)
+        finally:
+            sub.close()
+
+    def DrainNode(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request.slurm_node and request.reason, "slurm_node and reason are required")
+        try:
+            self.slurm.drain_node(request.slurm_node, request.reason)
+        except SlurmApiError:
+            # slurmrestd v0.0.38 cannot update nodes; scontrol can where it is installed.
+            res = subprocess.run(
+                [
+                    "scontrol",
+                    "update",
+                    f"nodename={request.slurm_node}",
+                    "state=drain",
+                    f"reason={request.reason}",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if res.returncode != 0:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot drain {request.slurm_node}: {res.stderr}")
+        return syncer_pb2.DrainNodeResponse()
+
+    def _is_placeholder(self, job_id: int) -> bool:
+        status = self.mirror.job(job_id)
+        if status is None or not status.job.name:
+            try:
+                status = self.mirror.refresh_job(job_id)
+            except SlurmApiError as e:
+                log.warning("cannot look up job for its lock", extra={"job": job_id, "error": str(e)})
+        return status is not None and placeholder.parse_job_name(status.job.name) is not None
+
+    def _pod_gone(self, pod: placeholder.PodRef) -> bool:
+        try:
+            current = self.kube.get(pod_path(pod.namespace, pod.name))
+        except KubeError as e:
+            return e.not_found
+        return bool(current["metadata"]["uid"] != pod.uid)
+
+
+def _change(change: JobStatus | Any) -> Any:
+    if isinstance(change, JobStatus):
+        return syncer_pb2.WatchSlurmResponse(job=convert.job(change))
+    return syncer_pb2.WatchSlurmResponse(node=convert.node(change))
+
+
+def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:
+    if not ok:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _remaining(context: grpc.ServicerContext) -> float:
+    left = context.time_remaining()
+    return float(left) if left is not None else 3600.0

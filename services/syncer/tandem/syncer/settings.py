@@ -59,4 +59,22 @@ class SyncerSettings:
         env="TANDEM_LOCK_TIMEOUT",
         help="longest a lock call waits for Pods to leave",
     )
+    scheduler_name: str = option(
+        "",
+        flag="--scheduler-name",
+        env="TANDEM_SCHEDULER_NAME",
+        help="Pods with this schedulerName are Tandem's and survive strict locks",
+    )
+    reconcile_interval: Seconds = option(
+        Seconds(5.0),
+        flag="--lock-reconcile-interval",
+        env="TANDEM_LOCK_RECONCILE_INTERVAL",
+        help="how often locks of idle Slurm nodes are released",
+    )
+    terminating_timeout: Seconds = option(
+        Seconds(120.0),
+        flag="--terminating-timeout",
+        env="TANDEM_TERMINATING_TIMEOUT",
+        help="longest a terminating call waits for the Pod to go",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")

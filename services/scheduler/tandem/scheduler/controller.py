@@ -1,0 +1,266 @@
+"""The scheduler's reconciler: one Pod at a time, level-triggered.
+
+Read the Pod (informer cache) and its job (syncer stream), compute what is missing, do it, and be
+safe to run again after a crash at any line:
+
+    invalid Pod                 -> one Warning Event, PodScheduled=False, never a job
+    valid, no job               -> submit the placeholder job, record its id on the Pod
+    job pending                 -> Slurm's reason in the PodScheduled condition
+    job running, script started -> bind to the Node hosting the job's Slurm node
+    Pod deleted / finished      -> cancel the job
+    job ended before the Pod    -> delete the Pod
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tandem import keys, placeholder
+from tandem.events import EventRecorder
+from tandem.kube import JSON, KubeClient, KubeError, pod_path
+from tandem.scheduler import jobspec, validation
+from tandem.scheduler.jobs import JobTracker, is_finished, state_name
+from tandem.scheduler.podapi import PodApi, condition
+from tandem.slurm.dialects import UnsupportedBySlurm
+from tandem.slurm.rest import SlurmApiError, SlurmRestClient
+from tandem.v1 import scheduler_pb2, slurm_pb2
+from tandem.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+REASON_INVALID = "ValidationFailed"
+REASON_PENDING = "SlurmJobPending"
+REASON_SUBMIT_FAILED = "SlurmSubmitFailed"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurm: SlurmRestClient,
+        jobs: JobTracker,
+        events: EventRecorder,
+        queue: WorkQueue,
+        pods: Any,
+        placeholder_cfg: jobspec.PlaceholderConfig,
+        kill_wait: float,
+        slurmd_namespace: str,
+    ) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.jobs = jobs
+        self.events = events
+        self.queue = queue
+        self.pods = pods  # the Pod informer
+        self.api = PodApi(kube)
+        self.placeholder_cfg = placeholder_cfg
+        self.kill_wait = kill_wait
+        self.slurmd_namespace = slurmd_namespace
+        # Jobs this process submitted, by Pod uid: the source of truth until the stream shows them.
+        self._submitted: dict[str, int] = {}
+        self._submitted_lock = threading.Lock()
+        self._kube_nodes: dict[str, str] = {}
+        self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
+
+    # -- entry points ------------------------------------------------------------------------
+
+    def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        self.queue.add(key)
+
+    def on_job(self, pod: placeholder.PodRef, job: Any) -> None:
+        self.queue.add(pod.key)
+
+    def reconcile(self, key: str) -> None:
+        try:
+            self._reconcile(key)
+        except (KubeError, SlurmApiError) as e:
+            log.warning("reconcile failed; retrying", extra={"pod": key, "error": str(e)})
+            self.queue.add_after(key, 1.0)
+        except Exception:
+            log.exception("reconcile crashed; retrying", extra={"pod": key})
+            self.queue.add_after(key, 5.0)
+
+    # -- the reconciler --------------------------------------------------------------------------
+
+    def _reconcile(self, key: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None:
+            self._cancel_orphans(key)
+            return
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        job = self._job_of(pod)
+        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            self._cancel(
+                job, key, "Pod is being deleted" if meta.get("deletionTimestamp") else "Pod finished"
+            )
+            return
+        if spec.get("nodeName"):
+            self._watch_bound(pod, job)
+            return
+        if _marked_invalid(pod):
+            return  # no retry until the Pod is recreated
+        result = validation.validate(pod, self.kill_wait)
+        for warning in result.warnings:
+            self._event(pod, "Warning", "UnknownAnnotation", warning)
+        if not result.ok:
+            message = result.message()
+            self.api.set_unscheduled(pod, REASON_INVALID, message)
+            self._event(pod, "Warning", "FailedValidation", message)
+            log.info("pod rejected", extra={"pod": key, "reason": message})
+            return
+        job_id = job.job_id if job is not None else self._recorded_job_id(pod)
+        if job_id is None:
+            self._submit(pod)
+            return
+        if meta.get("annotations", {}).get(keys.JOB_ID_ANNOTATION) != str(job_id):
+            self.api.record_job(pod, job_id)  # a previous life submitted but crashed before this
+        if job is None:
+            return  # submitted; the syncer's stream brings the job
+        if is_finished(job):
+            self._event(
+                pod,
+                "Warning",
+                "SlurmJobEnded",
+                f"placeholder job {job.job_id} ended ({state_name(job)}) before the Pod was bound",
+            )
+            self.api.delete(pod)
+            return
+        if job.state == slurm_pb2.JOB_STATE_RUNNING and job.script_started and job.nodes:
+            self._bind(pod, job)
+            return
+        reason = job.state_reason or ("Prolog" if job.state == slurm_pb2.JOB_STATE_RUNNING else "None")
+        where = f" in partition {job.partition}" if job.partition else ""
+        self.api.set_unscheduled(pod, REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {reason}")
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _job_of(self, pod: JSON) -> Any | None:
+        uid = pod["metadata"]["uid"]
+        candidates = self.jobs.for_pod(uid)
+        live = [j for j in candidates if not is_finished(j)]
+        if live:
+            return live[-1]
+        recorded = self._recorded_job_id(pod)
+        for j in candidates:
+            if j.job_id == recorded:
+                return j
+        return candidates[-1] if candidates else None
+
+    def _recorded_job_id(self, pod: JSON) -> int | None:
+        with self._submitted_lock:
+            if pod["metadata"]["uid"] in self._submitted:
+                return self._submitted[pod["metadata"]["uid"]]
+        raw = (pod["metadata"].get("annotations") or {}).get(keys.JOB_ID_ANNOTATION, "")
+        return int(raw) if raw.isdigit() else None
+
+    def _submit(self, pod: JSON) -> None:
+        key = _key(pod)
+        if not self.jobs.synced:
+            # Without the full job list we could not know that a previous life submitted one.
+            self.queue.add_after(key, 0.5)
+            return
+        spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
+        uid, gid = jobspec.job_user(pod)
+        try:
+            job_id = self.slurm.submit_job(spec, user=str(uid))
+        except (SlurmApiError, UnsupportedBySlurm) as e:
+            message = f"Slurm refused the placeholder job: {e}"
+            self.api.set_unscheduled(pod, REASON_SUBMIT_FAILED, message)
+            self._event(pod, "Warning", "FailedScheduling", message)
+            self.queue.add_after(key, 10.0)
+            return
+        with self._submitted_lock:
+            self._submitted[pod["metadata"]["uid"]] = job_id
+        log.info("placeholder job submitted", extra={"pod": key, "job": job_id, "uid": uid, "gid": gid})
+        self.api.record_job(pod, job_id)
+        where = f" to partition {spec.partition}" if spec.partition else ""
+        self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
+
+    def _bind(self, pod: JSON, job: Any) -> None:
+        slurm_node = job.nodes[0]
+        kube_node = self._kube_node(slurm_node)
+        self.api.bind(pod, kube_node)
+        log.info(
+            "pod bound",
+            extra={"pod": _key(pod), "job": job.job_id, "node": slurm_node, "kube_node": kube_node},
+        )
+        self._event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {_key(pod)} to {kube_node} (Slurm job {job.job_id} on {slurm_node})",
+        )
+
+    def _watch_bound(self, pod: JSON, job: Any | None) -> None:
+        """A bound Pod lives exactly as long as its job."""
+        if job is None:
+            return
+        if job.terminating or is_finished(job):
+            why = "was told to stop" if job.terminating else f"ended ({state_name(job)})"
+            self._event(pod, "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
+            self.api.delete(pod)
+
+    def _cancel(self, job: Any | None, key: str, why: str) -> None:
+        if job is None or is_finished(job):
+            return
+        log.info("cancelling job", extra={"pod": key, "job": job.job_id, "why": why})
+        self.slurm.cancel_job(job.job_id)
+
+    def _cancel_orphans(self, key: str) -> None:
+        """The Pod is gone: no job of a Pod by this name may outlive it."""
+        for job in self.jobs.placeholder_jobs():
+            ref = placeholder.parse_job_name(job.name)
+            if ref is not None and ref.key == key and not is_finished(job):
+                self._cancel(job, key, "Pod deleted")
+
+    def _kube_node(self, slurm_node: str) -> str:
+        node = self._kube_nodes.get(slurm_node)
+        if node is None:
+            slurmd = self.kube.get(pod_path(self.slurmd_namespace, slurm_node))
+            node = str(slurmd["spec"]["nodeName"])
+            self._kube_nodes[slurm_node] = node
+        return node
+
+    def _event(self, pod: JSON, type_: str, reason: str, message: str) -> None:
+        self._background.submit(self.events.record, pod, type_, reason, message)
+
+    # -- placements (gRPC) ---------------------------------------------------------------------
+
+    def placement(self, pod: JSON) -> Any:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        job = self._job_of(pod)
+        cond = condition(pod, "PodScheduled") or {}
+        state = scheduler_pb2.PLACEMENT_STATE_PENDING
+        if cond.get("reason") == REASON_INVALID:
+            state = scheduler_pb2.PLACEMENT_STATE_INVALID
+        elif meta.get("deletionTimestamp") or (job is not None and (job.terminating or is_finished(job))):
+            state = scheduler_pb2.PLACEMENT_STATE_TERMINATING
+        elif spec.get("nodeName"):
+            state = scheduler_pb2.PLACEMENT_STATE_BOUND
+        elif job is not None and job.script_started:
+            state = scheduler_pb2.PLACEMENT_STATE_STARTED
+        slurm_node = job.nodes[0] if job is not None and job.nodes else ""
+        return scheduler_pb2.Placement(
+            pod_namespace=meta["namespace"],
+            pod_name=meta["name"],
+            pod_uid=meta["uid"],
+            job_id=job.job_id if job is not None else (self._recorded_job_id(pod) or 0),
+            job_state=job.state if job is not None else slurm_pb2.JOB_STATE_UNSPECIFIED,
+            slurm_node=slurm_node,
+            kube_node=spec.get("nodeName", ""),
+            state=state,
+            reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
+        )
+
+
+def _marked_invalid(pod: JSON) -> bool:
+    c = condition(pod, "PodScheduled")
+    return c is not None and c.get("status") == "False" and c.get("reason") == REASON_INVALID
+
+
+def _key(pod: JSON) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"

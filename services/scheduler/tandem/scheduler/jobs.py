@@ -1,0 +1,126 @@
+"""The scheduler's view of Slurm jobs, kept current by the syncer's WatchSlurm stream."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from tandem import placeholder
+from tandem.v1 import slurm_pb2, syncer_pb2, syncer_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+FINISHED = frozenset(
+    {
+        slurm_pb2.JOB_STATE_COMPLETED,
+        slurm_pb2.JOB_STATE_CANCELLED,
+        slurm_pb2.JOB_STATE_FAILED,
+        slurm_pb2.JOB_STATE_TIMEOUT,
+        slurm_pb2.JOB_STATE_NODE_FAIL,
+        slurm_pb2.JOB_STATE_PREEMPTED,
+        slurm_pb2.JOB_STATE_BOOT_FAIL,
+        slurm_pb2.JOB_STATE_DEADLINE,
+        slurm_pb2.JOB_STATE_OUT_OF_MEMORY,
+        slurm_pb2.JOB_STATE_GONE,
+    }
+)
+
+
+def is_finished(job: Any) -> bool:
+    return job.state in FINISHED
+
+
+def state_name(job: Any) -> str:
+    return str(slurm_pb2.JobState.Name(job.state)).removeprefix("JOB_STATE_")
+
+
+class JobTracker:
+    def __init__(
+        self, syncer: syncer_pb2_grpc.SyncerServiceStub, on_change: Callable[[placeholder.PodRef, Any], None]
+    ) -> None:
+        self.syncer = syncer
+        self.on_change = on_change
+        self._jobs: dict[int, Any] = {}
+        self._by_uid: defaultdict[str, set[int]] = defaultdict(set)
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._gone_at: dict[int, float] = {}
+        self.connected = False
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def get(self, job_id: int) -> Any | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def for_pod(self, uid: str) -> list[Any]:
+        with self._lock:
+            return [self._jobs[j] for j in sorted(self._by_uid.get(uid, ())) if j in self._jobs]
+
+    def placeholder_jobs(self) -> list[Any]:
+        with self._lock:
+            return [j for j in self._jobs.values() if placeholder.parse_job_name(j.name)]
+
+    def run(self, stop: threading.Event) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                # A fresh snapshot: every job submitted before this call is in it, so a restarted
+                # scheduler finds the jobs its previous life submitted.
+                for msg in self.syncer.WatchSlurm(syncer_pb2.WatchSlurmRequest(fresh=True)):
+                    self.connected = True
+                    backoff = 0.5
+                    if msg.HasField("job"):
+                        self._apply(msg.job)
+                    if msg.snapshot_done:
+                        self._synced.set()
+                        log.info("slurm snapshot received", extra={"jobs": len(self._jobs)})
+                    if stop.is_set():
+                        return
+            except grpc.RpcError as e:
+                self.connected = False
+                log.warning("syncer stream broken; reconnecting", extra={"error": str(e.code())})
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _apply(self, job: Any) -> None:
+        pod = placeholder.parse_job_name(job.name)
+        with self._lock:
+            old = self._jobs.get(job.job_id)
+            if pod is None and old is not None:
+                # A pushed start may carry no name; keep the one we know.
+                pod = placeholder.parse_job_name(old.name)
+                if pod is not None:
+                    job.name = old.name
+            self._jobs[job.job_id] = job
+            if pod is not None:
+                self._by_uid[pod.uid].add(job.job_id)
+            if job.state == slurm_pb2.JOB_STATE_GONE:
+                # A tombstone, so "gone" is not mistaken for "submitted, not seen yet".
+                self._gone_at[job.job_id] = time.monotonic()
+                self._prune_gone()
+        if pod is not None:
+            self.on_change(pod, job)
+
+    def _prune_gone(self, keep_seconds: float = 600.0) -> None:
+        cutoff = time.monotonic() - keep_seconds
+        for job_id, at in list(self._gone_at.items()):
+            if at < cutoff:
+                del self._gone_at[job_id]
+                job = self._jobs.pop(job_id, None)
+                pod = placeholder.parse_job_name(job.name) if job is not None else None
+                if pod is not None:
+                    self._by_uid[pod.uid].discard(job_id)
+                    if not self._by_uid[pod.uid]:
+                        del self._by_uid[pod.uid]

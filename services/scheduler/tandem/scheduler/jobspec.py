@@ -1,0 +1,147 @@
+"""A valid Pod -> the placeholder job that stands for it in Slurm."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tandem import keys
+from tandem.placeholder import PodRef, job_name
+from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
+from tandem.slurm.models import JobSpec
+
+MIB = 1024 * 1024
+
+# Kubernetes label values; GRES types end up inside `gres/gpu:<type>:<n>`, so no ':' ',' or '='.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class PlaceholderConfig:
+    script: str
+    environment: Mapping[str, str]
+    # GPU model label value on the Node (H100_NVLINK_80GB) -> Slurm GRES type (h100).
+    gpu_types: Mapping[str, str]
+    default_working_dir: str = "/tmp"
+
+
+def parse_gpu_types(text: str) -> dict[str, str]:
+    """`H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100` -> {label value: GRES type}."""
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        label, sep, gres = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise ValueError(f"GPU type {item!r} must be LABEL_VALUE=GRES_TYPE, e.g. H100_NVLINK_80GB=h100")
+        if not _LABEL_VALUE.fullmatch(label):
+            raise ValueError(f"GPU type {item!r}: {label!r} is not a Kubernetes label value")
+        if not _GRES_TYPE.fullmatch(gres):
+            raise ValueError(
+                f"GPU type {item!r}: {gres!r} is not a Slurm GRES type (letters, digits, '.', '_', '-')"
+            )
+        if mapping.get(label, gres) != gres:
+            raise ValueError(f"GPU type {label!r} is mapped twice: to {mapping[label]!r} and to {gres!r}")
+        mapping[label] = gres
+    return mapping
+
+
+def pod_ref(pod: Pod) -> PodRef:
+    meta = pod.get("metadata") or {}
+    ref = PodRef(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+    # A job named after a partial reference could never be matched back to its Pod after a crash.
+    if not (ref.namespace and ref.name and ref.uid):
+        raise ValueError(f"Pod {ref.namespace}/{ref.name} lacks metadata.namespace, .name or .uid")
+    return ref
+
+
+def gpu_type(pod: Pod, gpu_types: Mapping[str, str]) -> str:
+    """The Slurm GRES type of the GPU model the Pod requires; "" when it requires none we know."""
+    spec = pod.get("spec") or {}
+    # nodeSelector first: it holds for every Node the Pod may use, an affinity term only for some.
+    selector = spec.get("nodeSelector") or {}
+    for label in keys.GPU_MODEL_LABELS:
+        if label in selector and selector[label] in gpu_types:
+            return gpu_types[selector[label]]
+    for value in _required_affinity_values(spec):
+        if value in gpu_types:
+            return gpu_types[value]
+    return ""
+
+
+def _required_affinity_values(spec: Mapping[str, Any]) -> list[str]:
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    values: list[str] = []
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") in keys.GPU_MODEL_LABELS and expression.get("operator") == "In":
+                values.extend(str(v) for v in expression.get("values") or [])
+    return values
+
+
+def exclusive(value: str) -> str:
+    """JobSpec.exclusive from the annotation: legacy `true` is a whole node, `false` is Slurm's default."""
+    legacy = value.lower()
+    if legacy == "true":
+        return "none"
+    if legacy == "false":
+        return ""
+    return value
+
+
+def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
+    """The placeholder job for a Pod that passed `validate`."""
+    ref = pod_ref(pod)
+    found = pod_annotations(pod)
+    requests = effective_requests(pod)
+    gpus = requests.get(keys.GPU_RESOURCE, 0)
+    environment = {
+        **cfg.environment,
+        "TANDEM_POD_NAMESPACE": ref.namespace,
+        "TANDEM_POD_NAME": ref.name,
+        "TANDEM_POD_UID": ref.uid,
+    }
+    return JobSpec(
+        name=job_name(ref),
+        script=cfg.script,
+        environment=environment,
+        cpus=max(1, math.ceil(requests.get(CPU, 0) / 1000)),
+        memory_mb=math.ceil(requests.get(MEMORY, 0) / MIB),
+        working_dir=found.get(keys.CURRENT_WORKING_DIR) or cfg.default_working_dir,
+        gpus=gpus,
+        # A type without a count cannot be expressed as GRES, and would only narrow a CPU job.
+        gpu_type=gpu_type(pod, cfg.gpu_types) if gpus else "",
+        account=found.get(keys.ACCOUNT, ""),
+        comment=found.get(keys.COMMENT, ""),
+        constraints=found.get(keys.CONSTRAINTS, ""),
+        exclusive=exclusive(found.get(keys.EXCLUSIVE, "")),
+        excluded_nodes=found.get(keys.EXCLUDED_NODES, ""),
+        required_nodes=found.get(keys.REQUIRED_NODES, ""),
+        partition=found.get(keys.PARTITION, ""),
+        prefer=found.get(keys.PREFER, ""),
+        priority=_optional_int(found.get(keys.PRIORITY)),
+        qos=found.get(keys.QOS, ""),
+        reservation=found.get(keys.RESERVATION, ""),
+        time_limit_minutes=_optional_int(found.get(keys.TIMEOUT)),
+    )
+
+
+def job_user(pod: Pod) -> tuple[int, int]:
+    """(uid, gid) the job runs as: root by default, and the user's own id as group when only
+    `user-id` is given (SUNK's rule)."""
+    found = pod_annotations(pod)
+    uid = _optional_int(found.get(keys.USER_ID))
+    gid = _optional_int(found.get(keys.GROUP_ID))
+    if uid is None:
+        return 0, gid if gid is not None else 0
+    return uid, gid if gid is not None else uid
+
+
+def _optional_int(value: str | None) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,87 @@
+"""The writes the scheduler makes to Pods: job id, toleration, conditions, binding, deletion."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from tandem import keys
+from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
+
+LOCK_TOLERATION = {"key": keys.LOCK_KEY, "operator": "Exists", "effect": keys.LOCK_TAINT_EFFECT}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _path(pod: JSON) -> str:
+    meta = pod["metadata"]
+    return pod_path(meta["namespace"], meta["name"])
+
+
+class PodApi:
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+
+    def record_job(self, pod: JSON, job_id: int) -> JSON:
+        """Write the job id and, in the same call, the toleration that keeps every lock from
+        evicting this Pod (adding tolerations is allowed before and after binding)."""
+        patch: dict[str, Any] = {
+            "metadata": {
+                "annotations": {keys.JOB_ID_ANNOTATION: str(job_id)},
+                # Only if nobody changed the Pod since we read it: tolerations are one list.
+                "resourceVersion": pod["metadata"]["resourceVersion"],
+            }
+        }
+        if not tolerates(pod, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT):
+            patch["spec"] = {"tolerations": [*(pod["spec"].get("tolerations") or []), LOCK_TOLERATION]}
+        return self.kube.merge_patch(_path(pod), patch)
+
+    def set_unscheduled(self, pod: JSON, reason: str, message: str) -> bool:
+        """PodScheduled=False with reason and message; no write when already so. True if written."""
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                c.get("type") == "PodScheduled"
+                and c.get("status") == "False"
+                and c.get("reason") == reason
+                and c.get("message") == message
+            ):
+                return False
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+            "lastProbeTime": None,
+        }
+        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [condition]}})
+        return True
+
+    def bind(self, pod: JSON, node: str) -> None:
+        meta = pod["metadata"]
+        self.kube.post(
+            f"{_path(pod)}/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+        )
+
+    def delete(self, pod: JSON) -> None:
+        """Delete with the Pod's own grace period, only if it is still the same Pod."""
+        try:
+            self.kube.delete(_path(pod), {"preconditions": {"uid": pod["metadata"]["uid"]}})
+        except KubeError as e:
+            if not e.not_found and not e.conflict:
+                raise
+
+
+def condition(pod: JSON, type_: str) -> JSON | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None

@@ -1,0 +1,309 @@
+"""Node locks: while a Slurm node runs a job, its Kubernetes Node carries the lock taint and its
+slurmd Pod the lock annotation, and no Pod that must not share the Node remains on it.
+
+A lock is level-triggered: it is held while the Slurm node runs any job (or a prolog is locking
+it) and released when neither is true, however that came about (epilog, crash, lost epilog).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tandem import keys
+from tandem.keys import LockState
+from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
+from tandem.syncer.mirror import SlurmMirror
+
+log = logging.getLogger(__name__)
+
+# How long a prolog's hold counts while Slurm's listing has not caught up with its job.
+HOLD_GRACE_SECONDS = 60.0
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class LockError(RuntimeError):
+    """The lock could not be taken; the prolog must fail so Slurm drains the node."""
+
+
+@dataclass
+class NodeLockView:
+    slurm_node: str
+    kube_node: str
+    state: LockState
+    job_ids: list[int] = field(default_factory=list)
+    blocking_pods: list[str] = field(default_factory=list)
+
+
+class NodeLocker:
+    def __init__(
+        self,
+        kube: KubeClient,
+        mirror: SlurmMirror,
+        slurmd_namespace: str,
+        scheduler_name: str,
+        timeout: float,
+        poll: float = 0.1,
+    ) -> None:
+        self.kube = kube
+        self.mirror = mirror
+        self.slurmd_namespace = slurmd_namespace
+        self.scheduler_name = scheduler_name
+        self.timeout = timeout
+        self.poll = poll
+        self._node_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+        # job id -> when its prolog asked, per Slurm node.
+        self._holds: defaultdict[str, dict[int, float]] = defaultdict(dict)
+
+    # -- the slurmd Pod and its Node ---------------------------------------------------------
+
+    def slurmd_pod(self, slurm_node: str) -> JSON:
+        try:
+            return self.kube.get(pod_path(self.slurmd_namespace, slurm_node))
+        except KubeError as e:
+            if e.not_found:
+                raise LockError(
+                    f"no slurmd Pod {self.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
+                ) from e
+            raise
+
+    def _mutex(self, slurm_node: str) -> threading.Lock:
+        with self._guard:
+            return self._node_locks[slurm_node]
+
+    # -- acquire -----------------------------------------------------------------------------
+
+    def acquire(self, slurm_node: str, job_id: int, strict: bool) -> NodeLockView:
+        target = LockState.LOCKED_STRICT if strict else LockState.LOCKED
+        deadline = time.monotonic() + self.timeout
+        with self._mutex(slurm_node):
+            self._holds[slurm_node][job_id] = time.monotonic()
+            pod = self.slurmd_pod(slurm_node)
+            kube_node = _node_name(pod, slurm_node)
+            current = _lock_state(pod)
+            self._ensure_taint(kube_node, present=True)
+            if _satisfies(current, target):
+                return self._view(slurm_node, kube_node, current)
+            if current == LockState.FALSE:
+                self._set_state(slurm_node, LockState.PENDING)
+        blocking: list[JSON] = []
+        while True:
+            blocking = self.blocking_pods(kube_node, strict, pod)
+            if not blocking:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(_ref(p) for p in blocking)
+                raise LockError(
+                    f"timed out after {self.timeout:.0f}s locking {kube_node}: still there: {names}"
+                )
+            for p in blocking:
+                if not (p.get("metadata") or {}).get("deletionTimestamp"):
+                    self._evict(p, slurm_node, job_id)
+            time.sleep(self.poll)
+        with self._mutex(slurm_node):
+            if job_id not in self._holds[slurm_node]:
+                raise LockError(f"job {job_id} released {slurm_node} while locking it")
+            current = _lock_state(self.slurmd_pod(slurm_node))
+            final = current if _satisfies(current, target) else target
+            if final != current:
+                self._set_state(slurm_node, final)
+        log.info(
+            "node locked",
+            extra={"node": slurm_node, "kube_node": kube_node, "job": job_id, "lock": final.value},
+        )
+        return self._view(slurm_node, kube_node, final)
+
+    def blocking_pods(self, kube_node: str, strict: bool, slurmd: JSON) -> list[JSON]:
+        pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={kube_node}"})
+        slurmd_uid = (slurmd.get("metadata") or {}).get("uid")
+        blocking = []
+        for p in pods.get("items") or []:
+            if (p.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                continue
+            if (p.get("metadata") or {}).get("uid") == slurmd_uid:
+                continue
+            if not tolerates(p, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT) or (
+                strict and not self._may_share_strict_lock(p)
+            ):
+                blocking.append(p)
+        return blocking
+
+    def _may_share_strict_lock(self, pod: JSON) -> bool:
+        meta = pod.get("metadata") or {}
+        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            return True
+        if (meta.get("labels") or {}).get(keys.SLURMD_POD_LABEL) == keys.SLURMD_POD_LABEL_VALUE:
+            return True
+        return bool((pod.get("spec") or {}).get("schedulerName") == self.scheduler_name)
+
+    def _evict(self, pod: JSON, slurm_node: str, job_id: int) -> None:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        }
+        try:
+            self.kube.post(f"{pod_path(meta['namespace'], meta['name'])}/eviction", body)
+            log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
+        except KubeError as e:
+            # 429: a PodDisruptionBudget forbids it for now; 404: already gone. Both: look again.
+            if e.status not in (404, 429):
+                raise
+
+    # -- release -----------------------------------------------------------------------------
+
+    def release(self, slurm_node: str, job_id: int) -> NodeLockView:
+        with self._mutex(slurm_node):
+            self._holds[slurm_node].pop(job_id, None)
+        return self.reconcile_node(slurm_node, ignore_job=job_id)
+
+    def reconcile_node(self, slurm_node: str, ignore_job: int | None = None) -> NodeLockView:
+        """Unlock the node if nothing holds it any more; otherwise leave it as it is."""
+        with self._mutex(slurm_node):
+            pod = self.slurmd_pod(slurm_node)
+            kube_node = _node_name(pod, slurm_node)
+            holders = self._holders(slurm_node, ignore_job)
+            state = _lock_state(pod)
+            if holders:
+                return self._view(slurm_node, kube_node, state)
+            if state != LockState.FALSE:
+                self._set_state(slurm_node, LockState.FALSE)
+                log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
+            self._ensure_taint(kube_node, present=False)
+            return self._view(slurm_node, kube_node, LockState.FALSE)
+
+    def reconcile_all(self) -> None:
+        """The safety net: release every lock whose Slurm node no longer runs anything."""
+        if not self.mirror.synced:
+            return
+        pods = self.kube.get(
+            pod_path(self.slurmd_namespace),
+            params={"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"},
+        )
+        tainted = self._tainted_nodes()
+        for pod in pods.get("items") or []:
+            name = pod["metadata"]["name"]
+            locked = _lock_state(pod) != LockState.FALSE or _node_name(pod, name) in tainted
+            if locked and not self._holders(name, None):
+                try:
+                    self.reconcile_node(name)
+                except (KubeError, LockError) as e:
+                    log.warning("cannot release lock", extra={"node": name, "error": str(e)})
+
+    def _holders(self, slurm_node: str, ignore_job: int | None) -> set[int]:
+        now = time.monotonic()
+        holds = self._holds[slurm_node]
+        running = {s.job_id for s in self.mirror.jobs_on(slurm_node)}
+        for job_id, since in list(holds.items()):
+            status = self.mirror.job(job_id)
+            finished = status is not None and (status.gone or status.job.finished)
+            if finished or (job_id not in running and now - since > HOLD_GRACE_SECONDS):
+                del holds[job_id]
+        node = self.mirror.node(slurm_node)
+        busy = node is not None and node.busy
+        holders = (set(holds) | running) - ({ignore_job} if ignore_job is not None else set())
+        if not holders and busy and ignore_job is None:
+            # Slurm says the node is busy but we know no job: trust Slurm until the mirror catches up.
+            return {0}
+        return holders
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, slurm_node: str) -> NodeLockView:
+        pod = self.slurmd_pod(slurm_node)
+        return self._view(slurm_node, _node_name(pod, slurm_node), _lock_state(pod))
+
+    def list(self) -> list[NodeLockView]:
+        pods = self.kube.get(
+            pod_path(self.slurmd_namespace),
+            params={"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"},
+        )
+        return [
+            self._view(p["metadata"]["name"], _node_name(p, p["metadata"]["name"]), _lock_state(p))
+            for p in sorted(pods.get("items") or [], key=lambda p: str(p["metadata"]["name"]))
+        ]
+
+    def _view(self, slurm_node: str, kube_node: str, state: LockState) -> NodeLockView:
+        holders = set(self._holds[slurm_node]) | {s.job_id for s in self.mirror.jobs_on(slurm_node)}
+        return NodeLockView(slurm_node, kube_node, state, sorted(holders))
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _set_state(self, slurm_node: str, state: LockState) -> None:
+        self.kube.merge_patch(
+            pod_path(self.slurmd_namespace, slurm_node),
+            {"metadata": {"annotations": {keys.LOCK_KEY: state.value}}},
+        )
+
+    def _tainted_nodes(self) -> set[str]:
+        nodes = self.kube.get("/api/v1/nodes")
+        return {
+            n["metadata"]["name"]
+            for n in nodes.get("items") or []
+            if any(t.get("key") == keys.LOCK_KEY for t in (n.get("spec") or {}).get("taints") or [])
+        }
+
+    def _ensure_taint(self, kube_node: str, present: bool) -> None:
+        """Add or remove the lock taint; optimistic concurrency, since taints are one list."""
+        for _ in range(10):
+            node = self.kube.get(f"/api/v1/nodes/{kube_node}")
+            taints = list((node.get("spec") or {}).get("taints") or [])
+            has = any(t.get("key") == keys.LOCK_KEY for t in taints)
+            if has == present:
+                return
+            if present:
+                taints.append(
+                    {"key": keys.LOCK_KEY, "value": keys.LOCK_TAINT_VALUE, "effect": keys.LOCK_TAINT_EFFECT}
+                )
+            else:
+                taints = [t for t in taints if t.get("key") != keys.LOCK_KEY]
+            ops = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": node["metadata"]["resourceVersion"],
+                },
+                {
+                    "op": "add" if "taints" not in (node.get("spec") or {}) else "replace",
+                    "path": "/spec/taints",
+                    "value": taints,
+                },
+            ]
+            try:
+                self.kube.json_patch(f"/api/v1/nodes/{kube_node}", ops)
+                return
+            except KubeError as e:
+                if e.status not in (409, 422):
+                    raise
+        raise LockError(f"could not update the taints of {kube_node}: too many concurrent changes")
+
+
+def _lock_state(pod: JSON) -> LockState:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.LOCK_KEY, LockState.FALSE.value)
+    try:
+        return LockState(value)
+    except ValueError:
+        return LockState.FALSE
+
+
+def _satisfies(current: LockState, target: LockState) -> bool:
+    if current == LockState.LOCKED_STRICT:
+        return True
+    return current == LockState.LOCKED and target == LockState.LOCKED
+
+
+def _node_name(slurmd_pod: JSON, slurm_node: str) -> str:
+    node = (slurmd_pod.get("spec") or {}).get("nodeName")
+    if not node:
+        raise LockError(f"slurmd Pod for {slurm_node} is not on a Node")
+    return str(node)
+
+
+def _ref(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
