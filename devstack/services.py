@@ -86,6 +86,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--syncer-address={addr['tandem-syncer']}",
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",
+            "--sbatch=sbatch",
         ]
     if name == "tandem-hooks":
         return [
@@ -101,6 +102,8 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
 def start(cfg: StackConfig, name: str, daemon: Daemon) -> None:
     hooks_token(cfg)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") and k != "KUBECONFIG"}
+    # sbatch (group-id) and scontrol (drains on Slurm 22.05) read it.
+    env["SLURM_CONF"] = str(cfg.slurm_conf)
     daemon.start(argv(cfg, name), env=env)
 
 

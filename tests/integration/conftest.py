@@ -32,3 +32,23 @@ def stack_cfg() -> Iterator[StackConfig]:
 @pytest.fixture(scope="session")
 def core(stack_cfg: StackConfig) -> k8s.CoreV1Api:
     return k8s.CoreV1Api(kube.api(stack_cfg))
+
+
+@pytest.fixture
+def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
+    """Each scheduling test starts and ends with no test Pod, no Slurm job and no lock."""
+    yield
+    from tests.integration import helpers
+
+    for pod in core.list_namespaced_pod("default").items:
+        helpers.delete_pod(core, pod.metadata.name, grace=0)
+    jobs = helpers.squeue_ids(stack_cfg)
+    if jobs:
+        helpers.scancel(stack_cfg, *jobs)
+    helpers.wait_until("no test Pods", lambda: not core.list_namespaced_pod("default").items, 30)
+    helpers.wait_until("no Slurm jobs", lambda: not helpers.squeue_ids(stack_cfg), 60)
+    helpers.wait_until(
+        "every lock released",
+        lambda: all(helpers.lock_annotation(core, n) == "false" for n in stack_cfg.slurm_node_names()),
+        30,
+    )

@@ -183,6 +183,7 @@ def test_a_plain_pod_becomes_a_plain_job() -> None:
         "TANDEM_POD_NAMESPACE": "team-a",
         "TANDEM_POD_NAME": "infer-0",
         "TANDEM_POD_UID": "8f1c",
+        "TANDEM_JOB_COMMENT": "",
     }
     assert (spec.cpus, spec.memory_mb, spec.gpus, spec.gpu_type) == (1, 1024, 0, "")
     assert spec.working_dir == "/tmp"

@@ -603,12 +603,6 @@ def test_v38_submit_body_uses_only_keys_slurmrestd_22_05_accepts() -> None:
 # --- known bugs, pinned so a fix shows up as XPASS(strict) --------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="BUG dialects.py V0040.submit_body(): an unknown exclusive value raises KeyError, not "
-    "UnsupportedBySlurm as V0038 does",
-)
 def test_v40_unknown_exclusive_value_is_unsupported_by_slurm() -> None:
     with pytest.raises(UnsupportedBySlurm):
         V0040().submit_body(_full_spec(exclusive="sometimes"))

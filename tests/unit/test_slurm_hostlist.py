@@ -82,11 +82,6 @@ def test_error_names_the_bad_range() -> None:
         expand("gpu-[x-y]")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG hostlist.py expand(): a descending range expands to nothing instead of being refused "
-    "(Slurm's hostlist.c rejects lo > hi as an invalid range)",
-)
 def test_descending_range_is_refused() -> None:
     with pytest.raises(ValueError):
         expand("gpu-[3-1]")

@@ -322,22 +322,30 @@ def test_submit_job_posts_the_dialect_body_and_returns_the_id(make_client: MakeC
     client, slurm = make_client(
         lambda request: _ok({"job_id": 42, "step_id": "batch", "job_submit_user_msg": ""})
     )
-    spec = _spec()
+    spec = _spec(excluded_nodes="bad-001,bad-002")
     assert client.submit_job(spec) == 42
     (request,) = slurm.requests
     assert request.method == "POST"
     assert request.url.path == "/slurm/v0.0.40/job/submit"
-    assert json.loads(request.content) == V0040().submit_body(spec)
+    sent = json.loads(request.content)
+    assert sent == V0040().submit_body(spec)
+    assert sent["job"]["tres_per_node"] == "gres/gpu:h100:1"
+    assert sent["job"]["excluded_nodes"] == ["bad-001", "bad-002"]
 
 
 def test_submit_job_on_v0038_posts_the_v0038_body(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: _ok({"job_id": 9, "step_id": "BATCH"}), version="v0.0.38")
-    spec = _spec()
+    spec = _spec(excluded_nodes="bad-001,bad-[003-004]")
     assert client.submit_job(spec) == 9
     assert slurm.paths == ["/slurm/v0.0.38/job/submit"]
     sent = json.loads(slurm.requests[0].content)
     assert sent == V0038().submit_body(spec)
     assert sent["job"]["environment"] == {"PATH": "/usr/bin:/bin"}
+    # 22.05 knows neither tres_per_node nor excluded_nodes on submit.
+    assert sent["job"]["gres"] == "gpu:h100:1"
+    assert sent["job"]["exclude_nodes"] == "bad-001,bad-[003-004]"
+    assert "tres_per_node" not in sent["job"]
+    assert "excluded_nodes" not in sent["job"]
 
 
 def test_submit_job_id_as_string_is_accepted(make_client: MakeClient) -> None:
@@ -357,9 +365,20 @@ def test_submit_http_500_carries_slurms_description(make_client: MakeClient) -> 
             },
         )
     )
-    with pytest.raises(SlurmApiError, match="Batch job submission failed") as err:
+    with pytest.raises(SlurmApiError) as err:
         client.submit_job(_spec())
     assert err.value.status == 500
+    # Both of Slurm's texts: the description says what failed, the error says why.
+    assert "Batch job submission failed: Requested node configuration is not available" in str(err.value)
+
+
+def test_error_text_equal_to_the_description_is_not_repeated(make_client: MakeClient) -> None:
+    client, _ = make_client(
+        lambda request: _error(500, {"description": "Invalid node name", "error": "Invalid node name"})
+    )
+    with pytest.raises(SlurmApiError) as err:
+        client.drain_node("nope", "r")
+    assert str(err.value).count("Invalid node name") == 1
 
 
 def test_submit_error_without_description_carries_the_error_text(make_client: MakeClient) -> None:
@@ -440,13 +459,110 @@ def test_list_jobs_without_changed_since_asks_for_everything(make_client: MakeCl
     assert "update_time" not in slurm.requests[0].url.params
 
 
-def test_list_jobs_error_raises(make_client: MakeClient) -> None:
-    client, _ = make_client(
+@pytest.mark.parametrize("changed_since", [None, 5], ids=["unfiltered", "filtered"])
+def test_list_jobs_error_raises(make_client: MakeClient, changed_since: int | None) -> None:
+    client, slurm = make_client(
         lambda request: _error(500, {"description": "Unable to query jobs", "error": "Socket timed out"})
     )
-    with pytest.raises(SlurmApiError, match="Unable to query jobs") as err:
-        client.list_jobs(changed_since=5)
+    with pytest.raises(SlurmApiError, match="Unable to query jobs: Socket timed out") as err:
+        client.list_jobs(changed_since=changed_since)
     assert err.value.status == 500
+    # A filtered query is retried once without the filter; an unfiltered one is not retried.
+    assert [r.url.params.get("update_time") for r in slurm.requests] == (
+        [None] if changed_since is None else ["5", None]
+    )
+
+
+def _fail_when_filtered(full: dict[str, Any]) -> Respond:
+    """Slurm 22.05 at times: a query with update_time fails with 500, the same query without works."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if "update_time" in request.url.params:
+            return _error(500, {"error_number": 1, "error": "Unspecified error"})
+        return _ok(full)
+
+    return respond
+
+
+def test_list_nodes_filtered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
+    nodes = [
+        {"name": "cpu-001", "state": "idle", "state_flags": ["DRAIN"], "reason": "k8s: x"},
+        {"name": "cpu-002", "state": "allocated", "reason": ""},
+    ]
+    client, slurm = make_client(_fail_when_filtered({"nodes": nodes}), version="v0.0.38")
+    got = client.list_nodes(changed_since=1_700_000_000)
+    assert got is not None
+    assert [(n.name, n.drained, n.busy) for n in got] == [("cpu-001", True, False), ("cpu-002", False, True)]
+    assert [(r.url.path, r.url.params.get("update_time")) for r in slurm.requests] == [
+        ("/slurm/v0.0.38/nodes", "1700000000"),
+        ("/slurm/v0.0.38/nodes", None),
+    ]
+
+
+def test_list_jobs_filtered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
+    client, slurm = make_client(_fail_when_filtered({"jobs": [V38_JOB]}), version="v0.0.38")
+    jobs = client.list_jobs(changed_since=1_700_000_000)
+    assert jobs is not None
+    assert [j.job_id for j in jobs] == [7]
+    assert len(slurm.requests) == 2
+    assert "update_time" not in slurm.requests[1].url.params
+
+
+@pytest.mark.parametrize("status", [400, 401, 502, 503])
+def test_list_filtered_errors_other_than_500_are_not_retried(make_client: MakeClient, status: int) -> None:
+    client, slurm = make_client(lambda request: _error(status, {"error": "nope"}))
+    with pytest.raises(SlurmApiError) as err:
+        client.list_nodes(changed_since=77)
+    assert err.value.status == status
+    assert len(slurm.requests) == 1
+
+
+def _unchanged(what: str) -> httpx.Response:
+    # slurmrestd v0.0.40+ (23.11): nothing changed since update_time is a 200 with a warning, not a 304.
+    return httpx.Response(
+        200,
+        json={
+            "meta": {},
+            "errors": [],
+            "warnings": [
+                {
+                    "description": f"No {what} changes since update_time[1700000000]=2023-11-14T22:13:20",
+                    "source": f"_op_handler_{what}s",
+                }
+            ],
+            f"{what}s": [],
+            "last_update": {"set": True, "infinite": False, "number": 1_700_000_000},
+        },
+    )
+
+
+@pytest.mark.parametrize("version", ["v0.0.40", "v0.0.41", "v0.0.42"])
+def test_list_jobs_unchanged_on_v0040_is_none(make_client: MakeClient, version: str) -> None:
+    client, slurm = make_client(lambda request: _unchanged("job"), version=version)
+    assert client.list_jobs(changed_since=1_700_000_000) is None
+    assert len(slurm.requests) == 1
+
+
+def test_list_nodes_unchanged_on_v0040_is_none(make_client: MakeClient) -> None:
+    client, slurm = make_client(lambda request: _unchanged("node"))
+    assert client.list_nodes(changed_since=1_700_000_000) is None
+    assert len(slurm.requests) == 1
+
+
+def test_other_warnings_do_not_hide_the_list(make_client: MakeClient) -> None:
+    client, _ = make_client(
+        lambda request: httpx.Response(
+            200,
+            json={
+                "errors": [],
+                "warnings": [{"description": "Unable to resolve the job's user", "source": "x"}],
+                "jobs": [V40_JOB],
+            },
+        )
+    )
+    jobs = client.list_jobs(changed_since=1_700_000_000)
+    assert jobs is not None
+    assert [j.job_id for j in jobs] == [12]
 
 
 def test_list_nodes(make_client: MakeClient) -> None:
@@ -503,6 +619,23 @@ def test_get_job_with_no_jobs_in_the_answer_is_none(make_client: MakeClient) -> 
 def test_get_job_invalid_job_id_error_text_is_none(make_client: MakeClient) -> None:
     client, _ = make_client(
         lambda request: _error(500, {"error_number": 2017, "error": "Invalid job id specified"})
+    )
+    assert client.get_job(999) is None
+
+
+def test_get_unknown_job_on_v0038_is_none(make_client: MakeClient) -> None:
+    # 22.05 answers an unknown job with HTTP 500; only the error field says "Invalid job id".
+    client, _ = make_client(
+        lambda request: _error(
+            500,
+            {
+                "description": "Unable to find JobId=999",
+                "error_number": 2017,
+                "error": "Invalid job id specified",
+                "source": "slurm_load_job",
+            },
+        ),
+        version="v0.0.38",
     )
     assert client.get_job(999) is None
 
@@ -712,75 +845,3 @@ def test_from_settings_with_a_token_only() -> None:
 def test_from_settings_with_neither() -> None:
     with pytest.raises(ValueError):
         SlurmRestClient.from_settings(BASE, "slurm", "", "")
-
-
-# --- known bugs, pinned so a fix shows up as XPASS(strict) --------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG rest.py _errors(): prefers 'description' and drops Slurm's 'error' text whenever both "
-    "are present, which slurmrestd's resp_error() always does",
-)
-def test_error_message_keeps_slurms_error_text_next_to_the_description(make_client: MakeClient) -> None:
-    client, _ = make_client(
-        lambda request: _error(
-            500,
-            {
-                "description": "Batch job submission failed",
-                "error_number": 2050,
-                "error": "Requested node configuration is not available",
-            },
-        )
-    )
-    with pytest.raises(SlurmApiError) as err:
-        client.submit_job(_spec())
-    assert "Requested node configuration is not available" in str(err.value)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=SlurmApiError,
-    reason="BUG rest.py get_job(): 22.05's slurmrestd answers an unknown job with HTTP 500 and "
-    "description 'Unable to find JobId=N'; neither the 404 nor the 'Invalid job id' check matches",
-)
-def test_get_unknown_job_on_v0038_is_none(make_client: MakeClient) -> None:
-    client, _ = make_client(
-        lambda request: _error(
-            500,
-            {
-                "description": "Unable to find JobId=999",
-                "error_number": 2017,
-                "error": "Invalid job id specified",
-                "source": "slurm_load_job",
-            },
-        ),
-        version="v0.0.38",
-    )
-    assert client.get_job(999) is None
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG rest.py list_jobs(): slurmrestd v0.0.40+ answers 'no change since update_time' with "
-    "HTTP 200 and a warning, not 304; list_jobs returns [] (all jobs gone) instead of None",
-)
-def test_list_jobs_unchanged_on_v0040_is_none(make_client: MakeClient) -> None:
-    client, _ = make_client(
-        lambda request: httpx.Response(
-            200,
-            json={
-                "meta": {},
-                "errors": [],
-                "warnings": [
-                    {
-                        "description": "No job changes since update_time[1700000000]=2023-11-14T22:13:20",
-                        "source": "_op_handler_jobs",
-                    }
-                ],
-            },
-        )
-    )
-    assert client.list_jobs(changed_since=1_700_000_000) is None

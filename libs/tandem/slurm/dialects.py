@@ -174,8 +174,10 @@ class V0040:
         if spec.exclusive:
             if spec.exclusive == "none":
                 job["exclusive"] = ["true"]
-            else:
+            elif spec.exclusive in _EXCLUSIVE_V40:
                 job["shared"] = [_EXCLUSIVE_V40[spec.exclusive]]
+            else:
+                raise UnsupportedBySlurm(f"exclusive={spec.exclusive!r} is not a Slurm sharing mode")
         if spec.priority is not None:
             job["priority"] = {"set": True, "infinite": False, "number": spec.priority}
         if spec.time_limit_minutes is not None:

@@ -21,6 +21,8 @@ def expand(hostlist: str) -> list[str]:
             if not m:
                 raise ValueError(f"bad hostlist range {chunk!r} in {hostlist!r}")
             lo, hi = m.group(1), m.group(2) or m.group(1)
+            if int(hi) < int(lo):
+                raise ValueError(f"descending hostlist range {chunk!r} in {hostlist!r}")
             width = len(lo)
             for i in range(int(lo), int(hi) + 1):
                 names.extend(expand(f"{prefix}{i:0{width}d}{suffix}"))

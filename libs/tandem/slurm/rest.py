@@ -146,8 +146,10 @@ class SlurmRestClient:
             return None
         data: dict[str, Any] = r.json()
         # v0.0.40+ answers "nothing changed" with 200 and a warning instead of 304.
-        if changed_since and any("No " in str(w.get("description", "")) and "changes since" in
-                                 str(w.get("description", "")) for w in data.get("warnings") or []):
+        if changed_since and any(
+            "No " in str(w.get("description", "")) and "changes since" in str(w.get("description", ""))
+            for w in data.get("warnings") or []
+        ):
             return None
         return data
 

@@ -24,6 +24,7 @@ from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.scheduler import jobspec, validation
 from tandem.scheduler.jobs import JobTracker, is_finished, state_name
 from tandem.scheduler.podapi import PodApi, condition
+from tandem.slurm import cli as slurm_cli
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 from tandem.v1 import scheduler_pb2, slurm_pb2
@@ -35,6 +36,8 @@ REASON_INVALID = "ValidationFailed"
 REASON_PENDING = "SlurmJobPending"
 REASON_SUBMIT_FAILED = "SlurmSubmitFailed"
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
+TRANSIENT_HTTP = (0, 502, 503, 504)
 
 
 class Controller:
@@ -49,6 +52,7 @@ class Controller:
         placeholder_cfg: jobspec.PlaceholderConfig,
         kill_wait: float,
         slurmd_namespace: str,
+        sbatch: str = "",
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -60,6 +64,7 @@ class Controller:
         self.placeholder_cfg = placeholder_cfg
         self.kill_wait = kill_wait
         self.slurmd_namespace = slurmd_namespace
+        self.sbatch = sbatch
         # Jobs this process submitted, by Pod uid: the source of truth until the stream shows them.
         self._submitted: dict[str, int] = {}
         self._submitted_lock = threading.Lock()
@@ -165,13 +170,24 @@ class Controller:
             return
         spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
         uid, gid = jobspec.job_user(pod)
+        # Root submits on the user's behalf (as SUNK does over RPC), so priority and the group apply;
+        # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
+        on_behalf = (uid, gid) != (0, 0) and bool(self.sbatch)
         try:
-            job_id = self.slurm.submit_job(spec, user=str(uid))
-        except (SlurmApiError, UnsupportedBySlurm) as e:
-            message = f"Slurm refused the placeholder job: {e}"
-            self.api.set_unscheduled(pod, REASON_SUBMIT_FAILED, message)
-            self._event(pod, "Warning", "FailedScheduling", message)
-            self.queue.add_after(key, 10.0)
+            if on_behalf:
+                job_id = slurm_cli.submit(spec, uid, gid, self.sbatch)
+            else:
+                # The token names the user; slurmctld runs the job as that uid.
+                job_id = self.slurm.submit_job(spec, user=str(uid))
+        except SlurmApiError as e:
+            if e.status in TRANSIENT_HTTP:
+                log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
+                self.queue.add_after(key, 2.0)
+                return
+            self._refuse(pod, f"Slurm refused the placeholder job: {e}")
+            return
+        except UnsupportedBySlurm as e:
+            self._refuse(pod, f"Slurm cannot run this Pod: {e}")
             return
         with self._submitted_lock:
             self._submitted[pod["metadata"]["uid"]] = job_id
@@ -179,6 +195,20 @@ class Controller:
         self.api.record_job(pod, job_id)
         where = f" to partition {spec.partition}" if spec.partition else ""
         self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
+        if (uid, gid) != (0, 0) and not on_behalf:
+            self._event(
+                pod,
+                "Warning",
+                "RunAsUserOnly",
+                f"job {job_id} runs as uid {uid} with that user's primary group, not necessarily gid {gid}, "
+                "and "
+                "without a priority: slurmrestd cannot carry them (configure --sbatch to apply both)",
+            )
+
+    def _refuse(self, pod: JSON, message: str) -> None:
+        """Slurm said no to this Pod as it is: like a validation error, it is not retried."""
+        self.api.set_unscheduled(pod, REASON_SUBMIT_FAILED, message)
+        self._event(pod, "Warning", "FailedScheduling", message)
 
     def _bind(self, pod: JSON, job: Any) -> None:
         slurm_node = job.nodes[0]
@@ -259,7 +289,11 @@ class Controller:
 
 def _marked_invalid(pod: JSON) -> bool:
     c = condition(pod, "PodScheduled")
-    return c is not None and c.get("status") == "False" and c.get("reason") == REASON_INVALID
+    return (
+        c is not None
+        and c.get("status") == "False"
+        and c.get("reason") in (REASON_INVALID, REASON_SUBMIT_FAILED)
+    )
 
 
 def _key(pod: JSON) -> str:

@@ -106,6 +106,9 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         "TANDEM_POD_NAMESPACE": ref.namespace,
         "TANDEM_POD_NAME": ref.name,
         "TANDEM_POD_UID": ref.uid,
+        # Slurm 22.05 has no Extra field: the script appends its started marker to the comment,
+        # and a job cannot read its own comment from its environment.
+        "TANDEM_JOB_COMMENT": found.get(keys.COMMENT, ""),
     }
     return JobSpec(
         name=job_name(ref),

@@ -89,6 +89,13 @@ class SchedulerSettings:
         env="TANDEM_HOOKS_ENV",
         help="path, on the Slurm nodes, of the file naming the hooks API and token",
     )
+    sbatch: str = option(
+        "",
+        flag="--sbatch",
+        env="TANDEM_SBATCH",
+        help="sbatch to submit Pods that set group-id (needs root, munge and slurm.conf); "
+        "empty: slurmrestd only, and the job gets the user's primary group",
+    )
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )

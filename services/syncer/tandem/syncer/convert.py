@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tandem.keys import LockState
 from tandem.slurm.models import Node
 from tandem.syncer.locks import NodeLockView
@@ -24,7 +26,7 @@ _LOCK_STATES = {
 }
 
 
-def job_state(state: str) -> slurm_pb2.JobState.ValueType:
+def job_state(state: str) -> Any:
     try:
         return slurm_pb2.JobState.Value(f"JOB_STATE_{state}")
     except ValueError:

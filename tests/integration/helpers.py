@@ -1,0 +1,197 @@
+"""What the integration tests do to the real stack: make Pods, wait for things, read Slurm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from devstack import config, slurm
+from devstack.config import StackConfig
+
+T = TypeVar("T")
+PREFIX = "sunk.coreweave.com/"
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception as e:
+            last = e
+        else:
+            if value:
+                return value
+            last = value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def tandem_pod(
+    cfg: StackConfig,
+    name: str,
+    annotations: dict[str, str] | None = None,
+    cpu: str | None = "1",
+    memory: str | None = "1Gi",
+    gpus: int = 0,
+    grace: int | None = 5,
+    gpu_model: str | None = None,
+    labels: dict[str, str] | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    spec: dict[str, Any] = {
+        "schedulerName": cfg.scheduler_name,
+        "containers": [{"name": "main", "image": "ubuntu", "resources": {"requests": requests}}],
+    }
+    if gpus:
+        spec["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    if gpu_model:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "gpu.nvidia.com/model", "operator": "In", "values": [gpu_model]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": annotations or {},
+            "labels": labels or {},
+        },
+        "spec": spec,
+    }
+
+
+def create(core: k8s.CoreV1Api, pod: dict[str, Any]) -> None:
+    core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+
+
+def get_pod(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> k8s.V1Pod | None:
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def delete_pod(core: k8s.CoreV1Api, name: str, namespace: str = "default", grace: int | None = None) -> None:
+    try:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def job_id_of(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> int | None:
+    pod = get_pod(core, name, namespace)
+    value = ((pod.metadata.annotations or {}) if pod else {}).get(PREFIX + "job-id")
+    return int(value) if value else None
+
+
+def events_for(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> list[k8s.CoreV1Event]:
+    return list(core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
+
+
+def scheduled_condition(pod: k8s.V1Pod) -> k8s.V1PodCondition | None:
+    return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+
+
+def rest_job(cfg: StackConfig, job_id: int) -> dict[str, Any]:
+    """The job as slurmrestd reports it (v0.0.38 JSON)."""
+    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm.rest_token(cfg, lifespan=300)}
+    r = httpx.get(f"{cfg.slurmrestd_url}/slurm/v0.0.38/job/{job_id}", headers=headers, timeout=10)
+    r.raise_for_status()
+    return dict(r.json()["jobs"][0])
+
+
+def squeue_ids(cfg: StackConfig) -> set[int]:
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout
+    return {int(x) for x in out.split()}
+
+
+def scontrol(cfg: StackConfig, *args: str) -> str:
+    return subprocess.run(
+        ["scontrol", *args], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout
+
+
+def node_state(cfg: StackConfig, node: str) -> tuple[str, str]:
+    """(sinfo state, reason) of one Slurm node."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-n", node, "-o", "%T|%E"],
+        env=slurm.slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[0]
+    state, reason = out.split("|", 1)
+    return state, reason
+
+
+def lock_annotation(core: k8s.CoreV1Api, slurm_node: str) -> str:
+    pod = core.read_namespaced_pod(slurm_node, config.SLURM_NAMESPACE)
+    return str((pod.metadata.annotations or {}).get(PREFIX + "lock", "false"))
+
+
+def node_has_lock_taint(core: k8s.CoreV1Api, kube_node: str) -> bool:
+    node = core.read_node(kube_node)
+    return any(t.key == PREFIX + "lock" for t in node.spec.taints or [])
+
+
+def kube_node_of(slurm_node: str) -> str:
+    return config.kube_node_name(int(slurm_node.split("-")[1]))
+
+
+def sbatch(cfg: StackConfig, *args: str, script: str = "#!/bin/sh\nsleep 300\n") -> int:
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--output=/dev/null", *args],
+        input=script,
+        env=slurm.slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.strip().split(";")[0])
+
+
+def scancel(cfg: StackConfig, *job_ids: int) -> None:
+    subprocess.run(["scancel", *map(str, job_ids)], env=slurm.slurm_env(cfg), capture_output=True)
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, default=str, indent=1)[:2000]
