@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tandem import keys
+from tandem.events import EventRecorder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
 from tandem.syncer.mirror import SlurmMirror
@@ -47,6 +48,7 @@ class NodeLocker:
         scheduler_name: str,
         timeout: float,
         poll: float = 0.1,
+        events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
         self.mirror = mirror
@@ -54,6 +56,7 @@ class NodeLocker:
         self.scheduler_name = scheduler_name
         self.timeout = timeout
         self.poll = poll
+        self.events = events
         self._node_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
         # job id -> when its prolog asked, per Slurm node.
@@ -150,6 +153,15 @@ class NodeLocker:
         try:
             self.kube.post(f"{pod_path(meta['namespace'], meta['name'])}/eviction", body)
             log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
+            if self.events is not None:
+                self.events.record(
+                    pod,
+                    "Warning",
+                    "Evicted",
+                    f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
+                    f"(Slurm node {slurm_node}); Pods that do not tolerate "
+                    f"{keys.LOCK_KEY} must leave",
+                )
         except KubeError as e:
             # 429: a PodDisruptionBudget forbids it for now; 404: already gone. Both: look again.
             if e.status not in (404, 429):

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from tandem import logs, serving, settings
+from tandem.events import EventRecorder
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.locks import NodeLocker
@@ -27,7 +28,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
-    locker = NodeLocker(kube, mirror, cfg.slurmd_namespace, cfg.scheduler_name, cfg.lock_timeout)
+    locker = NodeLocker(
+        kube,
+        mirror,
+        cfg.slurmd_namespace,
+        cfg.scheduler_name,
+        cfg.lock_timeout,
+        events=EventRecorder(kube, "tandem-syncer"),
+    )
     servicer = SyncerServicer(mirror, locker, slurm, kube, cfg.terminating_timeout)
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(

@@ -1,0 +1,207 @@
+"""Issue 3: the prolog locks a job's Node through the hooks API; Pods that must not share it leave
+first; the lock goes back to false when the Slurm node runs no job; a failed lock drains the node."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from devstack import kube as devkube
+from devstack import services
+from devstack.config import StackConfig
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+LOCK_TOLERATION = {"key": h.PREFIX + "lock", "operator": "Exists", "effect": "NoExecute"}
+
+
+def _plain_pod(
+    name: str,
+    node: str,
+    tolerations: list[dict[str, str]] | None = None,
+    owner: dict[str, Any] | None = None,
+    delete_delay_ms: int | None = None,
+) -> dict[str, Any]:
+    """A Pod placed by someone else (no Tandem), already on `node`."""
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "annotations": {}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    if delete_delay_ms:
+        meta["annotations"][devkube.DELETE_DELAY_ANNOTATION] = str(delete_delay_ms)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "tolerations": tolerations or [],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+
+
+class LockRecorder:
+    """Every value the lock annotation of one slurmd Pod takes, in order."""
+
+    def __init__(self, core: k8s.CoreV1Api, slurm_node: str) -> None:
+        self.core, self.slurm_node = core, slurm_node
+        self.values: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = h.lock_annotation(self.core, self.slurm_node)
+            if not self.values or self.values[-1] != value:
+                self.values.append(value)
+            time.sleep(0.02)
+
+    def __enter__(self) -> LockRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        value = h.lock_annotation(self.core, self.slurm_node)
+        if self.values[-1] != value:
+            self.values.append(value)
+
+
+@pytest.fixture
+def daemonset(core: k8s.CoreV1Api, stack_cfg: StackConfig) -> Iterator[dict[str, Any]]:
+    apps = k8s.AppsV1Api(devkube.api(stack_cfg))
+    ds = apps.create_namespaced_daemon_set(
+        "default",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "log-agent"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "log-agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "log-agent"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            },
+        },
+    )
+    yield {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "log-agent",
+        "uid": ds.metadata.uid,
+        "controller": True,
+    }
+    apps.delete_namespaced_daemon_set("log-agent", "default")
+
+
+def _running(core: k8s.CoreV1Api, name: str) -> bool:
+    pod = h.get_pod(core, name)
+    return pod is not None and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+
+
+def test_strict_lock_evicts_what_must_not_share_the_node_before_the_pod_starts(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, daemonset: dict[str, Any]
+) -> None:
+    slurm_node, node = "cpu-001", h.kube_node_of("cpu-001")
+    plain, tolerant, agent = h.unique("web"), h.unique("tolerant"), h.unique("log-agent")
+    h.create(core, _plain_pod(plain, node, delete_delay_ms=1500))  # slow to leave: "pending" is visible
+    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION]))
+    h.create(core, _plain_pod(agent, node, [LOCK_TOLERATION], owner=daemonset))
+    for name in (plain, tolerant, agent):
+        h.wait_until(f"{name} running", functools.partial(_running, core, name), 15)
+
+    tandem = h.unique("strict")
+    with LockRecorder(core, slurm_node) as lock:
+        h.create(core, h.tandem_pod(stack_cfg, tandem, {h.PREFIX + "required-nodes": slurm_node}))
+        seen_while_binding: dict[str, bool] = {}
+
+        def bound() -> bool:
+            pod = h.get_pod(core, tandem)
+            if pod is None or not pod.spec.node_name:
+                return False
+            seen_while_binding.update({n: h.get_pod(core, n) is not None for n in (plain, tolerant, agent)})
+            return True
+
+        h.wait_until("Tandem pod bound", bound, 30, every=0.02)
+        h.wait_until("Tandem pod running", lambda: _running(core, tandem), 15)
+        assert seen_while_binding == {plain: False, tolerant: False, agent: True}
+        assert _running(core, agent)
+        assert h.lock_annotation(core, slurm_node) == "locked_strict"
+        assert h.node_has_lock_taint(core, node)
+        for name in (plain, tolerant):
+            evicted = [e for e in h.events_for(core, name) if e.reason == "Evicted"]
+            assert len(evicted) == 1 and slurm_node in evicted[0].message, name
+
+        h.delete_pod(core, tandem)
+        h.wait_until("lock released", lambda: h.lock_annotation(core, slurm_node) == "false", 30)
+    assert lock.values == ["false", "pending", "locked_strict", "false"]
+    assert not h.node_has_lock_taint(core, node)
+    assert _running(core, agent)
+
+
+def test_a_normal_slurm_job_takes_a_plain_lock_that_spares_tolerating_pods(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    slurm_node, node = "cpu-003", h.kube_node_of("cpu-003")
+    plain, tolerant = h.unique("web"), h.unique("tolerant")
+    h.create(core, _plain_pod(plain, node))
+    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION]))
+    for name in (plain, tolerant):
+        h.wait_until(f"{name} running", functools.partial(_running, core, name), 15)
+    with LockRecorder(core, slurm_node) as lock:
+        job = h.sbatch(stack_cfg, f"--nodelist={slurm_node}", script="#!/bin/sh\nsleep 3\n")
+        h.wait_until("job running", lambda: job in h.squeue_ids(stack_cfg), 15)
+        h.wait_until("node locked", lambda: h.lock_annotation(core, slurm_node) == "locked", 15)
+        assert h.get_pod(core, plain) is None
+        assert _running(core, tolerant)
+        assert h.node_has_lock_taint(core, node)
+        h.wait_until("job done and lock released", lambda: h.lock_annotation(core, slurm_node) == "false", 30)
+    assert lock.values[0] == "false" and lock.values[-1] == "false" and "locked" in lock.values
+    assert "locked_strict" not in lock.values
+    assert not h.node_has_lock_taint(core, node)
+
+
+@pytest.fixture
+def broken_hooks(stack_cfg: StackConfig) -> Iterator[Any]:
+    """Point the prolog at a wrong token or a dead gateway; restore the real one afterwards."""
+    env_file = services.hooks_env_file(stack_cfg)
+    original = env_file.read_text()
+
+    def breaking(text: str) -> None:
+        env_file.write_text(text)
+
+    yield breaking
+    env_file.write_text(original)
+
+
+@pytest.mark.parametrize("how", ["wrong-token", "gateway-down"])
+def test_a_failed_lock_fails_the_prolog_and_slurm_drains_the_node(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, broken_hooks: Any, how: str
+) -> None:
+    slurm_node = "cpu-005"
+    if how == "wrong-token":
+        broken_hooks(f"TANDEM_HOOKS_URL='{stack_cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN='not-the-token'\n")
+    else:
+        broken_hooks("TANDEM_HOOKS_URL='http://127.0.0.1:9'\nTANDEM_HOOKS_TOKEN='x'\nTANDEM_LOCK_TIMEOUT=3\n")
+    job = h.sbatch(stack_cfg, f"--nodelist={slurm_node}", "--no-requeue", script="#!/bin/sh\nsleep 1\n")
+    try:
+
+        def drained() -> tuple[str, str] | None:
+            state = h.node_state(stack_cfg, slurm_node)
+            return state if "drain" in state[0] else None
+
+        _state, reason = h.wait_until("node drained", drained, 30)
+        assert "Prolog" in reason or "prolog" in reason
+        assert h.lock_annotation(core, slurm_node) != "locked"
+    finally:
+        h.scancel(stack_cfg, job)
+        h.scontrol(stack_cfg, "update", f"nodename={slurm_node}", "state=resume")
