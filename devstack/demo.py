@@ -1,11 +1,162 @@
-"""`make demo`: the stack up, and what it holds."""
+"""`make demo`: the stack up, the reference's two example Pods scheduled through Slurm, and where
+each one landed: Pod -> Slurm job -> Slurm node -> Node -> lock."""
 
 from __future__ import annotations
 
-from devstack import stack
+import time
+from typing import Any
+
+import grpc
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from devstack import config, kube, services
 from devstack.config import StackConfig
+from tandem.v1 import lock_pb2, scheduler_pb2, scheduler_pb2_grpc, slurm_pb2, syncer_pb2, syncer_pb2_grpc
+
+NAMESPACE = "demo"
+PREFIX = "sunk.coreweave.com/"
+
+
+def example_pods(cfg: StackConfig) -> list[dict[str, Any]]:
+    """The reference's two examples, sized for the local nodes (32 CPUs, 250 GiB, 8 GPUs)."""
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpu.nvidia.com/model", "operator": "In", "values": [config.GPU_MODEL]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+
+    def pod(
+        name: str, annotations: dict[str, str], requests: dict[str, str], limits: dict[str, str]
+    ) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
+            "spec": {
+                "schedulerName": cfg.scheduler_name,
+                "terminationGracePeriodSeconds": 5,
+                "affinity": affinity,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "ubuntu",
+                        "command": ["/bin/bash"],
+                        "args": ["-c", "sleep infinity"],
+                        "resources": {"requests": requests, "limits": limits},
+                    }
+                ],
+            },
+        }
+
+    return [
+        pod(
+            "slurm-test-full-node",
+            {
+                PREFIX + "account": "root",
+                PREFIX + "comment": "A Kubernetes job",
+                PREFIX + "exclusive": "none",
+            },
+            {"cpu": "30", "memory": "200Gi", "nvidia.com/gpu": "8"},
+            {"memory": "200Gi", "nvidia.com/gpu": "8"},
+        ),
+        pod(
+            "slurm-test-single-gpu",
+            {
+                PREFIX + "account": "root",
+                PREFIX + "comment": "A single GPU Pod",
+                PREFIX + "exclusive": "user",
+                PREFIX + "user-id": "1001",
+            },
+            {"cpu": "8", "memory": "128Gi", "nvidia.com/gpu": "1"},
+            {"memory": "200Gi", "nvidia.com/gpu": "1"},
+        ),
+    ]
 
 
 def run(cfg: StackConfig) -> int:
-    print(stack.summary(cfg))
+    core = k8s.CoreV1Api(kube.api(cfg))
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    pods = example_pods(cfg)
+    for p in pods:
+        _delete_and_wait(core, p["metadata"]["name"])
+    started = time.monotonic()
+    for p in pods:
+        core.create_namespaced_pod(NAMESPACE, p)
+        print(f"created pod {NAMESPACE}/{p['metadata']['name']}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        phases = [core.read_namespaced_pod(p["metadata"]["name"], NAMESPACE).status.phase for p in pods]
+        if all(phase == "Running" for phase in phases):
+            break
+        time.sleep(0.2)
+    else:
+        print("the example Pods did not all start within 60s; `kubectl describe pod -n demo` says why")
+        return 1
+    print(f"both Pods running {time.monotonic() - started:.1f}s after creation\n")
+    print(placement_table(cfg))
+    print("\nlocal stack: . .tandem/env   |   stop it: make down")
     return 0
+
+
+def placement_table(cfg: StackConfig, namespace: str = NAMESPACE) -> str:
+    addr = services.grpc_addresses(cfg)
+    with (
+        grpc.insecure_channel(addr["tandem-scheduler"]) as sch,
+        grpc.insecure_channel(addr["tandem-syncer"]) as syn,
+    ):
+        placements = (
+            scheduler_pb2_grpc.SchedulerServiceStub(sch)
+            .ListPlacements(scheduler_pb2.ListPlacementsRequest(pod_namespace=namespace), timeout=10)
+            .placements
+        )
+        locks = {
+            lock.slurm_node: lock
+            for lock in syncer_pb2_grpc.SyncerServiceStub(syn)
+            .ListNodeLocks(syncer_pb2.ListNodeLocksRequest(), timeout=10)
+            .locks
+        }
+    rows = [("POD", "SLURM JOB", "JOB STATE", "SLURM NODE", "NODE", "LOCK")]
+    for p in placements:
+        lock = locks.get(p.slurm_node)
+        rows.append(
+            (
+                f"{p.pod_namespace}/{p.pod_name}",
+                str(p.job_id or "-"),
+                slurm_pb2.JobState.Name(p.job_state).removeprefix("JOB_STATE_"),
+                p.slurm_node or "-",
+                p.kube_node or "-",
+                lock_pb2.LockState.Name(lock.state).removeprefix("LOCK_STATE_").lower() if lock else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+def _delete_and_wait(core: k8s.CoreV1Api, name: str) -> None:
+    try:
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+    except ApiException as e:
+        if e.status == 404:
+            return
+        raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespaced_pod(name, NAMESPACE)
+        except ApiException as e:
+            if e.status == 404:
+                return
+        time.sleep(0.2)
