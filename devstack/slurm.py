@@ -249,12 +249,14 @@ def rest_token(cfg: StackConfig, user: str = REST_USER, lifespan: int = 30 * 864
     return jwt.mint(paths(cfg)["jwt_key"].read_bytes(), user, lifespan)
 
 
-def nodes_idle(cfg: StackConfig) -> bool:
+def nodes_up(cfg: StackConfig) -> bool:
     out = subprocess.run(
         ["sinfo", "-h", "-N", "-o", "%N %t"], env=slurm_env(cfg), capture_output=True, text=True, check=True
     ).stdout
     states = dict(line.split() for line in out.splitlines() if line.strip())
-    return len(states) >= cfg.nodes and all(s == "idle" for s in states.values())
+    # Registered and responding; a node may already run jobs when `up` runs again.
+    up = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "drain", "drng", "drained")
+    return len(states) >= cfg.nodes and all(s in up for s in states.values())
 
 
 def cancel_all_jobs(cfg: StackConfig) -> None:

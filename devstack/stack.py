@@ -68,7 +68,7 @@ def up(cfg: StackConfig) -> float:
         60,
         d["kwok"],
     )
-    wait_for(f"{cfg.nodes} Slurm nodes idle", lambda: slurm.nodes_idle(cfg), 60, d["slurmctld"])
+    wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
     for name in services.SERVICES:
         if need(name):
             services.start(cfg, name, d[name])
