@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -87,6 +88,7 @@ class HooksGateway:
                         {"error": f"no route {self.path}", "routes": sorted(gateway.routes)},
                     )
                     return
+                started = time.monotonic()
                 try:
                     if len(raw) > MAX_BODY:
                         raise BadRequest(f"body larger than {MAX_BODY} bytes")
@@ -97,7 +99,16 @@ class HooksGateway:
                     code = e.code()
                     status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
                     body = {"error": e.details() or code.name, "syncer_status": code.name}
-                log.info("hook", extra={"route": self.path, "status": int(status)})
+                log.info(
+                    "hook",
+                    extra={
+                        "route": self.path,
+                        "status": int(status),
+                        "job": body.get("job"),
+                        "node": body.get("node"),
+                        "ms": round((time.monotonic() - started) * 1000, 1),
+                    },
+                )
                 self._reply(status, body)
 
             def _unauthorized(self) -> None:
