@@ -148,9 +148,11 @@ def tandem(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]
     done.wait(600)
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
-    raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"gracePeriodSeconds": "0"})
+    raw.request(
+        "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"gracePeriodSeconds": "0"}, timeout=300
+    )
     slurm = slurm_client(cfg)
-    wait_for_no_jobs(slurm, f"tandem:{NAMESPACE}/")
+    wait_for_no_jobs(slurm, f"tandem:{NAMESPACE}/", timeout=600)
     slurm.close()
     raw.close()
     return len(latencies) / (last - first), latencies

@@ -13,6 +13,8 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+__all__ = ["ApiException"]
+
 from devstack import config, slurm
 from devstack.config import StackConfig
 

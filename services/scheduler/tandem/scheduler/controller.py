@@ -69,6 +69,8 @@ class Controller:
         self._submitted: dict[str, int] = {}
         self._submitted_lock = threading.Lock()
         self._kube_nodes: dict[str, str] = {}
+        # Jobs already cancelled: their scripts are shutting down; once is enough.
+        self._cancelled: set[int] = set()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
 
     # -- entry points ------------------------------------------------------------------------
@@ -191,6 +193,7 @@ class Controller:
             return
         with self._submitted_lock:
             self._submitted[pod["metadata"]["uid"]] = job_id
+        self.jobs.announce(job_id, spec.name)
         log.info("placeholder job submitted", extra={"pod": key, "job": job_id, "uid": uid, "gid": gid})
         self.api.record_job(pod, job_id)
         where = f" to partition {spec.partition}" if spec.partition else ""
@@ -226,19 +229,33 @@ class Controller:
         )
 
     def _watch_bound(self, pod: JSON, job: Any | None) -> None:
-        """A bound Pod lives exactly as long as its job."""
+        """A bound Pod lives exactly as long as its job, on its job's node."""
         if job is None:
             return
-        if job.terminating or is_finished(job):
-            why = "was told to stop" if job.terminating else f"ended ({state_name(job)})"
+        why = ""
+        if job.terminating:
+            why = "was stopped (scancel, time limit or preemption)"
+        elif is_finished(job):
+            why = f"ended ({state_name(job)})"
+        elif job.state == slurm_pb2.JOB_STATE_PENDING:
+            why = "was requeued"
+        elif (
+            job.nodes
+            and job.state == slurm_pb2.JOB_STATE_RUNNING
+            and job.script_started
+            and self._kube_node(job.nodes[0]) != pod["spec"]["nodeName"]
+        ):
+            why = f"now runs on {job.nodes[0]}, not on this Pod's Node"
+        if why:
             self._event(pod, "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
             self.api.delete(pod)
 
     def _cancel(self, job: Any | None, key: str, why: str) -> None:
-        if job is None or is_finished(job):
+        if job is None or is_finished(job) or job.job_id in self._cancelled:
             return
         log.info("cancelling job", extra={"pod": key, "job": job.job_id, "why": why})
         self.slurm.cancel_job(job.job_id)
+        self._cancelled.add(job.job_id)
 
     def _cancel_orphans(self, key: str) -> None:
         """The Pod is gone: no job of a Pod by this name may outlive it."""

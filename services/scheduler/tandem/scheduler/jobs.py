@@ -72,6 +72,15 @@ class JobTracker:
         with self._lock:
             return [j for j in self._jobs.values() if placeholder.parse_job_name(j.name)]
 
+    def announce(self, job_id: int, name: str) -> None:
+        """Tell the syncer about a job we just submitted (best effort: it can also ask Slurm)."""
+        try:
+            self.syncer.PlaceholderSubmitted(
+                syncer_pb2.PlaceholderSubmittedRequest(job_id=job_id, job_name=name), timeout=2
+            )
+        except grpc.RpcError as e:
+            log.warning("could not announce job to the syncer", extra={"job": job_id, "error": str(e.code())})
+
     def run(self, stop: threading.Event) -> None:
         backoff = 0.5
         while not stop.is_set():

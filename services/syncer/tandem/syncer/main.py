@@ -39,7 +39,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     servicer = SyncerServicer(mirror, locker, slurm, kube, cfg.terminating_timeout)
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(
-        cfg.grpc_address, [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)], [name]
+        cfg.grpc_address,
+        [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)],
+        [name],
+        # Every prolog holds a call while its Node empties; hundreds start at once under load.
+        max_workers=512,
     )
 
     def reconcile_locks() -> None:

@@ -1,6 +1,6 @@
 """The syncer's mirror of Slurm: jobs and nodes, fed by an `update_time`-filtered poll of
-slurmrestd (the safety net) and by pushes from the hooks (the fast path), published to
-subscribers as changes."""
+slurmrestd (the safety net) and by pushes from the hooks and the scheduler (the fast path),
+published to subscribers as changes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import queue
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from tandem.slurm.models import Job, Node
@@ -29,6 +30,11 @@ class JobStatus:
     def job_id(self) -> int:
         return self.job.job_id
 
+    @property
+    def holds_nodes(self) -> bool:
+        """Allocated (running, or still cleaning up) rather than waiting or over."""
+        return not self.gone and not self.job.finished and self.job.state != "PENDING"
+
 
 Change = JobStatus | Node
 
@@ -48,6 +54,7 @@ class SlurmMirror:
         self.slurm = slurm
         self.poll_interval = poll_interval
         self._jobs: dict[int, JobStatus] = {}
+        self._by_node: defaultdict[str, set[int]] = defaultdict(set)
         self._nodes: dict[str, Node] = {}
         self._subs: list[Subscription] = []
         self._lock = threading.RLock()
@@ -56,6 +63,8 @@ class SlurmMirror:
         self._synced = threading.Event()
         # When each job entered the mirror: a poll answer older than that says nothing about it.
         self._seen_at: dict[int, float] = {}
+        # When the hooks last told us about each job: newer than any poll answer asked before it.
+        self._pushed_at: dict[int, float] = {}
         self._wake = threading.Event()
         self._polling = threading.Lock()
 
@@ -79,11 +88,7 @@ class SlurmMirror:
     def jobs_on(self, node: str) -> list[JobStatus]:
         """Jobs that hold (or still clean up) an allocation on `node`."""
         with self._lock:
-            return [
-                s
-                for s in self._jobs.values()
-                if not s.gone and not s.job.finished and s.job.state != "PENDING" and node in s.job.nodes
-            ]
+            return [s for j in self._by_node.get(node, ()) if (s := self._jobs[j]).holds_nodes]
 
     def nodes(self) -> list[Node]:
         with self._lock:
@@ -102,43 +107,51 @@ class SlurmMirror:
             if sub in self._subs:
                 self._subs.remove(sub)
 
-    # -- pushes from the hooks -----------------------------------------------------------------
+    # -- pushes ----------------------------------------------------------------------------------
 
-    def job_started(self, job_id: int, node: str) -> JobStatus | None:
+    def job_submitted(self, job_id: int, name: str) -> None:
+        """A job the scheduler just submitted: known by name before any poll sees it."""
+        with self._lock:
+            if job_id not in self._jobs:
+                self._store(JobStatus(Job(job_id=job_id, name=name, state="PENDING")))
+
+    def job_started(self, job_id: int, node: str) -> JobStatus:
         return self._push(job_id, node, started=True)
 
-    def job_terminating(self, job_id: int, node: str) -> JobStatus | None:
+    def job_terminating(self, job_id: int, node: str) -> JobStatus:
         return self._push(job_id, node, terminating=True)
 
     def refresh_job(self, job_id: int) -> JobStatus | None:
-        """Fetch one job now (e.g. a prolog for a job the poll has not seen yet)."""
+        """Fetch one job now (e.g. a prolog for a job nobody told us about)."""
         job = self.slurm.get_job(job_id)
         with self._lock:
             if job is None:
                 return self._jobs.get(job_id)
             return self._apply_job(job)
 
-    def _push(
-        self, job_id: int, node: str, started: bool = False, terminating: bool = False
-    ) -> JobStatus | None:
+    def _push(self, job_id: int, node: str, started: bool = False, terminating: bool = False) -> JobStatus:
         with self._lock:
-            status = self._jobs.get(job_id)
-        if status is None:
+            known = job_id in self._jobs
+        if not known:
             try:
-                status = self.refresh_job(job_id)
+                self.refresh_job(job_id)
             except SlurmApiError as e:
                 log.warning("cannot fetch pushed job", extra={"job": job_id, "error": str(e)})
-            if status is None:
-                # Slurm answered nothing yet; what the script told us is enough to act on.
-                status = JobStatus(Job(job_id=job_id, name="", state="RUNNING", nodes=(node,)))
         with self._lock:
-            current = self._jobs.get(job_id, status)
-            self._seen_at.setdefault(job_id, time.monotonic())
+            current = self._jobs.get(job_id) or JobStatus(Job(job_id=job_id, name="", state="RUNNING"))
+            job = current.job
+            if node and (job.state == "PENDING" or not job.nodes):
+                # The script runs, so the job does, and on the node it names: no need to ask Slurm.
+                job = replace(job, state="RUNNING", nodes=(node,), state_reason="")
             updated = replace(
-                current, started=current.started or started, terminating=current.terminating or terminating
+                current,
+                job=job,
+                started=current.started or started,
+                terminating=current.terminating or terminating,
             )
-            if updated != current or job_id not in self._jobs:
-                self._jobs[job_id] = updated
+            self._pushed_at[job_id] = time.monotonic()
+            if updated != self._jobs.get(job_id):
+                self._store(updated)
                 self._publish(updated)
             return updated
 
@@ -153,54 +166,48 @@ class SlurmMirror:
             self._wake.wait(self.poll_interval)
             self._wake.clear()
 
-    def poll_soon(self) -> None:
-        self._wake.set()
-
     def poll_once(self) -> None:
         with self._polling:
-            self._poll_once()
-
-    def _poll_once(self) -> None:
-        started = int(time.time())
-        asked_at = time.monotonic()
-        # One second of overlap: update_time has a resolution of seconds.
-        jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
-        if jobs is not None:
-            self._apply_job_list(jobs, asked_at)
-        self._jobs_since = started
-        nodes = self.slurm.list_nodes(self._nodes_since - 1 if self._nodes_since else None)
-        if nodes is not None:
-            self._apply_node_list(nodes)
-        self._nodes_since = started
-        self._synced.set()
+            started = int(time.time())
+            asked_at = time.monotonic()
+            # One second of overlap: update_time has a resolution of seconds.
+            jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
+            if jobs is not None:
+                self._apply_job_list(jobs, asked_at)
+            self._jobs_since = started
+            nodes = self.slurm.list_nodes(self._nodes_since - 1 if self._nodes_since else None)
+            if nodes is not None:
+                self._apply_node_list(nodes)
+            self._nodes_since = started
+            self._synced.set()
 
     def _apply_job_list(self, jobs: list[Job], asked_at: float) -> None:
         with self._lock:
             seen = set()
             for job in jobs:
                 seen.add(job.job_id)
-                self._apply_job(job)
+                self._apply_job(job, asked_at)
             for job_id, status in list(self._jobs.items()):
                 if job_id in seen or self._seen_at.get(job_id, 0.0) > asked_at:
                     continue
                 if not status.gone:
                     # Purged by slurmctld (MinJobAge) or never really existed.
                     gone = replace(status, gone=True)
-                    self._jobs[job_id] = gone
+                    self._store(gone)
                     self._publish(gone)
                 else:
-                    del self._jobs[job_id]
-                    self._seen_at.pop(job_id, None)
+                    self._forget(job_id)
 
-    def _apply_job(self, job: Job) -> JobStatus:
+    def _apply_job(self, job: Job, asked_at: float | None = None) -> JobStatus:
         current = self._jobs.get(job.job_id)
+        if current is not None and asked_at is not None and self._pushed_at.get(job.job_id, 0.0) > asked_at:
+            return current  # a poll answer from before the script's push: the push is newer
         if current is None:
-            self._seen_at[job.job_id] = time.monotonic()
             updated = JobStatus(job, started=job.script_started)
         else:
             updated = replace(current, job=job, started=current.started or job.script_started, gone=False)
         if updated != current:
-            self._jobs[job.job_id] = updated
+            self._store(updated)
             self._publish(updated)
         return updated
 
@@ -210,6 +217,26 @@ class SlurmMirror:
                 if self._nodes.get(node.name) != node:
                     self._nodes[node.name] = node
                     self._publish(node)
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def _store(self, status: JobStatus) -> None:
+        old = self._jobs.get(status.job_id)
+        if old is not None:
+            for n in old.job.nodes:
+                self._by_node[n].discard(status.job_id)
+        self._jobs[status.job_id] = status
+        self._seen_at.setdefault(status.job_id, time.monotonic())
+        for n in status.job.nodes:
+            self._by_node[n].add(status.job_id)
+
+    def _forget(self, job_id: int) -> None:
+        old = self._jobs.pop(job_id, None)
+        self._seen_at.pop(job_id, None)
+        self._pushed_at.pop(job_id, None)
+        if old is not None:
+            for n in old.job.nodes:
+                self._by_node[n].discard(job_id)
 
     def _publish(self, change: Change) -> None:
         for sub in list(self._subs):

@@ -131,6 +131,15 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot drain {request.slurm_node}: {res.stderr}")
         return syncer_pb2.DrainNodeResponse()
 
+    def PlaceholderSubmitted(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(
+            context,
+            request.job_id and placeholder.parse_job_name(request.job_name),
+            "job_id and a placeholder job_name are required",
+        )
+        self.mirror.job_submitted(request.job_id, request.job_name)
+        return syncer_pb2.PlaceholderSubmittedResponse()
+
     def _is_placeholder(self, job_id: int) -> bool:
         status = self.mirror.job(job_id)
         if status is None or not status.job.name:
@@ -141,11 +150,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return status is not None and placeholder.parse_job_name(status.job.name) is not None
 
     def _pod_gone(self, pod: placeholder.PodRef) -> bool:
+        """Deleted, replaced by another Pod of that name, or finished (no container runs)."""
         try:
             current = self.kube.get(pod_path(pod.namespace, pod.name))
         except KubeError as e:
             return e.not_found
-        return bool(current["metadata"]["uid"] != pod.uid)
+        if current["metadata"]["uid"] != pod.uid:
+            return True
+        return (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _change(change: JobStatus | Any) -> Any:

@@ -1,0 +1,227 @@
+"""Issue 4: restarting a service mid-flow converges (no orphaned or duplicate job, no orphaned Pod,
+no lock left behind); the scheduler touches only the Pods it owns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from devstack import services, stack
+from devstack.config import StackConfig
+from devstack.procs import Daemon
+from devstack.slurm import slurm_env
+from tandem.hooks.scripts import placeholder_batch_script
+from tandem.slurm.models import JobSpec
+from tandem.slurm.rest import SlurmRestClient
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+
+
+def _kill(cfg: StackConfig, name: str) -> None:
+    daemon = Daemon(name, cfg.run_dir, cfg.log_dir)
+    pid = daemon.pid()
+    assert pid is not None and daemon.alive()
+    os.kill(pid, signal.SIGKILL)
+    h.wait_until(f"{name} dead", lambda: not daemon.alive(), 10)
+
+
+def _restart(cfg: StackConfig) -> None:
+    stack.up(cfg)  # the same code as `make up`: starts what died
+
+
+def _running(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> bool:
+    pod = h.get_pod(core, name, namespace)
+    return bool(pod is not None and pod.spec.node_name and pod.status.phase == "Running")
+
+
+def _jobs_named(cfg: StackConfig, pod: k8s.V1Pod) -> list[int]:
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i %j"],
+        env=slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    wanted = f"tandem:{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
+    return [int(line.split()[0]) for line in out.splitlines() if line.split()[1:] == [wanted]]
+
+
+def test_a_scheduler_killed_while_a_pod_waits_binds_it_later_with_one_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    node = "cpu-001"
+    blocker = h.sbatch(stack_cfg, "--exclusive", f"--nodelist={node}")
+    name = h.unique("waits")
+    h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + "required-nodes": node}))
+    h.wait_until("job submitted", lambda: h.job_id_of(core, name), 20)
+    _kill(stack_cfg, "tandem-scheduler")
+    h.scancel(stack_cfg, blocker)
+    time.sleep(1)
+    _restart(stack_cfg)
+    h.wait_until("pod running", lambda: _running(core, name), 30)
+    pod = h.get_pod(core, name)
+    assert pod is not None
+    assert _jobs_named(stack_cfg, pod) == [h.job_id_of(core, name)]
+
+
+def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """The crash window between submitting and recording the job id on the Pod."""
+    Daemon("tandem-scheduler", stack_cfg.run_dir, stack_cfg.log_dir).stop()
+    name = h.unique("adopted")
+    h.create(core, h.tandem_pod(stack_cfg, name))
+    pod = h.wait_until("pod created", lambda: h.get_pod(core, name), 10)
+    slurm = SlurmRestClient.from_settings(
+        stack_cfg.slurmrestd_url, "root", "", str(stack_cfg.slurm_dir / "jwt_hs256.key")
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TANDEM_HOOKS_ENV": str(services.hooks_env_file(stack_cfg)),
+        "TANDEM_KILL_WAIT": "30",
+        "TANDEM_POD_NAMESPACE": "default",
+        "TANDEM_POD_NAME": name,
+        "TANDEM_POD_UID": pod.metadata.uid,
+    }
+    orphan = slurm.submit_job(
+        JobSpec(
+            name=f"tandem:default/{name}/{pod.metadata.uid}",
+            script=placeholder_batch_script(),
+            environment=env,
+            cpus=1,
+            memory_mb=1024,
+        )
+    )
+    slurm.close()
+    _restart(stack_cfg)
+    h.wait_until("pod running", lambda: _running(core, name), 30)
+    assert h.job_id_of(core, name) == orphan
+    assert _jobs_named(stack_cfg, h.get_pod(core, name)) == [orphan]
+
+
+def test_a_syncer_restart_during_a_prolog_does_not_fail_the_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    node = "cpu-003"
+    _kill(stack_cfg, "tandem-syncer")
+    job = h.sbatch(stack_cfg, f"--nodelist={node}", script="#!/bin/sh\nsleep 5\n")
+    time.sleep(2)  # the prolog is retrying against the gateway while the syncer is gone
+    _restart(stack_cfg)
+    h.wait_until("job running", lambda: h.rest_job(stack_cfg, job)["job_state"] == "RUNNING", 30)
+    assert h.lock_annotation(core, node) == "locked"
+    state, _ = h.node_state(stack_cfg, node)
+    assert "drain" not in state
+
+
+def test_a_gateway_restart_during_terminating_still_waits_for_the_pod(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    node = "cpu-005"
+    name = h.unique("restart-term")
+    pod = h.tandem_pod(stack_cfg, name, {h.PREFIX + "required-nodes": node})
+    pod["metadata"]["annotations"]["tandem.test/delete-delay-ms"] = "3000"
+    h.create(core, pod)
+    h.wait_until("pod running", lambda: _running(core, name), 30)
+    job = h.job_id_of(core, name) or 0
+    _kill(stack_cfg, "tandem-hooks")
+    h.scancel(stack_cfg, job)
+    time.sleep(1)
+    _restart(stack_cfg)
+    h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 30)
+    h.wait_until(
+        "job ended", lambda: h.rest_job(stack_cfg, job)["job_state"] not in ("RUNNING", "COMPLETING"), 30
+    )
+    state, _ = h.node_state(stack_cfg, node)
+    assert "drain" not in state
+
+
+def test_a_lock_whose_epilog_never_ran_is_released(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    node = "cpu-007"
+    env_file = services.hooks_env_file(stack_cfg)
+    original = env_file.read_text()
+    job = h.sbatch(stack_cfg, f"--nodelist={node}", script="#!/bin/sh\nsleep 3\n")
+    try:
+        h.wait_until("node locked", lambda: h.lock_annotation(core, node) == "locked", 20)
+        env_file.write_text(
+            original.replace("TANDEM_HOOKS_TOKEN_FILE", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
+        )
+        h.wait_until("job done", lambda: h.rest_job(stack_cfg, job)["job_state"] == "COMPLETED", 20)
+    finally:
+        env_file.write_text(original)
+    h.wait_until("lock released by the syncer", lambda: h.lock_annotation(core, node) == "false", 30)
+    assert not h.node_has_lock_taint(core, h.kube_node_of(node))
+
+
+def test_pods_for_another_scheduler_are_never_touched(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    name = h.unique("not-ours")
+    pod = h.tandem_pod(stack_cfg, name)
+    pod["spec"]["schedulerName"] = "some-other-scheduler"
+    before = h.squeue_ids(stack_cfg)
+    h.create(core, pod)
+    time.sleep(3)
+    seen = h.get_pod(core, name)
+    assert seen is not None and not seen.spec.node_name
+    assert h.job_id_of(core, name) is None
+    assert not h.events_for(core, name)
+    assert h.squeue_ids(stack_cfg) == before
+
+
+@pytest.fixture
+def team_scheduler(stack_cfg: StackConfig, core: k8s.CoreV1Api, tmp_path: Path) -> Iterator[str]:
+    """A second scheduler, scoped to namespace team-a (scope.type=namespace)."""
+    for ns in ("team-a", "team-b"):
+        try:
+            core.create_namespace({"metadata": {"name": ns}})
+        except h.ApiException as e:
+            if e.status != 409:
+                raise
+    name = "team-a-tandem"
+    argv = services.argv(stack_cfg, "tandem-scheduler")
+    argv = [
+        a
+        for a in argv
+        if not a.startswith(("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address"))
+    ]
+    argv += [
+        f"--scheduler-name={name}",
+        "--watch-namespace=team-a",
+        "--grpc-bind-address=127.0.0.1:0",
+        "--health-probe-bind-address=127.0.0.1:0",
+    ]
+    log = open(tmp_path / "team-scheduler.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "SLURM_CONF": str(stack_cfg.slurm_conf)},
+    )
+    yield name
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+    for ns in ("team-a", "team-b"):
+        for p in core.list_namespaced_pod(ns).items:
+            h.delete_pod(core, p.metadata.name, ns, grace=0)
+
+
+def test_a_namespace_scoped_scheduler_schedules_only_its_namespaces(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, team_scheduler: str
+) -> None:
+    inside, outside = h.unique("inside"), h.unique("outside")
+    for name, ns in ((inside, "team-a"), (outside, "team-b")):
+        pod = h.tandem_pod(stack_cfg, name, namespace=ns)
+        pod["spec"]["schedulerName"] = team_scheduler
+        h.create(core, pod)
+    h.wait_until("the team-a pod running", lambda: _running(core, inside, "team-a"), 30)
+    time.sleep(2)
+    other = h.get_pod(core, outside, "team-b")
+    assert other is not None and not other.spec.node_name
+    assert h.job_id_of(core, outside, "team-b") is None
