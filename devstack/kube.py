@@ -15,9 +15,14 @@ from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
-# A test Pod carrying this annotation (milliseconds) is deleted that long after its graceful
+# A test Pod carrying this annotation (a Go duration, e.g. "4s") is deleted that long after its graceful
 # delete starts: how a Pod that is slow to terminate is simulated.
-DELETE_DELAY_ANNOTATION = "tandem.test/delete-delay-ms"
+DELETE_DELAY_ANNOTATION = "tandem.test/delete-delay"
+
+
+def delete_delay(seconds: float) -> dict[str, str]:
+    """Annotations that make kwok take `seconds` to finish the Pod's graceful delete."""
+    return {DELETE_DELAY_ANNOTATION: f"{int(seconds * 1000)}ms"}  # a Go duration
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
@@ -224,7 +229,7 @@ def read_token(path: Path) -> str:
 
 
 # kwok's behaviour: Nodes become Ready; Pods bound to them run; gracefully deleted Pods go away
-# (after DELETE_DELAY_ANNOTATION ms if set).
+# (after the DELETE_DELAY_ANNOTATION duration if set).
 KWOK_STAGES = f"""\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

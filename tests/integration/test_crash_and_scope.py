@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 
 from devstack import services, stack
 from devstack.config import StackConfig
+from devstack.kube import delete_delay
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
 from tandem.hooks.scripts import placeholder_batch_script
@@ -127,7 +128,7 @@ def test_a_gateway_restart_during_terminating_still_waits_for_the_pod(
     node = "cpu-005"
     name = h.unique("restart-term")
     pod = h.tandem_pod(stack_cfg, name, {h.PREFIX + "required-nodes": node})
-    pod["metadata"]["annotations"]["tandem.test/delete-delay-ms"] = "3000"
+    pod["metadata"]["annotations"].update(delete_delay(3))
     h.create(core, pod)
     h.wait_until("pod running", lambda: _running(core, name), 30)
     job = h.job_id_of(core, name) or 0

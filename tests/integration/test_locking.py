@@ -33,7 +33,7 @@ def _plain_pod(
     if owner:
         meta["ownerReferences"] = [owner]
     if delete_delay_ms:
-        meta["annotations"][devkube.DELETE_DELAY_ANNOTATION] = str(delete_delay_ms)
+        meta["annotations"].update(devkube.delete_delay(delete_delay_ms / 1000))
     return {
         "apiVersion": "v1",
         "kind": "Pod",

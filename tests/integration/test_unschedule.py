@@ -32,7 +32,7 @@ def _finished(cfg: StackConfig, job_id: int) -> bool:
 
 def _slow_pod(cfg: StackConfig, name: str, node: str, delay_ms: int, **annotations: str) -> dict[str, object]:
     pod = h.tandem_pod(cfg, name, {h.PREFIX + "required-nodes": node, **annotations})
-    pod["metadata"]["annotations"][devkube.DELETE_DELAY_ANNOTATION] = str(delay_ms)
+    pod["metadata"]["annotations"].update(devkube.delete_delay(delay_ms / 1000))
     return pod
 
 
