@@ -152,7 +152,7 @@ def tandem(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]
         "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"gracePeriodSeconds": "0"}, timeout=300
     )
     slurm = slurm_client(cfg)
-    wait_for_no_jobs(slurm, f"tandem:{NAMESPACE}/", timeout=600)
+    wait_for_no_jobs(slurm, f"tandem:{cfg.scheduler_name}/{NAMESPACE}/", timeout=600)
     slurm.close()
     raw.close()
     return len(latencies) / (last - first), latencies

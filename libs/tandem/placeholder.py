@@ -1,5 +1,10 @@
-"""How a placeholder job names its Pod. The job's name is the only link both services can read
-back from Slurm after a crash, so it is built and parsed here and nowhere else."""
+"""How a placeholder job names its scheduler and its Pod. The job's name is the only link both
+services can read back from Slurm after a crash, so it is built and parsed here and nowhere else:
+
+    tandem:<scheduler name>/<namespace>/<pod name>/<pod uid>
+
+Several Tandem schedulers may share one Slurm cluster; each acts only on its own jobs.
+"""
 
 from __future__ import annotations
 
@@ -19,15 +24,24 @@ class PodRef:
         return f"{self.namespace}/{self.name}"
 
 
-def job_name(pod: PodRef) -> str:
-    return f"{_PREFIX}{pod.namespace}/{pod.name}/{pod.uid}"
+def job_name(pod: PodRef, scheduler: str) -> str:
+    return f"{_PREFIX}{scheduler}/{pod.namespace}/{pod.name}/{pod.uid}"
+
+
+def _parts(name: str) -> list[str] | None:
+    if not name.startswith(_PREFIX):
+        return None
+    parts = name[len(_PREFIX) :].split("/")
+    return parts if len(parts) == 4 and all(parts) else None
 
 
 def parse_job_name(name: str) -> PodRef | None:
     """The Pod a placeholder job stands for; None for any other job."""
-    if not name.startswith(_PREFIX):
-        return None
-    parts = name[len(_PREFIX) :].split("/")
-    if len(parts) != 3 or not all(parts):
-        return None
-    return PodRef(*parts)
+    parts = _parts(name)
+    return PodRef(*parts[1:]) if parts else None
+
+
+def scheduler_of(name: str) -> str | None:
+    """The scheduler that submitted a placeholder job; None for any other job."""
+    parts = _parts(name)
+    return parts[0] if parts else None

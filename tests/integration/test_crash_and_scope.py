@@ -51,7 +51,7 @@ def _jobs_named(cfg: StackConfig, pod: k8s.V1Pod) -> list[int]:
         text=True,
         check=True,
     ).stdout
-    wanted = f"tandem:{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
+    wanted = f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
     return [int(line.split()[0]) for line in out.splitlines() if line.split()[1:] == [wanted]]
 
 
@@ -94,7 +94,7 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
     }
     orphan = slurm.submit_job(
         JobSpec(
-            name=f"tandem:default/{name}/{pod.metadata.uid}",
+            name=f"tandem:{stack_cfg.scheduler_name}/default/{name}/{pod.metadata.uid}",
             script=placeholder_batch_script(),
             environment=env,
             cpus=1,
@@ -116,8 +116,9 @@ def test_a_syncer_restart_during_a_prolog_does_not_fail_the_job(
     job = h.sbatch(stack_cfg, f"--nodelist={node}", script="#!/bin/sh\nsleep 5\n")
     time.sleep(2)  # the prolog is retrying against the gateway while the syncer is gone
     _restart(stack_cfg)
-    h.wait_until("job running", lambda: h.rest_job(stack_cfg, job)["job_state"] == "RUNNING", 30)
-    assert h.lock_annotation(core, node) == "locked"
+    # RUNNING with reason Prolog while the prolog waits; the lock is the proof it got through.
+    h.wait_until("node locked for the job", lambda: h.lock_annotation(core, node) == "locked", 30)
+    assert h.rest_job(stack_cfg, job)["job_state"] == "RUNNING"
     state, _ = h.node_state(stack_cfg, node)
     assert "drain" not in state
 

@@ -27,7 +27,7 @@ def test_a_pod_runs_on_the_node_slurm_picked(stack_cfg: StackConfig, core: k8s.C
     assert job_id is not None
     job = h.rest_job(stack_cfg, job_id)
     assert job["job_state"] == "RUNNING"
-    assert job["name"] == f"tandem:default/{name}/{pod.metadata.uid}"
+    assert job["name"] == f"tandem:{stack_cfg.scheduler_name}/default/{name}/{pod.metadata.uid}"
     assert pod.spec.node_name == h.kube_node_of(job["nodes"])
     assert job["comment"].endswith(": started")
     assert any(t.key == h.PREFIX + "lock" and t.effect == "NoExecute" for t in pod.spec.tolerations)

@@ -42,8 +42,12 @@ def state_name(job: Any) -> str:
 
 class JobTracker:
     def __init__(
-        self, syncer: syncer_pb2_grpc.SyncerServiceStub, on_change: Callable[[placeholder.PodRef, Any], None]
+        self,
+        scheduler_name: str,
+        syncer: syncer_pb2_grpc.SyncerServiceStub,
+        on_change: Callable[[placeholder.PodRef, Any], None],
     ) -> None:
+        self.scheduler_name = scheduler_name
         self.syncer = syncer
         self.on_change = on_change
         self._jobs: dict[int, Any] = {}
@@ -104,6 +108,8 @@ class JobTracker:
             backoff = min(backoff * 2, 5.0)
 
     def _apply(self, job: Any) -> None:
+        if job.name and placeholder.scheduler_of(job.name) != self.scheduler_name:
+            return  # another scheduler's job, or no placeholder at all
         pod = placeholder.parse_job_name(job.name)
         with self._lock:
             old = self._jobs.get(job.job_id)

@@ -26,6 +26,8 @@ class PlaceholderConfig:
     environment: Mapping[str, str]
     # GPU model label value on the Node (H100_NVLINK_80GB) -> Slurm GRES type (h100).
     gpu_types: Mapping[str, str]
+    # Written into every job's name, so each scheduler finds its own jobs and only those.
+    scheduler_name: str = "tandem"
     default_working_dir: str = "/tmp"
 
 
@@ -111,7 +113,7 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         "TANDEM_JOB_COMMENT": found.get(keys.COMMENT, ""),
     }
     return JobSpec(
-        name=job_name(ref),
+        name=job_name(ref, cfg.scheduler_name),
         script=cfg.script,
         environment=environment,
         cpus=max(1, math.ceil(requests.get(CPU, 0) / 1000)),

@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "TANDEM_KILL_WAIT": str(int(cfg.slurm_kill_wait)),
         },
         gpu_types=gpu_types,
+        scheduler_name=cfg.scheduler_name,
     )
     paths = (
         [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]
@@ -63,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         lambda key, old, new: controller.on_pod(key, old, new),
     )
     jobs = JobTracker(
-        syncer_pb2_grpc.SyncerServiceStub(channel), lambda pod, job: controller.on_job(pod, job)
+        cfg.scheduler_name,
+        syncer_pb2_grpc.SyncerServiceStub(channel),
+        lambda pod, job: controller.on_job(pod, job),
     )
     controller = Controller(
         kube,
