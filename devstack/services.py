@@ -29,6 +29,14 @@ def hooks_token(cfg: StackConfig) -> str:
     return path.read_text().strip()
 
 
+def placeholder_log_dir(cfg: StackConfig) -> Path:
+    """Placeholder jobs of every Pod user write here (sticky and world-writable, like /tmp)."""
+    path = cfg.slurm_dir / "placeholder-logs"
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+    return path
+
+
 def hooks_env_file(cfg: StackConfig) -> Path:
     return cfg.slurm_dir / "hooks.env"
 
@@ -87,6 +95,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",
             "--sbatch=sbatch",
+            f"--placeholder-output={placeholder_log_dir(cfg)}/%j.out",
         ]
     if name == "tandem-hooks":
         return [

@@ -254,9 +254,9 @@ def nodes_up(cfg: StackConfig) -> bool:
         ["sinfo", "-h", "-N", "-o", "%N %t"], env=slurm_env(cfg), capture_output=True, text=True, check=True
     ).stdout
     states = dict(line.split() for line in out.splitlines() if line.strip())
-    # Registered and responding; a node may already run jobs when `up` runs again.
-    up = ("idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "drain", "drng", "drained")
-    return len(states) >= cfg.nodes and all(s in up for s in states.values())
+    # Registered and responding (no "*"); it may already run jobs, or be reserved, when `up` runs again.
+    down = ("down", "unk", "unknown", "fail", "inval", "future", "futr")
+    return len(states) >= cfg.nodes and all(not s.endswith("*") and s not in down for s in states.values())
 
 
 def cancel_all_jobs(cfg: StackConfig) -> None:

@@ -93,8 +93,17 @@ def down(cfg: StackConfig) -> list[str]:
         if d[name].stop():
             stopped.append(name)
     # A fresh cluster and a fresh Slurm next time; keys, certs and tools stay.
-    for path in (cfg.state_dir / "etcd", cfg.slurm_dir / "state", cfg.slurm_dir / "spool"):
+    for path in (
+        cfg.state_dir / "etcd",
+        cfg.slurm_dir / "state",
+        cfg.slurm_dir / "spool",
+        cfg.slurm_dir / "placeholder-logs",
+        cfg.state_dir / "log.previous",
+    ):
         shutil.rmtree(path, ignore_errors=True)
+    # Job ids start again at 1 next time: keep this stack's logs apart from the next one's.
+    if cfg.log_dir.exists():
+        cfg.log_dir.rename(cfg.state_dir / "log.previous")
     (cfg.state_dir / "stack.json").unlink(missing_ok=True)
     return stopped
 

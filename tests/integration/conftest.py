@@ -47,6 +47,9 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
         helpers.scancel(stack_cfg, *jobs)
     helpers.wait_until("no test Pods", lambda: not core.list_namespaced_pod("default").items, 30)
     helpers.wait_until("no Slurm jobs", lambda: not helpers.squeue_ids(stack_cfg), 60)
+    for line in helpers.scontrol(stack_cfg, "show", "reservation", "-o").splitlines():
+        if line.startswith("ReservationName="):
+            helpers.scontrol(stack_cfg, "delete", line.split()[0].lower())
     helpers.wait_until(
         "every lock released",
         lambda: all(helpers.lock_annotation(core, n) == "false" for n in stack_cfg.slurm_node_names()),

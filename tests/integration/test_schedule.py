@@ -40,6 +40,7 @@ def test_a_pod_runs_on_the_node_slurm_picked(stack_cfg: StackConfig, core: k8s.C
 
 def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     resv = h.unique("resv")
+    name = h.unique("annotated")
     h.scontrol(
         stack_cfg,
         "create",
@@ -51,7 +52,6 @@ def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.Cor
         "nodes=cpu-001,cpu-003",
     )
     try:
-        name = h.unique("annotated")
         annotations = {
             h.PREFIX + "account": "research",
             h.PREFIX + "comment": "A Kubernetes job",
@@ -87,6 +87,7 @@ def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.Cor
     finally:
         h.delete_pod(core, name, grace=0)
         h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 30)
+        h.wait_until("its job gone", lambda: not h.squeue_ids(stack_cfg), 30)
         h.scontrol(stack_cfg, "delete", f"reservationname={resv}")
 
 

@@ -47,6 +47,8 @@ def sbatch_args(spec: JobSpec, uid: int, gid: int) -> list[str]:
         ("--prefer", spec.prefer),
         ("--qos", spec.qos),
         ("--reservation", spec.reservation),
+        ("--output", spec.output),
+        ("--error", spec.output),
     ):
         if value:
             args.append(f"{flag}={value}")

@@ -80,6 +80,8 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         ("prefer", spec.prefer),
         ("qos", spec.qos),
         ("reservation", spec.reservation),
+        ("standard_output", spec.output),
+        ("standard_error", spec.output),
     ):
         if value:
             job[key] = value

@@ -87,4 +87,6 @@ class JobSpec:
     qos: str = ""
     reservation: str = ""
     time_limit_minutes: int | None = None
+    # Where the batch script's stdout and stderr go (Slurm's %j patterns work); empty: Slurm's default.
+    output: str = ""
     extra_fields: dict[str, object] = field(default_factory=dict)

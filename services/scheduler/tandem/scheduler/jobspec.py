@@ -28,6 +28,8 @@ class PlaceholderConfig:
     gpu_types: Mapping[str, str]
     # Written into every job's name, so each scheduler finds its own jobs and only those.
     scheduler_name: str = "tandem"
+    # The placeholder script's own output (it only says when a hook call failed).
+    output: str = "/dev/null"
     default_working_dir: str = "/tmp"
 
 
@@ -134,6 +136,7 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         qos=found.get(keys.QOS, ""),
         reservation=found.get(keys.RESERVATION, ""),
         time_limit_minutes=_optional_int(found.get(keys.TIMEOUT)),
+        output=cfg.output,
     )
 
 

@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
         gpu_types=gpu_types,
         scheduler_name=cfg.scheduler_name,
+        output=cfg.placeholder_output,
     )
     paths = (
         [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]

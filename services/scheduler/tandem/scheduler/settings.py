@@ -96,6 +96,12 @@ class SchedulerSettings:
         help="sbatch to submit Pods that set group-id (needs root, munge and slurm.conf); "
         "empty: slurmrestd only, and the job gets the user's primary group",
     )
+    placeholder_output: str = option(
+        "/dev/null",
+        flag="--placeholder-output",
+        env="TANDEM_PLACEHOLDER_OUTPUT",
+        help="where placeholder scripts write, on the Slurm nodes (%%j = job id)",
+    )
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )
