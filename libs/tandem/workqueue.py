@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 Key = str
@@ -14,22 +15,35 @@ Key = str
 class WorkQueue:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._queue: list[Key] = []
+        self._queue: deque[Key] = deque()
+        self._urgent: set[Key] = set()
         self._queued: set[Key] = set()
         self._processing: set[Key] = set()
         self._dirty: set[Key] = set()
         self._delayed: list[tuple[float, Key]] = []
         self._shutdown = False
 
-    def add(self, key: Key) -> None:
+    def add(self, key: Key, urgent: bool = False) -> None:
+        """Queue `key`; an urgent key (e.g. a Pod ready to bind) goes ahead of routine updates."""
         with self._cond:
             if key in self._processing:
                 self._dirty.add(key)
+                if urgent:
+                    self._urgent.add(key)
                 return
-            if key not in self._queued:
-                self._queued.add(key)
+            if key in self._queued:
+                if urgent and key not in self._urgent:
+                    self._queue.remove(key)
+                    self._queue.appendleft(key)
+                    self._urgent.add(key)
+                return
+            self._queued.add(key)
+            if urgent:
+                self._urgent.add(key)
+                self._queue.appendleft(key)
+            else:
                 self._queue.append(key)
-                self._cond.notify()
+            self._cond.notify()
 
     def add_after(self, key: Key, seconds: float) -> None:
         with self._cond:
@@ -44,8 +58,9 @@ class WorkQueue:
                     return None
                 self._promote_delayed()
                 if self._queue:
-                    key = self._queue.pop(0)
+                    key = self._queue.popleft()
                     self._queued.discard(key)
+                    self._urgent.discard(key)
                     self._processing.add(key)
                     return key
                 wait = self._delayed[0][0] - time.monotonic() if self._delayed else None
@@ -58,7 +73,10 @@ class WorkQueue:
                 self._dirty.discard(key)
                 if key not in self._queued:
                     self._queued.add(key)
-                    self._queue.append(key)
+                    if key in self._urgent:
+                        self._queue.appendleft(key)
+                    else:
+                        self._queue.append(key)
                     self._cond.notify()
 
     def shutdown(self) -> None:

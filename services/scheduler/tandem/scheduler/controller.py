@@ -79,7 +79,8 @@ class Controller:
         self.queue.add(key)
 
     def on_job(self, pod: placeholder.PodRef, job: Any) -> None:
-        self.queue.add(pod.key)
+        # A Pod to bind or to stop goes ahead of pending-reason updates.
+        self.queue.add(pod.key, urgent=bool(job.script_started or job.terminating or is_finished(job)))
 
     def reconcile(self, key: str) -> None:
         try:
@@ -139,9 +140,12 @@ class Controller:
         if job.state == slurm_pb2.JOB_STATE_RUNNING and job.script_started and job.nodes:
             self._bind(pod, job)
             return
-        reason = job.state_reason or ("Prolog" if job.state == slurm_pb2.JOB_STATE_RUNNING else "None")
+        if job.state != slurm_pb2.JOB_STATE_PENDING or job.state_reason in ("", "None"):
+            return  # allocated (prolog running) or not yet looked at: the next change will tell
         where = f" in partition {job.partition}" if job.partition else ""
-        self.api.set_unscheduled(pod, REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {reason}")
+        self.api.set_unscheduled(
+            pod, REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {job.state_reason}"
+        )
 
     # -- steps -------------------------------------------------------------------------------
 

@@ -40,6 +40,10 @@ class NodeLockView:
 
 
 class NodeLocker:
+    """Takes and releases node locks. The syncer is the only writer of lock annotations and taints
+    (one leader), so what it wrote is cached: a prolog on an already locked node costs no API call.
+    `reconcile_all` re-reads everything every few seconds and repairs any drift."""
+
     def __init__(
         self,
         kube: KubeClient,
@@ -61,6 +65,11 @@ class NodeLocker:
         self._guard = threading.Lock()
         # job id -> when its prolog asked, per Slurm node.
         self._holds: defaultdict[str, dict[int, float]] = defaultdict(dict)
+        # What we last wrote or read: Slurm node -> (Kubernetes Node, slurmd Pod uid), lock state,
+        # and whether each Kubernetes Node carries the taint.
+        self._slurmd: dict[str, tuple[str, str]] = {}
+        self._state: dict[str, LockState] = {}
+        self._tainted: dict[str, bool] = {}
 
     # -- the slurmd Pod and its Node ---------------------------------------------------------
 
@@ -74,6 +83,20 @@ class NodeLocker:
                 ) from e
             raise
 
+    def _learn(self, pod: JSON) -> tuple[str, LockState]:
+        name = pod["metadata"]["name"]
+        kube_node = _node_name(pod, name)
+        self._slurmd[name] = (kube_node, str(pod["metadata"].get("uid", "")))
+        self._state[name] = _lock_state(pod)
+        return kube_node, self._state[name]
+
+    def _known(self, slurm_node: str) -> tuple[str, str, LockState]:
+        """(Kubernetes Node, slurmd Pod uid, lock state), read once and then kept."""
+        if slurm_node not in self._slurmd or slurm_node not in self._state:
+            self._learn(self.slurmd_pod(slurm_node))
+        kube_node, uid = self._slurmd[slurm_node]
+        return kube_node, uid, self._state[slurm_node]
+
     def _mutex(self, slurm_node: str) -> threading.Lock:
         with self._guard:
             return self._node_locks[slurm_node]
@@ -81,23 +104,52 @@ class NodeLocker:
     # -- acquire -----------------------------------------------------------------------------
 
     def acquire(self, slurm_node: str, job_id: int, strict: bool) -> NodeLockView:
+        """Hold the node for the job and return once nothing that must leave is on its Node.
+
+        The whole of it runs under the node's mutex: prologs of other jobs on the same node wait
+        and then find the lock already taken, instead of repeating the work."""
         target = LockState.LOCKED_STRICT if strict else LockState.LOCKED
-        deadline = time.monotonic() + self.timeout
+        began = time.monotonic()
+        deadline = began + self.timeout
         with self._mutex(slurm_node):
+            waited = time.monotonic() - began
             self._holds[slurm_node][job_id] = time.monotonic()
-            pod = self.slurmd_pod(slurm_node)
-            kube_node = _node_name(pod, slurm_node)
-            current = _lock_state(pod)
-            self._ensure_taint(kube_node, present=True)
-            if _satisfies(current, target):
-                return self._view(slurm_node, kube_node, current)
-            if current == LockState.FALSE:
-                self._set_state(slurm_node, LockState.PENDING)
-        blocking: list[JSON] = []
+            try:
+                kube_node, slurmd_uid, current = self._known(slurm_node)
+                self._ensure_taint(kube_node, present=True)
+                rounds = 0
+                if not _satisfies(current, target):
+                    if current == LockState.FALSE:
+                        self._set_state(slurm_node, LockState.PENDING)
+                    rounds = self._drain_pods(slurm_node, kube_node, slurmd_uid, job_id, strict, deadline)
+                    self._set_state(slurm_node, target)
+                    current = target
+            except Exception:
+                self._forget(slurm_node)  # re-read next time rather than trust a half-done write
+                raise
+        log.info(
+            "node locked",
+            extra={
+                "node": slurm_node,
+                "kube_node": kube_node,
+                "job": job_id,
+                "lock": current.value,
+                "rounds": rounds,
+                "mutex_ms": round(waited * 1000, 1),
+                "ms": round((time.monotonic() - began) * 1000, 1),
+            },
+        )
+        return self._view(slurm_node, kube_node, current)
+
+    def _drain_pods(
+        self, slurm_node: str, kube_node: str, slurmd_uid: str, job_id: int, strict: bool, deadline: float
+    ) -> int:
+        rounds = 0
         while True:
-            blocking = self.blocking_pods(kube_node, strict, pod)
+            rounds += 1
+            blocking = self.blocking_pods(kube_node, strict, slurmd_uid)
             if not blocking:
-                break
+                return rounds
             if time.monotonic() > deadline:
                 names = ", ".join(_ref(p) for p in blocking)
                 raise LockError(
@@ -107,22 +159,9 @@ class NodeLocker:
                 if not (p.get("metadata") or {}).get("deletionTimestamp"):
                     self._evict(p, slurm_node, job_id)
             time.sleep(self.poll)
-        with self._mutex(slurm_node):
-            if job_id not in self._holds[slurm_node]:
-                raise LockError(f"job {job_id} released {slurm_node} while locking it")
-            current = _lock_state(self.slurmd_pod(slurm_node))
-            final = current if _satisfies(current, target) else target
-            if final != current:
-                self._set_state(slurm_node, final)
-        log.info(
-            "node locked",
-            extra={"node": slurm_node, "kube_node": kube_node, "job": job_id, "lock": final.value},
-        )
-        return self._view(slurm_node, kube_node, final)
 
-    def blocking_pods(self, kube_node: str, strict: bool, slurmd: JSON) -> list[JSON]:
+    def blocking_pods(self, kube_node: str, strict: bool, slurmd_uid: str) -> list[JSON]:
         pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={kube_node}"})
-        slurmd_uid = (slurmd.get("metadata") or {}).get("uid")
         blocking = []
         for p in pods.get("items") or []:
             if (p.get("status") or {}).get("phase") in TERMINAL_PHASES:
@@ -152,20 +191,20 @@ class NodeLocker:
         }
         try:
             self.kube.post(f"{pod_path(meta['namespace'], meta['name'])}/eviction", body)
-            log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
-            if self.events is not None:
-                self.events.record(
-                    pod,
-                    "Warning",
-                    "Evicted",
-                    f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
-                    f"(Slurm node {slurm_node}); Pods that do not tolerate "
-                    f"{keys.LOCK_KEY} must leave",
-                )
         except KubeError as e:
             # 429: a PodDisruptionBudget forbids it for now; 404: already gone. Both: look again.
             if e.status not in (404, 429):
                 raise
+            return
+        log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
+        if self.events is not None:
+            self.events.record(
+                pod,
+                "Warning",
+                "Evicted",
+                f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
+                f"(Slurm node {slurm_node}); Pods that do not tolerate {keys.LOCK_KEY} must leave",
+            )
 
     # -- release -----------------------------------------------------------------------------
 
@@ -175,13 +214,12 @@ class NodeLocker:
         return self.reconcile_node(slurm_node, ignore_job=job_id)
 
     def reconcile_node(self, slurm_node: str, ignore_job: int | None = None) -> NodeLockView:
-        """Unlock the node if nothing holds it any more; otherwise leave it as it is."""
+        """Make the node's lock what its jobs say: released if nothing holds it, else tainted."""
         with self._mutex(slurm_node):
-            pod = self.slurmd_pod(slurm_node)
-            kube_node = _node_name(pod, slurm_node)
-            holders = self._holders(slurm_node, ignore_job)
-            state = _lock_state(pod)
-            if holders:
+            kube_node, _, state = self._known(slurm_node)
+            if self._holders(slurm_node, ignore_job):
+                if state != LockState.FALSE:
+                    self._ensure_taint(kube_node, present=True)
                 return self._view(slurm_node, kube_node, state)
             if state != LockState.FALSE:
                 self._set_state(slurm_node, LockState.FALSE)
@@ -190,7 +228,7 @@ class NodeLocker:
             return self._view(slurm_node, kube_node, LockState.FALSE)
 
     def reconcile_all(self) -> None:
-        """The safety net: release every lock whose Slurm node no longer runs anything."""
+        """The safety net: re-read every lock and taint, release those of idle nodes, restore taints."""
         if not self.mirror.synced:
             return
         pods = self.kube.get(
@@ -200,12 +238,19 @@ class NodeLocker:
         tainted = self._tainted_nodes()
         for pod in pods.get("items") or []:
             name = pod["metadata"]["name"]
-            locked = _lock_state(pod) != LockState.FALSE or _node_name(pod, name) in tainted
-            if locked and not self._holders(name, None):
+            with self._mutex(name):
+                if self._holds[name]:
+                    continue  # a prolog holds it: what we wrote since the listing is newer
+                try:
+                    kube_node, state = self._learn(pod)
+                except LockError:
+                    continue
+                self._tainted[kube_node] = kube_node in tainted
+            if state != LockState.FALSE or self._tainted[kube_node]:
                 try:
                     self.reconcile_node(name)
                 except (KubeError, LockError) as e:
-                    log.warning("cannot release lock", extra={"node": name, "error": str(e)})
+                    log.warning("cannot reconcile lock", extra={"node": name, "error": str(e)})
 
     def _holders(self, slurm_node: str, ignore_job: int | None) -> set[int]:
         now = time.monotonic()
@@ -244,13 +289,19 @@ class NodeLocker:
         holders = set(self._holds[slurm_node]) | {s.job_id for s in self.mirror.jobs_on(slurm_node)}
         return NodeLockView(slurm_node, kube_node, state, sorted(holders))
 
-    # -- writes --------------------------------------------------------------------------------
+    # -- writes (each also updates the cache) ------------------------------------------------------
+
+    def _forget(self, slurm_node: str) -> None:
+        self._state.pop(slurm_node, None)
+        kube_node = self._slurmd.get(slurm_node, ("", ""))[0]
+        self._tainted.pop(kube_node, None)
 
     def _set_state(self, slurm_node: str, state: LockState) -> None:
         self.kube.merge_patch(
             pod_path(self.slurmd_namespace, slurm_node),
             {"metadata": {"annotations": {keys.LOCK_KEY: state.value}}},
         )
+        self._state[slurm_node] = state
 
     def _tainted_nodes(self) -> set[str]:
         nodes = self.kube.get("/api/v1/nodes")
@@ -262,11 +313,13 @@ class NodeLocker:
 
     def _ensure_taint(self, kube_node: str, present: bool) -> None:
         """Add or remove the lock taint; optimistic concurrency, since taints are one list."""
+        if self._tainted.get(kube_node) == present:
+            return
         for _ in range(10):
             node = self.kube.get(f"/api/v1/nodes/{kube_node}")
             taints = list((node.get("spec") or {}).get("taints") or [])
-            has = any(t.get("key") == keys.LOCK_KEY for t in taints)
-            if has == present:
+            if any(t.get("key") == keys.LOCK_KEY for t in taints) == present:
+                self._tainted[kube_node] = present
                 return
             if present:
                 taints.append(
@@ -288,10 +341,12 @@ class NodeLocker:
             ]
             try:
                 self.kube.json_patch(f"/api/v1/nodes/{kube_node}", ops)
-                return
             except KubeError as e:
                 if e.status not in (409, 422):
                     raise
+                continue
+            self._tainted[kube_node] = present
+            return
         raise LockError(f"could not update the taints of {kube_node}: too many concurrent changes")
 
 

@@ -1,0 +1,19 @@
+{{/* Rules the scheduler needs on the Pods it schedules, wherever it watches them. */}}
+{{- define "tandem.scheduler.podRules" -}}
+# Watch the Pods that name this scheduler; write the job-id annotation and the lock toleration
+# (patch); delete Pods whose Slurm job ended.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch, delete]
+# Bind a Pod to the Node that hosts its Slurm node.
+- apiGroups: [""]
+  resources: [pods/binding]
+  verbs: [create]
+# PodScheduled=False with the reason (invalid Pod, Slurm pending reason).
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}

@@ -1,0 +1,18 @@
+# Shared by Tandem's prolog, epilog and placeholder scripts: where the hooks API is and how to call it.
+# The config file (TANDEM_HOOKS_ENV, default /etc/tandem/hooks.env) sets TANDEM_HOOKS_URL and
+# TANDEM_HOOKS_TOKEN or TANDEM_HOOKS_TOKEN_FILE.
+tandem_conf="${TANDEM_HOOKS_ENV:-/etc/tandem/hooks.env}"
+# shellcheck disable=SC1090
+[ -r "$tandem_conf" ] && . "$tandem_conf"
+if [ -z "${TANDEM_HOOKS_TOKEN:-}" ] && [ -r "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}" ]; then
+  TANDEM_HOOKS_TOKEN=$(cat "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}")
+fi
+
+# tandem_call ROUTE MAX_SECONDS JSON -> prints the reply; exit status 0 only on HTTP 2xx.
+# Connection failures are retried until MAX_SECONDS (a gateway restart must not fail a job);
+# an HTTP error answer (e.g. 401) is final.
+tandem_call() {
+  curl -sS --fail-with-body --max-time "$2" --retry 30 --retry-connrefused --retry-delay 1 \
+    --retry-max-time "$2" -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
+    -H "Content-Type: application/json" -d "$3" "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1"
+}
