@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -220,10 +221,19 @@ class Controller:
     def _bind(self, pod: JSON, job: Any) -> None:
         slurm_node = job.nodes[0]
         kube_node = self._kube_node(slurm_node)
+        picked_up = time.monotonic()
         self.api.bind(pod, kube_node)
+        started = self.jobs.started_at.get(job.job_id, picked_up)
         log.info(
             "pod bound",
-            extra={"pod": _key(pod), "job": job.job_id, "node": slurm_node, "kube_node": kube_node},
+            extra={
+                "pod": _key(pod),
+                "job": job.job_id,
+                "node": slurm_node,
+                "kube_node": kube_node,
+                "queued_ms": round((picked_up - started) * 1000, 1),
+                "bind_ms": round((time.monotonic() - picked_up) * 1000, 1),
+            },
         )
         self._event(
             pod,

@@ -55,6 +55,8 @@ class JobTracker:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._gone_at: dict[int, float] = {}
+        # When the stream told us each job's script started (to measure our own share of latency).
+        self.started_at: dict[int, float] = {}
         self.connected = False
 
     @property
@@ -118,6 +120,8 @@ class JobTracker:
                 pod = placeholder.parse_job_name(old.name)
                 if pod is not None:
                     job.name = old.name
+            if job.script_started and (old is None or not old.script_started):
+                self.started_at[job.job_id] = time.monotonic()
             self._jobs[job.job_id] = job
             if pod is not None:
                 self._by_uid[pod.uid].add(job.job_id)
@@ -133,6 +137,7 @@ class JobTracker:
         for job_id, at in list(self._gone_at.items()):
             if at < cutoff:
                 del self._gone_at[job_id]
+                self.started_at.pop(job_id, None)
                 job = self._jobs.pop(job_id, None)
                 pod = placeholder.parse_job_name(job.name) if job is not None else None
                 if pod is not None:
