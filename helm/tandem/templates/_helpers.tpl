@@ -141,11 +141,14 @@ jwt_hs256.key
 {{- $g := .root.Values.global.image -}}
 {{- $own := .image | default dict -}}
 {{- $repo := $own.repository | default $g.repository -}}
-{{- $tag := $own.tag | default $g.tag | default .root.Chart.AppVersion -}}
-{{- if $own.digest | default $g.digest -}}
-{{- printf "%s@%s" $repo ($own.digest | default $g.digest) -}}
+{{- if $own.digest -}}
+{{- printf "%s@%s" $repo $own.digest -}}
+{{- else if $own.tag -}}
+{{- printf "%s:%s" $repo (toString $own.tag) -}}
+{{- else if $g.digest -}}
+{{- printf "%s@%s" $repo $g.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (toString $tag) -}}
+{{- printf "%s:%s" $repo (toString ($g.tag | default .root.Chart.AppVersion)) -}}
 {{- end -}}
 {{- end -}}
 

@@ -48,7 +48,7 @@ class SyncerSettings:
         "slurm", flag="--slurmd-namespace", env="TANDEM_SLURMD_NAMESPACE", help="namespace of the slurmd Pods"
     )
     poll_interval: Seconds = option(
-        Seconds(2.0),
+        Seconds(5.0),
         flag="--slurm-poll-interval",
         env="TANDEM_SLURM_POLL_INTERVAL",
         help="safety-net poll of slurmrestd",
