@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -27,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from devstack import kube, stack
 from devstack.config import StackConfig
-from tandem.kube import KubeClient
+from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmRestClient
 
@@ -148,14 +149,31 @@ def tandem(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]
     done.wait(600)
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
-    raw.request(
-        "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"gracePeriodSeconds": "0"}, timeout=300
-    )
-    slurm = slurm_client(cfg)
-    wait_for_no_jobs(slurm, f"tandem:{cfg.scheduler_name}/{NAMESPACE}/", timeout=600)
-    slurm.close()
     raw.close()
     return len(latencies) / (last - first), latencies
+
+
+def clean_tandem(cfg: StackConfig) -> None:
+    """Delete this benchmark's Pods one by one (a collection delete of 1,000 times out) and wait
+    for their jobs to go."""
+    raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    names = [
+        p["metadata"]["name"] for p in raw.get(f"/api/v1/namespaces/{NAMESPACE}/pods").get("items") or []
+    ]
+
+    def delete(name: str) -> None:
+        try:
+            raw.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", {"gracePeriodSeconds": 0})
+        except KubeError as e:
+            if not e.not_found:
+                print(f"cannot delete {name}: {e}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(delete, names))
+    raw.close()
+    slurm = slurm_client(cfg)
+    wait_for_no_jobs(slurm, f"tandem:{cfg.scheduler_name}/{NAMESPACE}/", timeout=900)
+    slurm.close()
 
 
 def main() -> None:
@@ -168,6 +186,7 @@ def main() -> None:
     cfg = StackConfig.from_env()
     stack.up(cfg)
     print(f"stack: {cfg.nodes} nodes; N={args.n}; {args.parallel} parallel clients", flush=True)
+    clean_tandem(cfg)  # what an interrupted earlier run left
     bare_rate, bare = bare_slurm(cfg, args.n, args.parallel)
     print(f"bare Slurm done: {len(bare)}/{args.n} running", flush=True)
     tandem_rate, pods = tandem(cfg, args.n, args.parallel)
@@ -200,7 +219,12 @@ def main() -> None:
         "tandem_p50": round(statistics.median(pods), 3),
         "tandem_p99": round(percentile(pods, 0.99), 3),
     }
-    print(json.dumps(result))
+    sys.stdout.flush()
+    try:
+        clean_tandem(cfg)
+    finally:
+        # The last line is the machine-readable result, whatever the cleanup said.
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

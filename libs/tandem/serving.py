@@ -122,9 +122,9 @@ class HealthHttpServer:
         self.httpd.server_close()
 
 
-def wait_for_stop_signal() -> None:
-    """Block the main thread until SIGTERM or SIGINT."""
-    stop = threading.Event()
+def wait_for_stop_signal(stop: threading.Event | None = None) -> None:
+    """Block the main thread until SIGTERM or SIGINT (or until `stop` is set)."""
+    stop = stop or threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})

@@ -250,14 +250,12 @@ topologySpreadConstraints:
 {{- end -}}
 {{- end -}}
 
-{{/* Leader election flags for the scheduler and the syncer. Call with (dict "root" $ "component" "scheduler"). */}}
+{{/* Leader election flags for the scheduler and the syncer; none when disabled. Call with (dict "root" $ "component" "scheduler"). */}}
 {{- define "tandem.leaderElectionArgs" -}}
 {{- if .root.Values.leaderElection.enabled }}
 - --leader-elect=true
 - --leader-election-namespace={{ .root.Release.Namespace }}
 - --leader-election-id={{ include "tandem.componentName" . }}
-{{- else }}
-- --leader-elect=false
 {{- end }}
 {{- end -}}
 

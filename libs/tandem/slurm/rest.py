@@ -9,9 +9,15 @@ from typing import Any
 
 import httpx
 
+from tandem.metrics import REGISTRY
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, dialect_for
 from tandem.slurm.models import Job, JobSpec, Node
+
+API_ERRORS = REGISTRY.counter(
+    "tandem_slurm_api_errors_total", "slurmrestd calls that failed", ["operation", "status"]
+)
+API_SECONDS = REGISTRY.histogram("tandem_slurm_api_seconds", "slurmrestd call latency", ["operation"])
 
 
 class SlurmApiError(RuntimeError):
@@ -187,6 +193,8 @@ class SlurmRestClient:
         params: dict[str, str] | None = None,
     ) -> httpx.Response:
         version = self.dialect.version
+        operation = f"{method} {path.split('/')[0]}"
+        started = time.monotonic()
         try:
             r = self._http.request(
                 method,
@@ -196,8 +204,12 @@ class SlurmRestClient:
                 params=params,
             )
         except httpx.HTTPError as e:
+            API_ERRORS.inc(operation=operation, status="0")
             raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
+        finally:
+            API_SECONDS.observe(time.monotonic() - started, operation=operation)
         if r.status_code >= 400:
+            API_ERRORS.inc(operation=operation, status=str(r.status_code))
             try:
                 detail = _errors(r.json()) or r.text[:300]
             except ValueError:

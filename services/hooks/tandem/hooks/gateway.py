@@ -23,10 +23,16 @@ from typing import Any
 
 import grpc
 
+from tandem.metrics import REGISTRY
 from tandem.settings import split_host_port
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+HOOK_CALLS = REGISTRY.counter(
+    "tandem_hook_calls_total", "hook API calls by route and HTTP status", ["route", "code"]
+)
+HOOK_SECONDS = REGISTRY.histogram("tandem_hook_call_seconds", "hook API call latency", ["route"])
 
 MAX_BODY = 64 * 1024
 _GRPC_TO_HTTP = {
@@ -70,6 +76,13 @@ class HooksGateway:
             def do_GET(self) -> None:
                 if self.path == "/healthz":
                     self._reply(HTTPStatus.OK, {"status": "ok"})
+                elif self.path == "/metrics":
+                    data = REGISTRY.render().encode()
+                    self.send_response(HTTPStatus.OK)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 elif not gateway.authorized(self.headers.get("Authorization", "")):
                     self._unauthorized()
                 else:
@@ -78,10 +91,14 @@ class HooksGateway:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(min(length, MAX_BODY + 1)) if length else b""
+                path = self.path.split("?", 1)[0]
+                # Bounded label values: a scanner's made-up paths must not grow the metrics.
+                route_name = path if path in gateway.routes else "unknown"
                 if not gateway.authorized(self.headers.get("Authorization", "")):
+                    HOOK_CALLS.inc(route=route_name, code="401")
                     self._unauthorized()
                     return
-                route = gateway.routes.get(self.path.split("?", 1)[0])
+                route = gateway.routes.get(path)
                 if route is None:
                     self._reply(
                         HTTPStatus.NOT_FOUND,
@@ -99,6 +116,8 @@ class HooksGateway:
                     code = e.code()
                     status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
                     body = {"error": e.details() or code.name, "syncer_status": code.name}
+                HOOK_CALLS.inc(route=route_name, code=str(int(status)))
+                HOOK_SECONDS.observe(time.monotonic() - started, route=route_name)
                 log.info(
                     "hook",
                     extra={

@@ -13,6 +13,7 @@ safe to run again after a crash at any line:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from tandem import keys, placeholder
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
+from tandem.metrics import REGISTRY
 from tandem.scheduler import jobspec, validation
 from tandem.scheduler.jobs import JobTracker, is_finished, state_name
 from tandem.scheduler.podapi import PodApi, condition
@@ -32,6 +34,20 @@ from tandem.v1 import scheduler_pb2, slurm_pb2
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+
+PODS_VALIDATED = REGISTRY.counter(
+    "tandem_pods_validated_total",
+    "Pods checked before a job is made, by result and failing field",
+    ["result", "reason"],
+)
+JOBS_SUBMITTED = REGISTRY.counter("tandem_jobs_submitted_total", "placeholder job submissions", ["result"])
+SUBMIT_SECONDS = REGISTRY.histogram("tandem_submit_seconds", "time to submit a placeholder job")
+BIND_SECONDS = REGISTRY.histogram("tandem_bind_seconds", "time from the job's script start to the Pod bound")
+CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
+    "tandem_pod_create_to_bound_seconds",
+    "time from Pod creation to binding",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
 
 REASON_INVALID = "ValidationFailed"
 REASON_PENDING = "SlurmJobPending"
@@ -116,6 +132,8 @@ class Controller:
         for warning in result.warnings:
             self._event(pod, "Warning", "UnknownAnnotation", warning)
         if not result.ok:
+            for problem in result.errors:
+                PODS_VALIDATED.inc(result="invalid", reason=problem.field.split("[", 1)[-1].rstrip("]"))
             message = result.message()
             self.api.set_unscheduled(pod, REASON_INVALID, message)
             self._event(pod, "Warning", "FailedValidation", message)
@@ -175,7 +193,9 @@ class Controller:
             # Without the full job list we could not know that a previous life submitted one.
             self.queue.add_after(key, 0.5)
             return
+        PODS_VALIDATED.inc(result="valid", reason="")
         spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
+        submit_started = time.monotonic()
         uid, gid = jobspec.job_user(pod)
         # Root submits on the user's behalf (as SUNK does over RPC), so priority and the group apply;
         # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
@@ -187,6 +207,7 @@ class Controller:
                 # The token names the user; slurmctld runs the job as that uid.
                 job_id = self.slurm.submit_job(spec, user=str(uid))
         except SlurmApiError as e:
+            JOBS_SUBMITTED.inc(result="error" if e.status in TRANSIENT_HTTP else "refused")
             if e.status in TRANSIENT_HTTP:
                 log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
                 self.queue.add_after(key, 2.0)
@@ -194,8 +215,11 @@ class Controller:
             self._refuse(pod, f"Slurm refused the placeholder job: {e}")
             return
         except UnsupportedBySlurm as e:
+            JOBS_SUBMITTED.inc(result="refused")
             self._refuse(pod, f"Slurm cannot run this Pod: {e}")
             return
+        JOBS_SUBMITTED.inc(result="ok")
+        SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
         with self._submitted_lock:
             self._submitted[pod["metadata"]["uid"]] = job_id
         self.jobs.announce(job_id, spec.name)
@@ -224,6 +248,10 @@ class Controller:
         picked_up = time.monotonic()
         self.api.bind(pod, kube_node)
         started = self.jobs.started_at.get(job.job_id, picked_up)
+        BIND_SECONDS.observe(time.monotonic() - started)
+        created = _created_at(pod)
+        if created is not None:
+            CREATE_TO_BOUND_SECONDS.observe(max(0.0, time.time() - created))
         log.info(
             "pod bound",
             extra={
@@ -316,6 +344,13 @@ class Controller:
             state=state,
             reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
         )
+
+
+def _created_at(pod: JSON) -> float | None:
+    text = pod["metadata"].get("creationTimestamp")
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
 
 
 def _marked_invalid(pod: JSON) -> bool:

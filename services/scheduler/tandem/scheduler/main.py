@@ -13,6 +13,8 @@ from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
 from tandem.kube import KubeClient
+from tandem.leader import LeaderElector, pod_namespace
+from tandem.metrics import REGISTRY
 from tandem.scheduler import jobspec
 from tandem.scheduler.controller import Controller
 from tandem.scheduler.jobs import JobTracker
@@ -92,10 +94,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     def ready() -> bool:
         return pods.synced and jobs.synced and jobs.connected
 
-    http = serving.HealthHttpServer(cfg.health_address, ready, lambda: "")
+    http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
     threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()
     pods.start(stop)
-    run_workers(queue, controller.reconcile, cfg.workers, "reconcile")
+    lost = threading.Event()
+
+    def lead() -> None:
+        # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
+        run_workers(queue, controller.reconcile, cfg.workers, "reconcile")
+        for pod in pods.items():
+            queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+
+    if cfg.leader_elect:
+        elector = LeaderElector(
+            kube, cfg.leader_election_namespace or pod_namespace(), cfg.leader_election_id
+        )
+        threading.Thread(target=elector.run, args=(stop, lead, lost.set), name="leader", daemon=True).start()
+    else:
+        lead()
     grpc_server.start()
     http.start()
     pods.wait_synced(30)
@@ -109,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "namespaces": list(cfg.watch_namespaces) or "all",
         },
     )
-    serving.wait_for_stop_signal()
+    serving.wait_for_stop_signal(lost)
     stop.set()
     queue.shutdown()
     grpc_server.stop()
@@ -117,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     channel.close()
     slurm.close()
     kube.close()
+    if lost.is_set():
+        raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 
 
 if __name__ == "__main__":

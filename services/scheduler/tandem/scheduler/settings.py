@@ -105,4 +105,22 @@ class SchedulerSettings:
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )
+    leader_elect: bool = option(
+        False,
+        flag="--leader-elect",
+        env="TANDEM_LEADER_ELECT",
+        help="run several replicas; only the holder of a Lease acts",
+    )
+    leader_election_namespace: str = option(
+        "",
+        flag="--leader-election-namespace",
+        env="TANDEM_LEADER_ELECTION_NAMESPACE",
+        help="namespace of the Lease (default: this Pod's namespace)",
+    )
+    leader_election_id: str = option(
+        "tandem-scheduler",
+        flag="--leader-election-id",
+        env="TANDEM_LEADER_ELECTION_ID",
+        help="name of the Lease",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")

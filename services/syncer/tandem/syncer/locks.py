@@ -17,9 +17,15 @@ from tandem import keys
 from tandem.events import EventRecorder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
+from tandem.metrics import REGISTRY
 from tandem.syncer.mirror import SlurmMirror
 
 log = logging.getLogger(__name__)
+
+LOCK_WAIT_SECONDS = REGISTRY.histogram(
+    "tandem_lock_wait_seconds", "time a prolog waited for its Node's lock", ["strict"]
+)
+EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a Node", ["strict"])
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
@@ -70,6 +76,18 @@ class NodeLocker:
         self._slurmd: dict[str, tuple[str, str]] = {}
         self._state: dict[str, LockState] = {}
         self._tainted: dict[str, bool] = {}
+        REGISTRY.gauge(
+            "tandem_node_locks",
+            "Slurm nodes by lock state (as last written or read)",
+            ["state"],
+            collect=self._count_states,
+        )
+
+    def _count_states(self) -> dict[tuple[str, ...], float]:
+        counts: dict[tuple[str, ...], float] = {(s.value,): 0.0 for s in LockState}
+        for state in list(self._state.values()):
+            counts[(state.value,)] += 1
+        return counts
 
     # -- the slurmd Pod and its Node ---------------------------------------------------------
 
@@ -127,6 +145,7 @@ class NodeLocker:
             except Exception:
                 self._forget(slurm_node)  # re-read next time rather than trust a half-done write
                 raise
+        LOCK_WAIT_SECONDS.observe(time.monotonic() - began, strict=str(strict).lower())
         log.info(
             "node locked",
             extra={
@@ -157,7 +176,7 @@ class NodeLocker:
                 )
             for p in blocking:
                 if not (p.get("metadata") or {}).get("deletionTimestamp"):
-                    self._evict(p, slurm_node, job_id)
+                    self._evict(p, slurm_node, job_id, strict)
             time.sleep(self.poll)
 
     def blocking_pods(self, kube_node: str, strict: bool, slurmd_uid: str) -> list[JSON]:
@@ -182,7 +201,7 @@ class NodeLocker:
             return True
         return bool((pod.get("spec") or {}).get("schedulerName") == self.scheduler_name)
 
-    def _evict(self, pod: JSON, slurm_node: str, job_id: int) -> None:
+    def _evict(self, pod: JSON, slurm_node: str, job_id: int, strict: bool) -> None:
         meta = pod["metadata"]
         body = {
             "apiVersion": "policy/v1",
@@ -197,6 +216,7 @@ class NodeLocker:
                 raise
             return
         log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
+        EVICTIONS.inc(strict=str(strict).lower())
         if self.events is not None:
             self.events.record(
                 pod,

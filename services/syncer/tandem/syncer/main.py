@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from tandem import logs, serving, settings
 from tandem.events import EventRecorder
 from tandem.kube import KubeClient, KubeError
+from tandem.metrics import REGISTRY
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.locks import NodeLocker
 from tandem.syncer.mirror import SlurmMirror
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     def ready() -> bool:
         return mirror.synced and kube.reachable()
 
-    http = serving.HealthHttpServer(cfg.health_address, ready, lambda: "")
+    http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
     threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
     threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
     grpc_server.start()

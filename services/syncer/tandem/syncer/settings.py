@@ -77,4 +77,22 @@ class SyncerSettings:
         env="TANDEM_TERMINATING_TIMEOUT",
         help="longest a terminating call waits for the Pod to go",
     )
+    leader_elect: bool = option(
+        False,
+        flag="--leader-elect",
+        env="TANDEM_LEADER_ELECT",
+        help="run several replicas; only the holder of a Lease acts",
+    )
+    leader_election_namespace: str = option(
+        "",
+        flag="--leader-election-namespace",
+        env="TANDEM_LEADER_ELECTION_NAMESPACE",
+        help="namespace of the Lease (default: this Pod's namespace)",
+    )
+    leader_election_id: str = option(
+        "tandem-syncer",
+        flag="--leader-election-id",
+        env="TANDEM_LEADER_ELECTION_ID",
+        help="name of the Lease",
+    )
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
