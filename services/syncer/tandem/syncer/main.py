@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 
 from tandem import logs, serving, settings
 from tandem.events import EventRecorder
-from tandem.kube import KubeClient, KubeError
+from tandem.kube import KubeClient, KubeError, pod_path
+from tandem.leader import LeaderElector, pod_namespace
 from tandem.metrics import REGISTRY
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.locks import NodeLocker
@@ -18,6 +20,7 @@ from tandem.syncer.settings import SyncerSettings
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger("tandem.syncer")
+LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -54,23 +57,56 @@ def main(argv: Sequence[str] | None = None) -> None:
             except KubeError as e:
                 log.warning("lock reconcile failed", extra={"error": str(e)})
 
+    leading = threading.Event()
+    lost = threading.Event()
+
     def ready() -> bool:
-        return mirror.synced and kube.reachable()
+        # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
+        return kube.reachable() and (mirror.synced or not leading.is_set())
+
+    def lead() -> None:
+        threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
+        threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
+        mirror.wait_synced(30)
+        servicer.active = True
+        leading.set()
+        label_self_leader(kube)
+        grpc_server.set_serving(True)
 
     http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
-    threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
-    threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
     grpc_server.start()
     http.start()
-    mirror.wait_synced(30)
-    grpc_server.set_serving(True)
-    log.info("serving", extra={"grpc_port": grpc_server.port, "health_port": http.port})
-    serving.wait_for_stop_signal()
+    if cfg.leader_elect:
+        elector = LeaderElector(
+            kube, cfg.leader_election_namespace or pod_namespace(), cfg.leader_election_id
+        )
+        threading.Thread(target=elector.run, args=(stop, lead, lost.set), name="leader", daemon=True).start()
+    else:
+        lead()
+    log.info(
+        "serving",
+        extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
+    )
+    serving.wait_for_stop_signal(lost)
     stop.set()
     grpc_server.stop()
     http.stop()
     slurm.close()
     kube.close()
+    if lost.is_set():
+        raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
+
+
+def label_self_leader(kube: KubeClient) -> None:
+    """In a Pod (POD_NAME/POD_NAMESPACE from the downward API), label it the leader: the syncer
+    Service selects that label, so prologs and the scheduler reach the replica holding the locks."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        return
+    try:
+        kube.merge_patch(pod_path(namespace, name), {"metadata": {"labels": {LEADER_LABEL: "true"}}})
+    except KubeError as e:
+        log.error("cannot label this Pod leader", extra={"error": str(e)})
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         self.slurm = slurm
         self.kube = kube
         self.terminating_timeout = terminating_timeout
+        # False on a standby replica: it answers UNAVAILABLE until it leads.
+        self.active = False
 
     def AcquireNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
         strict = request.strict or self._is_placeholder(request.job_id)
         try:
@@ -49,6 +52,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
     def ReleaseNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
         try:
             view = self.locker.release(request.slurm_node, request.job_id)
@@ -59,6 +63,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
 
     def GetNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.slurm_node, "slurm_node is required")
         try:
             view = self.locker.get(request.slurm_node)
@@ -67,14 +72,17 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return syncer_pb2.GetNodeLockResponse(lock=convert.lock(view))
 
     def ListNodeLocks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locker.list()])
 
     def JobStarted(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.job_id, "job_id is required")
         status = self.mirror.job_started(request.job_id, request.slurm_node)
         return syncer_pb2.JobStartedResponse(job=convert.job(status) if status else None)
 
     def JobTerminating(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.job_id, "job_id is required")
         status = self.mirror.job_terminating(request.job_id, request.slurm_node)
         pod = placeholder.parse_job_name(status.job.name) if status else None
@@ -88,6 +96,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return syncer_pb2.JobTerminatingResponse(pod_gone=self._pod_gone(pod))
 
     def WatchSlurm(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self._require_active(context)
         if request.fresh:
             try:
                 self.mirror.poll_once()
@@ -111,6 +120,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
             sub.close()
 
     def DrainNode(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(context, request.slurm_node and request.reason, "slurm_node and reason are required")
         try:
             self.slurm.drain_node(request.slurm_node, request.reason)
@@ -132,6 +142,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return syncer_pb2.DrainNodeResponse()
 
     def PlaceholderSubmitted(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._require_active(context)
         _require(
             context,
             request.job_id and placeholder.parse_job_name(request.job_name),
@@ -139,6 +150,10 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         )
         self.mirror.job_submitted(request.job_id, request.job_name)
         return syncer_pb2.PlaceholderSubmittedResponse()
+
+    def _require_active(self, context: grpc.ServicerContext) -> None:
+        if not self.active:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "this syncer is a standby; the leader serves")
 
     def _is_placeholder(self, job_id: int) -> bool:
         status = self.mirror.job(job_id)
