@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import sys
@@ -34,6 +35,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup(service: str, level: str = "info") -> None:
+    # A crash in native code (grpc, ssl) then leaves a stack trace instead of silence.
+    faulthandler.enable()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))
     root = logging.getLogger()

@@ -23,6 +23,20 @@ log = logging.getLogger(__name__)
 Registrar = Callable[[grpc.Server], None]
 
 
+# Reconnect within a second or two of a peer's restart; gRPC's default backoff grows to 120 s,
+# which would stall every prolog long after the syncer is back.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 30000),
+]
+
+
+def channel(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
 class GrpcServer:
     """A gRPC server whose health service reports SERVING once `set_serving(True)` is called."""
 
@@ -122,9 +136,16 @@ class HealthHttpServer:
         self.httpd.server_close()
 
 
-def wait_for_stop_signal(stop: threading.Event | None = None) -> None:
-    """Block the main thread until SIGTERM or SIGINT (or until `stop` is set)."""
-    stop = stop or threading.Event()
+def wait_for_stop_signal(also: threading.Event | None = None) -> None:
+    """Block the main thread until SIGTERM or SIGINT, or until `also` is set."""
+    stop = threading.Event()
+    if also is not None:
+
+        def watch() -> None:
+            also.wait()
+            stop.set()
+
+        threading.Thread(target=watch, name="stop-watch", daemon=True).start()
 
     def handler(signum: int, _frame: object) -> None:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})

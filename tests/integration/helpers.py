@@ -13,11 +13,11 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-__all__ = ["ApiException"]
-
 from devstack import config, slurm
 from devstack.config import StackConfig
+from devstack.slurm import slurm_env
 
+__all__ = ["ApiException", "slurm_env"]
 T = TypeVar("T")
 PREFIX = "sunk.coreweave.com/"
 

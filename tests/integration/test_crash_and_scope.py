@@ -149,17 +149,23 @@ def test_a_lock_whose_epilog_never_ran_is_released(stack_cfg: StackConfig, core:
     node = "cpu-007"
     env_file = services.hooks_env_file(stack_cfg)
     original = env_file.read_text()
-    job = h.sbatch(stack_cfg, f"--nodelist={node}", script="#!/bin/sh\nsleep 3\n")
+    marker = stack_cfg.state_dir / f"epilog-test-{h.unique('m')}"
+    job = h.sbatch(stack_cfg, f"--nodelist={node}", script=f"#!/bin/sh\ntouch {marker}\nsleep 3\n")
     try:
-        h.wait_until("node locked", lambda: h.lock_annotation(core, node) == "locked", 20)
+        # The script runs only after the prolog locked the node: break the hooks for the epilog.
+        h.wait_until("job script started", marker.exists, 30)
+        assert h.lock_annotation(core, node) == "locked"
         env_file.write_text(
             original.replace("TANDEM_HOOKS_TOKEN_FILE", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
         )
         h.wait_until("job done", lambda: h.rest_job(stack_cfg, job)["job_state"] == "COMPLETED", 20)
     finally:
         env_file.write_text(original)
+        marker.unlink(missing_ok=True)
     h.wait_until("lock released by the syncer", lambda: h.lock_annotation(core, node) == "false", 30)
     assert not h.node_has_lock_taint(core, h.kube_node_of(node))
+    state, _ = h.node_state(stack_cfg, node)
+    assert "drain" not in state
 
 
 def test_pods_for_another_scheduler_are_never_touched(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

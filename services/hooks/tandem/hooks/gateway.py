@@ -179,14 +179,18 @@ class HooksGateway:
     def lock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().AcquireNodeLock(
-            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job), timeout=self.call_timeout
+            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
     def unlock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job), timeout=self.call_timeout
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
@@ -195,6 +199,7 @@ class HooksGateway:
         self._stub().JobStarted(
             syncer_pb2.JobStartedRequest(job_id=job, slurm_node=str(body.get("node", ""))),
             timeout=self.call_timeout,
+            wait_for_ready=True,
         )
         return HTTPStatus.OK, {"job": job, "started": True}
 
@@ -206,6 +211,7 @@ class HooksGateway:
         reply = self._stub().JobTerminating(
             syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=str(body.get("node", ""))),
             timeout=float(timeout) + 1,
+            wait_for_ready=True,
         )
         if reply.pod_gone:
             return HTTPStatus.OK, {"job": job, "pod_gone": True}
@@ -221,7 +227,9 @@ class HooksGateway:
         if not isinstance(reason, str) or not reason.strip():
             raise BadRequest("reason must be a non-empty string")
         self._stub().DrainNode(
-            syncer_pb2.DrainNodeRequest(slurm_node=node, reason=reason), timeout=self.call_timeout
+            syncer_pb2.DrainNodeRequest(slurm_node=node, reason=reason),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "drained": True}
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import grpc
-
 from tandem import logs, serving, settings
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.settings import HooksSettings
@@ -18,7 +16,7 @@ log = logging.getLogger("tandem.hooks")
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(HooksSettings, argv)
     logs.setup("hooks", cfg.log_level)
-    channel = grpc.insecure_channel(cfg.syncer_address)
+    channel = serving.channel(cfg.syncer_address)
     gateway = HooksGateway(
         cfg.hooks_address, cfg.bearer_token(), syncer_pb2_grpc.SyncerServiceStub(channel), cfg.call_timeout
     )

@@ -93,7 +93,9 @@ class JobTracker:
             try:
                 # A fresh snapshot: every job submitted before this call is in it, so a restarted
                 # scheduler finds the jobs its previous life submitted.
-                for msg in self.syncer.WatchSlurm(syncer_pb2.WatchSlurmRequest(fresh=True)):
+                for msg in self.syncer.WatchSlurm(
+                    syncer_pb2.WatchSlurmRequest(fresh=True), wait_for_ready=True
+                ):
                     self.connected = True
                     backoff = 0.5
                     if msg.HasField("job"):

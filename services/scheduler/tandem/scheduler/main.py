@@ -6,8 +6,6 @@ import logging
 import threading
 from collections.abc import Sequence
 
-import grpc
-
 from tandem import logs, serving, settings
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
@@ -40,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     slurm = SlurmRestClient.from_settings(
         cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
     )
-    channel = grpc.insecure_channel(cfg.syncer_address)
+    channel = serving.channel(cfg.syncer_address)
     stop = threading.Event()
     queue = WorkQueue()
     placeholder_cfg = jobspec.PlaceholderConfig(

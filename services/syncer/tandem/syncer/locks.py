@@ -259,14 +259,15 @@ class NodeLocker:
         for pod in pods.get("items") or []:
             name = pod["metadata"]["name"]
             with self._mutex(name):
-                if self._holds[name]:
-                    continue  # a prolog holds it: what we wrote since the listing is newer
                 try:
-                    kube_node, state = self._learn(pod)
+                    if not self._holds[name]:
+                        # Nobody is locking it right now, so the listing is as new as our cache.
+                        kube_node, _ = self._learn(pod)
+                        self._tainted[kube_node] = kube_node in tainted
+                    kube_node, _, state = self._known(name)
                 except LockError:
                     continue
-                self._tainted[kube_node] = kube_node in tainted
-            if state != LockState.FALSE or self._tainted[kube_node]:
+            if state != LockState.FALSE or self._tainted.get(kube_node):
                 try:
                     self.reconcile_node(name)
                 except (KubeError, LockError) as e:

@@ -1,0 +1,98 @@
+"""Issue 5: the umbrella chart lints, renders for both scopes, rejects bad values, and what it
+renders is accepted by the real apiserver (server-side dry run)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from devstack.config import StackConfig
+
+pytestmark = pytest.mark.integration
+CHART = "helm/tandem"
+
+
+def _helm(cfg: StackConfig, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cfg.bin_dir / "helm"), *args], capture_output=True, text=True)
+
+
+def _render(cfg: StackConfig, *sets: str) -> str:
+    res = _helm(cfg, "template", "tandem", CHART, "-n", "tandem", *(a for s in sets for a in ("--set", s)))
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _server_dry_run(cfg: StackConfig, manifest: str) -> str:
+    res = subprocess.run(
+        [
+            str(cfg.bin_dir / "kubectl"),
+            "--kubeconfig",
+            str(cfg.kubeconfig),
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        input=manifest,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_the_chart_lints(stack_cfg: StackConfig) -> None:
+    res = _helm(stack_cfg, "lint", CHART)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_cluster_scope_renders_and_the_apiserver_accepts_it(stack_cfg: StackConfig) -> None:
+    manifest = _render(stack_cfg)
+    out = _server_dry_run(stack_cfg, manifest)
+    assert (
+        "clusterrole.rbac.authorization.k8s.io/tandem-tandem-scheduler created (server dry run)" in out
+        or "clusterrole.rbac.authorization.k8s.io" in out
+    )
+    assert "--scheduler-name=tandem-tandem" in manifest
+    for kind in ("Deployment", "ServiceAccount", "PodDisruptionBudget", "ConfigMap", "Service"):
+        assert f"kind: {kind}" in manifest
+
+
+def test_namespace_scope_grants_roles_only_in_those_namespaces(stack_cfg: StackConfig) -> None:
+    manifest = _render(
+        stack_cfg, "scheduler.scope.type=namespace", r"scheduler.scope.namespaces=team-a\,team-b"
+    )
+    for ns in ("team-a", "team-b"):
+        subprocess.run(
+            [
+                str(stack_cfg.bin_dir / "kubectl"),
+                "--kubeconfig",
+                str(stack_cfg.kubeconfig),
+                "create",
+                "namespace",
+                ns,
+            ],
+            capture_output=True,
+        )
+    _server_dry_run(stack_cfg, manifest)
+    assert "--watch-namespace=team-a,team-b" in manifest
+    scheduler_cluster_roles = [
+        doc for doc in manifest.split("\n---") if "kind: ClusterRole\n" in doc and "scheduler" in doc
+    ]
+    assert not scheduler_cluster_roles
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("scheduler.scope.type=galaxy", "scope/type"),
+        ("global.slurm.killWait=thirty", "killWait"),
+    ],
+)
+def test_bad_values_are_rejected_with_a_clear_message(
+    stack_cfg: StackConfig, value: str, message: str
+) -> None:
+    res = _helm(stack_cfg, "template", "tandem", CHART, "--set", value)
+    assert res.returncode != 0
+    assert message in res.stderr
