@@ -36,6 +36,8 @@ lint: tools
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	.tandem/bin/buf lint
+	bash helm/sync-scripts.sh --check
+	.tandem/bin/helm lint helm/tandem
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

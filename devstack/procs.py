@@ -44,7 +44,9 @@ class Daemon:
             recorded = self.pid_file.read_text().split()[1]
         except IndexError:
             return False
-        return _start_time(pid) == recorded
+        # A daemon this very process started and that died stays a zombie until reaped: dead.
+        _reap(pid)
+        return _start_time(pid) == recorded and _exists(pid)
 
     def start(
         self,
