@@ -13,6 +13,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -34,6 +35,65 @@ class Seconds(float):
 
 def option(default: Any, *, flag: str, env: str, help: str) -> Any:
     return dataclasses.field(default=default, metadata={"flag": flag, "env": env, "help": help})
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What the scheduler and the syncer both need: the Kubernetes API, slurmrestd, the slurmd Pods,
+    the scheduler's name, leader election and logging."""
+
+    kubeconfig: str = option(
+        "", flag="--kubeconfig", env="KUBECONFIG", help="kubeconfig file; empty means in-cluster"
+    )
+    slurm_api_base: str = option(
+        "http://slurm-controller:6820",
+        flag="--slurm-api-base",
+        env="TANDEM_SLURM_API_BASE",
+        help="slurmrestd base URL",
+    )
+    slurm_user: str = option(
+        "root",
+        flag="--slurm-user",
+        env="TANDEM_SLURM_USER",
+        help="Slurm user for slurmrestd calls (and jobs of Pods that name no user)",
+    )
+    slurm_auth_token: str = option(
+        "",
+        flag="--slurm-auth-token",
+        env="TANDEM_SLURM_TOKEN",
+        help="Slurm JWT (used when no key file is given)",
+    )
+    slurm_jwt_key_file: str = option(
+        "",
+        flag="--slurm-jwt-key-file",
+        env="TANDEM_SLURM_JWT_KEY_FILE",
+        help="slurmctld's jwt_key, to mint tokens (needed for user-id)",
+    )
+    slurmd_namespace: str = option(
+        "slurm",
+        flag="--slurmd-namespace",
+        env="TANDEM_SLURMD_NAMESPACE",
+        help="namespace of the slurmd Pods (named after their Slurm nodes)",
+    )
+    scheduler_name: str = option(
+        "",
+        flag="--scheduler-name",
+        env="TANDEM_SCHEDULER_NAME",
+        help="spec.schedulerName of the Pods Tandem schedules",
+    )
+    leader_elect: bool = option(
+        False,
+        flag="--leader-elect",
+        env="TANDEM_LEADER_ELECT",
+        help="run several replicas; only the holder of a Lease acts",
+    )
+    leader_election_namespace: str = option(
+        "",
+        flag="--leader-election-namespace",
+        env="TANDEM_LEADER_ELECTION_NAMESPACE",
+        help="namespace of the Lease (default: this Pod's namespace)",
+    )
+    log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
 
 
 def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> T:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.settings import Seconds, option
+from tandem.settings import ClusterSettings, Seconds, option
 
 
 @dataclass(frozen=True)
-class SchedulerSettings:
+class SchedulerSettings(ClusterSettings):
     """Tandem scheduler: schedules Pods through Slurm."""
 
     grpc_address: str = option(
@@ -19,15 +19,6 @@ class SchedulerSettings:
         flag="--health-probe-bind-address",
         env="TANDEM_SCHEDULER_HEALTH_ADDRESS",
         help="HTTP address for /healthz, /readyz and /metrics",
-    )
-    kubeconfig: str = option(
-        "", flag="--kubeconfig", env="KUBECONFIG", help="kubeconfig file; empty means in-cluster"
-    )
-    scheduler_name: str = option(
-        "",
-        flag="--scheduler-name",
-        env="TANDEM_SCHEDULER_NAME",
-        help="spec.schedulerName of the Pods this scheduler owns (required)",
     )
     watch_namespaces: tuple[str, ...] = option(
         (),
@@ -46,36 +37,6 @@ class SchedulerSettings:
         flag="--syncer-address",
         env="TANDEM_SYNCER_ADDRESS",
         help="the syncer's gRPC address",
-    )
-    slurm_api_base: str = option(
-        "http://slurm-controller:6820",
-        flag="--slurm-api-base",
-        env="TANDEM_SLURM_API_BASE",
-        help="slurmrestd base URL",
-    )
-    slurm_user: str = option(
-        "root",
-        flag="--slurm-user",
-        env="TANDEM_SLURM_USER",
-        help="Slurm user placeholder jobs run as when a Pod names none",
-    )
-    slurm_auth_token: str = option(
-        "",
-        flag="--slurm-auth-token",
-        env="TANDEM_SLURM_TOKEN",
-        help="Slurm JWT (used when no key file is given)",
-    )
-    slurm_jwt_key_file: str = option(
-        "",
-        flag="--slurm-jwt-key-file",
-        env="TANDEM_SLURM_JWT_KEY_FILE",
-        help="slurmctld's jwt_key, to mint tokens (needed for user-id)",
-    )
-    slurmd_namespace: str = option(
-        "slurm",
-        flag="--slurmd-namespace",
-        env="TANDEM_SLURMD_NAMESPACE",
-        help="namespace of the slurmd Pods (named after their Slurm nodes)",
     )
     gpu_types: str = option(
         "H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100,A100_NVLINK_80GB=a100",
@@ -105,22 +66,9 @@ class SchedulerSettings:
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )
-    leader_elect: bool = option(
-        False,
-        flag="--leader-elect",
-        env="TANDEM_LEADER_ELECT",
-        help="run several replicas; only the holder of a Lease acts",
-    )
-    leader_election_namespace: str = option(
-        "",
-        flag="--leader-election-namespace",
-        env="TANDEM_LEADER_ELECTION_NAMESPACE",
-        help="namespace of the Lease (default: this Pod's namespace)",
-    )
     leader_election_id: str = option(
         "tandem-scheduler",
         flag="--leader-election-id",
         env="TANDEM_LEADER_ELECTION_ID",
         help="name of the Lease",
     )
-    log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
