@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -82,7 +83,7 @@ class StackConfig:
 
     @classmethod
     def from_env(cls) -> StackConfig:
-        state_dir = Path(os.environ.get("TANDEM_STATE_DIR", REPO_ROOT / ".tandem")).resolve()
+        state_dir = Path(os.environ.get("TANDEM_STATE_DIR") or default_state_dir()).resolve()
         saved = state_dir / "stack.json"
         if saved.exists():
             data = json.loads(saved.read_text())
@@ -155,6 +156,22 @@ class StackConfig:
 
     def slurm_node_names(self) -> list[str]:
         return [slurm_node_name(i) for i in range(self.nodes)]
+
+
+def default_state_dir() -> Path:
+    """`.tandem` in the checkout. slurmrestd (as nobody) and placeholder jobs (as the Pods' users)
+    read files in it, so every directory above it must let others through; a checkout under a
+    private directory (e.g. mktemp's 0700) gets its state under /var/tmp, linked as `.tandem`."""
+    local = REPO_ROOT / ".tandem"
+    if local.is_symlink() or all(p.stat().st_mode & 0o001 for p in [REPO_ROOT, *REPO_ROOT.parents]):
+        return local
+    elsewhere = Path("/var/tmp/tandem") / hashlib.sha1(str(REPO_ROOT).encode()).hexdigest()[:12]
+    elsewhere.mkdir(parents=True, exist_ok=True)
+    for p in (Path("/var/tmp/tandem"), elsewhere):
+        p.chmod(0o755)
+    if not local.exists():
+        local.symlink_to(elsewhere)
+    return local
 
 
 def is_gpu_node(index: int) -> bool:
