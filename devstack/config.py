@@ -9,6 +9,8 @@ import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tandem import keys
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Pinned versions of everything built from Go modules or npm (lab/KUBERNETES.md).
@@ -24,7 +26,7 @@ SLURM_NAMESPACE = "tandem-slurm"
 # The namespace the Tandem services run "in"; the scheduler name derives from it as in the chart.
 TANDEM_NAMESPACE = "tandem"
 TANDEM_RELEASE = "tandem"
-SLURMD_POD_LABEL = ("app.kubernetes.io/name", "slurmd")
+SLURMD_POD_LABEL = (keys.SLURMD_POD_LABEL, keys.SLURMD_POD_LABEL_VALUE)
 
 GPU_MODEL = "H100_NVLINK_80GB"
 GPU_GRES_TYPE = "h100"

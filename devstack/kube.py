@@ -13,6 +13,7 @@ from kubernetes.client.rest import ApiException
 from devstack import config, pki
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
+from tandem import keys
 
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 # A test Pod carrying this annotation (a Go duration, e.g. "4s") is deleted that long after its graceful
@@ -183,7 +184,7 @@ def _slurmd_pod_manifest(i: int) -> dict[str, object]:
             "name": slurm_node,
             "namespace": config.SLURM_NAMESPACE,
             "labels": {key: value, "app.kubernetes.io/component": "compute"},
-            "annotations": {"sunk.coreweave.com/lock": "false"},
+            "annotations": {keys.LOCK_KEY: keys.LockState.FALSE.value},
         },
         "spec": {
             "nodeName": config.kube_node_name(i),
@@ -196,7 +197,7 @@ def _slurmd_pod_manifest(i: int) -> dict[str, object]:
                 }
             ],
             # slurmd must survive its own Node's lock.
-            "tolerations": [{"key": "sunk.coreweave.com/lock", "operator": "Exists"}],
+            "tolerations": [{"key": keys.LOCK_KEY, "operator": "Exists"}],
         },
     }
 
