@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ssl
 import urllib.request
-from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -223,10 +222,6 @@ def _apiserver_ready(cfg: StackConfig) -> bool:
     )
     with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
         return bool(r.status == 200)
-
-
-def read_token(path: Path) -> str:
-    return path.read_text().strip()
 
 
 # kwok's behaviour: Nodes become Ready; Pods bound to them run; gracefully deleted Pods go away

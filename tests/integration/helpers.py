@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 import uuid
@@ -193,7 +192,3 @@ def sbatch(cfg: StackConfig, *args: str, script: str = "#!/bin/sh\nsleep 300\n")
 
 def scancel(cfg: StackConfig, *job_ids: int) -> None:
     subprocess.run(["scancel", *map(str, job_ids)], env=slurm.slurm_env(cfg), capture_output=True)
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, default=str, indent=1)[:2000]

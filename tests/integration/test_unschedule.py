@@ -66,14 +66,13 @@ def test_a_deleted_pod_holds_its_node_until_it_is_gone(stack_cfg: StackConfig, c
 def test_a_pod_that_finishes_ends_its_job_and_stays(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("batch-like")
     h.create(core, h.tandem_pod(stack_cfg, name))
-    pod = h.wait_until("pod running", lambda: _running(core, name), 30)
+    h.wait_until("pod running", lambda: _running(core, name), 30)
     job = h.job_id_of(core, name) or 0
     core.patch_namespaced_pod_status(name, "default", {"status": {"phase": "Succeeded"}})
     h.wait_until("job ended", lambda: _finished(stack_cfg, job), 20)
     assert h.get_pod(core, name) is not None  # a finished Pod is kept for its owner to read
     state, _ = h.node_state(stack_cfg, h.rest_job(stack_cfg, job)["nodes"])
     assert "drain" not in state
-    del pod
 
 
 def test_deleting_a_pending_pod_cancels_its_job(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

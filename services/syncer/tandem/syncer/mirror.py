@@ -65,7 +65,6 @@ class SlurmMirror:
         self._seen_at: dict[int, float] = {}
         # When the hooks last told us about each job: newer than any poll answer asked before it.
         self._pushed_at: dict[int, float] = {}
-        self._wake = threading.Event()
         self._polling = threading.Lock()
 
     # -- reading -------------------------------------------------------------------------------
@@ -163,8 +162,7 @@ class SlurmMirror:
                 self.poll_once()
             except SlurmApiError as e:
                 log.warning("slurm poll failed", extra={"error": str(e)})
-            self._wake.wait(self.poll_interval)
-            self._wake.clear()
+            stop.wait(self.poll_interval)
 
     def poll_once(self) -> None:
         with self._polling:
