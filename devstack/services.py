@@ -44,6 +44,7 @@ def hooks_env_file(cfg: StackConfig) -> Path:
 def write_hooks_env(cfg: StackConfig) -> None:
     """What the prolog, epilog and placeholder scripts read on a Slurm node (a mounted Secret in a
     cluster). Placeholder jobs run as their Pod's user, so the token file is readable by all."""
+    cfg.slurm_dir.mkdir(parents=True, exist_ok=True)
     token_file = cfg.slurm_dir / "hooks-token"
     token_file.write_text(hooks_token(cfg))
     token_file.chmod(0o644)
