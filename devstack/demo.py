@@ -3,19 +3,22 @@ each one landed: Pod -> Slurm job -> Slurm node -> Node -> lock."""
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
 import grpc
+import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from devstack import config, kube, services
 from devstack.config import StackConfig
+from tandem import keys
 from tandem.v1 import lock_pb2, scheduler_pb2, scheduler_pb2_grpc, slurm_pb2, syncer_pb2, syncer_pb2_grpc
 
 NAMESPACE = "demo"
-PREFIX = "sunk.coreweave.com/"
+PREFIX = keys.PREFIX
 
 
 def example_pods(cfg: StackConfig) -> list[dict[str, Any]]:
@@ -90,7 +93,8 @@ def run(cfg: StackConfig) -> int:
         if e.status != 409:
             raise
     pods = example_pods(cfg)
-    for p in pods:
+    refused = invalid_pod(pods[1])
+    for p in [*pods, refused]:
         _delete_and_wait(core, p["metadata"]["name"])
     started = time.monotonic()
     for p in pods:
@@ -107,8 +111,83 @@ def run(cfg: StackConfig) -> int:
         return 1
     print(f"both Pods running {time.monotonic() - started:.1f}s after creation\n")
     print(placement_table(cfg))
+    created = core.create_namespaced_pod(NAMESPACE, refused)
+    print(f"\ncreated pod {NAMESPACE}/{refused['metadata']['name']} (no CPU or memory request)")
+    print(f"  -> {_first_warning(core, created.metadata.uid)}")
+    print("\nwhat each service's /metrics says now:")
+    print(metrics_table(cfg))
     print("\nlocal stack: . .tandem/env   |   stop it: make down")
     return 0
+
+
+# The figures a platform team watches, by service (Prometheus text on each /metrics).
+WATCHED_METRICS = {
+    "tandem-scheduler": (
+        "tandem_pods_validated_total",
+        "tandem_jobs_submitted_total",
+        "tandem_submit_seconds_count",
+        "tandem_bind_seconds_count",
+        "tandem_pod_create_to_bound_seconds_count",
+        "tandem_slurm_api_seconds_count",
+    ),
+    "tandem-syncer": (
+        "tandem_node_locks",
+        "tandem_lock_wait_seconds_count",
+        "tandem_evictions_total",
+        "tandem_slurm_api_seconds_count",
+        "tandem_slurm_api_errors_total",
+    ),
+    "tandem-hooks": ("tandem_hook_calls_total", "tandem_hook_call_seconds_count"),
+}
+
+
+def metrics_url(cfg: StackConfig, service: str) -> str:
+    p = cfg.ports
+    port = {"tandem-scheduler": p.scheduler_health, "tandem-syncer": p.syncer_health}.get(service)
+    return f"http://127.0.0.1:{port}/metrics" if port else f"{cfg.hooks_url}/metrics"
+
+
+def scrape(cfg: StackConfig, service: str) -> dict[str, list[tuple[str, float]]]:
+    """Samples by metric name: (labels, value)."""
+    samples: dict[str, list[tuple[str, float]]] = {}
+    for line in httpx.get(metrics_url(cfg, service), timeout=5).text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        name, _, labels = key.partition("{")
+        samples.setdefault(name, []).append(("{" + labels if labels else "", float(value)))
+    return samples
+
+
+def metrics_table(cfg: StackConfig) -> str:
+    rows = [("SERVICE", "METRIC", "LABELS", "VALUE")]
+    for service, names in WATCHED_METRICS.items():
+        samples = scrape(cfg, service)
+        for name in names:
+            for labels, value in samples.get(name, [("", 0.0)]):
+                rows.append((service, name, labels or "-", f"{value:g}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+def invalid_pod(example: dict[str, Any]) -> dict[str, Any]:
+    """An example Pod without requests: Tandem refuses it with an Event and submits nothing."""
+    pod = copy.deepcopy(example)
+    pod["metadata"]["name"] = "slurm-test-no-requests"
+    pod["spec"]["containers"][0]["resources"] = {}
+    return pod
+
+
+def _first_warning(core: k8s.CoreV1Api, uid: str, timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = core.list_namespaced_event(
+            NAMESPACE, field_selector=f"involvedObject.uid={uid},type=Warning"
+        ).items
+        if events:
+            return f"Warning {events[0].reason}: {events[0].message}"
+        time.sleep(0.2)
+    return f"no Warning event within {timeout:.0f}s"
 
 
 def placement_table(cfg: StackConfig, namespace: str = NAMESPACE) -> str:

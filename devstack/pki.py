@@ -6,13 +6,10 @@ import secrets
 import subprocess
 from pathlib import Path
 
-# Identities with a static token. Each Tandem service gets its own, so its calls are told apart
-# in the apiserver's audit and RBAC.
+# Identities with a static token: the person at the keyboard and kwok (standing in for every
+# kubelet). Tandem's services use ServiceAccount tokens instead (devstack.identities).
 USERS = {
     "admin": ("system:masters",),
-    "tandem-scheduler": ("system:masters",),
-    "tandem-syncer": ("system:masters",),
-    "tandem-hooks": ("system:masters",),
     "kwok": ("system:masters",),
 }
 

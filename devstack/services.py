@@ -64,6 +64,14 @@ def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
     }
 
 
+# The services that call the Kubernetes API, each as its chart ServiceAccount (devstack.identities).
+KUBE_CLIENTS = ("tandem-scheduler", "tandem-syncer")
+
+
+def kubeconfig(cfg: StackConfig, name: str) -> Path:
+    return cfg.state_dir / f"kubeconfig-{name}"
+
+
 def argv(cfg: StackConfig, name: str) -> list[str]:
     p = cfg.ports
     exe = str(Path(sys.executable).parent / name)
@@ -71,14 +79,14 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
         f"--slurm-api-base={cfg.slurmrestd_url}",
         f"--slurm-jwt-key-file={slurm.paths(cfg)['jwt_key']}",
     ]
-    kubeconfig = f"--kubeconfig={cfg.state_dir / f'kubeconfig-{name}'}"
+    kubeconfig_arg = f"--kubeconfig={kubeconfig(cfg, name)}"
     addr = grpc_addresses(cfg)
     if name == "tandem-syncer":
         return [
             exe,
             f"--grpc-bind-address={addr[name]}",
             f"--health-probe-bind-address=127.0.0.1:{p.syncer_health}",
-            kubeconfig,
+            kubeconfig_arg,
             *slurm_args,
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--scheduler-name={cfg.scheduler_name}",
@@ -88,7 +96,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             exe,
             f"--grpc-bind-address={addr[name]}",
             f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health}",
-            kubeconfig,
+            kubeconfig_arg,
             *slurm_args,
             f"--scheduler-name={cfg.scheduler_name}",
             f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
@@ -109,9 +117,12 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     raise KeyError(name)
 
 
-def start(cfg: StackConfig, name: str, daemon: Daemon) -> None:
+def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str] | None = None) -> None:
     hooks_token(cfg)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_") and k != "KUBECONFIG"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TANDEM_", "OTEL_")) and k != "KUBECONFIG"
+    }
+    env.update(extra_env or {})
     # sbatch (group-id) and scontrol (drains on Slurm 22.05) read it.
     env["SLURM_CONF"] = str(cfg.slurm_conf)
     daemon.start(argv(cfg, name), env=env)

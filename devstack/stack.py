@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devstack import config, kube, pki, services, slurm, tools
+from devstack import config, identities, kube, pki, services, slurm, tools
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem.hooks import scripts
@@ -51,6 +51,11 @@ def up(cfg: StackConfig) -> float:
     if need("kube-apiserver"):
         kube.start_apiserver(cfg, d["kube-apiserver"])
     kube.ensure_cluster_model(cfg)
+    identities.ensure_release_rbac(cfg, identities.MAIN)
+    for name in services.KUBE_CLIENTS:
+        identities.write_kubeconfig(
+            cfg, identities.MAIN, name.removeprefix("tandem-"), services.kubeconfig(cfg, name)
+        )
     if need("kwok"):
         kube.start_kwok(cfg, d["kwok"])
     if need("munged"):

@@ -1,13 +1,35 @@
 """Every annotation, label, taint and lock-state name Tandem reads or writes, in one place.
 
-The names are SUNK's (see shared/reference): they are the compatibility contract.
+The names are SUNK's (see shared/reference): they are the compatibility contract. Their prefix can
+be changed with TANDEM_ANNOTATION_PREFIX (the chart's global.annotationPrefix), the same for every
+service, the scripts and the Pods' authors; it is read once, at import, because every name below
+is built from it.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from enum import StrEnum
 
-PREFIX = "sunk.coreweave.com/"
+DEFAULT_PREFIX = "sunk.coreweave.com/"
+# A DNS subdomain and a slash, as Kubernetes wants the prefix of a qualified name.
+_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/$")
+
+
+def prefix_from_env(value: str | None) -> str:
+    """The annotation prefix, or a clear error naming the variable when it is not one."""
+    if not value:
+        return DEFAULT_PREFIX
+    if len(value) > 254 or not _PREFIX_RE.match(value):
+        raise ValueError(
+            f"TANDEM_ANNOTATION_PREFIX={value!r} is not a DNS subdomain followed by '/', "
+            f"e.g. {DEFAULT_PREFIX!r}"
+        )
+    return value
+
+
+PREFIX = prefix_from_env(os.environ.get("TANDEM_ANNOTATION_PREFIX"))
 
 # Node lock: a taint on the Node and an annotation (same key) on the Node's slurmd Pod.
 LOCK_KEY = PREFIX + "lock"

@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from tandem import tracing
 from tandem.settings import split_host_port
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ CHANNEL_OPTIONS = [
 
 
 def channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """A channel whose calls carry the caller's trace context."""
+    return tracing.intercept_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
 
 
 class GrpcServer:
@@ -50,7 +52,7 @@ class GrpcServer:
     ) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-            interceptors=list(interceptors),
+            interceptors=[tracing.ServerInterceptor(), *interceptors],
             options=[("grpc.so_reuseport", 0)],
         )
         self.health = health.HealthServicer(experimental_non_blocking=True)

@@ -38,7 +38,20 @@ def option(default: Any, *, flag: str, env: str, help: str) -> Any:
 
 
 @dataclass(frozen=True)
-class ClusterSettings:
+class ServiceSettings:
+    """What every Tandem service takes: logging and tracing."""
+
+    log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
+    otlp_endpoint: str = option(
+        "",
+        flag="--otlp-endpoint",
+        env="OTEL_EXPORTER_OTLP_ENDPOINT",
+        help="OTLP/gRPC endpoint for traces, e.g. http://otel-collector:4317; empty = tracing off",
+    )
+
+
+@dataclass(frozen=True)
+class ClusterSettings(ServiceSettings):
     """What the scheduler and the syncer both need: the Kubernetes API, slurmrestd, the slurmd Pods,
     the scheduler's name, leader election and logging."""
 
@@ -93,7 +106,6 @@ class ClusterSettings:
         env="TANDEM_LEADER_ELECTION_NAMESPACE",
         help="namespace of the Lease (default: this Pod's namespace)",
     )
-    log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
 
 
 def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> T:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from devstack import services, stack
+from devstack import identities, services, stack
 from devstack.config import StackConfig
 from devstack.kube import delete_delay
 from devstack.procs import Daemon
@@ -192,13 +192,27 @@ def team_scheduler(stack_cfg: StackConfig, core: k8s.CoreV1Api, tmp_path: Path) 
             if e.status != 409:
                 raise
     name = "team-a-tandem"
+    # Installed as the chart would: its own ServiceAccount, with Roles in team-a only.
+    release = identities.Release(
+        "team-a",
+        values=(
+            "scheduler.scope.type=namespace",
+            "scheduler.scope.namespaces=team-a",
+            f"scheduler.name={name}",
+        ),
+    )
+    identities.ensure_release_rbac(stack_cfg, release)
+    kubeconfig = identities.write_kubeconfig(stack_cfg, release, "scheduler", tmp_path / "kubeconfig")
     argv = services.argv(stack_cfg, "tandem-scheduler")
     argv = [
         a
         for a in argv
-        if not a.startswith(("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address"))
+        if not a.startswith(
+            ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
+        )
     ]
     argv += [
+        f"--kubeconfig={kubeconfig}",
         f"--scheduler-name={name}",
         "--watch-namespace=team-a",
         "--grpc-bind-address=127.0.0.1:0",

@@ -6,17 +6,20 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import services
+from devstack import demo, identities, services
 from devstack.config import StackConfig
+from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
@@ -56,31 +59,59 @@ def test_metrics_show_what_happened(stack_cfg: StackConfig, core: k8s.CoreV1Api)
     assert _metric(hooks, "tandem_hook_calls_total", 'route="/v1/started",code="200"') >= 1
 
 
-@pytest.fixture
-def two_schedulers(stack_cfg: StackConfig, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Two replicas of a scheduler named ha-tandem, electing a leader on one Lease."""
+# Counters that are rightly zero after a demo where nothing went wrong.
+MAY_BE_ZERO = {"tandem_evictions_total", "tandem_slurm_api_errors_total"}
+
+
+def test_after_make_demo_each_service_shows_its_metrics(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    try:
+        assert demo.run(stack_cfg) == 0
+        scraped = {service: demo.scrape(stack_cfg, service) for service in demo.WATCHED_METRICS}
+    finally:
+        for pod in core.list_namespaced_pod(demo.NAMESPACE).items:
+            h.delete_pod(core, pod.metadata.name, demo.NAMESPACE, grace=0)
+        h.wait_until("demo Pods gone", lambda: not core.list_namespaced_pod(demo.NAMESPACE).items, 30)
+    for service, names in demo.WATCHED_METRICS.items():
+        for name in set(names) - MAY_BE_ZERO:
+            assert sum(v for _, v in scraped[service].get(name, [])) > 0, f"{service}: {name} is zero"
+    validated = scraped["tandem-scheduler"]["tandem_pods_validated_total"]
+    assert any('result="invalid"' in labels and v > 0 for labels, v in validated)
+    locks = scraped["tandem-syncer"]["tandem_node_locks"]
+    assert any('state="locked_strict"' in labels and v > 0 for labels, v in locks)
+    hooks = scraped["tandem-hooks"]["tandem_hook_calls_total"]
+    assert any('route="/v1/started"' in labels and v > 0 for labels, v in hooks)
+
+
+# A second install, "ha" (its own ServiceAccounts, RBAC and Leases), with two replicas of a service.
+HA = identities.Release("ha", values=("scheduler.name=ha-tandem",))
+
+
+def _replicas(
+    cfg: StackConfig, service: str, tmp_path: Path, args: Callable[[int], list[str]]
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Two replicas of a service of the HA install, electing a leader on its Lease; `args(i)` are
+    replica i's own flags (names, addresses)."""
+    component = service.removeprefix("tandem-")
+    identities.ensure_release_rbac(cfg, HA)
+    kubeconfig = identities.write_kubeconfig(cfg, HA, component, tmp_path / f"kubeconfig-{component}")
+    own = ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
     procs = []
     for i in range(2):
-        argv = [
-            a
-            for a in services.argv(stack_cfg, "tandem-scheduler")
-            if not a.startswith(("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address"))
-        ]
+        argv = [a for a in services.argv(cfg, service) if not a.startswith(own)]
         argv += [
-            "--scheduler-name=ha-tandem",
-            "--grpc-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
+            f"--kubeconfig={kubeconfig}",
             "--leader-elect=true",
             "--leader-election-namespace=tandem",
-            "--leader-election-id=ha-tandem",
+            f"--leader-election-id={HA.service_account(component)}",
+            *args(i),
         ]
-        log = open(tmp_path / f"replica-{i}.log", "wb")  # noqa: SIM115
+        log = open(tmp_path / f"{component}-{i}.log", "wb")  # noqa: SIM115
         procs.append(
             subprocess.Popen(
                 argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "SLURM_CONF": str(stack_cfg.slurm_conf)},
+                env={**os.environ, "SLURM_CONF": str(cfg.slurm_conf)},
             )
         )
     yield procs
@@ -90,8 +121,24 @@ def two_schedulers(stack_cfg: StackConfig, tmp_path: Path) -> Iterator[list[subp
             proc.wait(10)
 
 
+@pytest.fixture
+def two_schedulers(stack_cfg: StackConfig, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    yield from _replicas(
+        stack_cfg,
+        "tandem-scheduler",
+        tmp_path,
+        lambda i: [
+            "--scheduler-name=ha-tandem",
+            "--grpc-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ],
+    )
+
+
 def _leader_pid(core: k8s.CoreV1Api) -> int | None:
-    lease = k8s.CoordinationV1Api(core.api_client).read_namespaced_lease("ha-tandem", "tandem")
+    lease = k8s.CoordinationV1Api(core.api_client).read_namespaced_lease(
+        HA.service_account("scheduler"), "tandem"
+    )
     holder = lease.spec.holder_identity or ""
     m = re.match(r".*_(\d+)$", holder)
     return int(m.group(1)) if m else None
@@ -137,3 +184,60 @@ def test_killing_the_leader_hands_over_and_no_pod_gets_two_jobs(
         ).stdout
         jobs = [line for line in out.splitlines() if line.endswith(f"/{name}/{pod_obj.metadata.uid}")]
         assert len(jobs) == 1, jobs
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def two_syncers(
+    stack_cfg: StackConfig, tmp_path: Path
+) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    for procs in _replicas(
+        stack_cfg,
+        "tandem-syncer",
+        tmp_path,
+        lambda i: [
+            f"--grpc-bind-address={addresses[i]}",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--scheduler-name=ha-tandem",
+        ],
+    ):
+        yield list(zip(procs, addresses, strict=True))
+
+
+def _answers(address: str) -> bool:
+    """The replica serves the syncer API (a standby answers UNAVAILABLE)."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            syncer_pb2_grpc.SyncerServiceStub(channel).ListNodeLocks(
+                syncer_pb2.ListNodeLocksRequest(), timeout=2
+            )
+            return True
+        except grpc.RpcError:
+            return False
+
+
+def test_killing_the_leading_syncer_hands_over_within_the_lease(
+    stack_cfg: StackConfig, two_syncers: list[tuple[subprocess.Popen[bytes], str]]
+) -> None:
+    leader = h.wait_until(
+        "one syncer leads", lambda: next((r for r in two_syncers if _answers(r[1])), None), 40
+    )
+    standby = next(r for r in two_syncers if r is not leader)
+    assert not _answers(standby[1]), "both replicas serve: two syncers would race on the locks"
+    leader[0].send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    h.wait_until("the standby serves", lambda: _answers(standby[1]), 40)
+    handed_over = time.monotonic() - killed_at
+    print(f"\n[measure] syncer leader killed -> standby serves after {handed_over:.1f}s (lease 15s)")
+    assert handed_over <= 15 + 2 + 5  # lease + retry period + the new leader's first Slurm sync
+    with grpc.insecure_channel(standby[1]) as channel:
+        locks = syncer_pb2_grpc.SyncerServiceStub(channel).ListNodeLocks(
+            syncer_pb2.ListNodeLocksRequest(), timeout=5
+        )
+    assert len(locks.locks) == stack_cfg.nodes

@@ -8,11 +8,18 @@ if [ -z "${TANDEM_HOOKS_TOKEN:-}" ] && [ -r "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tan
   TANDEM_HOOKS_TOKEN=$(cat "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}")
 fi
 
+# The trace this call belongs to (W3C traceparent), when the scheduler traces: a placeholder
+# script has it in its environment, a prolog in the job's comment (all it learns of the job).
+if [ -z "${TRACEPARENT:-}" ]; then
+  TRACEPARENT=$(printf '%s' "${SLURM_JOB_COMMENT:-}" |
+    sed -n 's/.*traceparent=\(00-[0-9a-f]\{32\}-[0-9a-f]\{16\}-[0-9a-f]\{2\}\).*/\1/p')
+fi
+
 # tandem_call ROUTE MAX_SECONDS JSON -> prints the reply; exit status 0 only on HTTP 2xx.
 # Connection failures are retried until MAX_SECONDS (a gateway restart must not fail a job);
 # an HTTP error answer (e.g. 401) is final.
 tandem_call() {
   curl -sS --fail-with-body --max-time "$2" --retry 30 --retry-connrefused --retry-delay 1 \
     --retry-max-time "$2" -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
-    -H "Content-Type: application/json" -d "$3" "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1"
+    -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1"
 }

@@ -10,6 +10,9 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+from opentelemetry.trace import SpanKind
+
+from tandem import tracing
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmApiError
 
@@ -69,16 +72,17 @@ def script_with_environment(spec: JobSpec) -> str:
 
 
 def submit(spec: JobSpec, uid: int, gid: int, sbatch: str = "sbatch") -> int:
-    try:
-        res = subprocess.run(
-            [sbatch, *sbatch_args(spec, uid, gid)],
-            input=script_with_environment(spec),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise SlurmApiError(f"sbatch failed to run: {e}") from e
+    with tracing.span("sbatch", kind=SpanKind.CLIENT, attributes={"slurm.uid": uid, "slurm.gid": gid}):
+        try:
+            res = subprocess.run(
+                [sbatch, *sbatch_args(spec, uid, gid)],
+                input=script_with_environment(spec),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmApiError(f"sbatch failed to run: {e}") from e
     if res.returncode != 0:
         message = res.stderr.strip() or res.stdout.strip()
         # Slurm's refusal of the job is final; not reaching slurmctld is worth another try.

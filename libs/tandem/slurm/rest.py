@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from tandem import tracing
 from tandem.metrics import REGISTRY
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, dialect_for
@@ -195,19 +197,26 @@ class SlurmRestClient:
         version = self.dialect.version
         operation = f"{method} {path.split('/')[0]}"
         started = time.monotonic()
-        try:
-            r = self._http.request(
-                method,
-                f"/slurm/{version}/{path}",
-                headers=self._auth(user or self.user),
-                json=json,
-                params=params,
-            )
-        except httpx.HTTPError as e:
-            API_ERRORS.inc(operation=operation, status="0")
-            raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
-        finally:
-            API_SECONDS.observe(time.monotonic() - started, operation=operation)
+        with tracing.span(
+            f"slurmrestd {operation}",
+            kind=SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.path": f"/slurm/{version}/{path}"},
+        ) as span:
+            try:
+                r = self._http.request(
+                    method,
+                    f"/slurm/{version}/{path}",
+                    headers=tracing.inject(self._auth(user or self.user)),
+                    json=json,
+                    params=params,
+                )
+            except httpx.HTTPError as e:
+                API_ERRORS.inc(operation=operation, status="0")
+                tracing.mark_error(span, "unreachable")
+                raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
+            finally:
+                API_SECONDS.observe(time.monotonic() - started, operation=operation)
+            span.set_attribute("http.response.status_code", r.status_code)
         if r.status_code >= 400:
             API_ERRORS.inc(operation=operation, status=str(r.status_code))
             try:

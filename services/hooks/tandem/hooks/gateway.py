@@ -22,7 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
+from opentelemetry.trace import SpanKind
 
+from tandem import tracing
 from tandem.metrics import REGISTRY
 from tandem.settings import split_host_port
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
@@ -106,16 +108,14 @@ class HooksGateway:
                     )
                     return
                 started = time.monotonic()
-                try:
-                    if len(raw) > MAX_BODY:
-                        raise BadRequest(f"body larger than {MAX_BODY} bytes")
-                    status, body = route(_parse_body(raw))
-                except BadRequest as e:
-                    status, body = HTTPStatus.BAD_REQUEST, {"error": str(e)}
-                except grpc.RpcError as e:
-                    code = e.code()
-                    status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
-                    body = {"error": e.details() or code.name, "syncer_status": code.name}
+                caller = {tracing.TRACEPARENT: self.headers.get(tracing.TRACEPARENT, "")}
+                with tracing.span(
+                    f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
+                ) as span:
+                    status, body = gateway.serve(route, raw)
+                    span.set_attribute("http.response.status_code", int(status))
+                    if status >= 400:
+                        tracing.mark_error(span, str(body.get("error", "")))
                 HOOK_CALLS.inc(route=route_name, code=str(int(status)))
                 HOOK_SECONDS.observe(time.monotonic() - started, route=route_name)
                 log.info(
@@ -168,6 +168,21 @@ class HooksGateway:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def serve(
+        self, route: Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]], raw: bytes
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
+        """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
+        try:
+            if len(raw) > MAX_BODY:
+                raise BadRequest(f"body larger than {MAX_BODY} bytes")
+            return route(_parse_body(raw))
+        except BadRequest as e:
+            return HTTPStatus.BAD_REQUEST, {"error": str(e)}
+        except grpc.RpcError as e:
+            code = e.code()
+            status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
+            return status, {"error": e.details() or code.name, "syncer_status": code.name}
 
     # -- routes ----------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tandem import logs, serving, settings
+from tandem import logs, serving, settings, tracing
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.settings import HooksSettings
 from tandem.v1 import syncer_pb2_grpc
@@ -16,6 +16,7 @@ log = logging.getLogger("tandem.hooks")
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(HooksSettings, argv)
     logs.setup("hooks", cfg.log_level)
+    tracing.setup("tandem-hooks", cfg.otlp_endpoint)
     channel = serving.channel(cfg.syncer_address)
     gateway = HooksGateway(
         cfg.hooks_address, cfg.bearer_token(), syncer_pb2_grpc.SyncerServiceStub(channel), cfg.call_timeout
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     gateway.stop()
     grpc_server.stop()
     channel.close()
+    tracing.shutdown()
 
 
 if __name__ == "__main__":

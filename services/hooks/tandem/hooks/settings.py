@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.settings import Seconds, option
+from tandem.settings import Seconds, ServiceSettings, option
 
 
 @dataclass(frozen=True)
-class HooksSettings:
+class HooksSettings(ServiceSettings):
     """Tandem hooks gateway: HTTP API for Slurm prolog/epilog and placeholder scripts."""
 
     hooks_address: str = option(
@@ -44,7 +44,6 @@ class HooksSettings:
         env="TANDEM_HOOKS_CALL_TIMEOUT",
         help="longest a hook call waits for the syncer",
     )
-    log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
 
     def bearer_token(self) -> str:
         if self.token_file:

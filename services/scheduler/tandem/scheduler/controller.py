@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, tracing
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.metrics import REGISTRY
@@ -193,49 +193,52 @@ class Controller:
             # Without the full job list we could not know that a previous life submitted one.
             self.queue.add_after(key, 0.5)
             return
-        PODS_VALIDATED.inc(result="valid", reason="")
-        spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
-        submit_started = time.monotonic()
-        uid, gid = jobspec.job_user(pod)
-        # Root submits on the user's behalf (as SUNK does over RPC), so priority and the group apply;
-        # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
-        on_behalf = (uid, gid) != (0, 0) and bool(self.sbatch)
-        try:
-            if on_behalf:
-                job_id = slurm_cli.submit(spec, uid, gid, self.sbatch)
-            else:
-                # The token names the user; slurmctld runs the job as that uid.
-                job_id = self.slurm.submit_job(spec, user=str(uid))
-        except SlurmApiError as e:
-            JOBS_SUBMITTED.inc(result="error" if e.status in TRANSIENT_HTTP else "refused")
-            if e.status in TRANSIENT_HTTP:
-                log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
-                self.queue.add_after(key, 2.0)
+        with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
+            PODS_VALIDATED.inc(result="valid", reason="")
+            spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
+            spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
+            submit_started = time.monotonic()
+            uid, gid = jobspec.job_user(pod)
+            # Root submits on the user's behalf (as SUNK does over RPC), so priority and the group apply;
+            # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
+            on_behalf = (uid, gid) != (0, 0) and bool(self.sbatch)
+            try:
+                if on_behalf:
+                    job_id = slurm_cli.submit(spec, uid, gid, self.sbatch)
+                else:
+                    # The token names the user; slurmctld runs the job as that uid.
+                    job_id = self.slurm.submit_job(spec, user=str(uid))
+            except SlurmApiError as e:
+                JOBS_SUBMITTED.inc(result="error" if e.status in TRANSIENT_HTTP else "refused")
+                if e.status in TRANSIENT_HTTP:
+                    log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
+                    self.queue.add_after(key, 2.0)
+                    return
+                self._refuse(pod, f"Slurm refused the placeholder job: {e}")
                 return
-            self._refuse(pod, f"Slurm refused the placeholder job: {e}")
-            return
-        except UnsupportedBySlurm as e:
-            JOBS_SUBMITTED.inc(result="refused")
-            self._refuse(pod, f"Slurm cannot run this Pod: {e}")
-            return
-        JOBS_SUBMITTED.inc(result="ok")
-        SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
-        with self._submitted_lock:
-            self._submitted[pod["metadata"]["uid"]] = job_id
-        self.jobs.announce(job_id, spec.name)
-        log.info("placeholder job submitted", extra={"pod": key, "job": job_id, "uid": uid, "gid": gid})
-        self.api.record_job(pod, job_id)
-        where = f" to partition {spec.partition}" if spec.partition else ""
-        self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
-        if (uid, gid) != (0, 0) and not on_behalf:
-            self._event(
-                pod,
-                "Warning",
-                "RunAsUserOnly",
-                f"job {job_id} runs as uid {uid} with that user's primary group, not necessarily gid {gid}, "
-                "and "
-                "without a priority: slurmrestd cannot carry them (configure --sbatch to apply both)",
-            )
+            except UnsupportedBySlurm as e:
+                JOBS_SUBMITTED.inc(result="refused")
+                self._refuse(pod, f"Slurm cannot run this Pod: {e}")
+                return
+            JOBS_SUBMITTED.inc(result="ok")
+            span.set_attribute("slurm.job_id", job_id)
+            SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
+            with self._submitted_lock:
+                self._submitted[pod["metadata"]["uid"]] = job_id
+            self.jobs.announce(job_id, spec.name)
+            log.info("placeholder job submitted", extra={"pod": key, "job": job_id, "uid": uid, "gid": gid})
+            self.api.record_job(pod, job_id)
+            where = f" to partition {spec.partition}" if spec.partition else ""
+            self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
+            if (uid, gid) != (0, 0) and not on_behalf:
+                self._event(
+                    pod,
+                    "Warning",
+                    "RunAsUserOnly",
+                    f"job {job_id} runs as uid {uid} with that user's primary group, not necessarily "
+                    f"gid {gid}, and without a priority: slurmrestd cannot carry them "
+                    "(configure --sbatch to apply both)",
+                )
 
     def _refuse(self, pod: JSON, message: str) -> None:
         """Slurm said no to this Pod as it is: like a validation error, it is not retried."""
@@ -246,7 +249,12 @@ class Controller:
         slurm_node = job.nodes[0]
         kube_node = self._kube_node(slurm_node)
         picked_up = time.monotonic()
-        self.api.bind(pod, kube_node)
+        with tracing.span(
+            "bind pod",
+            parent=self.jobs.trace_context.get(job.job_id),
+            attributes={"k8s.pod": _key(pod), "k8s.node": kube_node, "slurm.job_id": job.job_id},
+        ):
+            self.api.bind(pod, kube_node)
         started = self.jobs.started_at.get(job.job_id, picked_up)
         BIND_SECONDS.observe(time.monotonic() - started)
         created = _created_at(pod)

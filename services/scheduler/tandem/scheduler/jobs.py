@@ -57,6 +57,9 @@ class JobTracker:
         self._gone_at: dict[int, float] = {}
         # When the stream told us each job's script started (to measure our own share of latency).
         self.started_at: dict[int, float] = {}
+        # The trace context of the call that told the syncer a job's script started (the bind's
+        # parent span).
+        self.trace_context: dict[int, dict[str, str]] = {}
         self.connected = False
 
     @property
@@ -99,7 +102,7 @@ class JobTracker:
                     self.connected = True
                     backoff = 0.5
                     if msg.HasField("job"):
-                        self._apply(msg.job)
+                        self._apply(msg.job, dict(msg.trace_context))
                     if msg.snapshot_done:
                         self._synced.set()
                         log.info("slurm snapshot received", extra={"jobs": len(self._jobs)})
@@ -111,7 +114,7 @@ class JobTracker:
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def _apply(self, job: Any) -> None:
+    def _apply(self, job: Any, trace_context: dict[str, str] | None = None) -> None:
         if job.name and placeholder.scheduler_of(job.name) != self.scheduler_name:
             return  # another scheduler's job, or no placeholder at all
         pod = placeholder.parse_job_name(job.name)
@@ -124,6 +127,8 @@ class JobTracker:
                     job.name = old.name
             if job.script_started and (old is None or not old.script_started):
                 self.started_at[job.job_id] = time.monotonic()
+                if trace_context:
+                    self.trace_context[job.job_id] = trace_context
             self._jobs[job.job_id] = job
             if pod is not None:
                 self._by_uid[pod.uid].add(job.job_id)
@@ -140,6 +145,7 @@ class JobTracker:
             if at < cutoff:
                 del self._gone_at[job_id]
                 self.started_at.pop(job_id, None)
+                self.trace_context.pop(job_id, None)
                 job = self._jobs.pop(job_id, None)
                 pod = placeholder.parse_job_name(job.name) if job is not None else None
                 if pod is not None:

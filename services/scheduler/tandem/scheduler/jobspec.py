@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem import keys
@@ -153,3 +153,17 @@ def job_user(pod: Pod) -> tuple[int, int]:
 
 def _optional_int(value: str | None) -> int | None:
     return None if value is None else int(value)
+
+
+def with_trace_context(spec: JobSpec, traceparent: str) -> JobSpec:
+    """Carry the submit's trace context into the job. The prolog learns of a job only what its
+    environment holds (on 22.05: not the job's environment, but SLURM_JOB_COMMENT), so it goes in
+    the comment; the script reads TRACEPARENT. The script's started marker rewrites the comment
+    to the Pod's own (TANDEM_JOB_COMMENT), so the context does not linger there."""
+    if not traceparent:
+        return spec
+    return replace(
+        spec,
+        comment=f"{spec.comment} traceparent={traceparent}".strip(),
+        environment={**spec.environment, "TRACEPARENT": traceparent},
+    )

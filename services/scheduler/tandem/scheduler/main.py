@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from tandem import logs, serving, settings
+from tandem import logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -28,6 +28,7 @@ log = logging.getLogger("tandem.scheduler")
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(SchedulerSettings, argv)
     logs.setup("scheduler", cfg.log_level)
+    tracing.setup("tandem-scheduler", cfg.otlp_endpoint)
     if not cfg.scheduler_name:
         raise SystemExit("--scheduler-name (TANDEM_SCHEDULER_NAME) is required")
     try:
@@ -131,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     channel.close()
     slurm.close()
     kube.close()
+    tracing.shutdown()
     if lost.is_set():
         raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 

@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-from tandem import logs, serving, settings
+from tandem import logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.kube import KubeClient, KubeError, pod_path
 from tandem.leader import LeaderElector, pod_namespace
@@ -26,6 +26,7 @@ LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(SyncerSettings, argv)
     logs.setup("syncer", cfg.log_level)
+    tracing.setup("tandem-syncer", cfg.otlp_endpoint)
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.from_settings(
         cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
@@ -93,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     http.stop()
     slurm.close()
     kube.close()
+    tracing.shutdown()
     if lost.is_set():
         raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 

@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from tandem import tracing
 from tandem.slurm.models import Job, Node
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 
@@ -37,12 +38,14 @@ class JobStatus:
 
 
 Change = JobStatus | Node
+# A change and the trace context of the call that caused it (empty when the poll found it).
+Published = tuple[Change, dict[str, str]]
 
 
 class Subscription:
     def __init__(self, mirror: SlurmMirror) -> None:
         self._mirror = mirror
-        self.queue: queue.Queue[Change | None] = queue.Queue()
+        self.queue: queue.Queue[Published | None] = queue.Queue()
 
     def close(self) -> None:
         self._mirror._unsubscribe(self)
@@ -237,5 +240,6 @@ class SlurmMirror:
                 self._by_node[n].discard(job_id)
 
     def _publish(self, change: Change) -> None:
+        caused_by = tracing.inject()
         for sub in list(self._subs):
-            sub.queue.put(change)
+            sub.queue.put((change, caused_by))

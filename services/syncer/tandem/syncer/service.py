@@ -115,7 +115,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
                     continue
                 if item is None:
                     return
-                yield _change(item)
+                change, caused_by = item
+                yield _change(change, caused_by)
         finally:
             sub.close()
 
@@ -175,10 +176,10 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         return (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _change(change: JobStatus | Any) -> Any:
+def _change(change: JobStatus | Any, caused_by: dict[str, str] | None = None) -> Any:
     if isinstance(change, JobStatus):
-        return syncer_pb2.WatchSlurmResponse(job=convert.job(change))
-    return syncer_pb2.WatchSlurmResponse(node=convert.node(change))
+        return syncer_pb2.WatchSlurmResponse(job=convert.job(change), trace_context=caused_by)
+    return syncer_pb2.WatchSlurmResponse(node=convert.node(change), trace_context=caused_by)
 
 
 def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:

@@ -1,0 +1,122 @@
+"""The services run as the chart's ServiceAccounts, bound by the chart's own RBAC rules.
+
+`helm template` renders a release; its ServiceAccounts, Roles, ClusterRoles and bindings are
+applied to the local apiserver; each service gets a token for its ServiceAccount (TokenRequest
+API) in its own kubeconfig. So a permission the code needs but the chart lacks fails a test
+instead of a production install.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from devstack import config, pki
+from devstack.config import StackConfig
+
+CHART = config.REPO_ROOT / "helm" / "tandem"
+RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"})
+# Long enough for any test session or demo; `make up` mints fresh ones each time.
+TOKEN_DURATION = "720h"
+
+
+@dataclass(frozen=True)
+class Release:
+    """A chart install: its name, namespace and `--set` values."""
+
+    name: str
+    namespace: str = config.TANDEM_NAMESPACE
+    values: tuple[str, ...] = ()
+
+    def service_account(self, component: str) -> str:
+        """The chart's name for a component's ServiceAccount ("<fullname>-<component>")."""
+        fullname = self.name if "tandem" in self.name else f"{self.name}-tandem"
+        return f"{fullname}-{component}"
+
+
+MAIN = Release(config.TANDEM_RELEASE)
+
+
+def render_rbac(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
+    sets = [f"global.slurmdNamespace={config.SLURM_NAMESPACE}", *release.values]
+    out = subprocess.run(
+        [
+            str(cfg.bin_dir / "helm"),
+            "template",
+            release.name,
+            str(CHART),
+            "-n",
+            release.namespace,
+            *(a for s in sets for a in ("--set", s)),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"helm template {release.name} failed: {out.stderr.strip()}")
+    docs = [d for d in yaml.safe_load_all(out.stdout) if isinstance(d, dict)]
+    return [d for d in docs if d.get("kind") in RBAC_KINDS]
+
+
+def kubectl(cfg: StackConfig, *args: str, stdin: str | None = None) -> str:
+    out = subprocess.run(
+        [str(cfg.bin_dir / "kubectl"), f"--kubeconfig={cfg.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def ensure_release_rbac(cfg: StackConfig, release: Release) -> None:
+    """Apply the release's ServiceAccounts and RBAC (idempotent: `kubectl apply`)."""
+    docs = render_rbac(cfg, release)
+    namespaces = {release.namespace} | {
+        str(meta["namespace"])
+        for d in docs
+        if isinstance(meta := d.get("metadata"), dict) and meta.get("namespace")
+    }
+    namespace_docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in sorted(namespaces)
+    ]
+    kubectl(cfg, "apply", "-f", "-", stdin=yaml.safe_dump_all([*namespace_docs, *docs]))
+
+
+def write_kubeconfig(cfg: StackConfig, release: Release, component: str, path: Path) -> Path:
+    """A kubeconfig holding a fresh token of the component's ServiceAccount."""
+    sa = release.service_account(component)
+    token = kubectl(
+        cfg, "create", "token", sa, "-n", release.namespace, f"--duration={TOKEN_DURATION}"
+    ).strip()
+    pki.write_kubeconfig(
+        path,
+        cfg.apiserver_url,
+        cfg.pki_dir / "ca.crt",
+        f"system:serviceaccount:{release.namespace}:{sa}",
+        token,
+    )
+    path.chmod(0o600)
+    return path
+
+
+def can_i(cfg: StackConfig, release: Release, component: str, *verb_resource: str) -> bool:
+    """`kubectl auth can-i ... --as` the component's ServiceAccount."""
+    sa = release.service_account(component)
+    out = subprocess.run(
+        [
+            str(cfg.bin_dir / "kubectl"),
+            f"--kubeconfig={cfg.kubeconfig}",
+            "auth",
+            "can-i",
+            *verb_resource,
+            f"--as=system:serviceaccount:{release.namespace}:{sa}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip() == "yes"

@@ -1,0 +1,79 @@
+"""Issue 5: the stack's services run as the chart's ServiceAccounts under the chart's RBAC (so the
+rest of the suite passing shows the rules are enough), and what they must not do is denied."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from devstack import identities, services
+from devstack.config import StackConfig
+
+pytestmark = pytest.mark.integration
+
+MAIN = identities.MAIN
+
+
+def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: StackConfig) -> None:
+    for name in services.KUBE_CLIENTS:
+        out = subprocess.run(
+            [
+                str(stack_cfg.bin_dir / "kubectl"),
+                f"--kubeconfig={services.kubeconfig(stack_cfg, name)}",
+                "auth",
+                "whoami",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        user = json.loads(out.stdout)["status"]["userInfo"]
+        assert user["username"] == f"system:serviceaccount:tandem:{name}"
+        assert "system:masters" not in user.get("groups", [])
+
+
+@pytest.mark.parametrize(
+    ("component", "request_", "allowed"),
+    [
+        # What each one needs.
+        ("scheduler", ("create", "pods", "--subresource=binding", "-n", "default"), True),
+        ("scheduler", ("watch", "pods", "--all-namespaces"), True),
+        ("scheduler", ("patch", "pods", "--subresource=status", "-n", "default"), True),
+        ("syncer", ("create", "pods", "--subresource=eviction", "-n", "default"), True),
+        ("syncer", ("patch", "nodes"), True),
+        ("syncer", ("patch", "pods", "-n", "tandem-slurm"), True),
+        # What none of them may do.
+        ("scheduler", ("list", "secrets", "--all-namespaces"), False),
+        ("syncer", ("list", "secrets", "--all-namespaces"), False),
+        ("scheduler", ("get", "secrets", "-n", "tandem"), False),
+        ("scheduler", ("delete", "nodes"), False),
+        ("syncer", ("delete", "nodes"), False),
+        ("scheduler", ("patch", "nodes"), False),
+        ("syncer", ("delete", "pods", "-n", "default"), False),
+        ("syncer", ("patch", "pods", "-n", "default"), False),
+        ("scheduler", ("update", "leases", "other-lease", "-n", "tandem"), False),
+        ("scheduler", ("create", "clusterrolebindings"), False),
+        ("hooks", ("get", "pods", "-n", "tandem"), False),
+    ],
+)
+def test_least_privilege(
+    stack_cfg: StackConfig, component: str, request_: tuple[str, ...], allowed: bool
+) -> None:
+    assert identities.can_i(stack_cfg, MAIN, component, *request_) is allowed
+
+
+def test_namespace_scope_grants_nothing_outside_its_namespaces(stack_cfg: StackConfig) -> None:
+    team = identities.Release(
+        "team-a",
+        values=("scheduler.scope.type=namespace", "scheduler.scope.namespaces=team-a"),
+    )
+    identities.ensure_release_rbac(stack_cfg, team)
+    assert identities.can_i(
+        stack_cfg, team, "scheduler", "create", "pods", "--subresource=binding", "-n", "team-a"
+    )
+    assert not identities.can_i(stack_cfg, team, "scheduler", "list", "pods", "-n", "default")
+    assert not identities.can_i(stack_cfg, team, "scheduler", "list", "pods", "--all-namespaces")

@@ -1,0 +1,139 @@
+"""Issue 5: with an OTLP endpoint configured, one Pod's scheduling is one trace holding spans of
+all three services: the scheduler's submit, the prolog's lock call through the gateway to the
+syncer, the placeholder's started call, and the scheduler's bind as its child.
+
+The three services export over real OTLP/gRPC to an in-memory collector in this process."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from kubernetes import client as k8s
+from opentelemetry.proto.collector.trace.v1 import (
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
+
+from devstack import services
+from devstack.config import StackConfig
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+
+
+@dataclass(frozen=True)
+class ExportedSpan:
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, str]
+
+
+class InMemoryCollector(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.spans: list[ExportedSpan] = []
+
+    def Export(self, request: object, context: grpc.ServicerContext) -> object:
+        for rs in request.resource_spans:  # type: ignore[attr-defined]
+            service = next(
+                (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), ""
+            )
+            for scope in rs.scope_spans:
+                for s in scope.spans:
+                    self.spans.append(
+                        ExportedSpan(
+                            service=service,
+                            name=s.name,
+                            trace_id=s.trace_id.hex(),
+                            span_id=s.span_id.hex(),
+                            parent_id=s.parent_span_id.hex(),
+                            attributes={
+                                a.key: a.value.string_value or str(a.value.int_value) for a in s.attributes
+                            },
+                        )
+                    )
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _restart_services(cfg: StackConfig, extra_env: dict[str, str]) -> None:
+    daemons = services.daemons(cfg)
+    for name in services.SERVICES:
+        daemons[name].stop()
+    for name in services.SERVICES:
+        services.start(cfg, name, daemons[name], extra_env)
+    for name in services.SERVICES:
+        services.wait_serving(cfg, name, daemons[name])
+
+
+@pytest.fixture(scope="module")
+def collector(stack_cfg: StackConfig) -> Iterator[InMemoryCollector]:
+    sink = InMemoryCollector()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port(f"127.0.0.1:{_free_port()}")
+    server.start()
+    _restart_services(stack_cfg, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
+    try:
+        yield sink
+    finally:
+        _restart_services(stack_cfg, {})
+        server.stop(0)
+
+
+def test_one_pods_scheduling_is_one_trace_across_all_three_services(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, collector: InMemoryCollector
+) -> None:
+    name = h.unique("traced")
+    h.create(core, h.tandem_pod(stack_cfg, name))
+    h.wait_until("pod bound", lambda: (p := h.get_pod(core, name)) is not None and p.spec.node_name, 30)
+
+    def submit_span() -> ExportedSpan | None:
+        return next(
+            (
+                s
+                for s in collector.spans
+                if s.name == "submit placeholder job" and s.attributes.get("k8s.pod") == f"default/{name}"
+            ),
+            None,
+        )
+
+    root = h.wait_until("the submit span exported", submit_span, 15)
+
+    def trace() -> list[ExportedSpan]:
+        return [s for s in collector.spans if s.trace_id == root.trace_id]
+
+    def complete() -> list[ExportedSpan] | None:
+        spans = trace()
+        return spans if {"bind pod", "POST /v1/lock", "POST /v1/started"} <= {s.name for s in spans} else None
+
+    spans = h.wait_until("the lock, started and bind spans in the submit's trace", complete, 15)
+    by_id = {s.span_id: s for s in spans}
+    by_name = {s.name: s for s in spans}
+    assert {s.service for s in spans} == {"tandem-scheduler", "tandem-hooks", "tandem-syncer"}
+    assert root.parent_id == ""
+    # prolog -> gateway -> syncer, under the submit (the prolog read the context from the comment)
+    lock = by_name["AcquireNodeLock"]
+    assert by_id[lock.parent_id].name == "POST /v1/lock"
+    assert by_id[lock.parent_id].service == "tandem-hooks"
+    assert by_name["POST /v1/lock"].parent_id == root.span_id
+    # placeholder -> gateway -> syncer -> (WatchSlurm) -> scheduler's bind
+    bind = by_name["bind pod"]
+    assert bind.service == "tandem-scheduler"
+    assert by_id[bind.parent_id].name == "JobStarted"
+    assert by_id[by_id[bind.parent_id].parent_id].name == "POST /v1/started"
+    # scheduler -> Slurm: the submit itself, and the syncer hears of the job inside the trace
+    assert "sbatch" in by_name or any(s.name.startswith("slurmrestd POST") for s in spans)
+    assert by_name["PlaceholderSubmitted"].parent_id == root.span_id
