@@ -485,3 +485,15 @@ def test_effective_requests_refuses_garbled_quantities() -> None:
     pod = make_pod(init_containers=[container("setup", memory="1 Gi")])
     with pytest.raises(ValueError, match=r"spec\.initContainers\[0\]\.resources\.requests\.memory"):
         effective_requests(pod)
+
+
+@pytest.mark.parametrize(
+    ("field", "reason"),
+    [
+        ("metadata.annotations[sunk.coreweave.com/priority]", "sunk.coreweave.com/priority"),
+        ("spec.containers[].resources.requests.memory", "spec.containers[].resources.requests.memory"),
+        ("spec.terminationGracePeriodSeconds", "spec.terminationGracePeriodSeconds"),
+    ],
+)
+def test_the_metrics_reason_names_the_annotation_or_the_field(field: str, reason: str) -> None:
+    assert Problem(field, "is wrong").reason == reason

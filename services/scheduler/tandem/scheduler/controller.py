@@ -133,7 +133,7 @@ class Controller:
             self._event(pod, "Warning", "UnknownAnnotation", warning)
         if not result.ok:
             for problem in result.errors:
-                PODS_VALIDATED.inc(result="invalid", reason=problem.field.split("[", 1)[-1].rstrip("]"))
+                PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
             message = result.message()
             self.api.set_unscheduled(pod, REASON_INVALID, message)
             self._event(pod, "Warning", "FailedValidation", message)

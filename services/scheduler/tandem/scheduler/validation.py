@@ -64,6 +64,13 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.field}: {self.rule}"
 
+    @property
+    def reason(self) -> str:
+        """What was wrong, as a metrics label: the annotation's key, or the field's path."""
+        if self.field.startswith("metadata.annotations[") and self.field.endswith("]"):
+            return self.field.removeprefix("metadata.annotations[").removesuffix("]")
+        return self.field
+
 
 @dataclass(frozen=True)
 class Validation:
