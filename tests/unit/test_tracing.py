@@ -63,15 +63,18 @@ def gateway_to_fake_syncer(exporter: InMemorySpanExporter) -> Iterator[tuple[Hoo
     server.stop()
 
 
+def _lock(gateway: HooksGateway, body: dict[str, Any], traceparent: str = "") -> httpx.Response:
+    headers = {"Authorization": "Bearer t0ken"}
+    if traceparent:
+        headers["traceparent"] = traceparent
+    return httpx.post(f"http://127.0.0.1:{gateway.port}/v1/lock", json=body, headers=headers)
+
+
 def test_a_prolog_call_continues_the_callers_trace_through_gateway_and_syncer(
     gateway_to_fake_syncer: tuple[HooksGateway, FakeSyncer], exporter: InMemorySpanExporter
 ) -> None:
     gateway, fake = gateway_to_fake_syncer
-    r = httpx.post(
-        f"http://127.0.0.1:{gateway.port}/v1/lock",
-        json={"node": "gpu-000", "job": 7},
-        headers={"Authorization": "Bearer t0ken", "traceparent": TRACEPARENT},
-    )
+    r = _lock(gateway, {"node": "gpu-000", "job": 7}, TRACEPARENT)
     assert r.status_code == 200, r.text
     spans = {s.name: s for s in exporter.get_finished_spans()}
     http_span, rpc_span = spans["POST /v1/lock"], spans["AcquireNodeLock"]
@@ -86,11 +89,7 @@ def test_a_call_without_context_starts_a_new_trace(
     gateway_to_fake_syncer: tuple[HooksGateway, FakeSyncer], exporter: InMemorySpanExporter
 ) -> None:
     gateway, _ = gateway_to_fake_syncer
-    httpx.post(
-        f"http://127.0.0.1:{gateway.port}/v1/lock",
-        json={"node": "gpu-000", "job": 7},
-        headers={"Authorization": "Bearer t0ken"},
-    )
+    _lock(gateway, {"node": "gpu-000", "job": 7})
     (http_span,) = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/lock"]
     assert http_span.parent is None
 
@@ -99,11 +98,7 @@ def test_a_refused_call_is_an_error_span(
     gateway_to_fake_syncer: tuple[HooksGateway, FakeSyncer], exporter: InMemorySpanExporter
 ) -> None:
     gateway, _ = gateway_to_fake_syncer
-    r = httpx.post(
-        f"http://127.0.0.1:{gateway.port}/v1/lock",
-        json={"node": "gpu-000"},
-        headers={"Authorization": "Bearer t0ken", "traceparent": TRACEPARENT},
-    )
+    r = _lock(gateway, {"node": "gpu-000"}, TRACEPARENT)
     assert r.status_code == 400
     (http_span,) = [s for s in exporter.get_finished_spans() if s.name == "POST /v1/lock"]
     assert not http_span.status.is_ok
