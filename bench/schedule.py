@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -23,14 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from devstack import kube, stack
+from devstack import kube, services, stack
 from devstack.config import StackConfig
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmRestClient
+from tandem.v1 import lock_pb2, syncer_pb2, syncer_pb2_grpc
 
 NAMESPACE = "bench"
 
@@ -54,6 +57,30 @@ def wait_for_no_jobs(slurm: SlurmRestClient, prefix: str, timeout: float = 120.0
             return
         time.sleep(0.5)
     raise SystemExit("jobs from an earlier phase are still there; is the stack healthy?")
+
+
+def wait_until_quiet(cfg: StackConfig, timeout: float = 180.0, settle: float = 5.0) -> float:
+    """Until every Slurm node is idle and every Node unlocked, then `settle` more seconds: the
+    teardown of one phase (200 cancels, epilogs, unlocks) must not be measured as the next one's.
+    Returns the seconds waited."""
+    started = time.monotonic()
+    slurm = slurm_client(cfg)
+    channel = grpc.insecure_channel(services.grpc_addresses(cfg)["tandem-syncer"])
+    syncer = syncer_pb2_grpc.SyncerServiceStub(channel)
+    try:
+        while time.monotonic() - started < timeout:
+            nodes = slurm.list_nodes() or []
+            locks = syncer.ListNodeLocks(syncer_pb2.ListNodeLocksRequest(), timeout=10).locks
+            if not any(n.busy for n in nodes) and all(lk.state == lock_pb2.LOCK_STATE_FALSE for lk in locks):
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit("the stack did not go quiet between phases; is it healthy?")
+    finally:
+        slurm.close()
+        channel.close()
+    time.sleep(settle)
+    return time.monotonic() - started
 
 
 def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]:
@@ -84,6 +111,7 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[flo
     while time.monotonic() < deadline and len(list(marks.iterdir())) < n:
         time.sleep(0.1)
     started = {int(p.name): float(p.read_text() or 0) for p in marks.iterdir() if p.read_text().strip()}
+    shutil.rmtree(marks, ignore_errors=True)
     latencies = [started[j] - t for j, t in submitted.items() if j in started]
     last = max(started.values()) if started else time.time()
     for job_id in submitted:
@@ -187,8 +215,10 @@ def main() -> None:
     stack.up(cfg)
     print(f"stack: {cfg.nodes} nodes; N={args.n}; {args.parallel} parallel clients", flush=True)
     clean_tandem(cfg)  # what an interrupted earlier run left
+    wait_until_quiet(cfg)
     bare_rate, bare = bare_slurm(cfg, args.n, args.parallel)
     print(f"bare Slurm done: {len(bare)}/{args.n} running", flush=True)
+    print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
     tandem_rate, pods = tandem(cfg, args.n, args.parallel)
     print(f"Tandem done: {len(pods)}/{args.n} bound", flush=True)
     rows = [("", "per second", "p50 s", "p90 s", "p99 s", "max s")]
