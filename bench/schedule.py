@@ -30,6 +30,7 @@ from kubernetes.client.rest import ApiException
 
 from devstack import kube, services, stack
 from devstack.config import StackConfig
+from devstack.table import format_table
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmRestClient
@@ -236,10 +237,8 @@ def main() -> None:
                 f"{max(lat):.3f}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print()
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print(format_table(rows))
     result = {
         "bare_rate": round(bare_rate, 2),
         "tandem_rate": round(tandem_rate, 2),

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from devstack import config, kube, services
 from devstack.config import StackConfig
+from devstack.table import format_table
 from tandem import keys
 from tandem.v1 import lock_pb2, scheduler_pb2, scheduler_pb2_grpc, slurm_pb2, syncer_pb2, syncer_pb2_grpc
 
@@ -166,8 +167,7 @@ def metrics_table(cfg: StackConfig) -> str:
         for name in names:
             for labels, value in samples.get(name, [("", 0.0)]):
                 rows.append((service, name, labels or "-", f"{value:g}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return format_table(rows)
 
 
 def invalid_pod(example: dict[str, Any]) -> dict[str, Any]:
@@ -220,8 +220,7 @@ def placement_table(cfg: StackConfig, namespace: str = NAMESPACE) -> str:
                 lock_pb2.LockState.Name(lock.state).removeprefix("LOCK_STATE_").lower() if lock else "-",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return format_table(rows)
 
 
 def _delete_and_wait(core: k8s.CoreV1Api, name: str) -> None:

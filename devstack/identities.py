@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from devstack import config, pki
+from devstack import config, kube, pki
 from devstack.config import StackConfig
 
 CHART = config.REPO_ROOT / "helm" / "tandem"
@@ -61,18 +61,6 @@ def render_rbac(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
     return [d for d in docs if d.get("kind") in RBAC_KINDS]
 
 
-def kubectl(cfg: StackConfig, *args: str, stdin: str | None = None) -> str:
-    out = subprocess.run(
-        [str(cfg.bin_dir / "kubectl"), f"--kubeconfig={cfg.kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)} failed: {out.stderr.strip()}")
-    return out.stdout
-
-
 def ensure_release_rbac(cfg: StackConfig, release: Release) -> None:
     """Apply the release's ServiceAccounts and RBAC (idempotent: `kubectl apply`)."""
     docs = render_rbac(cfg, release)
@@ -84,13 +72,13 @@ def ensure_release_rbac(cfg: StackConfig, release: Release) -> None:
     namespace_docs = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in sorted(namespaces)
     ]
-    kubectl(cfg, "apply", "-f", "-", stdin=yaml.safe_dump_all([*namespace_docs, *docs]))
+    kube.kubectl(cfg, "apply", "-f", "-", stdin=yaml.safe_dump_all([*namespace_docs, *docs]))
 
 
 def write_kubeconfig(cfg: StackConfig, release: Release, component: str, path: Path) -> Path:
     """A kubeconfig holding a fresh token of the component's ServiceAccount."""
     sa = release.service_account(component)
-    token = kubectl(
+    token = kube.kubectl(
         cfg, "create", "token", sa, "-n", release.namespace, f"--duration={TOKEN_DURATION}"
     ).strip()
     pki.write_kubeconfig(
@@ -107,16 +95,7 @@ def write_kubeconfig(cfg: StackConfig, release: Release, component: str, path: P
 def can_i(cfg: StackConfig, release: Release, component: str, *verb_resource: str) -> bool:
     """`kubectl auth can-i ... --as` the component's ServiceAccount."""
     sa = release.service_account(component)
-    out = subprocess.run(
-        [
-            str(cfg.bin_dir / "kubectl"),
-            f"--kubeconfig={cfg.kubeconfig}",
-            "auth",
-            "can-i",
-            *verb_resource,
-            f"--as=system:serviceaccount:{release.namespace}:{sa}",
-        ],
-        capture_output=True,
-        text=True,
+    out = kube.run_kubectl(
+        cfg, "auth", "can-i", *verb_resource, f"--as=system:serviceaccount:{release.namespace}:{sa}"
     )
     return out.stdout.strip() == "yes"

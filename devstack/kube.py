@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ssl
+import subprocess
 import urllib.request
+from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -112,6 +114,26 @@ def write_kubeconfigs(cfg: StackConfig) -> None:
         pki.write_kubeconfig(
             path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, pki.token(cfg.pki_dir, user)
         )
+
+
+def run_kubectl(
+    cfg: StackConfig, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl against the stack, as admin unless another kubeconfig is given."""
+    return subprocess.run(
+        [str(cfg.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or cfg.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+
+
+def kubectl(cfg: StackConfig, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
+    """Its output; a failure raises with kubectl's own message."""
+    out = run_kubectl(cfg, *args, stdin=stdin, kubeconfig=kubeconfig)
+    if out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
 
 
 def api(cfg: StackConfig) -> k8s.ApiClient:

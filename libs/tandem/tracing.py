@@ -12,7 +12,6 @@ environment (scheduler -> prolog and script), and the syncer's WatchSlurm messag
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any
@@ -28,8 +27,6 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 log = logging.getLogger(__name__)
 
 TRACEPARENT = "traceparent"
-# A W3C traceparent: version-traceid-parentid-flags.
-_TRACEPARENT_RE = re.compile(r"\b(00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2})\b")
 
 _provider: TracerProvider | None = None
 
@@ -85,12 +82,6 @@ def extract(carrier: Mapping[str, str]) -> otel_context.Context:
 
 def current_traceparent() -> str:
     return inject().get(TRACEPARENT, "")
-
-
-def traceparent_in(text: str) -> str:
-    """A traceparent written inside free text (a job comment), or ""."""
-    m = _TRACEPARENT_RE.search(text)
-    return m.group(1) if m else ""
 
 
 @contextmanager

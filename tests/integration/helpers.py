@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from devstack import config, slurm
+from devstack import config, identities, services, slurm
 from devstack.config import StackConfig
 from devstack.slurm import slurm_env
 
@@ -192,3 +194,32 @@ def sbatch(cfg: StackConfig, *args: str, script: str = "#!/bin/sh\nsleep 300\n")
 
 def scancel(cfg: StackConfig, *job_ids: int) -> None:
     subprocess.run(["scancel", *map(str, job_ids)], env=slurm.slurm_env(cfg), capture_output=True)
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for a process that must be told its address up front."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# Flags a second copy of a stack service must set itself (its name, addresses and identity).
+_OWN_FLAGS = ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
+
+
+def service_argv(cfg: StackConfig, service: str, kubeconfig: Path, *own: str) -> list[str]:
+    """The stack's command line for a service, run as another release's ServiceAccount."""
+    argv = [a for a in services.argv(cfg, service) if not a.startswith(_OWN_FLAGS)]
+    return [*argv, f"--kubeconfig={kubeconfig}", *own]
+
+
+# A second install whose scheduler watches namespace team-a only (scope.type=namespace).
+TEAM_A_SCHEDULER = "team-a-tandem"
+TEAM_A = identities.Release(
+    "team-a",
+    values=(
+        "scheduler.scope.type=namespace",
+        "scheduler.scope.namespaces=team-a",
+        f"scheduler.name={TEAM_A_SCHEDULER}",
+    ),
+)

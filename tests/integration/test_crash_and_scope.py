@@ -191,33 +191,19 @@ def team_scheduler(stack_cfg: StackConfig, core: k8s.CoreV1Api, tmp_path: Path) 
         except h.ApiException as e:
             if e.status != 409:
                 raise
-    name = "team-a-tandem"
+    name = h.TEAM_A_SCHEDULER
     # Installed as the chart would: its own ServiceAccount, with Roles in team-a only.
-    release = identities.Release(
-        "team-a",
-        values=(
-            "scheduler.scope.type=namespace",
-            "scheduler.scope.namespaces=team-a",
-            f"scheduler.name={name}",
-        ),
-    )
-    identities.ensure_release_rbac(stack_cfg, release)
-    kubeconfig = identities.write_kubeconfig(stack_cfg, release, "scheduler", tmp_path / "kubeconfig")
-    argv = services.argv(stack_cfg, "tandem-scheduler")
-    argv = [
-        a
-        for a in argv
-        if not a.startswith(
-            ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
-        )
-    ]
-    argv += [
-        f"--kubeconfig={kubeconfig}",
+    identities.ensure_release_rbac(stack_cfg, h.TEAM_A)
+    kubeconfig = identities.write_kubeconfig(stack_cfg, h.TEAM_A, "scheduler", tmp_path / "kubeconfig")
+    argv = h.service_argv(
+        stack_cfg,
+        "tandem-scheduler",
+        kubeconfig,
         f"--scheduler-name={name}",
         "--watch-namespace=team-a",
         "--grpc-bind-address=127.0.0.1:0",
         "--health-probe-bind-address=127.0.0.1:0",
-    ]
+    )
     log = open(tmp_path / "team-scheduler.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         argv,

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from devstack import kube
 from devstack.config import StackConfig
 
 pytestmark = pytest.mark.integration
@@ -24,22 +25,7 @@ def _render(cfg: StackConfig, *sets: str) -> str:
 
 
 def _server_dry_run(cfg: StackConfig, manifest: str) -> str:
-    res = subprocess.run(
-        [
-            str(cfg.bin_dir / "kubectl"),
-            "--kubeconfig",
-            str(cfg.kubeconfig),
-            "apply",
-            "--dry-run=server",
-            "-f",
-            "-",
-        ],
-        input=manifest,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return kube.kubectl(cfg, "apply", "--dry-run=server", "-f", "-", stdin=manifest)
 
 
 def test_the_chart_lints(stack_cfg: StackConfig) -> None:
@@ -64,17 +50,7 @@ def test_namespace_scope_grants_roles_only_in_those_namespaces(stack_cfg: StackC
         stack_cfg, "scheduler.scope.type=namespace", r"scheduler.scope.namespaces=team-a\,team-b"
     )
     for ns in ("team-a", "team-b"):
-        subprocess.run(
-            [
-                str(stack_cfg.bin_dir / "kubectl"),
-                "--kubeconfig",
-                str(stack_cfg.kubeconfig),
-                "create",
-                "namespace",
-                ns,
-            ],
-            capture_output=True,
-        )
+        kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist already
     _server_dry_run(stack_cfg, manifest)
     assert "--watch-namespace=team-a,team-b" in manifest
     scheduler_cluster_roles = [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import demo, identities, services
+from devstack import demo, identities
 from devstack.config import StackConfig
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tests.integration import helpers as h
@@ -94,17 +93,17 @@ def _replicas(
     component = service.removeprefix("tandem-")
     identities.ensure_release_rbac(cfg, HA)
     kubeconfig = identities.write_kubeconfig(cfg, HA, component, tmp_path / f"kubeconfig-{component}")
-    own = ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
     procs = []
     for i in range(2):
-        argv = [a for a in services.argv(cfg, service) if not a.startswith(own)]
-        argv += [
-            f"--kubeconfig={kubeconfig}",
+        argv = h.service_argv(
+            cfg,
+            service,
+            kubeconfig,
             "--leader-elect=true",
             "--leader-election-namespace=tandem",
             f"--leader-election-id={HA.service_account(component)}",
             *args(i),
-        ]
+        )
         log = open(tmp_path / f"{component}-{i}.log", "wb")  # noqa: SIM115
         procs.append(
             subprocess.Popen(
@@ -186,17 +185,11 @@ def test_killing_the_leader_hands_over_and_no_pod_gets_two_jobs(
         assert len(jobs) == 1, jobs
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def two_syncers(
     stack_cfg: StackConfig, tmp_path: Path
 ) -> Iterator[list[tuple[subprocess.Popen[bytes], str]]]:
-    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    addresses = [f"127.0.0.1:{h.free_port()}" for _ in range(2)]
     for procs in _replicas(
         stack_cfg,
         "tandem-syncer",

@@ -4,12 +4,12 @@ rest of the suite passing shows the rules are enough), and what they must not do
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from devstack import identities, services
+from devstack import identities, kube, services
 from devstack.config import StackConfig
+from tests.integration import helpers as h
 
 pytestmark = pytest.mark.integration
 
@@ -18,20 +18,10 @@ MAIN = identities.MAIN
 
 def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: StackConfig) -> None:
     for name in services.KUBE_CLIENTS:
-        out = subprocess.run(
-            [
-                str(stack_cfg.bin_dir / "kubectl"),
-                f"--kubeconfig={services.kubeconfig(stack_cfg, name)}",
-                "auth",
-                "whoami",
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
+        out = kube.kubectl(
+            stack_cfg, "auth", "whoami", "-o", "json", kubeconfig=services.kubeconfig(stack_cfg, name)
         )
-        user = json.loads(out.stdout)["status"]["userInfo"]
+        user = json.loads(out)["status"]["userInfo"]
         assert user["username"] == f"system:serviceaccount:tandem:{name}"
         assert "system:masters" not in user.get("groups", [])
 
@@ -67,10 +57,7 @@ def test_least_privilege(
 
 
 def test_namespace_scope_grants_nothing_outside_its_namespaces(stack_cfg: StackConfig) -> None:
-    team = identities.Release(
-        "team-a",
-        values=("scheduler.scope.type=namespace", "scheduler.scope.namespaces=team-a"),
-    )
+    team = h.TEAM_A
     identities.ensure_release_rbac(stack_cfg, team)
     assert identities.can_i(
         stack_cfg, team, "scheduler", "create", "pods", "--subresource=binding", "-n", "team-a"

@@ -9,26 +9,14 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config, services, slurm
+from devstack import config, kube, services, slurm
 from devstack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 
 
 def test_apiserver_answers_with_its_version(stack_cfg: StackConfig) -> None:
-    out = subprocess.run(
-        [
-            str(stack_cfg.bin_dir / "kubectl"),
-            "--kubeconfig",
-            str(stack_cfg.kubeconfig),
-            "version",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = kube.kubectl(stack_cfg, "version", "-o", "json")
     assert f'"gitVersion": "{config.KUBERNETES_VERSION}"' in out
 
 

@@ -6,12 +6,11 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from tandem import logs, serving, settings, tracing
+from tandem import leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
 from tandem.kube import KubeClient
-from tandem.leader import LeaderElector, pod_namespace
 from tandem.metrics import REGISTRY
 from tandem.scheduler import jobspec
 from tandem.scheduler.controller import Controller
@@ -104,13 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for pod in pods.items():
             queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
 
-    if cfg.leader_elect:
-        elector = LeaderElector(
-            kube, cfg.leader_election_namespace or pod_namespace(), cfg.leader_election_id
-        )
-        threading.Thread(target=elector.run, args=(stop, lead, lost.set), name="leader", daemon=True).start()
-    else:
-        lead()
+    leader.lead_when_elected(
+        kube, cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id, stop, lead, lost.set
+    )
     grpc_server.start()
     http.start()
     pods.wait_synced(30)

@@ -7,10 +7,9 @@ import os
 import threading
 from collections.abc import Sequence
 
-from tandem import logs, serving, settings, tracing
+from tandem import leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.kube import KubeClient, KubeError, pod_path
-from tandem.leader import LeaderElector, pod_namespace
 from tandem.metrics import REGISTRY
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.locks import NodeLocker
@@ -77,13 +76,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
     grpc_server.start()
     http.start()
-    if cfg.leader_elect:
-        elector = LeaderElector(
-            kube, cfg.leader_election_namespace or pod_namespace(), cfg.leader_election_id
-        )
-        threading.Thread(target=elector.run, args=(stop, lead, lost.set), name="leader", daemon=True).start()
-    else:
-        lead()
+    leader.lead_when_elected(
+        kube, cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id, stop, lead, lost.set
+    )
     log.info(
         "serving",
         extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
