@@ -6,7 +6,6 @@ The three services export over real OTLP/gRPC to an in-memory collector in this 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -62,12 +61,6 @@ class InMemoryCollector(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _restart_services(cfg: StackConfig, extra_env: dict[str, str]) -> None:
     daemons = services.daemons(cfg)
     for name in services.SERVICES:
@@ -83,7 +76,7 @@ def collector(stack_cfg: StackConfig) -> Iterator[InMemoryCollector]:
     sink = InMemoryCollector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port(f"127.0.0.1:{_free_port()}")
+    port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     _restart_services(stack_cfg, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
     try:
@@ -115,11 +108,21 @@ def test_one_pods_scheduling_is_one_trace_across_all_three_services(
     def trace() -> list[ExportedSpan]:
         return [s for s in collector.spans if s.trace_id == root.trace_id]
 
+    # Each service exports in its own batches: wait for every span asserted on below.
+    expected = {
+        "bind pod",
+        "POST /v1/lock",
+        "POST /v1/started",
+        "AcquireNodeLock",
+        "JobStarted",
+        "PlaceholderSubmitted",
+    }
+
     def complete() -> list[ExportedSpan] | None:
         spans = trace()
-        return spans if {"bind pod", "POST /v1/lock", "POST /v1/started"} <= {s.name for s in spans} else None
+        return spans if expected <= {s.name for s in spans} else None
 
-    spans = h.wait_until("the lock, started and bind spans in the submit's trace", complete, 15)
+    spans = h.wait_until("every hop's span in the submit's trace", complete, 15)
     by_id = {s.span_id: s for s in spans}
     by_name = {s.name: s for s in spans}
     assert {s.service for s in spans} == {"tandem-scheduler", "tandem-hooks", "tandem-syncer"}
