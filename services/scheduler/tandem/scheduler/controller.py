@@ -112,6 +112,11 @@ class Controller:
     # -- the reconciler --------------------------------------------------------------------------
 
     def _reconcile(self, key: str) -> None:
+        if not (self.pods.synced and self.jobs.synced):
+            # Before both first lists arrive, "not in the cache" does not mean "gone": a restarted
+            # scheduler would cancel the job of a Pod it has not listed yet.
+            self.queue.add_after(key, 0.5)
+            return
         pod = self.pods.get(key)
         if pod is None:
             self._cancel_orphans(key)
@@ -189,10 +194,6 @@ class Controller:
 
     def _submit(self, pod: JSON) -> None:
         key = _key(pod)
-        if not self.jobs.synced:
-            # Without the full job list we could not know that a previous life submitted one.
-            self.queue.add_after(key, 0.5)
-            return
         with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
             PODS_VALIDATED.inc(result="valid", reason="")
             spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
