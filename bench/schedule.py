@@ -28,6 +28,7 @@ import grpc
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from bench import cpu
 from devstack import kube, services, stack
 from devstack.config import StackConfig
 from devstack.table import format_table
@@ -84,7 +85,10 @@ def wait_until_quiet(cfg: StackConfig, timeout: float = 180.0, settle: float = 5
     return time.monotonic() - started
 
 
-def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]:
+Phase = tuple[float, list[float], dict[str, float]]  # rate, latencies, CPU seconds by process
+
+
+def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> Phase:
     slurm = slurm_client(cfg)
     marks = Path(tempfile.mkdtemp(prefix="tandem-bench-", dir=cfg.state_dir))
     marks.chmod(0o777)
@@ -105,12 +109,14 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[flo
         with lock:
             submitted[job_id] = t
 
+    cpu_before = cpu.sample(cfg.run_dir)
     first = time.time()
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(submit, range(n)))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and len(list(marks.iterdir())) < n:
         time.sleep(0.1)
+    cpu_used = cpu.used_between(cpu_before, cpu.sample(cfg.run_dir))
     started = {int(p.name): float(p.read_text() or 0) for p in marks.iterdir() if p.read_text().strip()}
     shutil.rmtree(marks, ignore_errors=True)
     latencies = [started[j] - t for j, t in submitted.items() if j in started]
@@ -119,10 +125,10 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[flo
         slurm.cancel_job(job_id, signal="KILL")
     wait_for_no_jobs(slurm, "bench-bare-")
     slurm.close()
-    return len(latencies) / (last - first), latencies
+    return len(latencies) / (last - first), latencies, cpu_used
 
 
-def tandem(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]:
+def tandem(cfg: StackConfig, n: int, parallel: int) -> Phase:
     core = k8s.CoreV1Api(kube.api(cfg))
     try:
         core.create_namespace({"metadata": {"name": NAMESPACE}})
@@ -172,14 +178,16 @@ def tandem(cfg: StackConfig, n: int, parallel: int) -> tuple[float, list[float]]
         raw.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod(i))
         created[f"bench-{i}"] = t
 
+    cpu_before = cpu.sample(cfg.run_dir)
     first = time.time()
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(create, range(n)))
     done.wait(600)
+    cpu_used = cpu.used_between(cpu_before, cpu.sample(cfg.run_dir))
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
     raw.close()
-    return len(latencies) / (last - first), latencies
+    return len(latencies) / (last - first), latencies, cpu_used
 
 
 def clean_tandem(cfg: StackConfig) -> None:
@@ -217,10 +225,10 @@ def main() -> None:
     print(f"stack: {cfg.nodes} nodes; N={args.n}; {args.parallel} parallel clients", flush=True)
     clean_tandem(cfg)  # what an interrupted earlier run left
     wait_until_quiet(cfg)
-    bare_rate, bare = bare_slurm(cfg, args.n, args.parallel)
+    bare_rate, bare, bare_cpu = bare_slurm(cfg, args.n, args.parallel)
     print(f"bare Slurm done: {len(bare)}/{args.n} running", flush=True)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
-    tandem_rate, pods = tandem(cfg, args.n, args.parallel)
+    tandem_rate, pods, tandem_cpu = tandem(cfg, args.n, args.parallel)
     print(f"Tandem done: {len(pods)}/{args.n} bound", flush=True)
     rows = [("", "per second", "p50 s", "p90 s", "p99 s", "max s")]
     for label, rate, lat in (
@@ -239,6 +247,11 @@ def main() -> None:
         )
     print()
     print(format_table(rows))
+    print()
+    cpu_rows = [("CPU seconds while measuring", "bare Slurm", "Tandem")]
+    for group in sorted(set(bare_cpu) | set(tandem_cpu), key=lambda g: -tandem_cpu.get(g, 0.0)):
+        cpu_rows.append((group, f"{bare_cpu.get(group, 0.0):.1f}", f"{tandem_cpu.get(group, 0.0):.1f}"))
+    print(format_table(cpu_rows))
     result = {
         "bare_rate": round(bare_rate, 2),
         "tandem_rate": round(tandem_rate, 2),

@@ -13,6 +13,7 @@ from tandem.scheduler.jobspec import (
     job_user,
     parse_gpu_types,
     pod_ref,
+    with_started_field,
 )
 from tandem.scheduler.validation import validate
 
@@ -318,3 +319,18 @@ def test_default_working_dir_comes_from_config() -> None:
 )
 def test_job_user_defaults(annotations: dict[str, str], user: tuple[int, int]) -> None:
     assert job_user(make_pod(annotations)) == user
+
+
+@pytest.mark.parametrize(
+    ("version", "field"), [((22, 5), "comment"), ((23, 2), "extra"), ((24, 11), "extra")]
+)
+def test_the_script_is_told_which_field_takes_its_started_marker(
+    version: tuple[int, int], field: str
+) -> None:
+    spec = with_started_field(build_job_spec(make_pod(), CFG), version)
+    assert spec.environment["TANDEM_STARTED_FIELD"] == field
+
+
+def test_an_unknown_slurm_version_leaves_the_choice_to_the_script() -> None:
+    spec = build_job_spec(make_pod(), CFG)
+    assert with_started_field(spec, None) == spec

@@ -845,3 +845,37 @@ def test_from_settings_with_a_token_only() -> None:
 def test_from_settings_with_neither() -> None:
     with pytest.raises(ValueError):
         SlurmRestClient.from_settings(BASE, "slurm", "", "")
+
+
+@pytest.mark.parametrize(
+    ("version", "meta", "expected"),
+    [
+        (
+            "v0.0.38",
+            {"Slurm": {"version": {"major": 22, "minor": 5, "micro": 8}, "release": "22.05.8"}},
+            (22, 5),
+        ),
+        ("v0.0.40", {"slurm": {"version": {"major": "23", "minor": "11", "micro": "4"}}}, (23, 11)),
+        ("v0.0.40", {}, None),
+    ],
+)
+def test_slurm_version_comes_from_the_answers_meta_and_is_asked_once(
+    make_client: MakeClient, version: str, meta: dict[str, Any], expected: tuple[int, int] | None
+) -> None:
+    client, slurm = make_client(
+        lambda request: httpx.Response(200, json={"meta": meta, "errors": [], "pings": []}), version=version
+    )
+    assert client.slurm_version == expected
+    assert client.slurm_version == expected
+    assert slurm.paths == [f"/slurm/{version}/ping"]
+
+
+def test_version_detection_also_learns_the_slurm_version(make_client: MakeClient) -> None:
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slurm/v0.0.38/ping":
+            return httpx.Response(200, json={"meta": {"Slurm": {"version": {"major": 22, "minor": 5}}}})
+        return _error(404)
+
+    client, slurm = make_client(respond, version="auto")
+    assert client.slurm_version == (22, 5)
+    assert slurm.paths[-1] == "/slurm/v0.0.38/ping" and slurm.paths.count("/slurm/v0.0.38/ping") == 1

@@ -36,7 +36,12 @@ on_term() {
 trap on_term TERM
 
 tandem_call started 10 "$body" >/dev/null 2>&1 || echo "tandem placeholder: started call failed" >&2
-if slurm_at_least_23_02; then
+# The scheduler says which field (TANDEM_STARTED_FIELD); asking scontrol is the fallback.
+started_field="${TANDEM_STARTED_FIELD:-}"
+if [ -z "$started_field" ]; then
+  if slurm_at_least_23_02; then started_field=extra; else started_field=comment; fi
+fi
+if [ "$started_field" = extra ]; then
   scontrol update jobid="${job}" extra="${SLURM_JOB_EXTRA:-}: started"
 else
   scontrol update jobid="${job}" comment="${TANDEM_JOB_COMMENT:-}: started"

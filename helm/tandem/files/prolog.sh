@@ -3,7 +3,8 @@
 # it is locked. A non-zero exit makes Slurm drain the node and requeue the job, which is better
 # than a job sharing a Node with Pods that should not be there.
 set -u
-. "$(dirname "$(readlink -f "$0")")/common.sh"
+here=$(readlink -f "$0")
+. "${here%/*}/common.sh"
 if ! out=$(tandem_call lock "${TANDEM_LOCK_TIMEOUT:-55}" \
     "{\"node\":\"${SLURMD_NODENAME}\",\"job\":${SLURM_JOB_ID}}" 2>&1); then
   echo "tandem prolog: cannot lock ${SLURMD_NODENAME} for job ${SLURM_JOB_ID}: ${out}" >&2

@@ -19,6 +19,13 @@ FINISHED_STATES = frozenset(
     }
 )
 STARTED_MARKER = ": started"
+# The first Slurm with a job Extra field; before it the placeholder marks its Comment.
+EXTRA_FIELD_SINCE = (23, 2)
+
+
+def started_marker_field(slurm_version: tuple[int, int]) -> str:
+    """The job field the placeholder script appends STARTED_MARKER to on this Slurm version."""
+    return "extra" if slurm_version >= EXTRA_FIELD_SINCE else "comment"
 
 
 @dataclass(frozen=True)

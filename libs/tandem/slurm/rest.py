@@ -69,6 +69,8 @@ class SlurmRestClient:
         self.tokens = tokens
         self._version = version
         self._dialect: Dialect | None = None if version == "auto" else dialect_for(version)
+        self._slurm_version: tuple[int, int] | None = None
+        self._slurm_version_asked = False
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
@@ -98,10 +100,21 @@ class SlurmRestClient:
             except httpx.HTTPError as e:
                 raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
             if r.status_code == 200:
+                self._slurm_version = _slurm_version(r.json())
+                self._slurm_version_asked = True
                 return version
             if r.status_code in (401, 403):
                 raise SlurmApiError(f"slurmrestd refused our token: HTTP {r.status_code}", r.status_code)
         raise SlurmApiError(f"slurmrestd at {self.base_url} serves none of {SUPPORTED_VERSIONS}")
+
+    @property
+    def slurm_version(self) -> tuple[int, int] | None:
+        """(major, minor) of the Slurm behind slurmrestd, as its answers' `meta` says."""
+        _ = self.dialect  # detecting the API version learns it on the way
+        if not self._slurm_version_asked:
+            self._slurm_version = _slurm_version(self._request("GET", "ping").json())
+            self._slurm_version_asked = True
+        return self._slurm_version
 
     def ping(self) -> bool:
         try:
@@ -225,6 +238,18 @@ class SlurmRestClient:
                 detail = r.text[:300]
             raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code)
         return r
+
+
+def _slurm_version(data: Any) -> tuple[int, int] | None:
+    """From `meta.Slurm.version` (v0.0.38: numbers) or `meta.slurm.version` (v0.0.40+: strings)."""
+    meta = data.get("meta") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    version = (meta.get("slurm") or meta.get("Slurm") or {}).get("version") or {}
+    try:
+        return int(version["major"]), int(version["minor"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _errors(data: dict[str, Any]) -> str:

@@ -204,6 +204,7 @@ class Controller:
             # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
             on_behalf = (uid, gid) != (0, 0) and bool(self.sbatch)
             try:
+                spec = jobspec.with_started_field(spec, self.slurm.slurm_version)
                 if on_behalf:
                     job_id = slurm_cli.submit(spec, uid, gid, self.sbatch)
                 else:

@@ -11,7 +11,7 @@ from typing import Any
 from tandem import keys
 from tandem.placeholder import PodRef, job_name
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
-from tandem.slurm.models import JobSpec
+from tandem.slurm.models import JobSpec, started_marker_field
 
 MIB = 1024 * 1024
 
@@ -153,6 +153,15 @@ def job_user(pod: Pod) -> tuple[int, int]:
 
 def _optional_int(value: str | None) -> int | None:
     return None if value is None else int(value)
+
+
+def with_started_field(spec: JobSpec, slurm_version: tuple[int, int] | None) -> JobSpec:
+    """Tell the script which field takes its started marker: asking Slurm itself costs it three
+    processes, on every Pod's way to its Node and on CPU that slurmstepd needs."""
+    if slurm_version is None:
+        return spec  # the script asks scontrol
+    field = started_marker_field(slurm_version)
+    return replace(spec, environment={**spec.environment, "TANDEM_STARTED_FIELD": field})
 
 
 def with_trace_context(spec: JobSpec, traceparent: str) -> JobSpec:

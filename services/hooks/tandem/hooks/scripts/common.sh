@@ -4,15 +4,17 @@
 tandem_conf="${TANDEM_HOOKS_ENV:-/etc/tandem/hooks.env}"
 # shellcheck disable=SC1090
 [ -r "$tandem_conf" ] && . "$tandem_conf"
+# Builtins only, no subprocess: these lines run for every job on every node, and on a busy node
+# each fork competes with slurmstepd.
 if [ -z "${TANDEM_HOOKS_TOKEN:-}" ] && [ -r "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}" ]; then
-  TANDEM_HOOKS_TOKEN=$(cat "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}")
+  TANDEM_HOOKS_TOKEN=$(< "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}")
 fi
 
 # The trace this call belongs to (W3C traceparent), when the scheduler traces: a placeholder
 # script has it in its environment, a prolog in the job's comment (all it learns of the job).
-if [ -z "${TRACEPARENT:-}" ]; then
-  TRACEPARENT=$(printf '%s' "${SLURM_JOB_COMMENT:-}" |
-    sed -n 's/.*traceparent=\(00-[0-9a-f]\{32\}-[0-9a-f]\{16\}-[0-9a-f]\{2\}\).*/\1/p')
+tandem_traceparent_re='traceparent=(00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2})'
+if [ -z "${TRACEPARENT:-}" ] && [[ "${SLURM_JOB_COMMENT:-}" =~ $tandem_traceparent_re ]]; then
+  TRACEPARENT="${BASH_REMATCH[1]}"
 fi
 
 # tandem_call ROUTE MAX_SECONDS JSON -> prints the reply; exit status 0 only on HTTP 2xx.
