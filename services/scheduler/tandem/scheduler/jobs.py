@@ -96,14 +96,20 @@ class JobTracker:
             try:
                 # A fresh snapshot: every job submitted before this call is in it, so a restarted
                 # scheduler finds the jobs its previous life submitted.
+                in_snapshot: set[int] | None = set()
                 for msg in self.syncer.WatchSlurm(
                     syncer_pb2.WatchSlurmRequest(fresh=True), wait_for_ready=True
                 ):
                     self.connected = True
                     backoff = 0.5
                     if msg.HasField("job"):
+                        if in_snapshot is not None:
+                            in_snapshot.add(msg.job.job_id)
                         self._apply(msg.job, dict(msg.trace_context))
                     if msg.snapshot_done:
+                        if in_snapshot is not None:
+                            self._forget_missing(in_snapshot)
+                            in_snapshot = None
                         self._synced.set()
                         log.info("slurm snapshot received", extra={"jobs": len(self._jobs)})
                     if stop.is_set():
@@ -138,6 +144,22 @@ class JobTracker:
                 self._prune_gone()
         if pod is not None:
             self.on_change(pod, job)
+
+    def _forget_missing(self, in_snapshot: set[int]) -> None:
+        """After a reconnect: a job we knew that the fresh snapshot lacks ended while the stream
+        was down (and Slurm already purged it); without a tombstone its Pod would stay forever."""
+        with self._lock:
+            missing = [
+                job
+                for job_id, job in self._jobs.items()
+                if job_id not in in_snapshot and job.state != slurm_pb2.JOB_STATE_GONE
+            ]
+        for job in missing:
+            gone = slurm_pb2.SlurmJob()
+            gone.CopyFrom(job)
+            gone.state = slurm_pb2.JOB_STATE_GONE
+            log.info("job vanished while the syncer stream was down", extra={"job": job.job_id})
+            self._apply(gone)
 
     def _prune_gone(self, keep_seconds: float = 600.0) -> None:
         cutoff = time.monotonic() - keep_seconds

@@ -1,0 +1,78 @@
+"""The scheduler's view of Slurm jobs, fed by the syncer's stream, across a broken stream."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from tandem import placeholder
+from tandem.scheduler.jobs import JobTracker
+from tandem.v1 import slurm_pb2, syncer_pb2
+
+SCHEDULER = "tandem-test"
+
+
+class Broken(grpc.RpcError):  # type: ignore[misc]
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+def _job(job_id: int, state: Any = slurm_pb2.JOB_STATE_RUNNING) -> Any:
+    ref = placeholder.PodRef("default", f"pod-{job_id}", f"uid-{job_id}")
+    return slurm_pb2.SlurmJob(job_id=job_id, name=placeholder.job_name(ref, SCHEDULER), state=state)
+
+
+class FakeSyncer:
+    """Serves one scripted stream per WatchSlurm call; the last call ends the test."""
+
+    def __init__(self, streams: list[list[Any]], stop: threading.Event) -> None:
+        self.streams = streams
+        self.stop = stop
+
+    def WatchSlurm(self, request: Any, wait_for_ready: bool) -> Iterator[Any]:
+        messages = self.streams.pop(0)
+        last = not self.streams
+        for i, msg in enumerate(messages):
+            if last and i == len(messages) - 1:
+                self.stop.set()
+            yield msg
+        if not last:
+            raise Broken()
+
+
+def _snapshot(*jobs: Any) -> list[Any]:
+    return [syncer_pb2.WatchSlurmResponse(job=j) for j in jobs] + [
+        syncer_pb2.WatchSlurmResponse(snapshot_done=True)
+    ]
+
+
+def _run(streams: list[list[Any]]) -> tuple[JobTracker, list[tuple[int, int]]]:
+    stop = threading.Event()
+    changes: list[tuple[int, int]] = []
+    tracker = JobTracker(
+        SCHEDULER, FakeSyncer(streams, stop), lambda pod, job: changes.append((job.job_id, job.state))
+    )
+    tracker.run(stop)
+    return tracker, changes
+
+
+def test_a_job_that_vanished_while_the_stream_was_down_is_reported_gone() -> None:
+    tracker, changes = _run([_snapshot(_job(1), _job(2)), _snapshot(_job(2))])
+    gone = tracker.get(1)
+    assert gone is not None and gone.state == slurm_pb2.JOB_STATE_GONE
+    assert (1, slurm_pb2.JOB_STATE_GONE) in changes
+    assert tracker.get(2).state == slurm_pb2.JOB_STATE_RUNNING  # type: ignore[union-attr]
+
+
+def test_jobs_still_there_after_a_reconnect_are_not_reported_gone() -> None:
+    _, changes = _run([_snapshot(_job(1)), _snapshot(_job(1))])
+    assert [state for _, state in changes] == [slurm_pb2.JOB_STATE_RUNNING] * 2
+
+
+def test_a_job_first_seen_after_the_snapshot_is_kept() -> None:
+    after_snapshot = [*_snapshot(), syncer_pb2.WatchSlurmResponse(job=_job(3))]
+    tracker, _ = _run([after_snapshot, _snapshot(_job(3))])
+    assert tracker.get(3).state == slurm_pb2.JOB_STATE_RUNNING  # type: ignore[union-attr]
