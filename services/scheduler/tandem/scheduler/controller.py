@@ -311,9 +311,8 @@ class Controller:
 
     def _cancel_orphans(self, key: str) -> None:
         """The Pod is gone: no job of a Pod by this name may outlive it."""
-        for job in self.jobs.placeholder_jobs():
-            ref = placeholder.parse_job_name(job.name)
-            if ref is not None and ref.key == key and not is_finished(job):
+        for job in self.jobs.for_pod_key(key):
+            if not is_finished(job):
                 self._cancel(job, key, "Pod deleted")
 
     def _kube_node(self, slurm_node: str) -> str:

@@ -52,6 +52,8 @@ class JobTracker:
         self.on_change = on_change
         self._jobs: dict[int, Any] = {}
         self._by_uid: defaultdict[str, set[int]] = defaultdict(set)
+        # By namespace/name, any uid: what a deleted Pod's key still finds.
+        self._by_key: defaultdict[str, set[int]] = defaultdict(set)
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._gone_at: dict[int, float] = {}
@@ -77,9 +79,10 @@ class JobTracker:
         with self._lock:
             return [self._jobs[j] for j in sorted(self._by_uid.get(uid, ())) if j in self._jobs]
 
-    def placeholder_jobs(self) -> list[Any]:
+    def for_pod_key(self, key: str) -> list[Any]:
+        """The jobs of every Pod that had this namespace/name (a deleted Pod has no uid to ask by)."""
         with self._lock:
-            return [j for j in self._jobs.values() if placeholder.parse_job_name(j.name)]
+            return [self._jobs[j] for j in sorted(self._by_key.get(key, ())) if j in self._jobs]
 
     def announce(self, job_id: int, name: str) -> None:
         """Tell the syncer about a job we just submitted (best effort: it can also ask Slurm)."""
@@ -138,6 +141,7 @@ class JobTracker:
             self._jobs[job.job_id] = job
             if pod is not None:
                 self._by_uid[pod.uid].add(job.job_id)
+                self._by_key[pod.key].add(job.job_id)
             if job.state == slurm_pb2.JOB_STATE_GONE:
                 # A tombstone, so "gone" is not mistaken for "submitted, not seen yet".
                 self._gone_at[job.job_id] = time.monotonic()
@@ -171,6 +175,7 @@ class JobTracker:
                 job = self._jobs.pop(job_id, None)
                 pod = placeholder.parse_job_name(job.name) if job is not None else None
                 if pod is not None:
-                    self._by_uid[pod.uid].discard(job_id)
-                    if not self._by_uid[pod.uid]:
-                        del self._by_uid[pod.uid]
+                    for index, key in ((self._by_uid, pod.uid), (self._by_key, pod.key)):
+                        index[key].discard(job_id)
+                        if not index[key]:
+                            del index[key]
