@@ -71,3 +71,9 @@ def test_told_the_field_the_script_marks_it_without_asking_slurm(
 )
 def test_not_told_the_script_asks_scontrol_for_the_version(tmp_path: Path, version: str, marked: str) -> None:
     assert _run_until_marked(tmp_path, {}, version) == ["scontrol --version", marked]
+
+
+def test_with_a_trace_the_comment_is_given_back_to_the_pod_on_the_extra_field_too(tmp_path: Path) -> None:
+    env = {"TANDEM_STARTED_FIELD": "extra", "TRACEPARENT": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    marked = "scontrol update jobid=42 extra=: started comment=eval"
+    assert _run_until_marked(tmp_path, env, "23.02.7") == [marked]

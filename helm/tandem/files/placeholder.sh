@@ -41,7 +41,10 @@ started_field="${TANDEM_STARTED_FIELD:-}"
 if [ -z "$started_field" ]; then
   if slurm_at_least_23_02; then started_field=extra; else started_field=comment; fi
 fi
-if [ "$started_field" = extra ]; then
+if [ "$started_field" = extra ] && [ -n "${TRACEPARENT:-}" ]; then
+  # The trace context rode in the comment for the prolog; give the comment back to the Pod.
+  scontrol update jobid="${job}" extra="${SLURM_JOB_EXTRA:-}: started" comment="${TANDEM_JOB_COMMENT:-}"
+elif [ "$started_field" = extra ]; then
   scontrol update jobid="${job}" extra="${SLURM_JOB_EXTRA:-}: started"
 else
   scontrol update jobid="${job}" comment="${TANDEM_JOB_COMMENT:-}: started"

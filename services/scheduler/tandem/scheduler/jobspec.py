@@ -167,8 +167,8 @@ def with_started_field(spec: JobSpec, slurm_version: tuple[int, int] | None) -> 
 def with_trace_context(spec: JobSpec, traceparent: str) -> JobSpec:
     """Carry the submit's trace context into the job. The prolog learns of a job only what its
     environment holds (on 22.05: not the job's environment, but SLURM_JOB_COMMENT), so it goes in
-    the comment; the script reads TRACEPARENT. The script's started marker rewrites the comment
-    to the Pod's own (TANDEM_JOB_COMMENT), so the context does not linger there."""
+    the comment; the script reads TRACEPARENT. With its started marker the script sets the comment
+    back to the Pod's own (TANDEM_JOB_COMMENT), so the context does not linger there."""
     if not traceparent:
         return spec
     return replace(
