@@ -21,9 +21,7 @@ $(INSTALLED): pyproject.toml
 
 # Python stubs are generated from proto/ at build time, never edited by hand.
 $(GENERATED): $(PROTOS) $(INSTALLED)
-	mkdir -p libs/tandem/v1
-	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=libs --grpc_python_out=libs \
-		--pyi_out=libs $(PROTOS)
+	$(BIN)/python hatch_build.py .  # the same generator as every wheel build
 	touch $@
 
 proto: $(GENERATED)
