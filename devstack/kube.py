@@ -155,7 +155,7 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
             core.create_node(_node_manifest(i))
         slurm_node = config.slurm_node_name(i)
         if slurm_node not in existing_pods:
-            core.create_namespaced_pod(config.SLURM_NAMESPACE, _slurmd_pod_manifest(i))
+            core.create_namespaced_pod(config.SLURM_NAMESPACE, slurmd_pod_manifest(i))
 
 
 def cluster_ready(cfg: StackConfig) -> bool:
@@ -195,7 +195,8 @@ def _node_manifest(i: int) -> dict[str, object]:
     }
 
 
-def _slurmd_pod_manifest(i: int) -> dict[str, object]:
+def slurmd_pod_manifest(i: int, kube_node: str | None = None) -> dict[str, object]:
+    """The slurmd Pod of Slurm node `i`, on its own Node unless `kube_node` says otherwise."""
     key, value = config.SLURMD_POD_LABEL
     slurm_node = config.slurm_node_name(i)
     return {
@@ -208,7 +209,7 @@ def _slurmd_pod_manifest(i: int) -> dict[str, object]:
             "annotations": {keys.LOCK_KEY: keys.LockState.FALSE.value},
         },
         "spec": {
-            "nodeName": config.kube_node_name(i),
+            "nodeName": kube_node or config.kube_node_name(i),
             "hostname": slurm_node,
             "containers": [
                 {

@@ -186,11 +186,16 @@ class Controller:
         return candidates[-1] if candidates else None
 
     def _recorded_job_id(self, pod: JSON) -> int | None:
-        with self._submitted_lock:
-            if pod["metadata"]["uid"] in self._submitted:
-                return self._submitted[pod["metadata"]["uid"]]
+        uid = pod["metadata"]["uid"]
         raw = (pod["metadata"].get("annotations") or {}).get(keys.JOB_ID_ANNOTATION, "")
-        return int(raw) if raw.isdigit() else None
+        recorded = int(raw) if raw.isdigit() else None
+        with self._submitted_lock:
+            submitted = self._submitted.get(uid)
+            if submitted is not None and submitted == recorded:
+                # The cached Pod carries it now; a scheduler that runs for months must not keep
+                # every job id it ever submitted.
+                del self._submitted[uid]
+        return submitted if submitted is not None else recorded
 
     def _submit(self, pod: JSON) -> None:
         key = _key(pod)
@@ -249,7 +254,7 @@ class Controller:
 
     def _bind(self, pod: JSON, job: Any) -> None:
         slurm_node = job.nodes[0]
-        kube_node = self._kube_node(slurm_node)
+        kube_node = self._kube_node(slurm_node, fresh=True)
         picked_up = time.monotonic()
         with tracing.span(
             "bind pod",
@@ -296,6 +301,7 @@ class Controller:
             and job.state == slurm_pb2.JOB_STATE_RUNNING
             and job.script_started
             and self._kube_node(job.nodes[0]) != pod["spec"]["nodeName"]
+            and self._kube_node(job.nodes[0], fresh=True) != pod["spec"]["nodeName"]
         ):
             why = f"now runs on {job.nodes[0]}, not on this Pod's Node"
         if why:
@@ -303,7 +309,12 @@ class Controller:
             self.api.delete(pod)
 
     def _cancel(self, job: Any | None, key: str, why: str) -> None:
-        if job is None or is_finished(job) or job.job_id in self._cancelled:
+        if job is None:
+            return
+        if is_finished(job):
+            self._cancelled.discard(job.job_id)  # nothing more to remember about it
+            return
+        if job.job_id in self._cancelled:
             return
         log.info("cancelling job", extra={"pod": key, "job": job.job_id, "why": why})
         self.slurm.cancel_job(job.job_id)
@@ -312,11 +323,16 @@ class Controller:
     def _cancel_orphans(self, key: str) -> None:
         """The Pod is gone: no job of a Pod by this name may outlive it."""
         for job in self.jobs.for_pod_key(key):
-            if not is_finished(job):
-                self._cancel(job, key, "Pod deleted")
+            ref = placeholder.parse_job_name(job.name)
+            if ref is not None:
+                with self._submitted_lock:
+                    self._submitted.pop(ref.uid, None)  # deleted before its annotation was seen
+            self._cancel(job, key, "Pod deleted")
 
-    def _kube_node(self, slurm_node: str) -> str:
-        node = self._kube_nodes.get(slurm_node)
+    def _kube_node(self, slurm_node: str, fresh: bool = False) -> str:
+        """The Node that hosts this Slurm node's slurmd Pod. A slurmd Pod can move (a NodeSet
+        replaces a broken Node), so a bind, and any decision to delete, reads it afresh."""
+        node = None if fresh else self._kube_nodes.get(slurm_node)
         if node is None:
             slurmd = self.kube.get(pod_path(self.slurmd_namespace, slurm_node))
             node = str(slurmd["spec"]["nodeName"])

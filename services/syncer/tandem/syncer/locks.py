@@ -132,6 +132,10 @@ class NodeLocker:
         with self._mutex(slurm_node):
             waited = time.monotonic() - began
             self._holds[slurm_node][job_id] = time.monotonic()
+            if len(self._holds[slurm_node]) == 1:
+                # The first hold of a lock cycle reads the slurmd Pod afresh: it may have moved to
+                # another Node (a NodeSet replaced a broken one) since we last looked.
+                self._forget(slurm_node)
             try:
                 kube_node, slurmd_uid, current = self._known(slurm_node)
                 self._ensure_taint(kube_node, present=True)
