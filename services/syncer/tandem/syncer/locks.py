@@ -245,10 +245,12 @@ class NodeLocker:
                 if state != LockState.FALSE:
                     self._ensure_taint(kube_node, present=True)
                 return self._view(slurm_node, kube_node, state)
+            # Taint first, annotation last (as when locking): whoever reads `false` finds the
+            # Node untainted.
+            self._ensure_taint(kube_node, present=False)
             if state != LockState.FALSE:
                 self._set_state(slurm_node, LockState.FALSE)
                 log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
-            self._ensure_taint(kube_node, present=False)
             return self._view(slurm_node, kube_node, LockState.FALSE)
 
     def reconcile_all(self) -> None:
