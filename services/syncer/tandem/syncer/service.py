@@ -125,19 +125,26 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         _require(context, request.slurm_node and request.reason, "slurm_node and reason are required")
         try:
             self.slurm.drain_node(request.slurm_node, request.reason)
-        except SlurmApiError:
+        except SlurmApiError as e:
             # slurmrestd v0.0.38 cannot update nodes; scontrol can where it is installed.
-            res = subprocess.run(
-                [
-                    "scontrol",
-                    "update",
-                    f"nodename={request.slurm_node}",
-                    "state=drain",
-                    f"reason={request.reason}",
-                ],
-                capture_output=True,
-                text=True,
-            )
+            try:
+                res = subprocess.run(
+                    [
+                        "scontrol",
+                        "update",
+                        f"nodename={request.slurm_node}",
+                        "state=drain",
+                        f"reason={request.reason}",
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
+            except OSError:
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"cannot drain {request.slurm_node}: slurmrestd said {e}; "
+                    "scontrol, the fallback, is not installed here",
+                )
             if res.returncode != 0:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot drain {request.slurm_node}: {res.stderr}")
         return syncer_pb2.DrainNodeResponse()
