@@ -74,11 +74,21 @@ def up(cfg: StackConfig) -> float:
         d["kwok"],
     )
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
+    started_now = set()
     for name in services.SERVICES:
         if need(name):
             services.start(cfg, name, d[name])
+            started_now.add(name)
     for name in services.SERVICES:
-        services.wait_serving(cfg, name, d[name])
+        try:
+            services.wait_serving(cfg, name, d[name])
+        except RuntimeError:
+            if name in started_now or d[name].alive():
+                raise
+            # It was alive when we looked but stopping (someone had just sent SIGTERM).
+            print(f"{name} stopped while we waited for it; starting it again", flush=True)
+            services.start(cfg, name, d[name])
+            services.wait_serving(cfg, name, d[name])
     write_env(cfg)
     return time.monotonic() - started
 
