@@ -108,6 +108,33 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
     assert _jobs_named(stack_cfg, h.get_pod(core, name)) == [orphan]
 
 
+def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    Daemon("slurmrestd", stack_cfg.run_dir, stack_cfg.log_dir).stop()
+    name = h.unique("no-slurm")
+    try:
+        h.create(core, h.tandem_pod(stack_cfg, name))
+
+        def unavailable() -> k8s.V1PodCondition | None:
+            pod = h.get_pod(core, name)
+            cond = h.scheduled_condition(pod) if pod is not None else None
+            return cond if cond is not None and cond.reason == "SlurmUnavailable" else None
+
+        cond = h.wait_until("PodScheduled=False SlurmUnavailable", unavailable, 20)
+        assert "unreachable" in cond.message and "retrying" in cond.message
+        time.sleep(5)  # two retries or more: still one Event, no job id
+        warnings = [e for e in h.events_for(core, name) if e.reason == "SlurmUnavailable"]
+        assert len(warnings) == 1 and warnings[0].type == "Warning"
+        assert h.job_id_of(core, name) is None
+    finally:
+        _restart(stack_cfg)
+    h.wait_until("pod running", lambda: _running(core, name), 60)
+    pod = h.get_pod(core, name)
+    assert pod is not None
+    assert _jobs_named(stack_cfg, pod) == [h.job_id_of(core, name)]
+
+
 def test_a_syncer_restart_during_a_prolog_does_not_fail_the_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

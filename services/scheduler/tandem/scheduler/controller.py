@@ -52,6 +52,8 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
 REASON_INVALID = "ValidationFailed"
 REASON_PENDING = "SlurmJobPending"
 REASON_SUBMIT_FAILED = "SlurmSubmitFailed"
+# Slurm did not answer: retried, unlike the two reasons above.
+REASON_SLURM_UNAVAILABLE = "SlurmUnavailable"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
@@ -220,6 +222,9 @@ class Controller:
                 if e.status in TRANSIENT_HTTP:
                     log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
                     self.queue.add_after(key, 2.0)
+                    message = f"cannot submit the placeholder job, retrying: {e}"
+                    if self.api.set_unscheduled(pod, REASON_SLURM_UNAVAILABLE, message):
+                        self._event(pod, "Warning", REASON_SLURM_UNAVAILABLE, message)
                     return
                 self._refuse(pod, f"Slurm refused the placeholder job: {e}")
                 return
