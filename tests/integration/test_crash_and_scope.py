@@ -135,6 +135,29 @@ def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back
     assert _jobs_named(stack_cfg, pod) == [h.job_id_of(core, name)]
 
 
+def test_an_apiserver_outage_during_a_prolog_delays_the_job_and_loses_nothing(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    node = "cpu-003"
+    Daemon("kube-apiserver", stack_cfg.run_dir, stack_cfg.log_dir).stop()
+    try:
+        job = h.sbatch(stack_cfg, f"--nodelist={node}", script="#!/bin/sh\nsleep 30\n")
+        # RUNNING with reason Prolog: the prolog's lock call is answered 503 and retried.
+        h.wait_until("prolog running", lambda: h.rest_job(stack_cfg, job)["job_state"] == "RUNNING", 20)
+        time.sleep(3)
+        assert h.rest_job(stack_cfg, job)["state_reason"] == "Prolog"  # still waiting for its lock
+    finally:
+        _restart(stack_cfg)
+    h.wait_until("node locked for the job", lambda: h.lock_annotation(core, node) == "locked", 60)
+    h.wait_until("job running", lambda: h.rest_job(stack_cfg, job)["job_state"] == "RUNNING", 30)
+    state, reason = h.node_state(stack_cfg, node)
+    assert "drain" not in state, reason
+    # The scheduler's watches came back too: a new Pod is scheduled.
+    name = h.unique("after-outage")
+    h.create(core, h.tandem_pod(stack_cfg, name))
+    h.wait_until("pod running", lambda: _running(core, name), 60)
+
+
 def test_a_syncer_restart_during_a_prolog_does_not_fail_the_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
