@@ -1,31 +1,22 @@
-"""Where the machine's CPU time went during a benchmark phase: each daemon of the stack (by its PID
-file), the benchmark itself, and the rest (short-lived processes: slurmstepd, prolog and epilog
-scripts, their curl calls)."""
+"""Where the machine's CPU time went during a benchmark phase: each daemon of the stack, the
+benchmark itself, and the rest (short-lived processes: slurmstepd, prolog and epilog scripts, their
+curl calls)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_seconds(pid: int) -> float:
-    """User + system CPU seconds of one live process, or 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / TICKS
+from devstack.procs import Daemon, cpu_seconds
 
 
 def _machine_busy_seconds() -> float:
     """CPU seconds all cores spent not idle since boot."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = values[3] + values[4]  # idle + iowait
-    return (sum(values[:8]) - idle) / TICKS
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _group(daemon: str) -> str:
@@ -38,15 +29,12 @@ class CpuSample:
     by_group: dict[str, float]
 
 
-def sample(run_dir: Path) -> CpuSample:
-    by_group: dict[str, float] = {"benchmark": _process_seconds(os.getpid())}
-    for pid_file in sorted(run_dir.glob("*.pid")):
-        try:
-            pid = int(pid_file.read_text().split()[0])  # "<pid> <start time>"
-        except (OSError, ValueError, IndexError):
-            continue
-        group = _group(pid_file.stem)
-        by_group[group] = by_group.get(group, 0.0) + _process_seconds(pid)
+def sample(daemons: Mapping[str, Daemon]) -> CpuSample:
+    by_group: dict[str, float] = {"benchmark": cpu_seconds(os.getpid())}
+    for name, daemon in daemons.items():
+        pid = daemon.pid()
+        group = _group(name)
+        by_group[group] = by_group.get(group, 0.0) + (cpu_seconds(pid) if pid is not None else 0.0)
     return CpuSample(_machine_busy_seconds(), by_group)
 
 

@@ -109,14 +109,14 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> Phase:
         with lock:
             submitted[job_id] = t
 
-    cpu_before = cpu.sample(cfg.run_dir)
+    cpu_before = cpu.sample(stack.all_daemons(cfg))
     first = time.time()
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(submit, range(n)))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and len(list(marks.iterdir())) < n:
         time.sleep(0.1)
-    cpu_used = cpu.used_between(cpu_before, cpu.sample(cfg.run_dir))
+    cpu_used = cpu.used_between(cpu_before, cpu.sample(stack.all_daemons(cfg)))
     started = {int(p.name): float(p.read_text() or 0) for p in marks.iterdir() if p.read_text().strip()}
     shutil.rmtree(marks, ignore_errors=True)
     latencies = [started[j] - t for j, t in submitted.items() if j in started]
@@ -178,12 +178,12 @@ def tandem(cfg: StackConfig, n: int, parallel: int) -> Phase:
         raw.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod(i))
         created[f"bench-{i}"] = t
 
-    cpu_before = cpu.sample(cfg.run_dir)
+    cpu_before = cpu.sample(stack.all_daemons(cfg))
     first = time.time()
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(create, range(n)))
     done.wait(600)
-    cpu_used = cpu.used_between(cpu_before, cpu.sample(cfg.run_dir))
+    cpu_used = cpu.used_between(cpu_before, cpu.sample(stack.all_daemons(cfg)))
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
     raw.close()

@@ -120,21 +120,29 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, daemon: Daemo
         time.sleep(0.1)
 
 
-def _start_time(pid: int) -> str | None:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the parenthesised command name (field 3 onwards), or
+    None when the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    # Field 22 (starttime) counted after the parenthesised command name.
-    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields else None  # field 22: starttime
 
 
 def _exists(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"  # field 3: state
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used; 0 once it is gone."""
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
 def _reap(pid: int) -> None:

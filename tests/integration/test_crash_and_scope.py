@@ -55,6 +55,16 @@ def _jobs_named(cfg: StackConfig, pod: k8s.V1Pod) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if line.split()[1:] == [wanted]]
 
 
+def _running_with_one_job(cfg: StackConfig, core: k8s.CoreV1Api, name: str, timeout: float) -> int | None:
+    """Wait until the Pod runs; the job id recorded on it is the only job named after it."""
+    h.wait_until("pod running", lambda: _running(core, name), timeout)
+    pod = h.get_pod(core, name)
+    assert pod is not None
+    job_id = h.job_id_of(core, name)
+    assert _jobs_named(cfg, pod) == [job_id]
+    return job_id
+
+
 def test_a_scheduler_killed_while_a_pod_waits_binds_it_later_with_one_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -67,10 +77,7 @@ def test_a_scheduler_killed_while_a_pod_waits_binds_it_later_with_one_job(
     h.scancel(stack_cfg, blocker)
     time.sleep(1)
     _restart(stack_cfg)
-    h.wait_until("pod running", lambda: _running(core, name), 30)
-    pod = h.get_pod(core, name)
-    assert pod is not None
-    assert _jobs_named(stack_cfg, pod) == [h.job_id_of(core, name)]
+    _running_with_one_job(stack_cfg, core, name, 30)
 
 
 def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
@@ -103,9 +110,7 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
     )
     slurm.close()
     _restart(stack_cfg)
-    h.wait_until("pod running", lambda: _running(core, name), 30)
-    assert h.job_id_of(core, name) == orphan
-    assert _jobs_named(stack_cfg, h.get_pod(core, name)) == [orphan]
+    assert _running_with_one_job(stack_cfg, core, name, 30) == orphan
 
 
 def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back(
@@ -129,10 +134,7 @@ def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back
         assert h.job_id_of(core, name) is None
     finally:
         _restart(stack_cfg)
-    h.wait_until("pod running", lambda: _running(core, name), 60)
-    pod = h.get_pod(core, name)
-    assert pod is not None
-    assert _jobs_named(stack_cfg, pod) == [h.job_id_of(core, name)]
+    _running_with_one_job(stack_cfg, core, name, 60)
 
 
 def test_an_apiserver_outage_during_a_prolog_delays_the_job_and_loses_nothing(

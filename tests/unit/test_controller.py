@@ -39,7 +39,7 @@ def _controller(pods: FakePodCache, jobs: JobTracker, queue: mock.Mock) -> tuple
     return controller, slurm
 
 
-def _tracker_with_running_job() -> JobTracker:
+def _tracker_with_running_job(script_started: bool = False) -> JobTracker:
     jobs = JobTracker(SCHEDULER, mock.Mock(), lambda pod, job: None)
     jobs._apply(
         slurm_pb2.SlurmJob(
@@ -47,6 +47,7 @@ def _tracker_with_running_job() -> JobTracker:
             name=placeholder.job_name(POD, SCHEDULER),
             state=slurm_pb2.JOB_STATE_RUNNING,
             nodes=["cpu-001"],
+            script_started=script_started,
         )
     )
     jobs._synced.set()
@@ -144,17 +145,7 @@ def test_a_pod_is_bound_where_its_slurmd_pod_is_now_not_where_it_was() -> None:
         "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
     }
     pods.pods[POD.key] = pod
-    jobs = JobTracker(SCHEDULER, mock.Mock(), lambda p, j: None)
-    jobs._apply(
-        slurm_pb2.SlurmJob(
-            job_id=7,
-            name=placeholder.job_name(POD, SCHEDULER),
-            state=slurm_pb2.JOB_STATE_RUNNING,
-            nodes=["cpu-001"],
-            script_started=True,
-        )
-    )
-    jobs._synced.set()
+    jobs = _tracker_with_running_job(script_started=True)
     controller, _ = _controller(pods, jobs, mock.Mock(spec=WorkQueue))
     kube = mock.Mock()
     controller.kube = controller.api.kube = kube

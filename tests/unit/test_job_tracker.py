@@ -70,9 +70,3 @@ def test_a_job_that_vanished_while_the_stream_was_down_is_reported_gone() -> Non
 def test_jobs_still_there_after_a_reconnect_are_not_reported_gone() -> None:
     _, changes = _run([_snapshot(_job(1)), _snapshot(_job(1))])
     assert [state for _, state in changes] == [slurm_pb2.JOB_STATE_RUNNING] * 2
-
-
-def test_a_job_first_seen_after_the_snapshot_is_kept() -> None:
-    after_snapshot = [*_snapshot(), syncer_pb2.WatchSlurmResponse(job=_job(3))]
-    tracker, _ = _run([after_snapshot, _snapshot(_job(3))])
-    assert tracker.get(3).state == slurm_pb2.JOB_STATE_RUNNING  # type: ignore[union-attr]

@@ -41,14 +41,14 @@ started_field="${TANDEM_STARTED_FIELD:-}"
 if [ -z "$started_field" ]; then
   if slurm_at_least_23_02; then started_field=extra; else started_field=comment; fi
 fi
-if [ "$started_field" = extra ] && [ -n "${TRACEPARENT:-}" ]; then
+if [ "$started_field" = extra ]; then
+  marker=(extra="${SLURM_JOB_EXTRA:-}: started")
   # The trace context rode in the comment for the prolog; give the comment back to the Pod.
-  scontrol update jobid="${job}" extra="${SLURM_JOB_EXTRA:-}: started" comment="${TANDEM_JOB_COMMENT:-}"
-elif [ "$started_field" = extra ]; then
-  scontrol update jobid="${job}" extra="${SLURM_JOB_EXTRA:-}: started"
+  if [ -n "${TRACEPARENT:-}" ]; then marker+=(comment="${TANDEM_JOB_COMMENT:-}"); fi
 else
-  scontrol update jobid="${job}" comment="${TANDEM_JOB_COMMENT:-}: started"
+  marker=(comment="${TANDEM_JOB_COMMENT:-}: started")
 fi
+scontrol update jobid="${job}" "${marker[@]}"
 
 while :; do
   sleep 3600 &
