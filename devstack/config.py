@@ -17,6 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 KUBERNETES_VERSION = "v1.36.2"
 ETCD_VERSION = "v3.6.14"
 KWOK_VERSION = "v0.8.0"
+LWS_VERSION = "v0.9.0"
 HELM_VERSION = "v3.21.4"
 GRPCURL_VERSION = "v1.9.3"
 BUF_VERSION = "1.75.0"
@@ -34,6 +35,12 @@ GPUS_PER_NODE = 8
 CPUS_PER_NODE = 32
 MEMORY_MB_PER_NODE = 256_000
 KILL_WAIT_SECONDS = 30
+# Slurm 24.11 (Debian trixie) unless SLURM_VERSION says 26.05 (sid): devstack.slurm_root.
+DEFAULT_SLURM_VERSION = "24.11"
+
+
+def hostname() -> str:
+    return socket.gethostname().split(".")[0]
 
 
 def cache_dir() -> Path:
@@ -55,6 +62,8 @@ class Ports:
     syncer_health: int
     hooks_http: int
     hooks_grpc: int
+    mariadb: int
+    slurmdbd: int
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
@@ -70,6 +79,8 @@ class Ports:
             syncer_health=base + 13,
             hooks_http=base + 14,
             hooks_grpc=base + 15,
+            mariadb=base + 16,
+            slurmdbd=base + 17,
             slurmd_base=base + 100,
         )
 
@@ -81,7 +92,10 @@ class StackConfig:
     nodes: int
     state_dir: Path
     ports: Ports
-    hostname: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+    # The Slurm major release (devstack.slurm_root.RELEASES) and its preemption plugin.
+    slurm_version: str = DEFAULT_SLURM_VERSION
+    preempt: str = "partition_prio"
+    hostname: str = field(default_factory=hostname)
 
     @classmethod
     def from_env(cls) -> StackConfig:
@@ -95,16 +109,35 @@ class StackConfig:
                     f"the stack in {state_dir} was made with NODES={data['nodes']}; "
                     f"run `make down` before asking for NODES={requested}"
                 )
-            return cls(nodes=data["nodes"], state_dir=state_dir, ports=Ports(**data["ports"]))
+            requested_slurm = os.environ.get("SLURM_VERSION")
+            made_with = data.get("slurm_version", DEFAULT_SLURM_VERSION)
+            if requested_slurm and requested_slurm != made_with:
+                raise SystemExit(
+                    f"the stack in {state_dir} runs Slurm {made_with}; "
+                    f"run `make down` before asking for SLURM_VERSION={requested_slurm}"
+                )
+            return cls(
+                nodes=data["nodes"],
+                state_dir=state_dir,
+                ports=Ports(**data["ports"]),
+                slurm_version=made_with,
+                preempt=data.get("preempt", "partition_prio"),
+            )
         nodes = int(os.environ.get("NODES", "8"))
         if not 1 <= nodes <= 512:
             raise SystemExit(f"NODES must be between 1 and 512, not {nodes}")
         base = int(os.environ.get("TANDEM_PORT_BASE", "31000"))
-        return cls(nodes=nodes, state_dir=state_dir, ports=Ports.from_base(base))
+        slurm_version = os.environ.get("SLURM_VERSION") or DEFAULT_SLURM_VERSION
+        return cls(nodes=nodes, state_dir=state_dir, ports=Ports.from_base(base), slurm_version=slurm_version)
 
     def save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        data = {"nodes": self.nodes, "ports": asdict(self.ports)}
+        data = {
+            "nodes": self.nodes,
+            "ports": asdict(self.ports),
+            "slurm_version": self.slurm_version,
+            "preempt": self.preempt,
+        }
         (self.state_dir / "stack.json").write_text(json.dumps(data, indent=2))
 
     # Layout of the state dir.

@@ -1,4 +1,5 @@
-"""A real Slurm on 127.0.0.1: munge, slurmctld, one slurmd per node, slurmrestd with JWT."""
+"""A real, current Slurm on 127.0.0.1, run in its Debian root: munge, MariaDB + slurmdbd,
+slurmctld, one slurmd per node, slurmrestd with JWT."""
 
 from __future__ import annotations
 
@@ -9,53 +10,45 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from devstack import config
+from devstack import config, slurm_root
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
+from tandem.hooks import scripts
 from tandem.slurm import jwt
 
-PACKAGES = ["slurmctld", "slurmd", "slurmrestd", "slurm-client", "munge", "slurm-wlm-jwt-plugin", "curl"]
 REST_USER = "root"
-
-
-def ensure_packages() -> None:
-    """Install Slurm's Debian packages when a binary is missing (root, Debian/Ubuntu)."""
-    needed = ["slurmctld", "slurmd", "slurmrestd", "sinfo", "munged"]
-    if (
-        all(shutil.which(b) for b in needed)
-        and Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists()
-    ):
-        return
-    print("installing Slurm packages (apt-get) ...", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES], check=True, env=env
-    )
-
-
 # A Slurm user for Pods that set sunk.coreweave.com/user-id (the reference's "dedicated user"),
 # with a second group for group-id.
 POD_USER = ("tandem-pods", 1001, 1001)
 POD_EXTRA_GROUP = ("tandem-gpu", 1002)
+# Accounting: the accounts and QOS a platform team would have (lab/SLURM.md "Accounting").
+ACCOUNTS = ("root", "k8s")
+QOS = {"normal": 0, "high": 1000}
 
 
-def ensure_users() -> None:
-    name, uid, gid = POD_USER
+def root(cfg: StackConfig) -> Path:
+    return slurm_root.root_dir(cfg.slurm_version)
+
+
+def ensure_root(cfg: StackConfig) -> Path:
+    """The Slurm root of this stack's version, built on first use, with the users jobs run as."""
+    r = slurm_root.ensure_root(cfg.slurm_version)
+    name, _, gid = POD_USER
     group, extra_gid = POD_EXTRA_GROUP
-    if subprocess.run(["getent", "group", str(gid)], capture_output=True).returncode != 0:
-        subprocess.run(["groupadd", "-g", str(gid), name], check=True)
-    if subprocess.run(["getent", "group", str(extra_gid)], capture_output=True).returncode != 0:
-        subprocess.run(["groupadd", "-g", str(extra_gid), group], check=True)
-    if subprocess.run(["getent", "passwd", str(uid)], capture_output=True).returncode != 0:
-        subprocess.run(
-            ["useradd", "-u", str(uid), "-g", str(gid), "-G", group, "-M", "-s", "/usr/sbin/nologin", name],
-            check=True,
-        )
+    slurm_root.ensure_users(r, users=[POD_USER], groups=[(name, gid), (group, extra_gid)])
+    slurm_root.add_supplementary_group(r, name, group)
+    return r
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
-    names = ["munged", "slurmctld", *(f"slurmd-{n}" for n in cfg.slurm_node_names()), "slurmrestd"]
+    names = [
+        "munged",
+        "mariadbd",
+        "slurmdbd",
+        "slurmctld",
+        *(f"slurmd-{n}" for n in cfg.slurm_node_names()),
+        "slurmrestd",
+    ]
     return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in names}
 
 
@@ -68,9 +61,15 @@ def paths(cfg: StackConfig) -> dict[str, Path]:
         "state": d / "state",
         "spool": d / "spool",
         "run": d / "run",
+        "hooks": d / "hooks",
         "prolog": d / "prolog",
         "epilog": d / "epilog",
         "gres": d / "gres.conf",
+        "cgroup": d / "cgroup.conf",
+        "slurmdbd_conf": d / "slurmdbd.conf",
+        "db_password": d / "db.password",
+        "mysql": d / "mysql",
+        "mysql_socket": d / "mysql" / "mysqld.sock",
         "dev": d / "dev",
     }
 
@@ -92,12 +91,26 @@ def ensure_files(cfg: StackConfig, prolog: str, epilog: str) -> None:
     if not p["jwt_key"].exists():
         p["jwt_key"].write_bytes(secrets.token_bytes(32))
         p["jwt_key"].chmod(0o600)
+    if not p["db_password"].exists():
+        p["db_password"].write_text(secrets.token_hex(16))
+        p["db_password"].chmod(0o600)
+    # Slurm runs inside its root: the hook scripts must be under the state dir bound into it.
+    shutil.copytree(scripts.DIR, p["hooks"], dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py", "__*"))
     for name, body in (("prolog", prolog), ("epilog", epilog)):
         p[name].write_text(body)
         p[name].chmod(0o755)
     _ensure_node_dirs(cfg)
     p["gres"].write_text(gres_conf(cfg))
+    # No cgroup filesystem in the root: slurmd fails "No filesystem mounted on /sys/fs/cgroup".
+    p["cgroup"].write_text("CgroupPlugin=disabled\n")
+    p["slurmdbd_conf"].write_text(slurmdbd_conf(cfg))
+    p["slurmdbd_conf"].chmod(0o600)  # it holds the database password; slurmdbd insists
     cfg.slurm_conf.write_text(slurm_conf(cfg))
+
+
+def hook_script(cfg: StackConfig, name: str) -> Path:
+    """A hook script as Slurm sees it, inside its root."""
+    return paths(cfg)["hooks"] / name
 
 
 def slurm_conf(cfg: StackConfig) -> str:
@@ -124,7 +137,13 @@ def slurm_conf(cfg: StackConfig) -> str:
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        # Accounting through slurmdbd: accounts, users and QOS are enforced as in production.
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={cfg.ports.slurmdbd}",
+        f"AccountingStoragePass={p['munge_socket']}",  # the dbd link ignores AuthInfo
+        "AccountingStorageEnforce=associations,limits,qos",
+        "AccountingStoreFlags=job_comment,job_extra",
         "JobCompType=jobcomp/none",
         "MpiDefault=none",
         "SelectType=select/cons_tres",
@@ -134,11 +153,13 @@ def slurm_conf(cfg: StackConfig) -> str:
         # Low latency on a small machine (lab/SLURM.md).
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=250000,default_queue_depth=500,"
         "bf_interval=5,bf_continue,nohold_on_prolog_fail",
-        "PreemptType=preempt/partition_prio",
+        f"PreemptType=preempt/{cfg.preempt}",
         "PreemptMode=CANCEL",
         f"Prolog={p['prolog']}",
         f"Epilog={p['epilog']}",
-        "PrologFlags=Alloc,Contain",
+        # Contain needs proctrack/cgroup, which a root without a cgroup filesystem cannot have.
+        "PrologFlags=Alloc",
+        "MailProg=/bin/true",
         "PrologEpilogTimeout=60",
         f"KillWait={config.KILL_WAIT_SECONDS}",
         "MinJobAge=60",
@@ -164,8 +185,33 @@ def slurm_conf(cfg: StackConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def slurmdbd_conf(cfg: StackConfig) -> str:
+    p = paths(cfg)
+    return (
+        "\n".join(
+            [
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={p['munge_socket']}",
+                "DbdHost=localhost",
+                "DbdAddr=127.0.0.1",
+                f"DbdPort={cfg.ports.slurmdbd}",
+                "SlurmUser=root",
+                f"PidFile={p['run']}/slurmdbd.pid",
+                "DebugLevel=info",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={cfg.ports.mariadb}",
+                "StorageUser=slurm",
+                f"StoragePass={p['db_password'].read_text().strip()}",
+                "StorageLoc=slurm_acct_db",
+            ]
+        )
+        + "\n"
+    )
+
+
 def gres_conf(cfg: StackConfig) -> str:
-    # Slurm 22.05 drops GPUs that have no device file, even with Flags=CountOnly; each fake GPU is
+    # Slurm drops GPUs that have no device file, even with Flags=CountOnly; each fake GPU is
     # a symlink to /dev/null (a character device), so the count is tracked and nothing is opened.
     lines = ["AutoDetect=off"]
     last = config.GPUS_PER_NODE - 1
@@ -192,54 +238,199 @@ def _ensure_node_dirs(cfg: StackConfig) -> None:
 
 
 def slurm_env(cfg: StackConfig) -> dict[str, str]:
-    return {**os.environ, "SLURM_CONF": str(cfg.slurm_conf)}
+    """The environment for Slurm's commands: the root's CLI wrappers first on PATH."""
+    return {
+        **os.environ,
+        "SLURM_CONF": str(cfg.slurm_conf),
+        "PATH": f"{cfg.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
+
+
+def prepare_root(cfg: StackConfig) -> None:
+    """Mount this stack into its Slurm root and put the root's commands on the stack's PATH."""
+    r = root(cfg)
+    slurm_root.mount(r, cfg.state_dir)
+    slurm_root.write_command_wrappers(r, cfg.bin_dir, cfg.slurm_conf)
+
+
+def release_root(cfg: StackConfig) -> None:
+    slurm_root.unmount(root(cfg), cfg.state_dir)
+
+
+def _in_root(cfg: StackConfig, argv: list[str], user: tuple[int, int] | None = None) -> list[str]:
+    return slurm_root.chroot_argv(root(cfg), argv, user)
 
 
 def start_munged(cfg: StackConfig, daemon: Daemon) -> None:
     p = paths(cfg)
     d = p["munge_key"].parent
     daemon.start(
-        [
-            "munged",
-            "-F",
-            "--force",
-            f"--key-file={p['munge_key']}",
-            f"--socket={p['munge_socket']}",
-            f"--pid-file={d / 'munged.pid'}",
-            f"--seed-file={d / 'munged.seed'}",
-            f"--log-file={cfg.log_dir / 'munged.detail.log'}",
-            "--num-threads=4",
-        ]
+        _in_root(
+            cfg,
+            [
+                "munged",
+                "-F",
+                "--force",
+                f"--key-file={p['munge_key']}",
+                f"--socket={p['munge_socket']}",
+                f"--pid-file={d / 'munged.pid'}",
+                f"--seed-file={d / 'munged.seed'}",
+                f"--log-file={cfg.log_dir / 'munged.detail.log'}",
+                "--num-threads=4",
+            ],
+        )
     )
     wait_for("munge socket", lambda: p["munge_socket"].exists(), 15, daemon)
 
 
+def start_mariadbd(cfg: StackConfig, daemon: Daemon) -> None:
+    """MariaDB for slurmdbd: a fresh data directory per stack, 127.0.0.1 only, a small buffer pool."""
+    p = paths(cfg)
+    if not (p["mysql"] / "mysql").exists():
+        out = subprocess.run(
+            _in_root(
+                cfg,
+                [
+                    "mariadb-install-db",
+                    "--user=root",
+                    f"--datadir={p['mysql']}",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ],
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db failed: {out.stdout[-1500:]}{out.stderr[-1500:]}")
+    daemon.start(
+        _in_root(
+            cfg,
+            [
+                "mariadbd",
+                "--user=root",
+                f"--datadir={p['mysql']}",
+                f"--socket={p['mysql_socket']}",
+                f"--port={cfg.ports.mariadb}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                f"--pid-file={p['run']}/mariadbd.pid",
+                "--innodb-buffer-pool-size=32M",
+                # slurmdbd's queries fail under 11.8's snapshot isolation (lab/SLURM.md).
+                "--innodb-snapshot-isolation=OFF",
+                "--innodb-flush-log-at-trx-commit=0",
+                "--skip-log-bin",
+                "--performance-schema=OFF",
+            ],
+        )
+    )
+    wait_for("MariaDB socket", lambda: _sql(cfg, "SELECT 1"), 60, daemon)
+    password = p["db_password"].read_text().strip()
+    _sql(
+        cfg,
+        f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';",
+        check=True,
+    )
+
+
+def _sql(cfg: StackConfig, statement: str, check: bool = False) -> bool:
+    out = subprocess.run(
+        _in_root(cfg, ["mariadb", f"--socket={paths(cfg)['mysql_socket']}", "-u", "root", "-e", statement]),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if check and out.returncode != 0:
+        raise RuntimeError(f"MariaDB refused {statement!r}: {out.stderr.strip()}")
+    return out.returncode == 0
+
+
+def start_slurmdbd(cfg: StackConfig, daemon: Daemon) -> None:
+    env = slurm_env(cfg)
+    release = slurm_root.release(cfg.slurm_version)
+    if release.mariadb_client_from:
+        env["LD_LIBRARY_PATH"] = slurm_root.COMPAT_LIB_DIR
+    daemon.start(_in_root(cfg, ["slurmdbd", "-D"]), env=env)
+    wait_for(
+        "slurmdbd to answer",
+        lambda: _run_ok(cfg, ["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"], ""),
+        60,
+        daemon,
+    )
+
+
+def ensure_accounting(cfg: StackConfig) -> None:
+    """The cluster, accounts, users and QOS, before slurmctld's first start registers with them
+    (a cluster configured later gets "CLUSTER ID MISMATCH")."""
+
+    def sacctmgr(*args: str) -> str:
+        out = subprocess.run(
+            ["sacctmgr", "-i", "-n", "-P", *args],
+            env=slurm_env(cfg),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if out.returncode != 0 and "Nothing new added" not in out.stdout + out.stderr:
+            raise RuntimeError(
+                f"sacctmgr {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}"
+            )
+        return out.stdout
+
+    if "tandem" not in sacctmgr("show", "cluster", "format=cluster").split():
+        sacctmgr("add", "cluster", "tandem")
+    existing_qos = set(sacctmgr("show", "qos", "format=name").split())
+    for name, priority in QOS.items():
+        if name not in existing_qos:
+            sacctmgr("add", "qos", name)
+        sacctmgr("modify", "qos", name, "set", f"priority={priority}")
+    # preempt/qos, when a stack turns it on: high preempts normal.
+    sacctmgr("modify", "qos", "high", "set", "preempt=normal", "preemptmode=cancel")
+    existing_accounts = set(sacctmgr("show", "account", "format=account").split())
+    for account in ACCOUNTS:
+        if account not in existing_accounts:
+            sacctmgr("add", "account", account, "cluster=tandem")
+    qos_list = ",".join(QOS)
+    existing_users = sacctmgr("show", "assoc", "format=user,account")
+    for user in ("root", POD_USER[0]):
+        for account in ACCOUNTS:
+            if f"{user}|{account}" not in existing_users:
+                sacctmgr("add", "user", user, f"account={account}", "cluster=tandem")
+        default = "root" if user == "root" else "k8s"
+        sacctmgr(
+            "modify", "user", user, "set", f"defaultaccount={default}", f"qos={qos_list}", "defaultqos=normal"
+        )
+
+
 def start_slurmctld(cfg: StackConfig, daemon: Daemon) -> None:
-    daemon.start(["slurmctld", "-D", "-i", "-f", str(cfg.slurm_conf)], env=slurm_env(cfg))
-    wait_for("slurmctld to answer", lambda: _run_ok(cfg, ["scontrol", "ping"], "UP"), 30, daemon)
+    daemon.start(_in_root(cfg, ["slurmctld", "-D", "-i", "-f", str(cfg.slurm_conf)]), env=slurm_env(cfg))
+    wait_for("slurmctld to answer", lambda: _run_ok(cfg, ["scontrol", "ping"], "UP"), 60, daemon)
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:
-    daemon.start(["slurmd", "-D", "-N", node, "-f", str(cfg.slurm_conf)], env=slurm_env(cfg))
+    daemon.start(_in_root(cfg, ["slurmd", "-D", "-N", node, "-f", str(cfg.slurm_conf)]), env=slurm_env(cfg))
 
 
 def start_slurmrestd(cfg: StackConfig, daemon: Daemon) -> None:
+    # slurmrestd refuses to run as root.
     env = {**slurm_env(cfg), "SLURM_JWT": "daemon"}
     daemon.start(
-        [
-            "slurmrestd",
-            "-f",
-            str(cfg.slurm_conf),
-            "-a",
-            "rest_auth/jwt",
-            "-s",
-            "openapi/v0.0.38",
-            "-u",
-            "nobody",
-            "-t",
-            "8",
-            f"127.0.0.1:{cfg.ports.slurmrestd}",
-        ],
+        _in_root(
+            cfg,
+            [
+                "slurmrestd",
+                "-f",
+                str(cfg.slurm_conf),
+                "-a",
+                "rest_auth/jwt",
+                "-t",
+                "8",
+                f"127.0.0.1:{cfg.ports.slurmrestd}",
+            ],
+            user=(65534, 65534),
+        ),
         env=env,
     )
     wait_for("slurmrestd ping", lambda: _rest_ping(cfg), 30, daemon)
@@ -288,9 +479,6 @@ def _run_ok(cfg: StackConfig, argv: list[str], needle: str) -> bool:
 def _rest_ping(cfg: StackConfig) -> bool:
     import httpx
 
-    r = httpx.get(
-        f"{cfg.slurmrestd_url}/slurm/v0.0.38/ping",
-        headers={"X-SLURM-USER-NAME": REST_USER, "X-SLURM-USER-TOKEN": rest_token(cfg, lifespan=60)},
-        timeout=5,
-    )
+    headers = {"X-SLURM-USER-NAME": REST_USER, "X-SLURM-USER-TOKEN": rest_token(cfg, lifespan=60)}
+    r = httpx.get(f"{cfg.slurmrestd_url}/openapi/v3", headers=headers, timeout=5)
     return r.status_code == 200

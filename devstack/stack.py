@@ -10,14 +10,13 @@ from pathlib import Path
 from devstack import config, identities, kube, pki, services, slurm, tools
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
-from tandem.hooks import scripts
 
 
 def hook_wrapper(cfg: StackConfig, script: str) -> str:
     """What slurm.conf's Prolog=/Epilog= run: the packaged script, pointed at this stack's gateway
     (slurmd gives prologs a bare environment)."""
     env_file = services.hooks_env_file(cfg)
-    return f"#!/bin/sh\nexport TANDEM_HOOKS_ENV='{env_file}'\nexec '{scripts.DIR / script}'\n"
+    return f"#!/bin/sh\nexport TANDEM_HOOKS_ENV='{env_file}'\nexec '{slurm.hook_script(cfg, script)}'\n"
 
 
 def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
@@ -30,12 +29,12 @@ def up(cfg: StackConfig) -> float:
     started = time.monotonic()
     cfg.save()
     tools.ensure_tools(cfg.bin_dir)
-    slurm.ensure_packages()
+    slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
     kube.write_kubeconfigs(cfg)
-    slurm.ensure_users()
     services.write_hooks_env(cfg)
     slurm.ensure_files(cfg, prolog=hook_wrapper(cfg, "prolog.sh"), epilog=hook_wrapper(cfg, "epilog.sh"))
+    slurm.prepare_root(cfg)
     d = all_daemons(cfg)
 
     def need(name: str) -> bool:
@@ -60,7 +59,12 @@ def up(cfg: StackConfig) -> float:
         kube.start_kwok(cfg, d["kwok"])
     if need("munged"):
         slurm.start_munged(cfg, d["munged"])
+    if need("mariadbd"):
+        slurm.start_mariadbd(cfg, d["mariadbd"])
+    if need("slurmdbd"):
+        slurm.start_slurmdbd(cfg, d["slurmdbd"])
     if need("slurmctld"):
+        slurm.ensure_accounting(cfg)
         slurm.start_slurmctld(cfg, d["slurmctld"])
     for node in cfg.slurm_node_names():
         if need(f"slurmd-{node}"):
@@ -107,12 +111,14 @@ def down(cfg: StackConfig) -> list[str]:
             continue
         if d[name].stop():
             stopped.append(name)
+    slurm.release_root(cfg)
     # A fresh cluster and a fresh Slurm next time; keys, certs and tools stay.
     for path in (
         cfg.state_dir / "etcd",
         cfg.slurm_dir / "state",
         cfg.slurm_dir / "spool",
         cfg.slurm_dir / "placeholder-logs",
+        slurm.paths(cfg)["mysql"],
         cfg.state_dir / "log.previous",
     ):
         shutil.rmtree(path, ignore_errors=True)

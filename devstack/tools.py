@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack import config
+from devstack import config, progress
 
 TOOLS_SRC = config.REPO_ROOT / "tools"
 
@@ -29,19 +29,19 @@ class Tool:
         return config.cache_dir() / "bin" / f"{self.name}-{self.version}"
 
 
+def _kubernetes(name: str) -> Tool:
+    """A command of the kubernetes module, built in our wrapper module (lab/KUBERNETES.md)."""
+    return Tool(
+        name, config.KUBERNETES_VERSION, module_dir="kubernetes", build_pkg=f"k8s.io/kubernetes/cmd/{name}"
+    )
+
+
 TOOLS = [
-    Tool(
-        "kube-apiserver",
-        config.KUBERNETES_VERSION,
-        module_dir="kube-apiserver",
-        build_pkg="k8s.io/kubernetes/cmd/kube-apiserver",
-    ),
-    Tool(
-        "kubectl",
-        config.KUBERNETES_VERSION,
-        module_dir="kube-apiserver",
-        build_pkg="k8s.io/kubernetes/cmd/kubectl",
-    ),
+    _kubernetes("kube-apiserver"),
+    _kubernetes("kube-controller-manager"),
+    _kubernetes("kube-scheduler"),
+    _kubernetes("kubectl"),
+    Tool("lws-controller", config.LWS_VERSION, module_dir="lws", build_pkg="sigs.k8s.io/lws/cmd"),
     Tool("etcd", config.ETCD_VERSION, module_dir="etcd", build_pkg="."),
     Tool("kwok", config.KWOK_VERSION, go_install="sigs.k8s.io/kwok/cmd/kwok"),
     Tool("helm", config.HELM_VERSION, go_install="helm.sh/helm/v3/cmd/helm"),
@@ -50,14 +50,13 @@ TOOLS = [
 ]
 
 
-def ensure_tools(bin_dir: Path, log: bool = True) -> None:
+def ensure_tools(bin_dir: Path) -> None:
     """Build what is missing from the cache, then link every tool into `bin_dir` by its plain name."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for tool in TOOLS:
         if not tool.cached.exists():
-            if log:
-                print(f"building {tool.name} {tool.version} (once per machine) ...", flush=True)
-            _build(tool)
+            with progress.step(f"building {tool.name} {tool.version} (once per machine)"):
+                _build(tool)
         link = bin_dir / tool.name
         if link.is_symlink() or link.exists():
             if link.resolve() == tool.cached.resolve():

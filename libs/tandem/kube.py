@@ -25,11 +25,13 @@ JSON = dict[str, Any]
 
 
 class KubeError(RuntimeError):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"HTTP {status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        # The Status' details.causes[].message: e.g. which PodDisruptionBudget refused an eviction.
+        self.causes = causes
 
     @property
     def not_found(self) -> bool:
@@ -112,8 +114,14 @@ class KubeClient:
         if r.status_code >= 400:
             try:
                 status = r.json()
+                causes = (
+                    ((status.get("details") or {}).get("causes") or []) if isinstance(status, dict) else []
+                )
                 raise KubeError(
-                    r.status_code, str(status.get("reason", "")), str(status.get("message", r.text))
+                    r.status_code,
+                    str(status.get("reason", "")),
+                    str(status.get("message", r.text)),
+                    tuple(str(c.get("message", "")) for c in causes if isinstance(c, dict)),
                 )
             except ValueError:
                 raise KubeError(r.status_code, "", r.text[:300]) from None

@@ -8,6 +8,7 @@ it) and released when neither is true, however that came about (epilog, crash, l
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -30,10 +31,35 @@ EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a N
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# A Pod whose eviction was refused (its PodDisruptionBudget allows no disruption now) is asked
+# again this much later, not on every round: the budget changes on the scale of seconds.
+EVICTION_RETRY_SECONDS = 2.0
+_BUDGET = re.compile(r"disruption budget (\S+)")
 
 
 class LockError(RuntimeError):
     """The lock could not be taken; the prolog must fail so Slurm drains the node."""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A Pod that kept a Node from being locked, and why it did not leave."""
+
+    pod: JSON
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"{_ref(self.pod)} ({self.why})" if self.why else _ref(self.pod)
+
+
+class LockTimeout(LockError):
+    """Pods were still on the Node when the prolog's time ran out."""
+
+    def __init__(self, kube_node: str, timeout: float, blockers: list[Blocker]) -> None:
+        self.kube_node = kube_node
+        self.blockers = blockers
+        names = ", ".join(str(b) for b in blockers)
+        super().__init__(f"timed out after {timeout:.0f}s locking {kube_node}: still there: {names}")
 
 
 @dataclass
@@ -168,20 +194,44 @@ class NodeLocker:
         self, slurm_node: str, kube_node: str, slurmd_uid: str, job_id: int, strict: bool, deadline: float
     ) -> int:
         rounds = 0
+        # Pod uid -> (why its eviction was refused, when to ask again).
+        refused: dict[str, tuple[str, float]] = {}
         while True:
             rounds += 1
             blocking = self.blocking_pods(kube_node, strict, slurmd_uid)
             if not blocking:
                 return rounds
-            if time.monotonic() > deadline:
-                names = ", ".join(_ref(p) for p in blocking)
-                raise LockError(
-                    f"timed out after {self.timeout:.0f}s locking {kube_node}: still there: {names}"
-                )
+            now = time.monotonic()
+            if now > deadline:
+                blockers = [Blocker(p, refused.get(_uid(p), ("", 0.0))[0]) for p in blocking]
+                self._report_blockers(blockers, slurm_node, kube_node, job_id)
+                raise LockTimeout(kube_node, self.timeout, blockers)
             for p in blocking:
-                if not (p.get("metadata") or {}).get("deletionTimestamp"):
-                    self._evict(p, slurm_node, job_id, strict)
+                # A Pod already on its way out (the taint manager deletes those that do not
+                # tolerate the NoExecute taint; an earlier eviction) only has to finish leaving.
+                if (p.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                if refused.get(_uid(p), ("", 0.0))[1] > now:
+                    continue
+                why = self._evict(p, slurm_node, job_id, strict)
+                if why:
+                    refused[_uid(p)] = (why, now + EVICTION_RETRY_SECONDS)
             time.sleep(self.poll)
+
+    def _report_blockers(self, blockers: list[Blocker], slurm_node: str, kube_node: str, job_id: int) -> None:
+        """Tell each Pod's owner, on the Pod, which Slurm job it kept off the Node."""
+        if self.events is None:
+            return
+        for b in blockers:
+            because = f": {b.why}" if b.why else ""
+            self.events.record(
+                b.pod,
+                "Warning",
+                "BlockedSlurmJob",
+                f"Slurm job {job_id} could not lock Node {kube_node} (Slurm node {slurm_node}) within "
+                f"{self.timeout:.0f}s because this Pod did not leave{because}; the Slurm node is drained "
+                "and the job runs elsewhere",
+            )
 
     def blocking_pods(self, kube_node: str, strict: bool, slurmd_uid: str) -> list[JSON]:
         pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={kube_node}"})
@@ -205,7 +255,9 @@ class NodeLocker:
             return True
         return bool((pod.get("spec") or {}).get("schedulerName") == self.scheduler_name)
 
-    def _evict(self, pod: JSON, slurm_node: str, job_id: int, strict: bool) -> None:
+    def _evict(self, pod: JSON, slurm_node: str, job_id: int, strict: bool) -> str:
+        """Evict through the Eviction API, which honours PodDisruptionBudgets. Returns why the
+        eviction was refused, "" when it was not."""
         meta = pod["metadata"]
         body = {
             "apiVersion": "policy/v1",
@@ -215,10 +267,11 @@ class NodeLocker:
         try:
             self.kube.post(f"{pod_path(meta['namespace'], meta['name'])}/eviction", body)
         except KubeError as e:
-            # 429: a PodDisruptionBudget forbids it for now; 404: already gone. Both: look again.
-            if e.status not in (404, 429):
-                raise
-            return
+            if e.status == 404:
+                return ""  # already gone
+            if e.status == 429:
+                return _refusal(e)
+            raise
         log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
         EVICTIONS.inc(strict=str(strict).lower())
         if self.events is not None:
@@ -229,6 +282,7 @@ class NodeLocker:
                 f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
                 f"(Slurm node {slurm_node}); Pods that do not tolerate {keys.LOCK_KEY} must leave",
             )
+        return ""
 
     # -- release -----------------------------------------------------------------------------
 
@@ -396,6 +450,19 @@ def _node_name(slurmd_pod: JSON, slurm_node: str) -> str:
     if not node:
         raise LockError(f"slurmd Pod for {slurm_node} is not on a Node")
     return str(node)
+
+
+def _uid(pod: JSON) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
+
+
+def _refusal(e: KubeError) -> str:
+    """A 429 from the Eviction API in words: which PodDisruptionBudget, when the API says."""
+    for cause in e.causes:
+        found = _BUDGET.search(cause)
+        if found:
+            return f"its PodDisruptionBudget {found.group(1)} allows no disruption"
+    return f"eviction refused: {e.message}"
 
 
 def _ref(pod: JSON) -> str:

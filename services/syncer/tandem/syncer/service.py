@@ -15,7 +15,7 @@ from tandem import placeholder
 from tandem.kube import KubeClient, KubeError, pod_path
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 from tandem.syncer import convert
-from tandem.syncer.locks import LockError, NodeLocker
+from tandem.syncer.locks import LockError, LockTimeout, NodeLocker
 from tandem.syncer.mirror import JobStatus, SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
@@ -45,11 +45,31 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         strict = request.strict or self._is_placeholder(request.job_id)
         try:
             view = self.locker.acquire(request.slurm_node, request.job_id, strict)
+        except LockTimeout as e:
+            self._drain_blocked(request.slurm_node, request.job_id, e)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except LockError as e:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except KubeError as e:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
+
+    def _drain_blocked(self, slurm_node: str, job_id: int, e: LockTimeout) -> None:
+        """The prolog fails and Slurm drains the node as "Prolog error"; drained first with the
+        Pods' names (and their PodDisruptionBudgets), the reason says what to fix. Slurm keeps
+        the first reason."""
+        blockers = ", ".join(str(b) for b in e.blockers)
+        reason = f"k8s: job {job_id} could not lock {e.kube_node}: {blockers} did not leave"
+        try:
+            self.slurm.drain_node(slurm_node, reason)
+        except SlurmApiError as err:
+            log.warning(
+                "cannot drain a node whose lock timed out", extra={"node": slurm_node, "error": str(err)}
+            )
+        else:
+            log.warning(
+                "node drained: lock timed out", extra={"node": slurm_node, "job": job_id, "reason": reason}
+            )
 
     def ReleaseNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._require_active(context)
