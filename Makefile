@@ -8,8 +8,11 @@ INSTALLED := $(VENV)/.installed
 PROTOS := $(wildcard proto/tandem/v1/*.proto)
 GENERATED := libs/tandem/v1/.generated
 PYTEST_ARGS ?=
+# The second Slurm release the lab runs (devstack/slurm_root.py); its leg has a stack of its own.
+NEXT_SLURM := 26.05
+NEXT_STACK := TANDEM_STATE_DIR=$(CURDIR)/.tandem/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=33000 SLURM_VERSION=$(NEXT_SLURM)
 
-.PHONY: install proto tools lint unit integration test up down status demo bench clean
+.PHONY: install proto tools lint unit integration test test-next-slurm up down status demo bench clean
 
 install: $(INSTALLED) $(GENERATED)
 
@@ -40,8 +43,13 @@ lint: tools
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
+# Everything on Slurm 24.11 with the Kubernetes controllers.
 test: lint
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# The Slurm-facing integration tests again, on Slurm $(NEXT_SLURM) (CI's second leg).
+test-next-slurm: install
+	$(NEXT_STACK) $(BIN)/pytest tests/integration -m slurm $(PYTEST_ARGS)
 
 up: install
 	$(BIN)/python -m devstack up

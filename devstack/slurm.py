@@ -4,6 +4,7 @@ slurmctld, one slurmd per node, slurmrestd with JWT."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
@@ -407,6 +408,22 @@ def ensure_accounting(cfg: StackConfig) -> None:
 def start_slurmctld(cfg: StackConfig, daemon: Daemon) -> None:
     daemon.start(_in_root(cfg, ["slurmctld", "-D", "-i", "-f", str(cfg.slurm_conf)]), env=slurm_env(cfg))
     wait_for("slurmctld to answer", lambda: _run_ok(cfg, ["scontrol", "ping"], "UP"), 60, daemon)
+
+
+def switch_preemption(cfg: StackConfig, preempt: str) -> StackConfig:
+    """Run slurmctld with PreemptType=preempt/`preempt` (`partition_prio` or `qos`); jobs stay.
+    A restart, not `scontrol reconfigure`: that re-executes slurmctld under a new PID, and the
+    stack knows its daemons by the PIDs it started."""
+    if cfg.preempt == preempt:
+        return cfg
+    cfg = dataclasses.replace(cfg, preempt=preempt)
+    cfg.save()
+    cfg.slurm_conf.write_text(slurm_conf(cfg))
+    daemon = daemons(cfg)["slurmctld"]
+    daemon.stop()
+    start_slurmctld(cfg, daemon)
+    wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
+    return cfg
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:

@@ -181,9 +181,13 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 
 def tolerates(pod: JSON, key: str, value: str, effect: str) -> bool:
-    """Whether one of the Pod's tolerations matches the taint (the kubelet's rules)."""
+    """Whether one of the Pod's tolerations matches the taint for good (the kubelet's matching
+    rules). A NoExecute toleration with `tolerationSeconds` only delays the taint manager's
+    eviction: such a Pod does not stay, so it does not count."""
     for t in (pod.get("spec") or {}).get("tolerations") or []:
         if t.get("effect") and t["effect"] != effect:
+            continue
+        if effect == "NoExecute" and t.get("tolerationSeconds") is not None:
             continue
         operator = t.get("operator", "Equal")
         if not t.get("key"):

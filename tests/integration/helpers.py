@@ -132,12 +132,33 @@ def scheduled_condition(pod: k8s.V1Pod) -> k8s.V1PodCondition | None:
     return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
+# The data-parser version every Slurm release of the lab serves (24.11: v0.0.40-42, 26.05: 42-45).
+REST_VERSION = "v0.0.42"
+
+
 def rest_job(cfg: StackConfig, job_id: int) -> dict[str, Any]:
-    """The job as slurmrestd reports it (v0.0.38 JSON)."""
+    """The job as slurmrestd reports it, read by hand (not through Tandem's client), with its
+    `{set, infinite, number}` numbers as plain numbers and one-element lists as their element."""
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm.rest_token(cfg, lifespan=300)}
-    r = httpx.get(f"{cfg.slurmrestd_url}/slurm/v0.0.38/job/{job_id}", headers=headers, timeout=10)
+    r = httpx.get(f"{cfg.slurmrestd_url}/slurm/{REST_VERSION}/job/{job_id}", headers=headers, timeout=10)
     r.raise_for_status()
-    return dict(r.json()["jobs"][0])
+    return {k: _plain(v) for k, v in r.json()["jobs"][0].items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"set", "infinite", "number"}:
+        return value["number"] if value["set"] and not value["infinite"] else None
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return value[0]
+    if isinstance(value, list) and not value:
+        return None
+    return value
+
+
+def squeue(cfg: StackConfig, *args: str) -> str:
+    return subprocess.run(
+        ["squeue", "-h", *args], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout
 
 
 def squeue_ids(cfg: StackConfig) -> set[int]:
