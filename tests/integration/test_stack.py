@@ -11,8 +11,9 @@ from kubernetes import client as k8s
 
 from devstack import config, kube, services, slurm
 from devstack.config import StackConfig
+from tests.integration import helpers as h
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 
 def test_apiserver_answers_with_its_version(stack_cfg: StackConfig) -> None:
@@ -69,20 +70,20 @@ def test_a_job_submitted_through_slurmrestd_runs_on_a_node(stack_cfg: StackConfi
         "script": f'#!/bin/sh\necho "$SLURMD_NODENAME" > {marker}\n',
         "job": {
             "name": "stack-smoke",
-            "environment": {"PATH": "/usr/bin:/bin"},
+            "environment": ["PATH=/usr/bin:/bin"],
             "current_working_directory": "/tmp",
             "cpus_per_task": 1,
-            "memory_per_node": 100,
+            "memory_per_node": {"set": True, "number": 100},
         },
     }
-    url = f"{stack_cfg.slurmrestd_url}/slurm/v0.0.38"
+    url = f"{stack_cfg.slurmrestd_url}/slurm/{h.REST_VERSION}"
     r = httpx.post(f"{url}/job/submit", json=body, headers=headers, timeout=30)
     assert r.status_code == 200, r.text
     job_id = r.json()["job_id"]
     deadline = time.monotonic() + 30
     state = ""
     while time.monotonic() < deadline:
-        job = httpx.get(f"{url}/job/{job_id}", headers=headers, timeout=10).json()["jobs"][0]
+        job = h.rest_job(stack_cfg, job_id)
         state = job["job_state"]
         if state == "COMPLETED":
             break
