@@ -16,6 +16,7 @@ from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem.hooks import scripts
 from tandem.slurm import jwt
+from tandem.slurm.rest import SlurmRestClient
 
 REST_USER = "root"
 # A Slurm user for Pods that set sunk.coreweave.com/user-id (the reference's "dedicated user"),
@@ -451,6 +452,20 @@ def start_slurmrestd(cfg: StackConfig, daemon: Daemon) -> None:
         env=env,
     )
     wait_for("slurmrestd ping", lambda: _rest_ping(cfg), 30, daemon)
+
+
+def version(cfg: StackConfig) -> str:
+    """The Debian version of the stack's Slurm, e.g. 24.11.5-4."""
+    return slurm_root.installed_version(cfg.slurm_version)
+
+
+def rest_api_version(cfg: StackConfig) -> str:
+    """The data-parser version Tandem's client chose to speak to this slurmrestd."""
+    client = SlurmRestClient.from_settings(cfg.slurmrestd_url, REST_USER, "", str(paths(cfg)["jwt_key"]))
+    try:
+        return client.dialect.version
+    finally:
+        client.close()
 
 
 def rest_token(cfg: StackConfig, user: str = REST_USER, lifespan: int = 30 * 86400) -> str:

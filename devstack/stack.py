@@ -165,16 +165,20 @@ def write_env(cfg: StackConfig) -> None:
 
 
 def summary(cfg: StackConfig) -> str:
-    env = {**__import__("os").environ, "KUBECONFIG": str(cfg.kubeconfig), "SLURM_CONF": str(cfg.slurm_conf)}
+    env = {**slurm.slurm_env(cfg), "KUBECONFIG": str(cfg.kubeconfig)}
     kubectl = str(cfg.bin_dir / "kubectl")
     out = []
     for title, argv in (
         ("Kubernetes Nodes", [kubectl, "get", "nodes", "-L", "gpu.nvidia.com/model"]),
         ("slurmd Pods", [kubectl, "get", "pods", "-n", config.SLURM_NAMESPACE, "-o", "wide"]),
         ("Slurm", ["sinfo", "-N", "-o", "%N %P %t %c %m %G"]),
+        ("Slurm QOS", ["sacctmgr", "-n", "show", "qos", "format=name,priority,preempt"]),
     ):
         res = subprocess.run(argv, env=env, capture_output=True, text=True)
         out.append(f"== {title}\n{res.stdout.rstrip() or res.stderr.rstrip()}")
+    out.append(
+        f"Slurm {slurm.version(cfg)} (slurmrestd {slurm.rest_api_version(cfg)}), accounting by slurmdbd"
+    )
     addr = services.grpc_addresses(cfg)
     out.append("== Tandem")
     for name in services.SERVICES:

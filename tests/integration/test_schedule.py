@@ -29,7 +29,7 @@ def test_a_pod_runs_on_the_node_slurm_picked(stack_cfg: StackConfig, core: k8s.C
     assert job["job_state"] == "RUNNING"
     assert job["name"] == f"tandem:{stack_cfg.scheduler_name}/default/{name}/{pod.metadata.uid}"
     assert pod.spec.node_name == h.kube_node_of(job["nodes"])
-    assert job["comment"].endswith(": started")
+    assert job["extra"].endswith(": started")
     assert any(t.key == h.PREFIX + "lock" and t.effect == "NoExecute" for t in pod.spec.tolerations)
     scheduled = [e for e in h.events_for(core, name) if e.reason == "Scheduled"]
     assert len(scheduled) == 1
@@ -53,7 +53,7 @@ def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.Cor
     )
     try:
         annotations = {
-            h.PREFIX + "account": "research",
+            h.PREFIX + "account": "k8s",
             h.PREFIX + "comment": "A Kubernetes job",
             h.PREFIX + "constraints": "cpu",
             h.PREFIX + "exclusive": "user",
@@ -70,8 +70,10 @@ def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.Cor
         h.create(core, h.tandem_pod(stack_cfg, name, annotations))
         h.wait_until("pod running", lambda: _bound(core, name), 30)
         job = h.rest_job(stack_cfg, h.job_id_of(core, name) or 0)
-        assert job["account"] == "research"
-        assert job["comment"] == "A Kubernetes job: started"
+        assert job["account"] == "k8s"
+        assert job["comment"] == "A Kubernetes job"
+        assert job["extra"].endswith(": started")
+        assert job["qos"] == "normal"
         assert job["features"] == "cpu"
         assert job["shared"] == "user"
         assert job["excluded_nodes"] == "cpu-003"
@@ -96,7 +98,6 @@ def test_prefer_steers_the_job_to_preferred_nodes(stack_cfg: StackConfig, core: 
     h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + "prefer": "gpu"}))
     h.wait_until("pod running", lambda: _bound(core, name), 30)
     job = h.rest_job(stack_cfg, h.job_id_of(core, name) or 0)
-    # Slurm 22.05 turns a satisfied preference into the job's features once it runs.
     assert "gpu" in (job["prefer"], job["features"])
     assert job["nodes"].startswith("gpu-")
 
