@@ -142,7 +142,12 @@ def rest_job(cfg: StackConfig, job_id: int) -> dict[str, Any]:
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm.rest_token(cfg, lifespan=300)}
     r = httpx.get(f"{cfg.slurmrestd_url}/slurm/{REST_VERSION}/job/{job_id}", headers=headers, timeout=10)
     r.raise_for_status()
-    return {k: _plain(v) for k, v in r.json()["jobs"][0].items()}
+    job = {k: _plain(v) for k, v in r.json()["jobs"][0].items()}
+    # ["CANCELLED", "COMPLETING"]: the base state, and its flags apart.
+    states = job.get("job_state")
+    states = states if isinstance(states, list) else [states]
+    job["job_state"], job["job_flags"] = states[0], states[1:]
+    return job
 
 
 def _plain(value: Any) -> Any:

@@ -27,7 +27,11 @@ def _job_state(cfg: StackConfig, job_id: int) -> str:
 
 
 def _finished(cfg: StackConfig, job_id: int) -> bool:
-    return _job_state(cfg, job_id) not in ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
+    """Ended and no longer holding its node (a cancelled job is COMPLETING until its script exits)."""
+    job = h.rest_job(cfg, job_id)
+    return job["job_state"] not in ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED") and (
+        "COMPLETING" not in job["job_flags"]
+    )
 
 
 def _slow_pod(cfg: StackConfig, name: str, node: str, delay_ms: int, **annotations: str) -> dict[str, object]:
