@@ -55,6 +55,10 @@ class Ports:
     apiserver: int
     slurmctld: int
     slurmrestd: int
+    controller_manager: int
+    kube_scheduler: int
+    lws_webhook: int
+    lws_health: int
     slurmd_base: int
     scheduler_grpc: int
     scheduler_health: int
@@ -73,6 +77,10 @@ class Ports:
             apiserver=base + 3,
             slurmctld=base + 4,
             slurmrestd=base + 5,
+            controller_manager=base + 6,
+            kube_scheduler=base + 7,
+            lws_webhook=base + 8,
+            lws_health=base + 9,
             scheduler_grpc=base + 10,
             scheduler_health=base + 11,
             syncer_grpc=base + 12,
@@ -119,7 +127,8 @@ class StackConfig:
             return cls(
                 nodes=data["nodes"],
                 state_dir=state_dir,
-                ports=Ports(**data["ports"]),
+                # A stack saved before a port was added still comes down (and up) cleanly.
+                ports=Ports(**{**asdict(Ports.from_base(data["ports"]["etcd_client"] - 1)), **data["ports"]}),
                 slurm_version=made_with,
                 preempt=data.get("preempt", "partition_prio"),
             )

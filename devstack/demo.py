@@ -14,7 +14,6 @@ from kubernetes.client.rest import ApiException
 
 from devstack import config, kube, services
 from devstack.config import StackConfig
-from devstack.procs import wait_for
 from devstack.table import format_table
 from tandem import keys
 from tandem.v1 import lock_pb2, scheduler_pb2, scheduler_pb2_grpc, slurm_pb2, syncer_pb2, syncer_pb2_grpc
@@ -87,16 +86,6 @@ def example_pods(cfg: StackConfig) -> list[dict[str, Any]]:
     ]
 
 
-def _has_default_sa(core: k8s.CoreV1Api) -> bool:
-    try:
-        core.read_namespaced_service_account("default", NAMESPACE)
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return True
-
-
 def run(cfg: StackConfig) -> int:
     core = k8s.CoreV1Api(kube.api(cfg))
     try:
@@ -104,9 +93,7 @@ def run(cfg: StackConfig) -> int:
     except ApiException as e:
         if e.status != 409:
             raise
-    # The ServiceAccount admission plugin refuses Pods until the controller made the namespace's
-    # default ServiceAccount (a fraction of a second).
-    wait_for("the demo namespace's default ServiceAccount", lambda: _has_default_sa(core), 30)
+    kube.wait_for_default_service_account(core, NAMESPACE)
     pods = example_pods(cfg)
     refused = invalid_pod(pods[1])
     for p in [*pods, refused]:

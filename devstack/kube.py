@@ -27,8 +27,15 @@ def delete_delay(seconds: float) -> dict[str, str]:
     return {DELETE_DELAY_ANNOTATION: f"{int(seconds * 1000)}ms"}  # a Go duration
 
 
+# The Workload API (PodGroups, gangs) is alpha in 1.36: on in every component that knows it.
+FEATURE_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
+CONTROLLERS = "*,-cloud-node-lifecycle-controller,-node-route-controller,-service-lb-controller"
+# In start order.
+DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
+
+
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
-    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in ("etcd", "kube-apiserver", "kwok")}
+    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in DAEMONS}
 
 
 def start_etcd(cfg: StackConfig, daemon: Daemon) -> None:
@@ -79,9 +86,8 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
             "--endpoint-reconciler-type=none",
-            # No controller-manager: nothing would create the `default` ServiceAccount, nor remove
-            # the not-ready taint TaintNodesByCondition adds.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            FEATURE_GATES,
+            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
             "--profiling=false",
             "-v=1",
         ]
@@ -89,14 +95,71 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
     wait_for("kube-apiserver /readyz", lambda: _apiserver_ready(cfg), 120, daemon)
 
 
+def _component_flags(cfg: StackConfig, name: str, port: int) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: their identity and secure port."""
+    k = kubeconfig(cfg, name)
+    return [
+        f"--kubeconfig={k}",
+        f"--authentication-kubeconfig={k}",
+        f"--authorization-kubeconfig={k}",
+        "--authentication-skip-lookup=true",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={cfg.state_dir / name}",
+        "--leader-elect=false",
+        FEATURE_GATES,
+        "--profiling=false",
+        "-v=1",
+    ]
+
+
+def start_controller_manager(cfg: StackConfig, daemon: Daemon) -> None:
+    k = cfg.pki_dir
+    daemon.start(
+        [
+            str(cfg.bin_dir / "kube-controller-manager"),
+            *_component_flags(cfg, "kube-controller-manager", cfg.ports.controller_manager),
+            f"--service-account-private-key-file={k / 'sa.key'}",
+            f"--root-ca-file={k / 'ca.crt'}",
+            f"--cluster-signing-cert-file={k / 'ca.crt'}",
+            f"--cluster-signing-key-file={k / 'ca.key'}",
+            f"--controllers={CONTROLLERS}",
+            "--use-service-account-credentials=true",
+            "--service-cluster-ip-range=10.0.0.0/24",
+        ]
+    )
+    wait_for("kube-controller-manager /healthz", lambda: _healthz(cfg.ports.controller_manager), 60, daemon)
+
+
+def start_scheduler(cfg: StackConfig, daemon: Daemon) -> None:
+    daemon.start(
+        [
+            str(cfg.bin_dir / "kube-scheduler"),
+            *_component_flags(cfg, "kube-scheduler", cfg.ports.kube_scheduler),
+        ]
+    )
+    wait_for("kube-scheduler /healthz", lambda: _healthz(cfg.ports.kube_scheduler), 60, daemon)
+
+
 def start_kwok(cfg: StackConfig, daemon: Daemon) -> None:
     stages = cfg.state_dir / "kwok-stages.yaml"
     stages.write_text(KWOK_STAGES)
+    # A new kwok cannot take over the node Leases of the one before it until they expire.
+    core = k8s.CoreV1Api(api(cfg))
+    leases = k8s.CoordinationV1Api(core.api_client)
+    for node in core.list_node().items:
+        try:
+            leases.delete_namespaced_lease(node.metadata.name, "kube-node-lease")
+        except ApiException as e:
+            if e.status != 404:
+                raise
     key, value = KWOK_NODE_ANNOTATION
     daemon.start(
         [
             str(cfg.bin_dir / "kwok"),
-            f"--kubeconfig={cfg.state_dir / 'kubeconfig-kwok'}",
+            f"--kubeconfig={kubeconfig(cfg, 'kwok')}",
+            # Without Leases the node-lifecycle controller marks every Node Unknown after 50s.
+            "--node-lease-duration-seconds=40",
             f"--config={stages}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={key}={value}",
@@ -109,11 +172,19 @@ def start_kwok(cfg: StackConfig, daemon: Daemon) -> None:
 
 
 def write_kubeconfigs(cfg: StackConfig) -> None:
-    for user in pki.USERS:
-        path = cfg.kubeconfig if user == "admin" else cfg.state_dir / f"kubeconfig-{user}"
+    for name, (user, _) in pki.USERS.items():
         pki.write_kubeconfig(
-            path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, pki.token(cfg.pki_dir, user)
+            kubeconfig(cfg, name),
+            cfg.apiserver_url,
+            cfg.pki_dir / "ca.crt",
+            user,
+            pki.token(cfg.pki_dir, name),
         )
+
+
+def kubeconfig(cfg: StackConfig, name: str) -> Path:
+    """The kubeconfig of a static-token identity (devstack.pki.USERS)."""
+    return cfg.kubeconfig if name == "admin" else cfg.state_dir / f"kubeconfig-{name}"
 
 
 def run_kubectl(
@@ -147,6 +218,7 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
         _create_ignore_exists(
             lambda ns=ns: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         )
+    wait_for_default_service_account(core, config.SLURM_NAMESPACE)
     existing_nodes = {n.metadata.name for n in core.list_node().items}
     existing_pods = {p.metadata.name for p in core.list_namespaced_pod(config.SLURM_NAMESPACE).items}
     for i in range(cfg.nodes):
@@ -156,6 +228,22 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
         slurm_node = config.slurm_node_name(i)
         if slurm_node not in existing_pods:
             core.create_namespaced_pod(config.SLURM_NAMESPACE, slurmd_pod_manifest(i))
+
+
+def wait_for_default_service_account(core: k8s.CoreV1Api, namespace: str, timeout: float = 30) -> None:
+    """The ServiceAccount admission plugin refuses Pods in a namespace until the controller-manager
+    made its `default` ServiceAccount (a fraction of a second after the namespace)."""
+
+    def made() -> bool:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    wait_for(f"the default ServiceAccount of namespace {namespace}", made, timeout)
 
 
 def cluster_ready(cfg: StackConfig) -> bool:
@@ -230,6 +318,15 @@ def _create_ignore_exists(create: object) -> None:
     except ApiException as e:
         if e.status != 409:
             raise
+
+
+def _healthz(port: int) -> bool:
+    """A control-plane component's own /healthz (self-signed serving cert, anonymous allowed)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=ctx) as r:
+        return bool(r.status == 200)
 
 
 def _http_ok(url: str) -> bool:

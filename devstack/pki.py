@@ -6,11 +6,17 @@ import secrets
 import subprocess
 from pathlib import Path
 
-# Identities with a static token: the person at the keyboard and kwok (standing in for every
-# kubelet). Tandem's services use ServiceAccount tokens instead (devstack.identities).
-USERS = {
-    "admin": ("system:masters",),
-    "kwok": ("system:masters",),
+# Identities with a static token, by the short name of their token and kubeconfig files: the
+# person at the keyboard, kwok (standing in for every kubelet), the control plane's controllers
+# under the user names the bootstrap RBAC already binds, and the LWS controller (a lab add-on,
+# trusted like kwok rather than given its chart's RBAC). Tandem's services use ServiceAccount
+# tokens instead (devstack.identities).
+USERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "admin": ("admin", ("system:masters",)),
+    "kwok": ("kwok", ("system:masters",)),
+    "kube-controller-manager": ("system:kube-controller-manager", ()),
+    "kube-scheduler": ("system:kube-scheduler", ()),
+    "lws-controller": ("lws-controller", ("system:masters",)),
 }
 
 
@@ -33,53 +39,64 @@ def ensure_pki(pki: Path) -> None:
             "-subj",
             "/CN=tandem-local-ca",
         )
-    if not (pki / "apiserver.crt").exists():
-        ext = pki / "apiserver.ext"
-        ext.write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
-            "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
-            "extendedKeyUsage=serverAuth\n"
-        )
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            pki / "apiserver.key",
-            "-out",
-            pki / "apiserver.csr",
-            "-subj",
-            "/CN=kube-apiserver",
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            pki / "apiserver.csr",
-            "-CA",
-            pki / "ca.crt",
-            "-CAkey",
-            pki / "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "3650",
-            "-out",
-            pki / "apiserver.crt",
-            "-extfile",
-            ext,
-        )
+    _serving_cert(
+        pki,
+        "apiserver",
+        "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
+    )
+    # The LWS controller's admission webhooks, which the apiserver calls on 127.0.0.1.
+    _serving_cert(pki, "lws-webhook", "IP:127.0.0.1,DNS:localhost")
     if not (pki / "sa.key").exists():
         _openssl("genrsa", "-out", pki / "sa.key", "2048")
         _openssl("rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")
     tokens = pki / "tokens.csv"
-    if not tokens.exists():
+    # Written again whenever an identity is new (a stack made before it kept its pki).
+    if not tokens.exists() or any(not (pki / f"{name}.token").exists() for name in USERS):
         lines = []
-        for uid, (user, groups) in enumerate(USERS.items(), start=1):
-            (pki / f"{user}.token").write_text(secrets.token_hex(24))
-            token = (pki / f"{user}.token").read_text()
+        for uid, (name, (user, groups)) in enumerate(USERS.items(), start=1):
+            if not (pki / f"{name}.token").exists():
+                (pki / f"{name}.token").write_text(secrets.token_hex(24))
+            token = (pki / f"{name}.token").read_text()
             lines.append(f'{token},{user},{uid},"{",".join(groups)}"')
         tokens.write_text("\n".join(lines) + "\n")
+
+
+def _serving_cert(pki: Path, name: str, san: str) -> None:
+    """`name`.crt and `name`.key for a TLS server on 127.0.0.1, signed by the stack's CA."""
+    if (pki / f"{name}.crt").exists():
+        return
+    ext = pki / f"{name}.ext"
+    ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        pki / f"{name}.key",
+        "-out",
+        pki / f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        pki / f"{name}.csr",
+        "-CA",
+        pki / "ca.crt",
+        "-CAkey",
+        pki / "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-out",
+        pki / f"{name}.crt",
+        "-extfile",
+        ext,
+    )
 
 
 def token(pki: Path, user: str) -> str:

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devstack import config, identities, kube, pki, services, slurm, tools
+from devstack import config, identities, kube, lws, pki, services, slurm, tools
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
@@ -49,6 +49,10 @@ def up(cfg: StackConfig) -> float:
         kube.start_etcd(cfg, d["etcd"])
     if need("kube-apiserver"):
         kube.start_apiserver(cfg, d["kube-apiserver"])
+    if need("kube-controller-manager"):
+        kube.start_controller_manager(cfg, d["kube-controller-manager"])
+    if need("kube-scheduler"):
+        kube.start_scheduler(cfg, d["kube-scheduler"])
     kube.ensure_cluster_model(cfg)
     identities.ensure_release_rbac(cfg, identities.MAIN)
     for name in services.KUBE_CLIENTS:
@@ -57,6 +61,8 @@ def up(cfg: StackConfig) -> float:
         )
     if need("kwok"):
         kube.start_kwok(cfg, d["kwok"])
+    if need("lws-controller"):
+        lws.start(cfg, d["lws-controller"])
     if need("munged"):
         slurm.start_munged(cfg, d["munged"])
     if need("mariadbd"):
