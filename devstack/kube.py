@@ -22,9 +22,19 @@ KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 DELETE_DELAY_ANNOTATION = "tandem.test/delete-delay"
 
 
+# A test Pod carrying this annotation (a Go duration) finishes (phase Succeeded) that long after it
+# runs: how a batch Pod that completes is simulated.
+COMPLETE_AFTER_ANNOTATION = "tandem.test/complete-after"
+
+
 def delete_delay(seconds: float) -> dict[str, str]:
     """Annotations that make kwok take `seconds` to finish the Pod's graceful delete."""
     return {DELETE_DELAY_ANNOTATION: f"{int(seconds * 1000)}ms"}  # a Go duration
+
+
+def complete_after(seconds: float) -> dict[str, str]:
+    """Annotations that make kwok end the Pod successfully `seconds` after it started running."""
+    return {COMPLETE_AFTER_ANNOTATION: f"{int(seconds * 1000)}ms"}
 
 
 # The Workload API (PodGroups, gangs) is alpha in 1.36: on in every component that knows it.
@@ -430,6 +440,56 @@ spec:
       podIP: {{{{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}}}
       phase: Running
       startTime: {{{{ $now | Quote }}}}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-complete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.metadata.annotations["{COMPLETE_AFTER_ANNOTATION}"]'
+      operator: 'Exists'
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["{COMPLETE_AFTER_ANNOTATION}"]'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $root := . }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: Ready
+        reason: PodCompleted
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: ContainersReady
+        reason: PodCompleted
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: Completed
+            startedAt: {{{{ $root.status.startTime | Quote }}}}
+      {{{{ end }}}}
+      phase: Succeeded
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

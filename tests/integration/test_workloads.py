@@ -288,7 +288,9 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
     del pod["spec"]["schedulerName"]
     pod["spec"]["nodeName"] = h.kube_node_of(blocked)
     # It tolerates the lock for a while only: the lock must get it out, through the Eviction API.
-    pod["spec"]["tolerations"] = [{"key": h.PREFIX + "lock", "operator": "Exists", "tolerationSeconds": 3600}]
+    pod["spec"]["tolerations"] = [
+        {"key": h.PREFIX + "lock", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}
+    ]
     h.create(core, pod)
     pdb = h.unique("guarded-pdb")
     policy.create_namespaced_pod_disruption_budget(
