@@ -103,7 +103,6 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--syncer-address={addr['tandem-syncer']}",
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",
-            "--sbatch=sbatch",
             f"--placeholder-output={placeholder_log_dir(cfg)}/%j.out",
         ]
     if name == "tandem-hooks":
@@ -123,8 +122,6 @@ def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str]
         k: v for k, v in os.environ.items() if not k.startswith(("TANDEM_", "OTEL_")) and k != "KUBECONFIG"
     }
     env.update(extra_env or {})
-    # sbatch (group-id) and scontrol (drains on Slurm 22.05) read it.
-    env["SLURM_CONF"] = str(cfg.slurm_conf)
     daemon.start(argv(cfg, name), env=env)
 
 

@@ -47,12 +47,14 @@ def _pod_template(labels: dict[str, str], **spec: Any) -> dict[str, Any]:
     }
 
 
-def _running(core: k8s.CoreV1Api, ns: str, selector: str) -> list[k8s.V1Pod]:
-    return [
+def _running(core: k8s.CoreV1Api, ns: str, selector: str, count: int | None = None) -> list[k8s.V1Pod]:
+    """The Running Pods of `selector`; none until there are `count` of them, when given."""
+    pods = [
         p
         for p in core.list_namespaced_pod(ns, label_selector=selector).items
         if p.status.phase == "Running" and p.spec.node_name and not p.metadata.deletion_timestamp
     ]
+    return pods if count is None or len(pods) == count else []
 
 
 def test_a_deployment_is_placed_by_the_default_scheduler(
@@ -72,7 +74,7 @@ def test_a_deployment_is_placed_by_the_default_scheduler(
     )
     pods = h.wait_until(
         "2 replicas running",
-        lambda: len(_running(core, ns, "app=web")) == 2 and _running(core, ns, "app=web"),
+        lambda: _running(core, ns, "app=web", 2),
         30,
     )
     for pod in pods:
@@ -98,7 +100,7 @@ def test_a_daemonset_runs_one_pod_per_node(
     )
     pods = h.wait_until(
         "one Pod per Node",
-        lambda: (r := _running(core, ns, "app=agent")) and len(r) == stack_cfg.nodes and r,
+        lambda: _running(core, ns, "app=agent", stack_cfg.nodes),
         60,
     )
     assert len({p.spec.node_name for p in pods}) == stack_cfg.nodes
@@ -184,7 +186,7 @@ def test_a_leaderworkerset_creates_its_group(core: k8s.CoreV1Api, api: k8s.ApiCl
     )
     pods = h.wait_until(
         "leader and worker running",
-        lambda: (r := _running(core, ns, "leaderworkerset.sigs.k8s.io/name=infer")) and len(r) == 2 and r,
+        lambda: _running(core, ns, "leaderworkerset.sigs.k8s.io/name=infer", 2),
         60,
     )
     assert sorted(p.metadata.name for p in pods) == ["infer-0", "infer-0-1"]

@@ -352,7 +352,7 @@ def test_a_namespace_with_tandem_pods_deletes_completely(stack_cfg: StackConfig,
         try:
             core.read_namespace(ns)
         except h.ApiException as e:
-            return e.status == 404
+            return bool(e.status == 404)
         return False
 
     h.wait_until("namespace gone", gone, 90, every=0.5)

@@ -13,7 +13,6 @@ from tandem.scheduler.jobspec import (
     job_user,
     parse_gpu_types,
     pod_ref,
-    with_started_field,
 )
 from tandem.scheduler.validation import validate
 
@@ -184,8 +183,10 @@ def test_a_plain_pod_becomes_a_plain_job() -> None:
         "TANDEM_POD_NAMESPACE": "team-a",
         "TANDEM_POD_NAME": "infer-0",
         "TANDEM_POD_UID": "8f1c",
-        "TANDEM_JOB_COMMENT": "",
+        "TANDEM_JOB_EXTRA": "",
     }
+    # Root unless the Pod says otherwise, sent explicitly: the scheduler's token is root's.
+    assert (spec.user_id, spec.group_id, spec.extra) == (0, 0, "")
     assert (spec.cpus, spec.memory_mb, spec.gpus, spec.gpu_type) == (1, 1024, 0, "")
     assert spec.working_dir == "/tmp"
     assert (spec.account, spec.partition, spec.exclusive, spec.priority, spec.time_limit_minutes) == (
@@ -322,15 +323,13 @@ def test_job_user_defaults(annotations: dict[str, str], user: tuple[int, int]) -
 
 
 @pytest.mark.parametrize(
-    ("version", "field"), [((22, 5), "comment"), ((23, 2), "extra"), ((24, 11), "extra")]
+    ("annotations", "user"),
+    [
+        ({}, (0, 0)),
+        ({keys.USER_ID: "1001"}, (1001, 1001)),
+        ({keys.USER_ID: "1001", keys.GROUP_ID: "1002"}, (1001, 1002)),
+    ],
 )
-def test_the_script_is_told_which_field_takes_its_started_marker(
-    version: tuple[int, int], field: str
-) -> None:
-    spec = with_started_field(build_job_spec(make_pod(), CFG), version)
-    assert spec.environment["TANDEM_STARTED_FIELD"] == field
-
-
-def test_an_unknown_slurm_version_leaves_the_choice_to_the_script() -> None:
-    spec = build_job_spec(make_pod(), CFG)
-    assert with_started_field(spec, None) == spec
+def test_the_job_runs_as_the_pods_user_and_group(annotations: dict[str, str], user: tuple[int, int]) -> None:
+    spec = build_job_spec(make_pod(annotations), CFG)
+    assert (spec.user_id, spec.group_id) == user

@@ -13,25 +13,21 @@ import pytest
 from tandem.hooks import scripts
 
 
-def _stand_ins(bin_dir: Path, log: Path, slurm_version: str) -> None:
-    for name, extra in (
-        ("scontrol", f'[ "$1" = --version ] && echo "slurm {slurm_version}"\n'),
-        ("curl", ""),
-    ):
+def _stand_ins(bin_dir: Path, log: Path) -> None:
+    for name in ("scontrol", "curl"):
         path = bin_dir / name
-        path.write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{extra}exit 0\n')
+        path.write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\nexit 0\n')
         path.chmod(0o755)
 
 
-def _run_until_marked(tmp_path: Path, env_extra: dict[str, str], slurm_version: str) -> list[str]:
+def _run_until_marked(tmp_path: Path, env_extra: dict[str, str]) -> list[str]:
     bin_dir, log = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
-    _stand_ins(bin_dir, log, slurm_version)
+    _stand_ins(bin_dir, log)
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "TANDEM_HOOKS_ENV": "/nonexistent",
         "TANDEM_HOOKS_URL": "http://127.0.0.1:9",
-        "TANDEM_JOB_COMMENT": "eval",
         "SLURM_JOB_ID": "42",
         "SLURMD_NODENAME": "cpu-001",
         **env_extra,
@@ -50,30 +46,14 @@ def _run_until_marked(tmp_path: Path, env_extra: dict[str, str], slurm_version: 
 
 
 @pytest.mark.parametrize(
-    ("field", "marked"),
+    ("extra", "marked"),
     [
-        ("comment", "scontrol update jobid=42 comment=eval: started"),
-        ("extra", "scontrol update jobid=42 extra=: started"),
+        ("", "scontrol update jobid=42 extra=: started"),
+        ("traceparent=00-1-2-01", "scontrol update jobid=42 extra=traceparent=00-1-2-01: started"),
     ],
 )
-def test_told_the_field_the_script_marks_it_without_asking_slurm(
-    tmp_path: Path, field: str, marked: str
+def test_the_script_appends_its_marker_to_the_extra_it_was_given(
+    tmp_path: Path, extra: str, marked: str
 ) -> None:
-    assert _run_until_marked(tmp_path, {"TANDEM_STARTED_FIELD": field}, "22.05.8") == [marked]
-
-
-@pytest.mark.parametrize(
-    ("version", "marked"),
-    [
-        ("22.05.8", "scontrol update jobid=42 comment=eval: started"),
-        ("23.02.7", "scontrol update jobid=42 extra=: started"),
-    ],
-)
-def test_not_told_the_script_asks_scontrol_for_the_version(tmp_path: Path, version: str, marked: str) -> None:
-    assert _run_until_marked(tmp_path, {}, version) == ["scontrol --version", marked]
-
-
-def test_with_a_trace_the_comment_is_given_back_to_the_pod_on_the_extra_field_too(tmp_path: Path) -> None:
-    env = {"TANDEM_STARTED_FIELD": "extra", "TRACEPARENT": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
-    marked = "scontrol update jobid=42 extra=: started comment=eval"
-    assert _run_until_marked(tmp_path, env, "23.02.7") == [marked]
+    # One scontrol call, nothing asked of Slurm first: the batch environment has no SLURM_JOB_EXTRA.
+    assert _run_until_marked(tmp_path, {"TANDEM_JOB_EXTRA": extra, "SLURM_JOB_EXTRA": "ignored"}) == [marked]

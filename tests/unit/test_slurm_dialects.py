@@ -1,4 +1,4 @@
-"""slurmrestd JSON <-> Tandem's Job / Node / JobSpec, for v0.0.38 (Slurm 22.05) and v0.0.40+ (23.11+)."""
+"""slurmrestd JSON <-> Tandem's Job, Node and JobSpec, for data-parser v0.0.40-45 (Slurm 23.11-26.05)."""
 
 from __future__ import annotations
 
@@ -7,51 +7,10 @@ from typing import Any
 
 import pytest
 
-from tandem.slurm.dialects import (
-    SUPPORTED_VERSIONS,
-    V0038,
-    V0040,
-    UnsupportedBySlurm,
-    dialect_for,
-)
+from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import FINISHED_STATES, Job, JobSpec, Node
 
 # --- JSON as slurmrestd prints it ----------------------------------------------------------------
-
-# GET /slurm/v0.0.38/jobs, one element of "jobs" (Slurm 22.05), trimmed to a realistic subset.
-V38_JOB: dict[str, Any] = {
-    "account": "research",
-    "batch_flag": True,
-    "comment": "x: started",
-    "cpus": 4,
-    "current_working_directory": "/tmp",
-    "excluded_nodes": "",
-    "flags": ["TRES_STR_CALC"],
-    "group_id": 1002,
-    "job_id": 7,
-    "job_state": "RUNNING",
-    "memory_per_node": 1024,
-    "name": "wrap",
-    "node_count": 2,
-    "nodes": "cpu-[001-002]",
-    "partition": "batch",
-    "priority": 4294901759,
-    "shared": None,
-    "state_description": "",
-    "state_reason": "None",
-    "time_limit": 60,
-    "user_id": 1001,
-    "user_name": "alice",
-}
-
-V38_NODE: dict[str, Any] = {
-    "architecture": "x86_64",
-    "cpus": 64,
-    "name": "cpu-001",
-    "reason": "k8s: x",
-    "state": "idle",
-    "state_flags": ["DRAIN"],
-}
 
 
 def _num(n: int) -> dict[str, Any]:
@@ -99,144 +58,25 @@ def _with(raw: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return out
 
 
-# --- dialect_for ---------------------------------------------------------------------------------
+# --- versions ----------------------------------------------------------------------------------
 
 
-def test_dialect_for_every_supported_version() -> None:
-    assert isinstance(dialect_for("v0.0.38"), V0038)
-    for version in ("v0.0.40", "v0.0.41", "v0.0.42"):
-        dialect = dialect_for(version)
-        assert isinstance(dialect, V0040)
-        assert dialect.version == version
-    assert {dialect_for(v).version for v in SUPPORTED_VERSIONS} == set(SUPPORTED_VERSIONS)
+def test_every_version_of_slurm_24_11_and_26_05_is_spoken_newest_first() -> None:
+    assert SUPPORTED_VERSIONS == ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40")
+    assert {Dialect(v).version for v in SUPPORTED_VERSIONS} == set(SUPPORTED_VERSIONS)
 
 
-@pytest.mark.parametrize("version", ["v0.0.39", "v0.0.37", "0.0.40", "auto", ""])
-def test_dialect_for_unknown_version_is_refused(version: str) -> None:
-    with pytest.raises(ValueError, match="unsupported slurmrestd OpenAPI version"):
-        dialect_for(version)
+@pytest.mark.parametrize("version", ["v0.0.38", "v0.0.39", "v0.0.46", "0.0.40", "auto", ""])
+def test_an_unknown_version_is_refused(version: str) -> None:
+    with pytest.raises(ValueError, match="unsupported slurmrestd data-parser version"):
+        Dialect(version)
 
 
-# --- v0.0.38 parsing -----------------------------------------------------------------------------
+# --- parsing -----------------------------------------------------------------------------
 
 
-def test_v38_job_fields() -> None:
-    job = V0038().parse_job(V38_JOB)
-    assert job == Job(
-        job_id=7,
-        name="wrap",
-        state="RUNNING",
-        state_reason="",
-        nodes=("cpu-001", "cpu-002"),
-        partition="batch",
-        comment="x: started",
-        extra="",
-        user_id=1001,
-        group_id=1002,
-        flags=("TRES_STR_CALC",),
-    )
-    assert not job.finished
-    assert job.script_started
-
-
-def test_v38_state_reason_other_than_none_is_kept() -> None:
-    job = V0038().parse_job(_with(V38_JOB, job_state="PENDING", state_reason="Resources", nodes=""))
-    assert job.state == "PENDING"
-    assert job.state_reason == "Resources"
-    assert job.nodes == ()
-
-
-@pytest.mark.parametrize("nodes", ["", None, "(null)"])
-def test_v38_job_without_nodes(nodes: str | None) -> None:
-    assert V0038().parse_job(_with(V38_JOB, nodes=nodes)).nodes == ()
-
-
-def test_v38_job_with_missing_optional_fields() -> None:
-    job = V0038().parse_job({"job_id": 3, "job_state": "PENDING"})
-    assert job == Job(job_id=3, name="", state="PENDING")
-    assert not job.script_started
-
-
-def test_v38_null_comment_user_and_group() -> None:
-    job = V0038().parse_job(_with(V38_JOB, comment=None, user_id=None, group_id=None, flags=None))
-    assert (job.comment, job.user_id, job.group_id, job.flags) == ("", 0, 0, ())
-
-
-@pytest.mark.parametrize("state", sorted(FINISHED_STATES))
-def test_v38_finished_states(state: str) -> None:
-    assert V0038().parse_job(_with(V38_JOB, job_state=state)).finished
-
-
-@pytest.mark.parametrize("state", ["PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"])
-def test_v38_unfinished_states(state: str) -> None:
-    assert not V0038().parse_job(_with(V38_JOB, job_state=state)).finished
-
-
-def test_v38_lower_case_state_is_normalised() -> None:
-    job = V0038().parse_job(_with(V38_JOB, job_state="completed"))
-    assert job.state == "COMPLETED"
-    assert job.finished
-
-
-def test_v38_ignores_an_extra_field_for_the_started_marker() -> None:
-    # 22.05 has no Extra; only the comment may carry the marker.
-    job = V0038().parse_job(_with(V38_JOB, comment="", extra="x: started"))
-    assert job.extra == ""
-    assert not job.script_started
-
-
-@pytest.mark.parametrize(
-    ("comment", "started"),
-    [
-        ("x: started", True),
-        ("tandem/pod-abc: started", True),
-        (": started", True),
-        ("x: starting", False),
-        ("x: started later", False),
-        ("x:started", False),
-        ("", False),
-    ],
-)
-def test_v38_started_marker_must_end_the_comment(comment: str, started: bool) -> None:
-    assert V0038().parse_job(_with(V38_JOB, comment=comment)).script_started is started
-
-
-def test_v38_node_fields() -> None:
-    node = V0038().parse_node(V38_NODE)
-    assert node == Node(name="cpu-001", state="IDLE", flags=("DRAIN",), reason="k8s: x")
-    assert node.drained
-    assert not node.busy
-
-
-@pytest.mark.parametrize(
-    ("state", "flags", "busy", "drained"),
-    [
-        ("idle", [], False, False),
-        ("allocated", [], True, False),
-        ("mixed", ["DRAIN"], True, True),
-        ("idle", ["COMPLETING"], True, False),
-        ("down", ["NOT_RESPONDING"], False, False),
-        ("idle", ["drain"], False, True),
-    ],
-)
-def test_v38_node_busy_and_drained(state: str, flags: list[str], busy: bool, drained: bool) -> None:
-    node = V0038().parse_node(_with(V38_NODE, state=state, state_flags=flags, reason=""))
-    assert node.busy is busy
-    assert node.drained is drained
-
-
-def test_v38_node_without_state_or_reason() -> None:
-    node = V0038().parse_node({"name": "cpu-009"})
-    assert node == Node(name="cpu-009", state="UNKNOWN", flags=(), reason="")
-    assert not node.busy
-    assert not node.drained
-
-
-# --- v0.0.40 parsing -----------------------------------------------------------------------------
-
-
-def test_v40_job_fields() -> None:
-    job = V0040().parse_job(V40_JOB)
+def test_job_fields() -> None:
+    job = Dialect().parse_job(V40_JOB)
     assert job == Job(
         job_id=12,
         name="placeholder",
@@ -254,27 +94,27 @@ def test_v40_job_fields() -> None:
     assert job.script_started
 
 
-def test_v40_state_flags_follow_the_base_state() -> None:
-    job = V0040().parse_job(_with(V40_JOB, job_state=["PENDING", "REQUEUED"], flags=["CRON_JOB"]))
+def test_state_flags_follow_the_base_state() -> None:
+    job = Dialect().parse_job(_with(V40_JOB, job_state=["PENDING", "REQUEUED"], flags=["CRON_JOB"]))
     assert job.state == "PENDING"
     assert job.flags == ("REQUEUED", "CRON_JOB")
     assert not job.finished
 
 
 @pytest.mark.parametrize("state", sorted(FINISHED_STATES))
-def test_v40_finished_states(state: str) -> None:
-    assert V0040().parse_job(_with(V40_JOB, job_state=[state])).finished
+def test_finished_states(state: str) -> None:
+    assert Dialect().parse_job(_with(V40_JOB, job_state=[state])).finished
 
 
-def test_v40_empty_or_missing_state_is_unknown() -> None:
-    assert V0040().parse_job(_with(V40_JOB, job_state=[])).state == "UNKNOWN"
+def test_empty_or_missing_state_is_unknown() -> None:
+    assert Dialect().parse_job(_with(V40_JOB, job_state=[])).state == "UNKNOWN"
     raw = _with(V40_JOB)
     del raw["job_state"]
-    assert V0040().parse_job(raw).state == "UNKNOWN"
+    assert Dialect().parse_job(raw).state == "UNKNOWN"
 
 
-def test_v40_numbers_may_come_wrapped() -> None:
-    job = V0040().parse_job(_with(V40_JOB, job_id=_num(99), user_id=_num(5), group_id=_num(6)))
+def test_numbers_may_come_wrapped() -> None:
+    job = Dialect().parse_job(_with(V40_JOB, job_id=_num(99), user_id=_num(5), group_id=_num(6)))
     assert (job.job_id, job.user_id, job.group_id) == (99, 5, 6)
 
 
@@ -286,31 +126,37 @@ def test_v40_numbers_may_come_wrapped() -> None:
         None,
     ],
 )
-def test_v40_unset_or_infinite_ids_read_as_zero(value: dict[str, Any] | None) -> None:
-    job = V0040().parse_job(_with(V40_JOB, user_id=value, group_id=value))
+def test_unset_or_infinite_ids_read_as_zero(value: dict[str, Any] | None) -> None:
+    job = Dialect().parse_job(_with(V40_JOB, user_id=value, group_id=value))
     assert (job.user_id, job.group_id) == (0, 0)
 
 
 @pytest.mark.parametrize(
     ("extra", "comment", "started"),
     [
-        ("tandem: started", "", True),
-        ("", "x: started", True),  # a 23.11 cluster may still see 22.05-style comments
-        ("tandem: started", "x: started", True),
+        (": started", "", True),
+        ("traceparent=00-abc-def-01: started", "", True),
+        ("", "x: started", False),  # the Pod's own comment says nothing about the script
         ("tandem: starting", "", False),
         ("tandem: started twice", "", False),
         ("", "", False),
         (None, None, False),
     ],
 )
-def test_v40_started_marker_in_extra_or_comment(
+def test_the_started_marker_ends_the_extra_field(
     extra: str | None, comment: str | None, started: bool
 ) -> None:
-    assert V0040().parse_job(_with(V40_JOB, extra=extra, comment=comment)).script_started is started
+    assert Dialect().parse_job(_with(V40_JOB, extra=extra, comment=comment)).script_started is started
 
 
-def test_v40_node_fields() -> None:
-    node = V0040().parse_node(V40_NODE)
+def test_a_jobs_state_entry_as_slurm_24_11_answers_it() -> None:
+    # GET /slurm/v0.0.42/jobs/state/?job_id=14 on 24.11.5: the id is a string there.
+    raw = {"job_id": "14", "state": ["CANCELLED", "COMPLETING"]}
+    assert Dialect("v0.0.42").parse_job_state(raw) == (14, "CANCELLED", ("COMPLETING",))
+
+
+def test_node_fields() -> None:
+    node = Dialect().parse_node(V40_NODE)
     assert node == Node(name="gpu-000", state="IDLE", flags=("DRAIN",), reason="k8s: drained by tandem")
     assert node.drained
     assert not node.busy
@@ -328,8 +174,8 @@ def test_v40_node_fields() -> None:
         (["IDLE", "PLANNED"], False, False),
     ],
 )
-def test_v40_node_busy_and_drained(state: list[str], busy: bool, drained: bool) -> None:
-    node = V0040().parse_node(_with(V40_NODE, state=state))
+def test_node_busy_and_drained(state: list[str], busy: bool, drained: bool) -> None:
+    node = Dialect().parse_node(_with(V40_NODE, state=state))
     assert node.state == state[0]
     assert node.busy is busy
     assert node.drained is drained
@@ -360,6 +206,9 @@ def _full_spec(**changes: Any) -> JobSpec:
         qos="high",
         reservation="maint",
         time_limit_minutes=90,
+        user_id=1001,
+        group_id=1002,
+        extra="traceparent=00-1-2-01",
         extra_fields={"requeue": False},
     )
     for key, value in changes.items():
@@ -367,41 +216,10 @@ def _full_spec(**changes: Any) -> JobSpec:
     return spec
 
 
-def test_v38_submit_body_with_every_field() -> None:
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_a_submit_body_with_every_field_is_the_same_in_every_version(version: str) -> None:
     spec = _full_spec()
-    body = V0038().submit_body(spec)
-    assert set(body) == {"script", "job"}
-    assert body["script"] == spec.script
-    job = body["job"]
-    expected = {
-        "name": "tandem-pod-abc",
-        "current_working_directory": "/var/tmp",
-        "cpus_per_task": 8,
-        "tasks": 1,
-        "nodes": "1",
-        "account": "research",
-        "comment": "tandem pod default/abc",
-        "constraints": "ib&h100",
-        "partition": "gpu",
-        "prefer": "nvlink",
-        "qos": "high",
-        "reservation": "maint",
-        "environment": {"PATH": "/usr/bin:/bin", "TANDEM_POD": "default/abc"},
-        "memory_per_node": 16384,
-        "gres": "gpu:h100:2",
-        "exclude_nodes": "bad-001,bad-002",
-        "nodelist": "gpu-001,gpu-002",
-        "exclusive": "exclusive",
-        "priority": 500,
-        "time_limit": 90,
-        "requeue": False,
-    }
-    assert job == expected
-
-
-def test_v40_submit_body_with_every_field() -> None:
-    spec = _full_spec()
-    body = V0040().submit_body(spec)
+    body = Dialect(version).submit_body(spec)
     assert set(body) == {"script", "job"}
     assert body["script"] == spec.script
     assert body["job"] == {
@@ -418,40 +236,38 @@ def test_v40_submit_body_with_every_field() -> None:
         "prefer": "nvlink",
         "qos": "high",
         "reservation": "maint",
+        "extra": "traceparent=00-1-2-01",
         "excluded_nodes": ["bad-001", "bad-002"],
         "environment": ["PATH=/usr/bin:/bin", "TANDEM_POD=default/abc"],
         "memory_per_node": {"set": True, "infinite": False, "number": 16384},
         "required_nodes": ["gpu-001", "gpu-002"],
-        "exclusive": ["true"],
+        # v0.0.42 dropped the `exclusive` list; `shared: ["none"]` is a whole node in all six.
+        "shared": ["none"],
         "priority": {"set": True, "infinite": False, "number": 500},
         "time_limit": {"set": True, "infinite": False, "number": 90},
+        # A root token submits on the user's behalf; slurmrestd takes the ids as strings.
+        "user_id": "1001",
+        "group_id": "1002",
         "requeue": False,
     }
 
 
-def test_v38_node_lists_are_sent_as_the_hostlist_given() -> None:
-    spec = _full_spec(required_nodes="gpu-[001,003],gpu-009", excluded_nodes="bad-[1-2]")
-    job = V0038().submit_body(spec)["job"]
-    assert job["nodelist"] == "gpu-[001,003],gpu-009"
-    assert job["exclude_nodes"] == "bad-[1-2]"
-
-
-def test_v40_node_lists_rejoin_to_the_hostlist_given() -> None:
+def test_node_lists_rejoin_to_the_hostlist_given() -> None:
     # slurmrestd joins list items back with commas, so a bracketed hostlist must survive the round trip.
     spec = _full_spec(required_nodes="gpu-[001,003],gpu-009", excluded_nodes="bad-[1-2]")
-    job = V0040().submit_body(spec)["job"]
+    job = Dialect().submit_body(spec)["job"]
     assert ",".join(job["required_nodes"]) == "gpu-[001,003],gpu-009"
     assert ",".join(job["excluded_nodes"]) == "bad-[1-2]"
 
 
 def test_minimal_spec_sends_only_what_was_asked() -> None:
     spec = JobSpec(name="p", script="#!/bin/sh\n", environment={"A": "1"}, cpus=1, memory_mb=100)
-    v38 = V0038().submit_body(spec)["job"]
-    v40 = V0040().submit_body(spec)["job"]
-    common = {"name": "p", "current_working_directory": "/tmp", "cpus_per_task": 1, "tasks": 1, "nodes": "1"}
-    assert v38 == {**common, "environment": {"A": "1"}, "memory_per_node": 100}
-    assert v40 == {
-        **common,
+    assert Dialect().submit_body(spec)["job"] == {
+        "name": "p",
+        "current_working_directory": "/tmp",
+        "cpus_per_task": 1,
+        "tasks": 1,
+        "nodes": "1",
         "environment": ["A=1"],
         "memory_per_node": {"set": True, "infinite": False, "number": 100},
     }
@@ -461,148 +277,67 @@ def test_minimal_spec_sends_only_what_was_asked() -> None:
     ("gpus", "gpu_type", "gres"),
     [(2, "h100", "gres/gpu:h100:2"), (2, "", "gres/gpu:2"), (1, "a100-80gb", "gres/gpu:a100-80gb:1")],
 )
-def test_v40_gpus_as_tres_per_node(gpus: int, gpu_type: str, gres: str) -> None:
-    job = V0040().submit_body(_full_spec(gpus=gpus, gpu_type=gpu_type))["job"]
+def test_gpus_as_tres_per_node(gpus: int, gpu_type: str, gres: str) -> None:
+    job = Dialect().submit_body(_full_spec(gpus=gpus, gpu_type=gpu_type))["job"]
     assert job["tres_per_node"] == gres
 
 
-@pytest.mark.parametrize(
-    ("gpus", "gpu_type", "gres"),
-    [(2, "h100", "gpu:h100:2"), (2, "", "gpu:2"), (1, "a100-80gb", "gpu:a100-80gb:1")],
-)
-def test_v38_gpus_as_gres(gpus: int, gpu_type: str, gres: str) -> None:
-    job = V0038().submit_body(_full_spec(gpus=gpus, gpu_type=gpu_type))["job"]
-    assert job["gres"] == gres
-    assert "tres_per_node" not in job
-
-
-@pytest.mark.parametrize("dialect", [V0038(), V0040()], ids=["v0.0.38", "v0.0.40"])
-def test_no_gpus_no_gres(dialect: V0038 | V0040) -> None:
-    job = dialect.submit_body(_full_spec(gpus=0, gpu_type="h100"))["job"]
+def test_no_gpus_no_gres() -> None:
+    job = Dialect().submit_body(_full_spec(gpus=0, gpu_type="h100"))["job"]
     assert "tres_per_node" not in job
     assert "gres" not in job
 
 
 def test_priority_and_time_limit_zero_are_still_sent() -> None:
-    spec = _full_spec(priority=0, time_limit_minutes=0)
-    v38 = V0038().submit_body(spec)["job"]
-    v40 = V0040().submit_body(spec)["job"]
-    assert (v38["priority"], v38["time_limit"]) == (0, 0)
-    assert v40["priority"] == {"set": True, "infinite": False, "number": 0}
-    assert v40["time_limit"] == {"set": True, "infinite": False, "number": 0}
+    job = Dialect().submit_body(_full_spec(priority=0, time_limit_minutes=0))["job"]
+    assert job["priority"] == {"set": True, "infinite": False, "number": 0}
+    assert job["time_limit"] == {"set": True, "infinite": False, "number": 0}
 
 
-def test_unset_priority_and_time_limit_are_left_to_slurm() -> None:
-    spec = _full_spec(priority=None, time_limit_minutes=None)
-    for dialect in (V0038(), V0040()):
-        job = dialect.submit_body(spec)["job"]
-        assert "priority" not in job
-        assert "time_limit" not in job
+def test_unset_priority_time_limit_and_user_are_left_to_slurm() -> None:
+    spec = _full_spec(priority=None, time_limit_minutes=None, user_id=None, group_id=None, extra="")
+    job = Dialect().submit_body(spec)["job"]
+    for key in ("priority", "time_limit", "user_id", "group_id", "extra"):
+        assert key not in job
+
+
+def test_root_is_sent_as_uid_0_not_left_out() -> None:
+    job = Dialect().submit_body(_full_spec(user_id=0, group_id=0))["job"]
+    assert (job["user_id"], job["group_id"]) == ("0", "0")
 
 
 @pytest.mark.parametrize(
     ("exclusive", "value"),
-    [("none", "exclusive"), ("ok", "oversubscribe"), ("user", "user"), ("mcs", "mcs")],
+    [("none", ["none"]), ("ok", ["oversubscribe"]), ("user", ["user"]), ("mcs", ["mcs"]), ("topo", ["topo"])],
 )
-def test_v38_exclusive_mapping(exclusive: str, value: str) -> None:
-    job = V0038().submit_body(_full_spec(exclusive=exclusive))["job"]
-    assert job["exclusive"] == value
-    assert "shared" not in job
-
-
-@pytest.mark.parametrize(
-    ("exclusive", "key", "value"),
-    [
-        ("none", "exclusive", ["true"]),
-        ("ok", "shared", ["oversubscribe"]),
-        ("user", "shared", ["user"]),
-        ("mcs", "shared", ["mcs"]),
-        ("topo", "shared", ["topo"]),
-    ],
-)
-def test_v40_exclusive_mapping(exclusive: str, key: str, value: list[str]) -> None:
-    job = V0040().submit_body(_full_spec(exclusive=exclusive))["job"]
-    assert job[key] == value
-    other = "shared" if key == "exclusive" else "exclusive"
-    assert other not in job
+def test_exclusive_maps_to_slurms_shared(exclusive: str, value: list[str]) -> None:
+    job = Dialect().submit_body(_full_spec(exclusive=exclusive))["job"]
+    assert job["shared"] == value
+    assert "exclusive" not in job
 
 
 def test_no_exclusive_leaves_sharing_to_the_partition() -> None:
-    for dialect in (V0038(), V0040()):
-        job = dialect.submit_body(_full_spec(exclusive=""))["job"]
-        assert "exclusive" not in job
-        assert "shared" not in job
+    job = Dialect().submit_body(_full_spec(exclusive=""))["job"]
+    assert "exclusive" not in job
+    assert "shared" not in job
 
 
-def test_v38_refuses_topo() -> None:
-    with pytest.raises(UnsupportedBySlurm, match="topo"):
-        V0038().submit_body(_full_spec(exclusive="topo"))
-
-
-def test_unsupported_by_slurm_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
-        V0038().submit_body(_full_spec(exclusive="topo"))
+def test_an_unknown_exclusive_value_is_unsupported_by_slurm() -> None:
+    with pytest.raises(UnsupportedBySlurm, match="sometimes"):
+        Dialect().submit_body(_full_spec(exclusive="sometimes"))
+    assert issubclass(UnsupportedBySlurm, ValueError)
 
 
 def test_environment_is_copied_not_shared() -> None:
     spec = _full_spec()
-    body = V0038().submit_body(spec)
+    body = Dialect().submit_body(spec)
     spec.environment["LATE"] = "1"
-    assert "LATE" not in body["job"]["environment"]
+    assert "LATE=1" not in body["job"]["environment"]
 
 
-def test_drain_body() -> None:
-    assert V0038().drain_body("k8s: maintenance") is None
-    assert V0040().drain_body("k8s: maintenance") == {"state": ["DRAIN"], "reason": "k8s: maintenance"}
-    assert V0040("v0.0.42").drain_body("r") == {"state": ["DRAIN"], "reason": "r"}
-
-
-# --- what slurmrestd 22.05 accepts ---------------------------------------------------------------
-
-# Non-disabled keys of `job_params` in slurm-22.05 src/plugins/openapi/v0.0.38/jobs.c that a JobSpec
-# can need. "excluded_nodes" and "required_nodes" are in that table but disabled; "tres_per_node" is
-# not in it at all, so slurmrestd answers `Unknown key "tres_per_node"` and refuses the job.
-_V38_ACCEPTED_KEYS = {
-    "account",
-    "comment",
-    "constraint",
-    "constraints",
-    "cpus_per_task",
-    "current_working_directory",
-    "environment",
-    "exclude_nodes",
-    "exclusive",
-    "gpus",
-    "gpus_per_node",
-    "gres",
-    "memory_per_node",
-    "name",
-    "node_list",
-    "nodelist",
-    "nodes",
-    "partition",
-    "prefer",
-    "priority",
-    "qos",
-    "requeue",
-    "reservation",
-    "tasks",
-    "time_limit",
-}
-
-
-def test_v38_submit_body_uses_only_keys_slurmrestd_22_05_accepts() -> None:
-    spec = _full_spec()
-    job = V0038().submit_body(spec)["job"]
-    assert set(job) <= _V38_ACCEPTED_KEYS, sorted(set(job) - _V38_ACCEPTED_KEYS)
-    # ... and still carries the excluded nodes and the GPUs.
-    assert job["exclude_nodes"] == "bad-001,bad-002"
-    assert job["gres"] == "gpu:h100:2"
-
-
-# --- known bugs, pinned so a fix shows up as XPASS(strict) --------------------------------------
-
-
-def test_v40_unknown_exclusive_value_is_unsupported_by_slurm() -> None:
-    with pytest.raises(UnsupportedBySlurm):
-        V0040().submit_body(_full_spec(exclusive="sometimes"))
+def test_node_state_bodies_drain_with_a_reason_and_resume() -> None:
+    assert Dialect().node_state_body("DRAIN", "k8s: maintenance") == {
+        "state": ["DRAIN"],
+        "reason": "k8s: maintenance",
+    }
+    assert Dialect("v0.0.40").node_state_body("RESUME") == {"state": ["RESUME"]}

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tandem.slurm import jwt
-from tandem.slurm.dialects import V0038, V0040, UnsupportedBySlurm
+from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenSource
 
@@ -103,19 +103,6 @@ def _spec(**changes: Any) -> JobSpec:
     return spec
 
 
-V38_JOB: dict[str, Any] = {
-    "job_id": 7,
-    "name": "wrap",
-    "job_state": "RUNNING",
-    "state_reason": "None",
-    "nodes": "cpu-[001-002]",
-    "partition": "batch",
-    "comment": "x: started",
-    "user_id": 1001,
-    "group_id": 1002,
-    "flags": ["TRES_STR_CALC"],
-}
-
 V40_JOB: dict[str, Any] = {
     "job_id": 12,
     "name": "placeholder",
@@ -135,56 +122,43 @@ V40_JOB: dict[str, Any] = {
 # --- version detection ---------------------------------------------------------------------------
 
 
-def test_detects_v0038_when_newer_versions_are_not_served(make_client: MakeClient) -> None:
+def _serves(*versions: str) -> Respond:
+    """A slurmrestd that serves these data-parser versions (24.11: v0.0.40-42; 26.05: v0.0.42-45)."""
+
     def respond(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/slurm/v0.0.38/ping":
-            return _ok({"pings": [{"hostname": "ctld", "ping": "UP"}]})
-        if request.url.path == "/slurm/v0.0.38/jobs":
-            return _ok({"jobs": [V38_JOB]})
-        return httpx.Response(404, text="Unable to find requested URL")
-
-    client, slurm = make_client(respond, version="auto")
-    jobs = client.list_jobs()
-
-    assert slurm.paths == [
-        "/slurm/v0.0.42/ping",
-        "/slurm/v0.0.41/ping",
-        "/slurm/v0.0.40/ping",
-        "/slurm/v0.0.38/ping",
-        "/slurm/v0.0.38/jobs",
-    ]
-    assert client.dialect.version == "v0.0.38"
-    assert isinstance(client.dialect, V0038)
-    # Parsed with the 22.05 shapes: a plain-string state, the comment marker.
-    assert jobs is not None and len(jobs) == 1
-    assert jobs[0].state == "RUNNING"
-    assert jobs[0].nodes == ("cpu-001", "cpu-002")
-    assert jobs[0].script_started
-
-
-def test_detection_happens_once(make_client: MakeClient) -> None:
-    def respond(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/ping") and "v0.0.38" not in request.url.path:
+        if request.url.path.split("/")[2] not in versions:
             return httpx.Response(404)
-        return _ok({"jobs": [], "pings": []})
+        return _ok({"jobs": [], "pings": [], "meta": {"slurm": {"release": "24.11.5"}}})
 
-    client, slurm = make_client(respond, version="auto")
-    client.list_jobs()
-    client.list_jobs()
-    assert slurm.paths.count("/slurm/v0.0.38/ping") == 1
-    assert slurm.paths[-2:] == ["/slurm/v0.0.38/jobs", "/slurm/v0.0.38/jobs"]
+    return respond
 
 
-def test_newest_served_version_wins(make_client: MakeClient) -> None:
-    client, slurm = make_client(lambda request: _ok({"pings": []}), version="auto")
-    assert client.dialect.version == "v0.0.42"
-    assert isinstance(client.dialect, V0040)
-    assert slurm.paths == ["/slurm/v0.0.42/ping"]
+@pytest.mark.parametrize(
+    ("served", "chosen"),
+    [
+        (("v0.0.40", "v0.0.41", "v0.0.42"), "v0.0.42"),  # Slurm 24.11
+        (("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), "v0.0.45"),  # Slurm 26.05
+        (("v0.0.40",), "v0.0.40"),  # Slurm 23.11
+    ],
+)
+def test_the_newest_version_both_sides_speak_is_chosen_once(
+    make_client: MakeClient, served: tuple[str, ...], chosen: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, slurm = make_client(_serves(*served), version="auto")
+    with caplog.at_level("INFO", logger="tandem.slurm.rest"):
+        client.list_jobs()
+        client.list_jobs()
+    assert client.dialect.version == chosen
+    pings = [p for p in slurm.paths if p.endswith("/ping")]
+    assert pings[-1] == f"/slurm/{chosen}/ping" and len(pings) == SUPPORTED_VERSIONS.index(chosen) + 1
+    assert slurm.paths[-2:] == [f"/slurm/{chosen}/jobs", f"/slurm/{chosen}/jobs"]
+    chose = [r for r in caplog.records if r.getMessage() == "slurmrestd data-parser version chosen"]
+    assert len(chose) == 1 and chose[0].version == chosen  # type: ignore[attr-defined]
 
 
 def test_detection_probes_carry_the_auth_headers(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: _ok(), version="auto", user="root")
-    assert client.dialect.version == "v0.0.42"
+    assert client.dialect.version == "v0.0.45"
     assert slurm.requests[0].headers["X-SLURM-USER-NAME"] == "root"
     assert slurm.requests[0].headers["X-SLURM-USER-TOKEN"] == "fixed-token"
 
@@ -195,12 +169,12 @@ def test_refused_token_during_detection(make_client: MakeClient, status: int) ->
     with pytest.raises(SlurmApiError) as err:
         client.submit_job(_spec())
     assert err.value.status == status
-    assert slurm.paths == ["/slurm/v0.0.42/ping"]  # no point asking the older versions
+    assert slurm.paths == ["/slurm/v0.0.45/ping"]  # no point asking the older versions
 
 
 def test_401_behind_404s_still_refuses(make_client: MakeClient) -> None:
     def respond(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(404 if "v0.0.42" in request.url.path else 401)
+        return httpx.Response(404 if "v0.0.45" in request.url.path else 401)
 
     client, _ = make_client(respond, version="auto")
     with pytest.raises(SlurmApiError) as err:
@@ -212,7 +186,7 @@ def test_no_supported_version(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: httpx.Response(404), version="auto")
     with pytest.raises(SlurmApiError, match="serves none of"):
         client.list_nodes()
-    assert len(slurm.requests) == 4
+    assert len(slurm.requests) == len(SUPPORTED_VERSIONS)
 
 
 def test_explicit_version_skips_detection(make_client: MakeClient) -> None:
@@ -223,7 +197,7 @@ def test_explicit_version_skips_detection(make_client: MakeClient) -> None:
 
 def test_unknown_explicit_version_is_refused_at_construction() -> None:
     with pytest.raises(ValueError, match="unsupported"):
-        SlurmRestClient(BASE, "slurm", TokenSource(token="t"), version="v0.0.39")
+        SlurmRestClient(BASE, "slurm", TokenSource(token="t"), version="v0.0.38")
 
 
 def test_base_url_trailing_slash_is_dropped() -> None:
@@ -293,25 +267,24 @@ def test_ping(make_client: MakeClient) -> None:
 # --- auth headers --------------------------------------------------------------------------------
 
 
-def test_minted_token_is_for_the_requested_user(make_client: MakeClient) -> None:
+def test_every_call_carries_a_token_minted_for_the_clients_user(make_client: MakeClient) -> None:
     client, slurm = make_client(
-        lambda request: _ok({"job_id": 42, "jobs": []}), tokens=TokenSource(key=KEY), user="slurm"
+        lambda request: _ok({"job_id": 42, "jobs": []}), tokens=TokenSource(key=KEY), user="root"
     )
-    client.submit_job(_spec(), user="alice")
+    client.submit_job(_spec(user_id=1001, group_id=1001))
     client.list_jobs()
+    for request in slurm.requests:
+        assert request.headers["X-SLURM-USER-NAME"] == "root"
+        assert _claims(request.headers["X-SLURM-USER-TOKEN"])["sun"] == "root"
+        assert _signed_with(request.headers["X-SLURM-USER-TOKEN"], KEY)
+    # The Pod's user rides in the body: root submits on its behalf.
+    sent = json.loads(slurm.requests[0].content)["job"]
+    assert (sent["user_id"], sent["group_id"]) == ("1001", "1001")
 
-    as_alice, as_default = slurm.requests
-    assert as_alice.headers["X-SLURM-USER-NAME"] == "alice"
-    assert _claims(as_alice.headers["X-SLURM-USER-TOKEN"])["sun"] == "alice"
-    assert _signed_with(as_alice.headers["X-SLURM-USER-TOKEN"], KEY)
-    assert as_default.headers["X-SLURM-USER-NAME"] == "slurm"
-    assert _claims(as_default.headers["X-SLURM-USER-TOKEN"])["sun"] == "slurm"
 
-
-def test_fixed_token_is_sent_whoever_is_named(make_client: MakeClient) -> None:
+def test_fixed_token_is_sent_as_given(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: _ok({"job_id": 1}), tokens=TokenSource(token="tok"))
-    client.submit_job(_spec(), user="alice")
-    assert slurm.requests[0].headers["X-SLURM-USER-NAME"] == "alice"
+    client.submit_job(_spec())
     assert slurm.requests[0].headers["X-SLURM-USER-TOKEN"] == "tok"
 
 
@@ -328,24 +301,9 @@ def test_submit_job_posts_the_dialect_body_and_returns_the_id(make_client: MakeC
     assert request.method == "POST"
     assert request.url.path == "/slurm/v0.0.40/job/submit"
     sent = json.loads(request.content)
-    assert sent == V0040().submit_body(spec)
+    assert sent == Dialect("v0.0.40").submit_body(spec)
     assert sent["job"]["tres_per_node"] == "gres/gpu:h100:1"
     assert sent["job"]["excluded_nodes"] == ["bad-001", "bad-002"]
-
-
-def test_submit_job_on_v0038_posts_the_v0038_body(make_client: MakeClient) -> None:
-    client, slurm = make_client(lambda request: _ok({"job_id": 9, "step_id": "BATCH"}), version="v0.0.38")
-    spec = _spec(excluded_nodes="bad-001,bad-[003-004]")
-    assert client.submit_job(spec) == 9
-    assert slurm.paths == ["/slurm/v0.0.38/job/submit"]
-    sent = json.loads(slurm.requests[0].content)
-    assert sent == V0038().submit_body(spec)
-    assert sent["job"]["environment"] == {"PATH": "/usr/bin:/bin"}
-    # 22.05 knows neither tres_per_node nor excluded_nodes on submit.
-    assert sent["job"]["gres"] == "gpu:h100:1"
-    assert sent["job"]["exclude_nodes"] == "bad-001,bad-[003-004]"
-    assert "tres_per_node" not in sent["job"]
-    assert "excluded_nodes" not in sent["job"]
 
 
 def test_submit_job_id_as_string_is_accepted(make_client: MakeClient) -> None:
@@ -382,12 +340,10 @@ def test_error_text_equal_to_the_description_is_not_repeated(make_client: MakeCl
 
 
 def test_submit_error_without_description_carries_the_error_text(make_client: MakeClient) -> None:
-    # 22.05's job/submit handler reports only {"error_code", "error"}.
     client, _ = make_client(
         lambda request: _error(
-            500, {"error_code": 2050, "error": "Requested node configuration is not available"}
-        ),
-        version="v0.0.38",
+            500, {"error_number": 2050, "error": "Requested node configuration is not available"}
+        )
     )
     with pytest.raises(SlurmApiError, match="Requested node configuration is not available") as err:
         client.submit_job(_spec())
@@ -400,8 +356,7 @@ def test_submit_joins_several_errors(make_client: MakeClient) -> None:
             400,
             {"description": 'Unknown key "tres_per_node"', "source": "hsearch_r"},
             {"description": "unexpected failure parsing het job: 0"},
-        ),
-        version="v0.0.38",
+        )
     )
     with pytest.raises(SlurmApiError) as err:
         client.submit_job(_spec())
@@ -426,9 +381,9 @@ def test_submit_answered_without_a_job_id(make_client: MakeClient) -> None:
 
 
 def test_submit_refused_by_the_dialect_sends_nothing(make_client: MakeClient) -> None:
-    client, slurm = make_client(lambda request: _ok({"job_id": 1}), version="v0.0.38")
+    client, slurm = make_client(lambda request: _ok({"job_id": 1}))
     with pytest.raises(UnsupportedBySlurm):
-        client.submit_job(_spec(exclusive="topo"))
+        client.submit_job(_spec(exclusive="sometimes"))
     assert slurm.requests == []
 
 
@@ -467,54 +422,10 @@ def test_list_jobs_error_raises(make_client: MakeClient, changed_since: int | No
     with pytest.raises(SlurmApiError, match="Unable to query jobs: Socket timed out") as err:
         client.list_jobs(changed_since=changed_since)
     assert err.value.status == 500
-    # A filtered query is retried once without the filter; an unfiltered one is not retried.
+    # Not retried here: the poller's next round asks again.
     assert [r.url.params.get("update_time") for r in slurm.requests] == (
-        [None] if changed_since is None else ["5", None]
+        [None] if changed_since is None else ["5"]
     )
-
-
-def _fail_when_filtered(full: dict[str, Any]) -> Respond:
-    """Slurm 22.05 at times: a query with update_time fails with 500, the same query without works."""
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        if "update_time" in request.url.params:
-            return _error(500, {"error_number": 1, "error": "Unspecified error"})
-        return _ok(full)
-
-    return respond
-
-
-def test_list_nodes_filtered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
-    nodes = [
-        {"name": "cpu-001", "state": "idle", "state_flags": ["DRAIN"], "reason": "k8s: x"},
-        {"name": "cpu-002", "state": "allocated", "reason": ""},
-    ]
-    client, slurm = make_client(_fail_when_filtered({"nodes": nodes}), version="v0.0.38")
-    got = client.list_nodes(changed_since=1_700_000_000)
-    assert got is not None
-    assert [(n.name, n.drained, n.busy) for n in got] == [("cpu-001", True, False), ("cpu-002", False, True)]
-    assert [(r.url.path, r.url.params.get("update_time")) for r in slurm.requests] == [
-        ("/slurm/v0.0.38/nodes", "1700000000"),
-        ("/slurm/v0.0.38/nodes", None),
-    ]
-
-
-def test_list_jobs_filtered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
-    client, slurm = make_client(_fail_when_filtered({"jobs": [V38_JOB]}), version="v0.0.38")
-    jobs = client.list_jobs(changed_since=1_700_000_000)
-    assert jobs is not None
-    assert [j.job_id for j in jobs] == [7]
-    assert len(slurm.requests) == 2
-    assert "update_time" not in slurm.requests[1].url.params
-
-
-@pytest.mark.parametrize("status", [400, 401, 502, 503])
-def test_list_filtered_errors_other_than_500_are_not_retried(make_client: MakeClient, status: int) -> None:
-    client, slurm = make_client(lambda request: _error(status, {"error": "nope"}))
-    with pytest.raises(SlurmApiError) as err:
-        client.list_nodes(changed_since=77)
-    assert err.value.status == status
-    assert len(slurm.requests) == 1
 
 
 def _unchanged(what: str) -> httpx.Response:
@@ -623,23 +534,6 @@ def test_get_job_invalid_job_id_error_text_is_none(make_client: MakeClient) -> N
     assert client.get_job(999) is None
 
 
-def test_get_unknown_job_on_v0038_is_none(make_client: MakeClient) -> None:
-    # 22.05 answers an unknown job with HTTP 500; only the error field says "Invalid job id".
-    client, _ = make_client(
-        lambda request: _error(
-            500,
-            {
-                "description": "Unable to find JobId=999",
-                "error_number": 2017,
-                "error": "Invalid job id specified",
-                "source": "slurm_load_job",
-            },
-        ),
-        version="v0.0.38",
-    )
-    assert client.get_job(999) is None
-
-
 def test_get_job_other_errors_raise(make_client: MakeClient) -> None:
     client, _ = make_client(
         lambda request: _error(
@@ -683,14 +577,10 @@ def test_cancel_job_sends_delete_with_the_signal(make_client: MakeClient) -> Non
         _error(500, {"error_number": 2021, "error": "Job/step already completing or completed"}),
         _error(500, {"description": "Job/step already completing or completed"}),
         _error(500, {"description": "job already completing"}),
-        # 22.05 puts slurm_strerror() in the description.
-        _error(
-            500,
-            {
-                "description": "unable to kill JobId=12 with signal 9: Invalid job id specified",
-                "error_number": 2017,
-                "error": "Invalid job id specified",
-            },
+        # 24.11: an unknown job is 200 with error 2017 inside.
+        httpx.Response(
+            200,
+            json={"errors": [{"error_number": 2017, "error": "Invalid job id specified"}], "warnings": []},
         ),
     ],
     ids=[
@@ -699,7 +589,7 @@ def test_cancel_job_sends_delete_with_the_signal(make_client: MakeClient) -> Non
         "500-error-done",
         "500-description-done",
         "500-lowercase",
-        "v0.0.38-500-invalid",
+        "200-error-2017",
     ],
 )
 def test_cancel_job_tolerates_an_already_finished_job(
@@ -733,10 +623,32 @@ def test_drain_node_posts_drain_state(make_client: MakeClient) -> None:
     assert json.loads(request.content) == {"state": ["DRAIN"], "reason": "k8s: cordoned"}
 
 
-def test_drain_node_is_impossible_on_v0038(make_client: MakeClient) -> None:
-    client, slurm = make_client(lambda request: _ok(), version="v0.0.38")
-    with pytest.raises(SlurmApiError, match="cannot drain"):
-        client.drain_node("gpu-000", "k8s: cordoned")
+def test_resume_node_posts_resume(make_client: MakeClient) -> None:
+    client, slurm = make_client(lambda request: _ok())
+    client.resume_node("cpu-001")
+    (request,) = slurm.requests
+    assert (request.method, request.url.path) == ("POST", "/slurm/v0.0.40/node/cpu-001")
+    assert json.loads(request.content) == {"state": ["RESUME"]}
+
+
+def test_job_states_ask_the_light_listing_for_exactly_those_jobs(make_client: MakeClient) -> None:
+    # As 24.11.5 answers: ids as strings, unknown jobs left out.
+    answer = {
+        "jobs": [
+            {"job_id": "14", "state": ["RUNNING"]},
+            {"job_id": "15", "state": ["CANCELLED", "COMPLETING"]},
+        ]
+    }
+    client, slurm = make_client(lambda request: _ok(answer))
+    assert client.job_states([14, 15, 99]) == {14: ("RUNNING", ()), 15: ("CANCELLED", ("COMPLETING",))}
+    (request,) = slurm.requests
+    assert request.url.path == "/slurm/v0.0.40/jobs/state/"
+    assert request.url.params.get_list("job_id") == ["14", "15", "99"]
+
+
+def test_job_states_of_no_jobs_asks_nothing(make_client: MakeClient) -> None:
+    client, slurm = make_client(lambda request: _ok())
+    assert client.job_states([]) == {}
     assert slurm.requests == []
 
 
@@ -845,37 +757,3 @@ def test_from_settings_with_a_token_only() -> None:
 def test_from_settings_with_neither() -> None:
     with pytest.raises(ValueError):
         SlurmRestClient.from_settings(BASE, "slurm", "", "")
-
-
-@pytest.mark.parametrize(
-    ("version", "meta", "expected"),
-    [
-        (
-            "v0.0.38",
-            {"Slurm": {"version": {"major": 22, "minor": 5, "micro": 8}, "release": "22.05.8"}},
-            (22, 5),
-        ),
-        ("v0.0.40", {"slurm": {"version": {"major": "23", "minor": "11", "micro": "4"}}}, (23, 11)),
-        ("v0.0.40", {}, None),
-    ],
-)
-def test_slurm_version_comes_from_the_answers_meta_and_is_asked_once(
-    make_client: MakeClient, version: str, meta: dict[str, Any], expected: tuple[int, int] | None
-) -> None:
-    client, slurm = make_client(
-        lambda request: httpx.Response(200, json={"meta": meta, "errors": [], "pings": []}), version=version
-    )
-    assert client.slurm_version == expected
-    assert client.slurm_version == expected
-    assert slurm.paths == [f"/slurm/{version}/ping"]
-
-
-def test_version_detection_also_learns_the_slurm_version(make_client: MakeClient) -> None:
-    def respond(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/slurm/v0.0.38/ping":
-            return httpx.Response(200, json={"meta": {"Slurm": {"version": {"major": 22, "minor": 5}}}})
-        return _error(404)
-
-    client, slurm = make_client(respond, version="auto")
-    assert client.slurm_version == (22, 5)
-    assert slurm.paths[-1] == "/slurm/v0.0.38/ping" and slurm.paths.count("/slurm/v0.0.38/ping") == 1

@@ -1,8 +1,7 @@
-"""DrainNode on slurmrestd v0.0.38 (no node update) falls back to scontrol; without it, a clear error."""
+"""DrainNode goes over REST only; when slurmrestd says no, the caller learns why (and whether to retry)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from unittest import mock
 
 import grpc
@@ -17,12 +16,12 @@ class Aborted(Exception):
     pass
 
 
-def _servicer() -> SyncerServicer:
+def _servicer(error: SlurmApiError | None = None) -> tuple[SyncerServicer, mock.Mock]:
     slurm = mock.Mock()
-    slurm.drain_node.side_effect = SlurmApiError("POST node/cpu-001: HTTP 404", 404)
+    slurm.drain_node.side_effect = error
     servicer = SyncerServicer(mock.Mock(), mock.Mock(), slurm, mock.Mock(), 30.0)
     servicer.active = True
-    return servicer
+    return servicer, slurm
 
 
 def _context() -> mock.Mock:
@@ -31,25 +30,22 @@ def _context() -> mock.Mock:
     return context
 
 
-def test_without_scontrol_the_caller_learns_why_the_node_is_not_drained(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
+def test_the_node_is_drained_over_rest_with_the_reason() -> None:
+    servicer, slurm = _servicer()
+    servicer.DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), _context())
+    slurm.drain_node.assert_called_once_with("cpu-001", "k8s: test")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(0, grpc.StatusCode.UNAVAILABLE), (503, grpc.StatusCode.UNAVAILABLE), (500, grpc.StatusCode.INTERNAL)],
+)
+def test_a_refusal_names_the_node_and_slurmrestds_answer(status: int, code: grpc.StatusCode) -> None:
+    error = SlurmApiError("POST node/cpu-001: HTTP 500: Invalid node name specified", status)
+    servicer, _ = _servicer(error)
     context = _context()
     with pytest.raises(Aborted):
-        _servicer().DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), context)
-    code, message = context.abort.call_args.args
-    assert code == grpc.StatusCode.UNAVAILABLE
-    assert "cpu-001" in message and "scontrol" in message and "HTTP 404" in message
-
-
-def test_with_scontrol_the_node_is_drained_with_the_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls = tmp_path / "calls"
-    scontrol = tmp_path / "scontrol"
-    scontrol.write_text(f'#!/bin/sh\necho "$@" > {calls}\n')
-    scontrol.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    _servicer().DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), _context())
-    assert calls.read_text().split("\n")[0] == "update nodename=cpu-001 state=drain reason=k8s: test"
+        servicer.DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), context)
+    got, message = context.abort.call_args.args
+    assert got == code
+    assert "cpu-001" in message and "Invalid node name specified" in message

@@ -110,10 +110,16 @@ def _spec(comment: str = "") -> JobSpec:
     )
 
 
-def test_the_submits_context_goes_into_the_jobs_comment_and_environment() -> None:
+def test_the_submits_context_goes_into_the_jobs_extra_and_environment() -> None:
     spec = jobspec.with_trace_context(_spec("nightly eval"), TRACEPARENT)
-    assert spec.comment == f"nightly eval traceparent={TRACEPARENT}"
-    assert spec.environment == {"A": "1", "TRACEPARENT": TRACEPARENT}
+    assert spec.comment == "nightly eval"  # the Pod's own comment is left alone
+    assert spec.extra == f"traceparent={TRACEPARENT}"
+    # The script appends its marker to the Extra it was given (a batch script cannot read Extra).
+    assert spec.environment == {
+        "A": "1",
+        "TRACEPARENT": TRACEPARENT,
+        "TANDEM_JOB_EXTRA": f"traceparent={TRACEPARENT}",
+    }
 
 
 def test_without_tracing_the_job_is_unchanged() -> None:
@@ -121,18 +127,18 @@ def test_without_tracing_the_job_is_unchanged() -> None:
 
 
 @pytest.mark.parametrize(
-    ("comment", "found"),
+    ("extra", "found"),
     [
-        (f"nightly eval traceparent={TRACEPARENT}", TRACEPARENT),
         (f"traceparent={TRACEPARENT}", TRACEPARENT),
-        ("nightly eval", ""),
+        (f"traceparent={TRACEPARENT}: started", TRACEPARENT),
+        ("", ""),
         ("traceparent=00-nothex-00f067aa0ba902b7-01", ""),
     ],
 )
-def test_the_prolog_reads_the_context_from_the_job_comment(comment: str, found: str) -> None:
+def test_the_prolog_reads_the_context_from_the_jobs_extra(extra: str, found: str) -> None:
     out = subprocess.run(
         ["bash", "-c", f'. "{scripts.DIR / "common.sh"}"; printf %s "$TRACEPARENT"'],
-        env={"SLURM_JOB_COMMENT": comment, "TANDEM_HOOKS_ENV": "/nonexistent", "PATH": "/usr/bin:/bin"},
+        env={"SLURM_JOB_EXTRA": extra, "TANDEM_HOOKS_ENV": "/nonexistent", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         check=True,

@@ -1,1 +1,1 @@
-"""Talking to Slurm: slurmrestd (v0.0.38 and v0.0.40+), JWT tokens, hostlists."""
+"""Talking to Slurm: slurmrestd (data-parser v0.0.40 to v0.0.45), JWT tokens, hostlists."""

@@ -1,37 +1,31 @@
-"""The JSON shapes of slurmrestd's OpenAPI versions.
+"""The JSON shapes of slurmrestd's data-parser versions v0.0.40 to v0.0.45 (Slurm 23.11 to 26.05).
 
-v0.0.38 (Slurm 22.05) uses plain numbers and strings. v0.0.40+ (23.11+) wraps numbers in
-`{"set", "infinite", "number"}`, reports states as lists, and takes the environment as a list of
-`K=V` strings. Everything above this module sees only `models.Job` / `models.Node` / `JobSpec`.
+For what Tandem sends and reads they agree: numbers are `{"set", "infinite", "number"}` objects,
+states are lists (`["RUNNING", "COMPLETING"]`: base state first, then flags), the environment is a
+list of `K=V` strings, and sharing is `shared` (v0.0.42 dropped the separate `exclusive` list,
+which v0.0.40-41 also accepted as `shared`). Everything above this module sees only
+`models.Job` / `models.Node` / `JobSpec`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from tandem.slurm.hostlist import expand
 from tandem.slurm.models import Job, JobSpec, Node
 
-# SUNK's exclusive values are the names of Slurm's job_desc "shared" settings.
-_EXCLUSIVE_V38 = {"none": "exclusive", "ok": "oversubscribe", "user": "user", "mcs": "mcs"}
-_EXCLUSIVE_V40 = {"none": "exclusive", "ok": "oversubscribe", "user": "user", "mcs": "mcs", "topo": "topo"}
+# Newest first: the client speaks the first of these the server serves.
+SUPPORTED_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40")
+# SUNK's exclusive values are the names of Slurm's job_desc "shared" settings ("none": whole node).
+_SHARED = {"none": "none", "ok": "oversubscribe", "user": "user", "mcs": "mcs", "topo": "topo"}
 
 
 class UnsupportedBySlurm(ValueError):
-    """The job asks for something this slurmrestd version cannot express."""
-
-
-class Dialect(Protocol):
-    version: str
-
-    def parse_job(self, raw: dict[str, Any]) -> Job: ...
-    def parse_node(self, raw: dict[str, Any]) -> Node: ...
-    def submit_body(self, spec: JobSpec) -> dict[str, Any]: ...
-    def drain_body(self, reason: str) -> dict[str, Any] | None: ...
+    """The job asks for something Slurm cannot express."""
 
 
 def _number(value: Any) -> int | None:
-    """A v0.0.40 number object, or a plain number."""
+    """A `{set, infinite, number}` object, or a plain number (or a number in a string)."""
     if isinstance(value, dict):
         if not value.get("set", False) or value.get("infinite", False):
             return None
@@ -80,6 +74,7 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         ("prefer", spec.prefer),
         ("qos", spec.qos),
         ("reservation", spec.reservation),
+        ("extra", spec.extra),
         ("standard_output", spec.output),
         ("standard_error", spec.output),
     ):
@@ -89,58 +84,14 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
     return job
 
 
-class V0038:
-    version = "v0.0.38"
+class Dialect:
+    """One data-parser version's JSON (they differ in nothing Tandem uses: see the module doc)."""
 
-    def parse_job(self, raw: dict[str, Any]) -> Job:
-        state, flags = _states(raw.get("job_state"))
-        return Job(
-            job_id=int(raw["job_id"]),
-            name=str(raw.get("name", "")),
-            state=state,
-            state_reason=_reason(raw.get("state_reason")),
-            nodes=_nodes(raw.get("nodes")),
-            partition=str(raw.get("partition", "")),
-            comment=str(raw.get("comment") or ""),
-            extra="",
-            user_id=int(raw.get("user_id") or 0),
-            group_id=int(raw.get("group_id") or 0),
-            flags=flags + tuple(raw.get("flags") or ()),
-        )
-
-    def parse_node(self, raw: dict[str, Any]) -> Node:
-        state, flags = _states(raw.get("state"))
-        extra_flags = tuple(str(f).upper() for f in raw.get("state_flags") or ())
-        return Node(
-            name=str(raw["name"]), state=state, flags=flags + extra_flags, reason=str(raw.get("reason") or "")
-        )
-
-    def submit_body(self, spec: JobSpec) -> dict[str, Any]:
-        job = _common_submit(spec)
-        job["environment"] = dict(spec.environment)
-        job["memory_per_node"] = spec.memory_mb
-        if spec.gpus:
-            job["gres"] = _gres(spec)  # 22.05 has no tres_per_node key on submit
-        if spec.excluded_nodes:
-            job["exclude_nodes"] = spec.excluded_nodes
-        if spec.required_nodes:
-            job["nodelist"] = spec.required_nodes
-        if spec.exclusive:
-            if spec.exclusive not in _EXCLUSIVE_V38:
-                raise UnsupportedBySlurm(f"exclusive={spec.exclusive!r} needs Slurm 23.02 or newer")
-            job["exclusive"] = _EXCLUSIVE_V38[spec.exclusive]
-        if spec.priority is not None:
-            job["priority"] = spec.priority
-        if spec.time_limit_minutes is not None:
-            job["time_limit"] = spec.time_limit_minutes
-        return {"script": spec.script, "job": job}
-
-    def drain_body(self, reason: str) -> dict[str, Any] | None:
-        return None  # v0.0.38 cannot update nodes
-
-
-class V0040:
-    def __init__(self, version: str = "v0.0.40") -> None:
+    def __init__(self, version: str = SUPPORTED_VERSIONS[0]) -> None:
+        if version not in SUPPORTED_VERSIONS:
+            raise ValueError(
+                f"unsupported slurmrestd data-parser version {version!r}; use one of {SUPPORTED_VERSIONS}"
+            )
         self.version = version
 
     def parse_job(self, raw: dict[str, Any]) -> Job:
@@ -163,10 +114,15 @@ class V0040:
         state, flags = _states(raw.get("state"))
         return Node(name=str(raw["name"]), state=state, flags=flags, reason=str(raw.get("reason") or ""))
 
+    def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]]:
+        """One element of GET /jobs/state: (job id, base state, flags); the id comes as a string."""
+        state, flags = _states(raw.get("state"))
+        return int(_number(raw.get("job_id")) or 0), state, flags
+
     def submit_body(self, spec: JobSpec) -> dict[str, Any]:
         job = _common_submit(spec)
         job["environment"] = [f"{k}={v}" for k, v in spec.environment.items()]
-        job["memory_per_node"] = {"set": True, "infinite": False, "number": spec.memory_mb}
+        job["memory_per_node"] = _set(spec.memory_mb)
         if spec.gpus:
             job["tres_per_node"] = f"gres/{_gres(spec)}"
         if spec.required_nodes:
@@ -174,28 +130,27 @@ class V0040:
         if spec.excluded_nodes:
             job["excluded_nodes"] = spec.excluded_nodes.split(",")
         if spec.exclusive:
-            if spec.exclusive == "none":
-                job["exclusive"] = ["true"]
-            elif spec.exclusive in _EXCLUSIVE_V40:
-                job["shared"] = [_EXCLUSIVE_V40[spec.exclusive]]
-            else:
+            if spec.exclusive not in _SHARED:
                 raise UnsupportedBySlurm(f"exclusive={spec.exclusive!r} is not a Slurm sharing mode")
+            job["shared"] = [_SHARED[spec.exclusive]]
         if spec.priority is not None:
-            job["priority"] = {"set": True, "infinite": False, "number": spec.priority}
+            job["priority"] = _set(spec.priority)
         if spec.time_limit_minutes is not None:
-            job["time_limit"] = {"set": True, "infinite": False, "number": spec.time_limit_minutes}
+            job["time_limit"] = _set(spec.time_limit_minutes)
+        # A root token submits on behalf of the Pod's user and group (SUNK's user-id / group-id).
+        if spec.user_id is not None:
+            job["user_id"] = str(spec.user_id)
+        if spec.group_id is not None:
+            job["group_id"] = str(spec.group_id)
         return {"script": spec.script, "job": job}
 
-    def drain_body(self, reason: str) -> dict[str, Any] | None:
-        return {"state": ["DRAIN"], "reason": reason}
+    def node_state_body(self, state: str, reason: str = "") -> dict[str, Any]:
+        """POST /node/{name}: DRAIN with a reason, or RESUME."""
+        body: dict[str, Any] = {"state": [state]}
+        if reason:
+            body["reason"] = reason
+        return body
 
 
-SUPPORTED_VERSIONS = ("v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38")
-
-
-def dialect_for(version: str) -> Dialect:
-    if version == "v0.0.38":
-        return V0038()
-    if version in ("v0.0.40", "v0.0.41", "v0.0.42"):
-        return V0040(version)
-    raise ValueError(f"unsupported slurmrestd OpenAPI version {version!r}; use one of {SUPPORTED_VERSIONS}")
+def _set(number: int) -> dict[str, Any]:
+    return {"set": True, "infinite": False, "number": number}

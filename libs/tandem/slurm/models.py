@@ -18,14 +18,9 @@ FINISHED_STATES = frozenset(
         "OUT_OF_MEMORY",
     }
 )
+# What the placeholder script appends to its job's Extra field once it runs (the reference's
+# `: started`): the record that survives a lost hook call and any restart.
 STARTED_MARKER = ": started"
-# The first Slurm with a job Extra field; before it the placeholder marks its Comment.
-EXTRA_FIELD_SINCE = (23, 2)
-
-
-def started_marker_field(slurm_version: tuple[int, int]) -> str:
-    """The job field the placeholder script appends STARTED_MARKER to on this Slurm version."""
-    return "extra" if slurm_version >= EXTRA_FIELD_SINCE else "comment"
 
 
 @dataclass(frozen=True)
@@ -48,8 +43,7 @@ class Job:
 
     @property
     def script_started(self) -> bool:
-        """The placeholder script marks itself in Extra (Slurm >= 23.02) or Comment (22.05)."""
-        return self.extra.endswith(STARTED_MARKER) or self.comment.endswith(STARTED_MARKER)
+        return self.extra.endswith(STARTED_MARKER)
 
 
 @dataclass(frozen=True)
@@ -94,6 +88,11 @@ class JobSpec:
     qos: str = ""
     reservation: str = ""
     time_limit_minutes: int | None = None
+    # Who the job runs as; None: the token's user (root for Tandem's scheduler).
+    user_id: int | None = None
+    group_id: int | None = None
+    # The job's Extra field at submit; the placeholder script appends STARTED_MARKER to it.
+    extra: str = ""
     # Where the batch script's stdout and stderr go (Slurm's %j patterns work); empty: Slurm's default.
     output: str = ""
     extra_fields: dict[str, object] = field(default_factory=dict)

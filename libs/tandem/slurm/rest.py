@@ -1,9 +1,11 @@
-"""A slurmrestd client that speaks v0.0.38 (Slurm 22.05) and v0.0.40+ (Slurm 23.11+)."""
+"""A slurmrestd client for Slurm 23.11 to 26.05: the newest data-parser version both sides speak."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,10 @@ from opentelemetry.trace import SpanKind
 from tandem import tracing
 from tandem.metrics import REGISTRY
 from tandem.slurm import jwt
-from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, dialect_for
+from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect
 from tandem.slurm.models import Job, JobSpec, Node
+
+log = logging.getLogger(__name__)
 
 API_ERRORS = REGISTRY.counter(
     "tandem_slurm_api_errors_total", "slurmrestd calls that failed", ["operation", "status"]
@@ -67,10 +71,7 @@ class SlurmRestClient:
         self.base_url = base_url.rstrip("/")
         self.user = user
         self.tokens = tokens
-        self._version = version
-        self._dialect: Dialect | None = None if version == "auto" else dialect_for(version)
-        self._slurm_version: tuple[int, int] | None = None
-        self._slurm_version_asked = False
+        self._dialect: Dialect | None = None if version == "auto" else Dialect(version)
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
@@ -90,31 +91,26 @@ class SlurmRestClient:
     @property
     def dialect(self) -> Dialect:
         if self._dialect is None:
-            self._dialect = dialect_for(self._detect_version())
+            self._dialect = Dialect(self._negotiate())
         return self._dialect
 
-    def _detect_version(self) -> str:
+    def _negotiate(self) -> str:
+        """The newest data-parser version the server serves (each release serves a window of
+        them: 24.11 v0.0.40-42, 26.05 v0.0.42-45), asked newest first."""
         for version in SUPPORTED_VERSIONS:
             try:
                 r = self._http.get(f"/slurm/{version}/ping", headers=self._auth(self.user))
             except httpx.HTTPError as e:
                 raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
             if r.status_code == 200:
-                self._slurm_version = _slurm_version(r.json())
-                self._slurm_version_asked = True
+                log.info(
+                    "slurmrestd data-parser version chosen",
+                    extra={"version": version, "slurm": _slurm_release(r.json()), "url": self.base_url},
+                )
                 return version
             if r.status_code in (401, 403):
                 raise SlurmApiError(f"slurmrestd refused our token: HTTP {r.status_code}", r.status_code)
         raise SlurmApiError(f"slurmrestd at {self.base_url} serves none of {SUPPORTED_VERSIONS}")
-
-    @property
-    def slurm_version(self) -> tuple[int, int] | None:
-        """(major, minor) of the Slurm behind slurmrestd, as its answers' `meta` says."""
-        _ = self.dialect  # detecting the API version learns it on the way
-        if not self._slurm_version_asked:
-            self._slurm_version = _slurm_version(self._request("GET", "ping").json())
-            self._slurm_version_asked = True
-        return self._slurm_version
 
     def ping(self) -> bool:
         try:
@@ -123,9 +119,9 @@ class SlurmRestClient:
             return False
         return True
 
-    def submit_job(self, spec: JobSpec, user: str | None = None) -> int:
+    def submit_job(self, spec: JobSpec) -> int:
         body = self.dialect.submit_body(spec)
-        data = self._request("POST", "job/submit", user=user, json=body).json()
+        data = self._request("POST", "job/submit", json=body).json()
         job_id = data.get("job_id")
         if job_id is None:
             raise SlurmApiError(f"submit answered no job id: {_errors(data) or data}")
@@ -151,25 +147,28 @@ class SlurmRestClient:
         data = self._list("nodes", changed_since)
         return None if data is None else [self.dialect.parse_node(n) for n in data.get("nodes") or []]
 
+    def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """(base state, flags) of the given jobs, from the light GET /jobs/state listing (a few
+        dozen bytes a job instead of a whole job). Jobs Slurm no longer knows are absent."""
+        if not job_ids:
+            return {}
+        data = self._request("GET", "jobs/state/", params={"job_id": [str(j) for j in job_ids]}).json()
+        states = (self.dialect.parse_job_state(raw) for raw in data.get("jobs") or [])
+        return {job_id: (state, flags) for job_id, state, flags in states}
+
     def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
-        if changed_since:
-            try:
-                r = self._request("GET", what, params={"update_time": str(changed_since)})
-            except SlurmApiError as e:
-                if e.status != 500:
-                    raise
-                # Slurm 22.05 sometimes answers a filtered node query with 500 "Unspecified
-                # error"; the unfiltered query works, and costs only a bigger answer.
-                r = self._request("GET", what)
-        else:
-            r = self._request("GET", what)
+        params: dict[str, str | list[str]] | None = (
+            {"update_time": str(changed_since)} if changed_since else None
+        )
+        r = self._request("GET", what, params=params)
         if r.status_code == 304 or not r.content:
             return None
         data: dict[str, Any] = r.json()
-        # v0.0.40+ answers "nothing changed" with 200 and a warning instead of 304.
-        if changed_since and any(
-            "No " in str(w.get("description", "")) and "changes since" in str(w.get("description", ""))
-            for w in data.get("warnings") or []
+        # "Nothing changed since update_time" is 200 with an empty list and a warning, not 304.
+        if (
+            changed_since
+            and not data.get(what)
+            and any("changes since" in str(w.get("description", "")) for w in data.get("warnings") or [])
         ):
             return None
         return data
@@ -190,10 +189,10 @@ class SlurmRestClient:
             raise
 
     def drain_node(self, node: str, reason: str) -> None:
-        body = self.dialect.drain_body(reason)
-        if body is None:
-            raise SlurmApiError(f"slurmrestd {self.dialect.version} cannot drain nodes; use scontrol")
-        self._request("POST", f"node/{node}", json=body)
+        self._request("POST", f"node/{node}", json=self.dialect.node_state_body("DRAIN", reason))
+
+    def resume_node(self, node: str) -> None:
+        self._request("POST", f"node/{node}", json=self.dialect.node_state_body("RESUME"))
 
     def _auth(self, user: str) -> dict[str, str]:
         return {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self.tokens.token(user)}
@@ -203,9 +202,8 @@ class SlurmRestClient:
         method: str,
         path: str,
         *,
-        user: str | None = None,
         json: object | None = None,
-        params: dict[str, str] | None = None,
+        params: Mapping[str, str | Sequence[str]] | None = None,
     ) -> httpx.Response:
         version = self.dialect.version
         operation = f"{method} {path.split('/')[0]}"
@@ -219,7 +217,7 @@ class SlurmRestClient:
                 r = self._http.request(
                     method,
                     f"/slurm/{version}/{path}",
-                    headers=tracing.inject(self._auth(user or self.user)),
+                    headers=tracing.inject(self._auth(self.user)),
                     json=json,
                     params=params,
                 )
@@ -240,16 +238,11 @@ class SlurmRestClient:
         return r
 
 
-def _slurm_version(data: Any) -> tuple[int, int] | None:
-    """From `meta.Slurm.version` (v0.0.38: numbers) or `meta.slurm.version` (v0.0.40+: strings)."""
+def _slurm_release(data: Any) -> str:
+    """`meta.slurm.release` ("24.11.5") of an answer, for the log."""
     meta = data.get("meta") if isinstance(data, dict) else None
-    if not isinstance(meta, dict):
-        return None
-    version = (meta.get("slurm") or meta.get("Slurm") or {}).get("version") or {}
-    try:
-        return int(version["major"]), int(version["minor"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    slurm = meta.get("slurm") if isinstance(meta, dict) else None
+    return str(slurm.get("release", "")) if isinstance(slurm, dict) else ""
 
 
 def _errors(data: dict[str, Any]) -> str:

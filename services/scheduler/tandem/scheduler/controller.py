@@ -27,7 +27,6 @@ from tandem.metrics import REGISTRY
 from tandem.scheduler import jobspec, validation
 from tandem.scheduler.jobs import JobTracker, is_finished, state_name
 from tandem.scheduler.podapi import PodApi, condition
-from tandem.slurm import cli as slurm_cli
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 from tandem.v1 import scheduler_pb2, slurm_pb2
@@ -71,7 +70,6 @@ class Controller:
         placeholder_cfg: jobspec.PlaceholderConfig,
         kill_wait: float,
         slurmd_namespace: str,
-        sbatch: str = "",
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -83,7 +81,6 @@ class Controller:
         self.placeholder_cfg = placeholder_cfg
         self.kill_wait = kill_wait
         self.slurmd_namespace = slurmd_namespace
-        self.sbatch = sbatch
         # Jobs this process submitted, by Pod uid: the source of truth until the stream shows them.
         self._submitted: dict[str, int] = {}
         self._submitted_lock = threading.Lock()
@@ -206,17 +203,10 @@ class Controller:
             spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()
-            uid, gid = jobspec.job_user(pod)
-            # Root submits on the user's behalf (as SUNK does over RPC), so priority and the group apply;
-            # a token for the user sets only the uid, and Slurm drops a non-operator's priority.
-            on_behalf = (uid, gid) != (0, 0) and bool(self.sbatch)
             try:
-                spec = jobspec.with_started_field(spec, self.slurm.slurm_version)
-                if on_behalf:
-                    job_id = slurm_cli.submit(spec, uid, gid, self.sbatch)
-                else:
-                    # The token names the user; slurmctld runs the job as that uid.
-                    job_id = self.slurm.submit_job(spec, user=str(uid))
+                # Root submits on the Pod user's behalf (as SUNK does over RPC): uid, gid and
+                # priority all apply.
+                job_id = self.slurm.submit_job(spec)
             except SlurmApiError as e:
                 JOBS_SUBMITTED.inc(result="error" if e.status in TRANSIENT_HTTP else "refused")
                 if e.status in TRANSIENT_HTTP:
@@ -238,19 +228,13 @@ class Controller:
             with self._submitted_lock:
                 self._submitted[pod["metadata"]["uid"]] = job_id
             self.jobs.announce(job_id, spec.name)
-            log.info("placeholder job submitted", extra={"pod": key, "job": job_id, "uid": uid, "gid": gid})
+            log.info(
+                "placeholder job submitted",
+                extra={"pod": key, "job": job_id, "uid": spec.user_id, "gid": spec.group_id},
+            )
             self.api.record_job(pod, job_id)
             where = f" to partition {spec.partition}" if spec.partition else ""
             self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
-            if (uid, gid) != (0, 0) and not on_behalf:
-                self._event(
-                    pod,
-                    "Warning",
-                    "RunAsUserOnly",
-                    f"job {job_id} runs as uid {uid} with that user's primary group, not necessarily "
-                    f"gid {gid}, and without a priority: slurmrestd cannot carry them "
-                    "(configure --sbatch to apply both)",
-                )
 
     def _refuse(self, pod: JSON, message: str) -> None:
         """Slurm said no to this Pod as it is: like a validation error, it is not retried."""

@@ -11,7 +11,7 @@ from typing import Any
 from tandem import keys
 from tandem.placeholder import PodRef, job_name
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
-from tandem.slurm.models import JobSpec, started_marker_field
+from tandem.slurm.models import JobSpec
 
 MIB = 1024 * 1024
 
@@ -110,10 +110,10 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         "TANDEM_POD_NAMESPACE": ref.namespace,
         "TANDEM_POD_NAME": ref.name,
         "TANDEM_POD_UID": ref.uid,
-        # Slurm 22.05 has no Extra field: the script appends its started marker to the comment,
-        # and a job cannot read its own comment from its environment.
-        "TANDEM_JOB_COMMENT": found.get(keys.COMMENT, ""),
+        # The script appends its started marker to the job's Extra, which its environment lacks.
+        "TANDEM_JOB_EXTRA": "",
     }
+    uid, gid = job_user(pod)
     return JobSpec(
         name=job_name(ref, cfg.scheduler_name),
         script=cfg.script,
@@ -136,6 +136,8 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         qos=found.get(keys.QOS, ""),
         reservation=found.get(keys.RESERVATION, ""),
         time_limit_minutes=_optional_int(found.get(keys.TIMEOUT)),
+        user_id=uid,
+        group_id=gid,
         output=cfg.output,
     )
 
@@ -155,24 +157,15 @@ def _optional_int(value: str | None) -> int | None:
     return None if value is None else int(value)
 
 
-def with_started_field(spec: JobSpec, slurm_version: tuple[int, int] | None) -> JobSpec:
-    """Tell the script which field takes its started marker: asking Slurm itself costs it three
-    processes, on every Pod's way to its Node and on CPU that slurmstepd needs."""
-    if slurm_version is None:
-        return spec  # the script asks scontrol
-    field = started_marker_field(slurm_version)
-    return replace(spec, environment={**spec.environment, "TANDEM_STARTED_FIELD": field})
-
-
 def with_trace_context(spec: JobSpec, traceparent: str) -> JobSpec:
-    """Carry the submit's trace context into the job. The prolog learns of a job only what its
-    environment holds (on 22.05: not the job's environment, but SLURM_JOB_COMMENT), so it goes in
-    the comment; the script reads TRACEPARENT. With its started marker the script sets the comment
-    back to the Pod's own (TANDEM_JOB_COMMENT), so the context does not linger there."""
+    """Carry the submit's trace context into the job: the prolog learns of a job only what its
+    environment holds (SLURM_JOB_EXTRA among it), the script reads TRACEPARENT. The script keeps
+    it when it appends its started marker to the Extra field."""
     if not traceparent:
         return spec
+    extra = f"traceparent={traceparent}"
     return replace(
         spec,
-        comment=f"{spec.comment} traceparent={traceparent}".strip(),
-        environment={**spec.environment, "TRACEPARENT": traceparent},
+        extra=extra,
+        environment={**spec.environment, "TRACEPARENT": traceparent, "TANDEM_JOB_EXTRA": extra},
     )

@@ -79,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         placeholder_cfg,
         cfg.slurm_kill_wait,
         cfg.slurmd_namespace,
-        cfg.sbatch,
     )
     servicer = SchedulerServicer(controller)
     name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name

@@ -50,13 +50,6 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_HOOKS_ENV",
         help="path, on the Slurm nodes, of the file naming the hooks API and token",
     )
-    sbatch: str = option(
-        "",
-        flag="--sbatch",
-        env="TANDEM_SBATCH",
-        help="sbatch to submit Pods that set group-id (needs root, munge and slurm.conf); "
-        "empty: slurmrestd only, and the job gets the user's primary group",
-    )
     placeholder_output: str = option(
         "/dev/null",
         flag="--placeholder-output",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -146,27 +145,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
         try:
             self.slurm.drain_node(request.slurm_node, request.reason)
         except SlurmApiError as e:
-            # slurmrestd v0.0.38 cannot update nodes; scontrol can where it is installed.
-            try:
-                res = subprocess.run(
-                    [
-                        "scontrol",
-                        "update",
-                        f"nodename={request.slurm_node}",
-                        "state=drain",
-                        f"reason={request.reason}",
-                    ],
-                    capture_output=True,
-                    text=True,
-                )
-            except OSError:
-                context.abort(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"cannot drain {request.slurm_node}: slurmrestd said {e}; "
-                    "scontrol, the fallback, is not installed here",
-                )
-            if res.returncode != 0:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot drain {request.slurm_node}: {res.stderr}")
+            code = grpc.StatusCode.UNAVAILABLE if e.status in (0, 502, 503, 504) else grpc.StatusCode.INTERNAL
+            context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
         return syncer_pb2.DrainNodeResponse()
 
     def PlaceholderSubmitted(self, request: Any, context: grpc.ServicerContext) -> Any:

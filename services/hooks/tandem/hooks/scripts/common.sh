@@ -11,9 +11,9 @@ if [ -z "${TANDEM_HOOKS_TOKEN:-}" ] && [ -r "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tan
 fi
 
 # The trace this call belongs to (W3C traceparent), when the scheduler traces: a placeholder
-# script has it in its environment, a prolog in the job's comment (all it learns of the job).
+# script has it in its environment, a prolog in the job's Extra field (SLURM_JOB_EXTRA).
 tandem_traceparent_re='traceparent=(00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2})'
-if [ -z "${TRACEPARENT:-}" ] && [[ "${SLURM_JOB_COMMENT:-}" =~ $tandem_traceparent_re ]]; then
+if [ -z "${TRACEPARENT:-}" ] && [[ "${SLURM_JOB_EXTRA:-}" =~ $tandem_traceparent_re ]]; then
   TRACEPARENT="${BASH_REMATCH[1]}"
 fi
 
