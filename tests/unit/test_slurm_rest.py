@@ -422,10 +422,23 @@ def test_list_jobs_error_raises(make_client: MakeClient, changed_since: int | No
     with pytest.raises(SlurmApiError, match="Unable to query jobs: Socket timed out") as err:
         client.list_jobs(changed_since=changed_since)
     assert err.value.status == 500
-    # Not retried here: the poller's next round asks again.
+    # A filtered query is retried once without the filter; an unfiltered one is not retried.
     assert [r.url.params.get("update_time") for r in slurm.requests] == (
-        [None] if changed_since is None else ["5"]
+        [None] if changed_since is None else ["5", None]
     )
+
+
+def test_a_filtered_node_query_answered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
+    # Slurm 24.11.5 when nodes changed since update_time but partitions did not.
+    def respond(request: httpx.Request) -> httpx.Response:
+        if "update_time" in request.url.params:
+            return _error(500, {"description": "Unable to query partitions", "error": "Unspecified error"})
+        return _ok({"nodes": [{"name": "cpu-001", "state": ["IDLE"]}]})
+
+    client, slurm = make_client(respond)
+    nodes = client.list_nodes(changed_since=1_700_000_000)
+    assert nodes is not None and [n.name for n in nodes] == ["cpu-001"]
+    assert [r.url.params.get("update_time") for r in slurm.requests] == ["1700000000", None]
 
 
 def _unchanged(what: str) -> httpx.Response:

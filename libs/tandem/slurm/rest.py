@@ -157,10 +157,19 @@ class SlurmRestClient:
         return {job_id: (state, flags) for job_id, state, flags in states}
 
     def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
-        params: dict[str, str | list[str]] | None = (
-            {"update_time": str(changed_since)} if changed_since else None
-        )
-        r = self._request("GET", what, params=params)
+        if changed_since:
+            try:
+                r = self._request("GET", what, params={"update_time": str(changed_since)})
+            except SlurmApiError as e:
+                if e.status != 500:
+                    raise
+                # Slurm 24.11.5 answers a node query filtered by a time since which nodes changed
+                # but partitions did not with 500 "Unable to query partitions: Unspecified error"
+                # (its partition reload says "no change"). Unfiltered, it answers; it costs only a
+                # bigger answer.
+                r = self._request("GET", what)
+        else:
+            r = self._request("GET", what)
         if r.status_code == 304 or not r.content:
             return None
         data: dict[str, Any] = r.json()
@@ -172,6 +181,13 @@ class SlurmRestClient:
         ):
             return None
         return data
+
+    def update_job(self, job_id: int, **fields: str) -> None:
+        """Change a job's string fields (e.g. `extra`, `comment`) as its owner or an operator may."""
+        data = self._request("POST", f"job/{job_id}", json=fields).json()
+        problem = _errors(data)
+        if problem:
+            raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
 
     def cancel_job(self, job_id: int, signal: str | None = None) -> None:
         """scancel: SIGTERM now, SIGKILL after KillWait (or just `signal`). Gone jobs are fine."""
