@@ -88,29 +88,66 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
     name = h.unique("adopted")
     h.create(core, h.tandem_pod(stack_cfg, name))
     pod = h.wait_until("pod created", lambda: h.get_pod(core, name), 10)
+    orphan = _submit_placeholder_by_hand(stack_cfg, pod, services.hooks_env_file(stack_cfg))
+    _restart(stack_cfg)
+    assert _running_with_one_job(stack_cfg, core, name, 30) == orphan
+
+
+def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Path) -> int:
+    """The job the scheduler would have submitted for the Pod, with the script's hook calls going
+    to the gateway that `hooks_env` names."""
     slurm = SlurmRestClient.from_settings(
-        stack_cfg.slurmrestd_url, "root", "", str(stack_cfg.slurm_dir / "jwt_hs256.key")
+        cfg.slurmrestd_url, "root", "", str(cfg.slurm_dir / "jwt_hs256.key")
     )
     env = {
         "PATH": "/usr/bin:/bin",
-        "TANDEM_HOOKS_ENV": str(services.hooks_env_file(stack_cfg)),
+        "TANDEM_HOOKS_ENV": str(hooks_env),
         "TANDEM_KILL_WAIT": "30",
-        "TANDEM_POD_NAMESPACE": "default",
-        "TANDEM_POD_NAME": name,
+        "TANDEM_POD_NAMESPACE": pod.metadata.namespace,
+        "TANDEM_POD_NAME": pod.metadata.name,
         "TANDEM_POD_UID": pod.metadata.uid,
+        "TANDEM_JOB_EXTRA": "",
     }
-    orphan = slurm.submit_job(
-        JobSpec(
-            name=f"tandem:{stack_cfg.scheduler_name}/default/{name}/{pod.metadata.uid}",
-            script=placeholder_batch_script(),
-            environment=env,
-            cpus=1,
-            memory_mb=1024,
+    try:
+        return slurm.submit_job(
+            JobSpec(
+                name=f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}",
+                script=placeholder_batch_script(),
+                environment=env,
+                cpus=1,
+                memory_mb=1024,
+                output=f"{services.placeholder_log_dir(cfg)}/%j.out",
+            )
         )
+    finally:
+        slurm.close()
+
+
+def test_a_script_whose_started_call_was_lost_is_bound_after_a_restart_from_its_extra_marker(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """No push: the script's `started` call cannot reach a gateway while the scheduler is down;
+    only the `: started` the script appended to the job's Extra field, seen by the syncer's poll,
+    tells the restarted scheduler that the Pod may be bound."""
+    Daemon("tandem-scheduler", stack_cfg.run_dir, stack_cfg.log_dir).stop()
+    name = h.unique("no-push")
+    h.create(core, h.tandem_pod(stack_cfg, name))
+    pod = h.wait_until("pod created", lambda: h.get_pod(core, name), 10)
+    # The prolog still locks through the real gateway (slurm.conf's Prolog has its own settings).
+    dead_gateway = stack_cfg.slurm_dir / "hooks-unreachable.env"
+    dead_gateway.write_text(
+        f"TANDEM_HOOKS_URL='http://127.0.0.1:{h.free_port()}'\n"
+        f"TANDEM_HOOKS_TOKEN_FILE='{stack_cfg.slurm_dir / 'hooks-token'}'\n"
     )
-    slurm.close()
+    dead_gateway.chmod(0o644)
+    job = _submit_placeholder_by_hand(stack_cfg, pod, dead_gateway)
+    h.wait_until(
+        "the script's marker in Extra", lambda: h.rest_job(stack_cfg, job)["extra"] == ": started", 40
+    )
+    log = (services.placeholder_log_dir(stack_cfg) / f"{job}.out").read_text()
+    assert "started call failed" in log  # the push really was lost
     _restart(stack_cfg)
-    assert _running_with_one_job(stack_cfg, core, name, 30) == orphan
+    assert _running_with_one_job(stack_cfg, core, name, 30) == job
 
 
 def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back(
