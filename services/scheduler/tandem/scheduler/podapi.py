@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from tandem import keys
@@ -20,9 +22,18 @@ def _path(pod: JSON) -> str:
     return pod_path(meta["namespace"], meta["name"])
 
 
+# How many Pods' last written PodScheduled condition are remembered (a bound on memory).
+_WRITTEN_CONDITIONS = 10_000
+
+
 class PodApi:
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
+        # Pod uid -> (reason, message) of the PodScheduled=False this process last wrote. The
+        # informer's copy lags a write by milliseconds; a reconcile in that window must not write
+        # (and announce) the same condition again.
+        self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._written_lock = threading.Lock()
 
     def record_job(self, pod: JSON, job_id: int) -> JSON:
         """Write the job id and, in the same call, the toleration that keeps every lock from
@@ -40,6 +51,13 @@ class PodApi:
 
     def set_unscheduled(self, pod: JSON, reason: str, message: str) -> bool:
         """PodScheduled=False with reason and message; no write when already so. True if written."""
+        uid = str(pod["metadata"].get("uid", ""))
+        scheduled = condition(pod, "PodScheduled") or {}
+        with self._written_lock:
+            if scheduled.get("status") == "True":
+                self._written.pop(uid, None)  # bound since: what we wrote before no longer holds
+            elif self._written.get(uid) == (reason, message):
+                return False
         for c in (pod.get("status") or {}).get("conditions") or []:
             if (
                 c.get("type") == "PodScheduled"
@@ -48,7 +66,7 @@ class PodApi:
                 and c.get("message") == message
             ):
                 return False
-        condition = {
+        written = {
             "type": "PodScheduled",
             "status": "False",
             "reason": reason,
@@ -56,7 +74,12 @@ class PodApi:
             "lastTransitionTime": _now(),
             "lastProbeTime": None,
         }
-        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [condition]}})
+        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})
+        with self._written_lock:
+            self._written[uid] = (reason, message)
+            self._written.move_to_end(uid)
+            while len(self._written) > _WRITTEN_CONDITIONS:
+                self._written.popitem(last=False)
         return True
 
     def bind(self, pod: JSON, node: str) -> None:
