@@ -167,7 +167,11 @@ def unmount(root: Path, state_dir: Path) -> None:
     """Undo `mount` for this stack; proc stays while another stack still uses the root."""
     inside = root / str(state_dir).lstrip("/")
     if _mounted(inside):
-        _run(["umount", str(inside)])
+        busy = subprocess.run(["umount", str(inside)], capture_output=True, text=True)
+        if busy.returncode != 0:
+            # A process of some job still has a file open under it: detach now, freed when it ends.
+            print(f"{inside} is still in use ({busy.stderr.strip()}); detaching it lazily", flush=True)
+            _run(["umount", "--lazy", str(inside)])
     others = [m for m in _mounts_under(root) if m != root / "proc"]
     if not others and _mounted(root / "proc"):
         _run(["umount", str(root / "proc")])

@@ -57,3 +57,39 @@ def test_the_script_appends_its_marker_to_the_extra_it_was_given(
 ) -> None:
     # One scontrol call, nothing asked of Slurm first: the batch environment has no SLURM_JOB_EXTRA.
     assert _run_until_marked(tmp_path, {"TANDEM_JOB_EXTRA": extra, "SLURM_JOB_EXTRA": "ignored"}) == [marked]
+
+
+def test_on_sigterm_the_script_leaves_no_sleep_behind(tmp_path: Path) -> None:
+    """Its `sleep &` would otherwise be reparented out of the job and outlive it."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    _stand_ins(bin_dir, log)  # curl succeeds: the `terminating` call says the Pod is gone
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "TANDEM_HOOKS_ENV": "/nonexistent",
+        "TANDEM_HOOKS_URL": "http://127.0.0.1:9",
+        "SLURM_JOB_ID": "42",
+        "SLURMD_NODENAME": "cpu-001",
+    }
+    proc = subprocess.Popen(["bash", str(scripts.DIR / "placeholder.sh")], env=env)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+
+    def sleeping_child() -> str | None:
+        for pid in children.read_text().split():
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
+                    return pid
+            except FileNotFoundError:
+                continue
+        return None
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sleeping_child() is None:
+        time.sleep(0.05)
+    sleeper = sleeping_child()
+    assert sleeper is not None
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(10) == 0
+    time.sleep(0.2)
+    state = Path(f"/proc/{sleeper}/stat")
+    assert not state.exists() or state.read_text().split(")")[1].split()[0] == "Z"

@@ -15,8 +15,11 @@ kill_wait="${TANDEM_KILL_WAIT:-30}"
 margin="${TANDEM_DRAIN_MARGIN:-3}"
 body="{\"node\":\"${node}\",\"job\":${job}}"
 
+sleeper=""
 on_term() {
   trap '' TERM
+  # The script exits from here: its sleep would outlive it (reparented, out of Slurm's sight).
+  if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null; fi
   local budget=$((kill_wait - margin))
   if [ "$budget" -lt 1 ]; then budget=1; fi
   if tandem_call terminating "$budget" "{\"node\":\"${node}\",\"job\":${job},\"timeout\":${budget}}" >/dev/null 2>&1; then
@@ -33,7 +36,10 @@ tandem_call started 10 "$body" >/dev/null 2>&1 || echo "tandem placeholder: star
 # A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
 
+# `sleep & wait` so that bash runs the TERM trap at once. Short sleeps: after a SIGKILL (no trap)
+# the last one is left behind for at most this long.
 while :; do
-  sleep 3600 &
-  wait $!
+  sleep 300 &
+  sleeper=$!
+  wait "$sleeper"
 done
