@@ -275,8 +275,13 @@ def test_a_default_scheduled_deployment_is_pushed_off_a_node_a_slurm_job_locks(
         return running if running and all(p.spec.node_name != victim_node for p in running) else None
 
     h.wait_until("both replicas running elsewhere", moved, 60)
-    h.wait_until("the job running", lambda: h.rest_job(stack_cfg, job)["job_state"] == "RUNNING", 60)
-    assert h.lock_annotation(core, slurm_node) == "locked"
+    # RUNNING includes the prolog; the lock is taken once the evicted replica is really gone.
+    h.wait_until("the node locked", lambda: h.lock_annotation(core, slurm_node) == "locked", 60)
+    h.wait_until(
+        "the job past its prolog",
+        lambda: (j := h.rest_job(stack_cfg, job))["job_state"] == "RUNNING" and j["state_reason"] != "Prolog",
+        60,
+    )
 
 
 def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_runs_elsewhere(
