@@ -52,6 +52,44 @@ V40_NODE: dict[str, Any] = {
 }
 
 
+# GET /slurm/{version}/job/1 as the lab's Slurm printed it (the fields Tandem reads, and `shared`),
+# for a job submitted by Tandem's client with exclusive=user, user 1001 and group 1002.
+RECORDED_JOBS: dict[str, dict[str, Any]] = {
+    # Slurm 24.11.5
+    "v0.0.42": {
+        "comment": "A Kubernetes job",
+        "extra": "traceparent=00-x",
+        "flags": ["EXACT_TASK_COUNT_REQUESTED", "JOB_WAS_RUNNING", "EXACT_MEMORY_REQUESTED"],
+        "group_id": 1002,
+        "job_id": 1,
+        "job_state": ["RUNNING"],
+        "name": "probe",
+        "nodes": "gpu-000",
+        "partition": "high",
+        "priority": _num(4242),
+        "shared": ["user"],
+        "state_reason": "None",
+        "user_id": 1001,
+    },
+    # Slurm 26.05.5: a job no longer reports how it shares (`shared` is always empty).
+    "v0.0.45": {
+        "comment": "A Kubernetes job",
+        "extra": "traceparent=00-x",
+        "flags": ["EXACT_TASK_COUNT_REQUESTED", "JOB_WAS_RUNNING", "EXACT_MEMORY_REQUESTED"],
+        "group_id": 1002,
+        "job_id": 1,
+        "job_state": ["RUNNING"],
+        "name": "probe",
+        "nodes": "gpu-000",
+        "partition": "high",
+        "priority": _num(4242),
+        "shared": [],
+        "state_reason": "None",
+        "user_id": 1001,
+    },
+}
+
+
 def _with(raw: dict[str, Any], **changes: Any) -> dict[str, Any]:
     out = copy.deepcopy(raw)
     out.update(changes)
@@ -92,6 +130,22 @@ def test_job_fields() -> None:
     )
     assert not job.finished
     assert job.script_started
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED_JOBS))
+def test_a_job_as_the_lab_slurm_printed_it(version: str) -> None:
+    assert Dialect(version).parse_job(RECORDED_JOBS[version]) == Job(
+        job_id=1,
+        name="probe",
+        state="RUNNING",
+        nodes=("gpu-000",),
+        partition="high",
+        comment="A Kubernetes job",
+        extra="traceparent=00-x",
+        user_id=1001,
+        group_id=1002,
+        flags=("EXACT_TASK_COUNT_REQUESTED", "JOB_WAS_RUNNING", "EXACT_MEMORY_REQUESTED"),
+    )
 
 
 def test_state_flags_follow_the_base_state() -> None:
@@ -150,9 +204,15 @@ def test_the_started_marker_ends_the_extra_field(
 
 
 def test_a_jobs_state_entry_as_slurm_24_11_answers_it() -> None:
-    # GET /slurm/v0.0.42/jobs/state/?job_id=14 on 24.11.5: the id is a string there.
+    # GET /slurm/v0.0.42/jobs/state/?job_id=14 on 24.11.5 (26.05.5's v0.0.45 alike): the id is a string.
     raw = {"job_id": "14", "state": ["CANCELLED", "COMPLETING"]}
     assert Dialect("v0.0.42").parse_job_state(raw) == (14, "CANCELLED", ("COMPLETING",))
+
+
+@pytest.mark.parametrize("job_id", ["14_3", "14_[1-3]", "14_*", "14+1", ""])
+def test_jobs_state_entries_of_array_and_het_jobs_are_not_plain_jobs(job_id: str) -> None:
+    # Slurm prints an array task or a het component's id as a string Tandem never submits.
+    assert Dialect().parse_job_state({"job_id": job_id, "state": ["RUNNING"]}) is None
 
 
 def test_node_fields() -> None:
@@ -220,10 +280,11 @@ def _full_spec(**changes: Any) -> JobSpec:
 def test_a_submit_body_with_every_field_is_the_same_in_every_version(version: str) -> None:
     spec = _full_spec()
     body = Dialect(version).submit_body(spec)
-    assert set(body) == {"script", "job"}
-    assert body["script"] == spec.script
+    # The script inside the job: v0.0.41-42 deprecate the top-level `script` every version takes.
+    assert set(body) == {"job"}
     assert body["job"] == {
         "name": "tandem-pod-abc",
+        "script": "#!/bin/sh\nexec sleep infinity\n",
         "current_working_directory": "/var/tmp",
         "cpus_per_task": 8,
         "tasks": 1,
@@ -264,6 +325,7 @@ def test_minimal_spec_sends_only_what_was_asked() -> None:
     spec = JobSpec(name="p", script="#!/bin/sh\n", environment={"A": "1"}, cpus=1, memory_mb=100)
     assert Dialect().submit_body(spec)["job"] == {
         "name": "p",
+        "script": "#!/bin/sh\n",
         "current_working_directory": "/tmp",
         "cpus_per_task": 1,
         "tasks": 1,
@@ -314,6 +376,29 @@ def test_exclusive_maps_to_slurms_shared(exclusive: str, value: list[str]) -> No
     job = Dialect().submit_body(_full_spec(exclusive=exclusive))["job"]
     assert job["shared"] == value
     assert "exclusive" not in job
+
+
+@pytest.mark.parametrize(
+    ("version", "known"),
+    [
+        ("v0.0.40", False),  # Slurm 23.11: none, oversubscribe, user, mcs
+        ("v0.0.41", True),
+        ("v0.0.42", True),
+        ("v0.0.43", True),
+        ("v0.0.44", True),
+        ("v0.0.45", True),
+    ],
+)
+def test_topology_sharing_exists_from_v0_0_41(version: str, known: bool) -> None:
+    dialect = Dialect(version)
+    if known:
+        assert dialect.submit_body(_full_spec(exclusive="topo"))["job"]["shared"] == ["topo"]
+    else:
+        with pytest.raises(UnsupportedBySlurm, match=r"'topo' is not a sharing mode of slurmrestd v0\.0\.40"):
+            dialect.submit_body(_full_spec(exclusive="topo"))
+    # The other four are known to every version.
+    for exclusive in ("none", "ok", "user", "mcs"):
+        assert dialect.submit_body(_full_spec(exclusive=exclusive))["job"]["shared"]
 
 
 def test_no_exclusive_leaves_sharing_to_the_partition() -> None:

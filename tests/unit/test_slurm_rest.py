@@ -74,6 +74,23 @@ def _error(status: int, *errors: dict[str, Any]) -> httpx.Response:
     return httpx.Response(status, json={"meta": {}, "errors": list(errors), "warnings": []})
 
 
+def _signal_status(code: int, message: str, job_id: str = "12") -> dict[str, Any]:
+    """A DELETE /job/{id} answer as v0.0.42-45 give it."""
+    number = int(job_id) if code != 2017 else 0
+    return {
+        "status": [
+            {
+                "error": {"string": message, "code": code, "message": message},
+                "step_id": job_id,
+                "job_id": {"set": code != 2017, "infinite": False, "number": number},
+                "federation": {"sibling": ""},
+            }
+        ],
+        "errors": [],
+        "warnings": [],
+    }
+
+
 def _claims(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
     claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -590,11 +607,11 @@ def test_cancel_job_sends_delete_with_the_signal(make_client: MakeClient) -> Non
         _error(500, {"error_number": 2021, "error": "Job/step already completing or completed"}),
         _error(500, {"description": "Job/step already completing or completed"}),
         _error(500, {"description": "job already completing"}),
-        # 24.11: an unknown job is 200 with error 2017 inside.
-        httpx.Response(
-            200,
-            json={"errors": [{"error_number": 2017, "error": "Invalid job id specified"}], "warnings": []},
-        ),
+        # Recorded from 24.11.5 (v0.0.42) and 26.05.5 (v0.0.45): 200, the job's own result in `status`.
+        httpx.Response(200, json=_signal_status(2017, "Invalid job id specified", job_id="999999")),
+        httpx.Response(200, json=_signal_status(2021, "Job/step already completing or completed")),
+        # v0.0.40-41 on 24.11.5: no `status` at all, whether the job existed or not.
+        httpx.Response(200, json={"status": None, "errors": [], "warnings": []}),
     ],
     ids=[
         "200-warning",
@@ -602,7 +619,9 @@ def test_cancel_job_sends_delete_with_the_signal(make_client: MakeClient) -> Non
         "500-error-done",
         "500-description-done",
         "500-lowercase",
-        "200-error-2017",
+        "200-status-2017",
+        "200-status-2021",
+        "200-no-status",
     ],
 )
 def test_cancel_job_tolerates_an_already_finished_job(
@@ -611,6 +630,21 @@ def test_cancel_job_tolerates_an_already_finished_job(
     client, slurm = make_client(lambda request: response)
     client.cancel_job(12)  # must not raise
     assert len(slurm.requests) == 1
+
+
+def test_cancel_job_a_refusal_inside_a_200_raises_with_slurms_words(make_client: MakeClient) -> None:
+    client, _ = make_client(
+        lambda request: httpx.Response(200, json=_signal_status(1, "Operation not permitted"))
+    )
+    with pytest.raises(SlurmApiError, match="DELETE job/12: Operation not permitted"):
+        client.cancel_job(12)
+
+
+def test_cancel_job_that_slurm_signalled_is_done(make_client: MakeClient) -> None:
+    # 26.05.5 (v0.0.45) cancelling a running job: an empty `status`.
+    client, slurm = make_client(lambda request: _ok({"status": []}))
+    client.cancel_job(12)
+    assert slurm.paths == ["/slurm/v0.0.40/job/12"]
 
 
 def test_cancel_job_other_errors_raise(make_client: MakeClient) -> None:
@@ -623,6 +657,24 @@ def test_cancel_job_other_errors_raise(make_client: MakeClient) -> None:
     with pytest.raises(SlurmApiError) as err:
         client.cancel_job(12)
     assert err.value.status == 500
+
+
+def test_cancel_job_forbidden_raises(make_client: MakeClient) -> None:
+    # 26.05.5 (v0.0.45) to a user who neither owns the job nor operates Slurm.
+    client, _ = make_client(
+        lambda request: _error(
+            403,
+            {
+                "description": "Signal request failed",
+                "error_number": 1,
+                "error": "Operation not permitted",
+                "source": "slurm_kill_jobs()",
+            },
+        )
+    )
+    with pytest.raises(SlurmApiError, match="Signal request failed: Operation not permitted") as err:
+        client.cancel_job(12)
+    assert err.value.status == 403
 
 
 # --- drain_node ----------------------------------------------------------------------------------
@@ -645,11 +697,13 @@ def test_resume_node_posts_resume(make_client: MakeClient) -> None:
 
 
 def test_job_states_ask_the_light_listing_for_exactly_those_jobs(make_client: MakeClient) -> None:
-    # As 24.11.5 answers: ids as strings, unknown jobs left out.
+    # As 24.11.5 and 26.05.5 answer: ids as strings, unknown jobs left out; array tasks are
+    # listed one by one with their own ids.
     answer = {
         "jobs": [
             {"job_id": "14", "state": ["RUNNING"]},
             {"job_id": "15", "state": ["CANCELLED", "COMPLETING"]},
+            {"job_id": "16_2", "state": ["PENDING"]},
         ]
     }
     client, slurm = make_client(lambda request: _ok(answer))

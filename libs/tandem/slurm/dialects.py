@@ -1,9 +1,13 @@
 """The JSON shapes of slurmrestd's data-parser versions v0.0.40 to v0.0.45 (Slurm 23.11 to 26.05).
 
-For what Tandem sends and reads they agree: numbers are `{"set", "infinite", "number"}` objects,
-states are lists (`["RUNNING", "COMPLETING"]`: base state first, then flags), the environment is a
-list of `K=V` strings, and sharing is `shared` (v0.0.42 dropped the separate `exclusive` list,
-which v0.0.40-41 also accepted as `shared`). Everything above this module sees only
+For what Tandem sends and reads they nearly agree (checked against each version's parser in
+SchedMD's source): numbers are `{"set", "infinite", "number"}` objects, states are lists
+(`["RUNNING", "COMPLETING"]`: base state first, then flags), the environment is a list of `K=V`
+strings, node lists are comma-separated lists, and sharing is `shared` (v0.0.40-41 also took a
+deprecated `exclusive`; v0.0.45 no longer reports `shared` on a job, but still takes it). The
+differences Tandem meets: v0.0.40 has no `topo` sharing mode, and v0.0.40-41 leave out the
+per-job `status` of a DELETE /job answer. The batch script goes in `job.script`, which all six
+take (v0.0.41-42 deprecated the top-level `script`). Everything above this module sees only
 `models.Job` / `models.Node` / `JobSpec`.
 """
 
@@ -18,6 +22,8 @@ from tandem.slurm.models import Job, JobSpec, Node
 SUPPORTED_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40")
 # SUNK's exclusive values are the names of Slurm's job_desc "shared" settings ("none": whole node).
 _SHARED = {"none": "none", "ok": "oversubscribe", "user": "user", "mcs": "mcs", "topo": "topo"}
+# Sharing within a topology segment only came with Slurm 24.05's v0.0.41.
+_TOPO_SINCE = "v0.0.41"
 
 
 class UnsupportedBySlurm(ValueError):
@@ -61,6 +67,7 @@ def _gres(spec: JobSpec) -> str:
 def _common_submit(spec: JobSpec) -> dict[str, Any]:
     job: dict[str, Any] = {
         "name": spec.name,
+        "script": spec.script,
         "current_working_directory": spec.working_dir,
         "cpus_per_task": spec.cpus,
         "tasks": 1,
@@ -93,6 +100,9 @@ class Dialect:
                 f"unsupported slurmrestd data-parser version {version!r}; use one of {SUPPORTED_VERSIONS}"
             )
         self.version = version
+        # Versions are listed newest first: a smaller index is a newer version.
+        newer = SUPPORTED_VERSIONS.index(version) <= SUPPORTED_VERSIONS.index(_TOPO_SINCE)
+        self._sharing = _SHARED if newer else {k: v for k, v in _SHARED.items() if k != "topo"}
 
     def parse_job(self, raw: dict[str, Any]) -> Job:
         state, flags = _states(raw.get("job_state"))
@@ -114,10 +124,26 @@ class Dialect:
         state, flags = _states(raw.get("state"))
         return Node(name=str(raw["name"]), state=state, flags=flags, reason=str(raw.get("reason") or ""))
 
-    def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]]:
-        """One element of GET /jobs/state: (job id, base state, flags); the id comes as a string."""
+    def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
+        """One element of GET /jobs/state: (job id, base state, flags); None for an element of an
+        array or heterogeneous job, whose id is a string like "14_3" or "14+1"."""
+        job_id = str(raw.get("job_id", ""))
+        if not job_id.isdigit():
+            return None
         state, flags = _states(raw.get("state"))
-        return int(_number(raw.get("job_id")) or 0), state, flags
+        return int(job_id), state, flags
+
+    def signal_results(self, answer: dict[str, Any]) -> list[tuple[int, str]]:
+        """(error number, Slurm's words) of each job in a DELETE /job/{id} answer; v0.0.42+
+        list them under `status` (also for an unknown job, with HTTP 200), v0.0.40-41 do not."""
+        results = []
+        for entry in answer.get("status") or []:
+            error = entry.get("error") if isinstance(entry, dict) else None
+            if isinstance(error, dict):
+                results.append(
+                    (int(error.get("code") or 0), str(error.get("message") or error.get("string") or ""))
+                )
+        return results
 
     def submit_body(self, spec: JobSpec) -> dict[str, Any]:
         job = _common_submit(spec)
@@ -130,9 +156,12 @@ class Dialect:
         if spec.excluded_nodes:
             job["excluded_nodes"] = spec.excluded_nodes.split(",")
         if spec.exclusive:
-            if spec.exclusive not in _SHARED:
-                raise UnsupportedBySlurm(f"exclusive={spec.exclusive!r} is not a Slurm sharing mode")
-            job["shared"] = [_SHARED[spec.exclusive]]
+            if spec.exclusive not in self._sharing:
+                raise UnsupportedBySlurm(
+                    f"exclusive={spec.exclusive!r} is not a sharing mode of slurmrestd {self.version}"
+                    f" (known: {', '.join(self._sharing)})"
+                )
+            job["shared"] = [self._sharing[spec.exclusive]]
         if spec.priority is not None:
             job["priority"] = _set(spec.priority)
         if spec.time_limit_minutes is not None:
@@ -142,7 +171,7 @@ class Dialect:
             job["user_id"] = str(spec.user_id)
         if spec.group_id is not None:
             job["group_id"] = str(spec.group_id)
-        return {"script": spec.script, "job": job}
+        return {"job": job}
 
     def node_state_body(self, state: str, reason: str = "") -> dict[str, Any]:
         """POST /node/{name}: DRAIN with a reason, or RESUME."""

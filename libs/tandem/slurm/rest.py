@@ -26,6 +26,11 @@ API_ERRORS = REGISTRY.counter(
 API_SECONDS = REGISTRY.histogram("tandem_slurm_api_seconds", "slurmrestd call latency", ["operation"])
 
 
+# Slurm's error numbers that leave nothing to cancel: 2017 "Invalid job id specified" (gone, or
+# never there), 2021 "Job/step already completing or completed"; 0 is success.
+_CANCEL_DONE = frozenset({0, 2017, 2021})
+
+
 class SlurmApiError(RuntimeError):
     """slurmrestd answered with an error; `status` is the HTTP status (0 when unreachable)."""
 
@@ -154,7 +159,7 @@ class SlurmRestClient:
             return {}
         data = self._request("GET", "jobs/state/", params={"job_id": [str(j) for j in job_ids]}).json()
         states = (self.dialect.parse_job_state(raw) for raw in data.get("jobs") or [])
-        return {job_id: (state, flags) for job_id, state, flags in states}
+        return {entry[0]: (entry[1], entry[2]) for entry in states if entry is not None}
 
     def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
         if changed_since:
@@ -193,7 +198,7 @@ class SlurmRestClient:
         """scancel: SIGTERM now, SIGKILL after KillWait (or just `signal`). Gone jobs are fine."""
         params = {"signal": signal} if signal else None
         try:
-            self._request("DELETE", f"job/{job_id}", params=params)
+            r = self._request("DELETE", f"job/{job_id}", params=params)
         except SlurmApiError as e:
             if (
                 e.status == 404
@@ -203,6 +208,11 @@ class SlurmRestClient:
             ):
                 return
             raise
+        # v0.0.42+ answer 200 and put each job's own result in `status`.
+        answer = r.json() if r.content else {}
+        refused = [text for code, text in self.dialect.signal_results(answer) if code not in _CANCEL_DONE]
+        if refused:
+            raise SlurmApiError(f"DELETE job/{job_id}: {'; '.join(refused)}", r.status_code)
 
     def drain_node(self, node: str, reason: str) -> None:
         self._request("POST", f"node/{node}", json=self.dialect.node_state_body("DRAIN", reason))
