@@ -199,6 +199,26 @@ def test_401_behind_404s_still_refuses(make_client: MakeClient) -> None:
     assert err.value.status == 401
 
 
+def test_an_error_while_choosing_chooses_nothing_and_the_next_call_asks_again(
+    make_client: MakeClient,
+) -> None:
+    # A 5xx from the newest version must not make the client settle for an older one for good.
+    answers = iter([httpx.Response(503), httpx.Response(200, json={"meta": {}})])
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/ping"):
+            return next(answers)
+        return _ok({"jobs": []})
+
+    client, slurm = make_client(respond, version="auto")
+    with pytest.raises(SlurmApiError, match=r"could not say whether it serves v0\.0\.45") as err:
+        client.list_jobs()
+    assert err.value.status == 503
+    assert client.list_jobs() == []
+    assert client.dialect.version == "v0.0.45"
+    assert slurm.paths == ["/slurm/v0.0.45/ping", "/slurm/v0.0.45/ping", "/slurm/v0.0.45/jobs"]
+
+
 def test_no_supported_version(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: httpx.Response(404), version="auto")
     with pytest.raises(SlurmApiError, match="serves none of"):
@@ -271,10 +291,75 @@ def test_timeout_is_status_0(make_client: MakeClient) -> None:
     assert err.value.status == 0
 
 
-def test_ping(make_client: MakeClient) -> None:
-    up, slurm = make_client(lambda request: _ok({"pings": [{"ping": "UP"}]}))
-    assert up.ping() is True
-    assert slurm.paths == ["/slurm/v0.0.40/ping"]
+# GET /slurm/{version}/ping "pings" as the lab's 24.11.5 and 26.05.5 printed them.
+_PING_UP = {
+    "v0.0.40": [{"hostname": "vm", "pinged": "UP", "latency": 1281, "mode": "primary"}],
+    "v0.0.41": [{"hostname": "vm", "pinged": "UP", "latency": 1472, "mode": "primary"}],
+    "v0.0.42": [
+        {
+            "hostname": "vm",
+            "pinged": "UP",
+            "responding": True,
+            "latency": 995,
+            "mode": "primary",
+            "primary": True,
+        }
+    ],
+    "v0.0.43": [
+        {
+            "hostname": "vm",
+            "pinged": "UP",
+            "responding": True,
+            "latency": 1034,
+            "mode": "primary",
+            "primary": True,
+        }
+    ],
+    "v0.0.45": [
+        {"hostname": "vm", "responding": True, "latency": 6612, "primary": True, "status": "No error"}
+    ],
+}
+# v0.0.41-42 "DOWN" as their parsers write it; v0.0.45 recorded with slurmctld stopped.
+_PING_DOWN = {
+    "v0.0.41": [{"hostname": "vm", "pinged": "DOWN", "latency": 1000, "mode": "primary"}],
+    "v0.0.42": [
+        {
+            "hostname": "vm",
+            "pinged": "DOWN",
+            "responding": False,
+            "latency": 98,
+            "mode": "primary",
+            "primary": True,
+        }
+    ],
+    # slurmrestd still answers 200.
+    "v0.0.45": [
+        {
+            "hostname": "vm",
+            "responding": False,
+            "latency": 98,
+            "primary": True,
+            "status": "Unable to contact slurm controller (connect failure)",
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("version", "pings", "up"),
+    [(v, pings, True) for v, pings in _PING_UP.items()]
+    + [(v, pings, False) for v, pings in _PING_DOWN.items()],
+    ids=[f"{v}-up" for v in _PING_UP] + [f"{v}-down" for v in _PING_DOWN],
+)
+def test_ping_says_whether_slurmctld_answered(
+    make_client: MakeClient, version: str, pings: list[dict[str, Any]], up: bool
+) -> None:
+    client, slurm = make_client(lambda request: _ok({"pings": pings}), version=version)
+    assert client.ping() is up
+    assert slurm.paths == [f"/slurm/{version}/ping"]
+
+
+def test_ping_without_slurmrestd_is_false(make_client: MakeClient) -> None:
     down, _ = make_client(lambda request: _error(500, {"error": "Unable to contact slurm controller"}))
     assert down.ping() is False
     gone, _ = make_client(_refuse)

@@ -5,8 +5,9 @@ SchedMD's source): numbers are `{"set", "infinite", "number"}` objects, states a
 (`["RUNNING", "COMPLETING"]`: base state first, then flags), the environment is a list of `K=V`
 strings, node lists are comma-separated lists, and sharing is `shared` (v0.0.40-41 also took a
 deprecated `exclusive`; v0.0.45 no longer reports `shared` on a job, but still takes it). The
-differences Tandem meets: v0.0.40 has no `topo` sharing mode, and v0.0.40-41 leave out the
-per-job `status` of a DELETE /job answer. The batch script goes in `job.script`, which all six
+differences Tandem meets: v0.0.40 has no `topo` sharing mode, v0.0.40-41 leave out the per-job
+`status` of a DELETE /job answer, and a ping says `pinged: "UP"` up to v0.0.41, `responding: true`
+from v0.0.42 (v0.0.42-44 say both). The batch script goes in `job.script`, which all six
 take (v0.0.41-42 deprecated the top-level `script`). Everything above this module sees only
 `models.Job` / `models.Node` / `JobSpec`.
 """
@@ -132,6 +133,15 @@ class Dialect:
             return None
         state, flags = _states(raw.get("state"))
         return int(job_id), state, flags
+
+    def controller_responding(self, answer: dict[str, Any]) -> bool:
+        """Whether a GET /ping answer says a slurmctld answered (slurmrestd says 200 either way)."""
+        for ping in answer.get("pings") or []:
+            if not isinstance(ping, dict):
+                continue
+            if ping.get("responding", str(ping.get("pinged", "")).upper() == "UP") is True:
+                return True
+        return False
 
     def signal_results(self, answer: dict[str, Any]) -> list[tuple[int, str]]:
         """(error number, Slurm's words) of each job in a DELETE /job/{id} answer; v0.0.42+

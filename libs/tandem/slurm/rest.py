@@ -115,14 +115,23 @@ class SlurmRestClient:
                 return version
             if r.status_code in (401, 403):
                 raise SlurmApiError(f"slurmrestd refused our token: HTTP {r.status_code}", r.status_code)
-        raise SlurmApiError(f"slurmrestd at {self.base_url} serves none of {SUPPORTED_VERSIONS}")
+            # Only 404 says "not served"; anything else is no answer, and settling for an older
+            # version on a passing error would keep it for the life of the process.
+            if r.status_code != 404:
+                raise SlurmApiError(
+                    f"slurmrestd at {self.base_url} could not say whether it serves {version}: "
+                    f"HTTP {r.status_code}: {r.text[:200]}",
+                    r.status_code,
+                )
+        raise SlurmApiError(f"slurmrestd at {self.base_url} serves none of {SUPPORTED_VERSIONS}", 404)
 
     def ping(self) -> bool:
+        """Whether slurmrestd and a slurmctld behind it both answer."""
         try:
-            self._request("GET", "ping")
-        except SlurmApiError:
+            answer = self._request("GET", "ping").json()
+        except (SlurmApiError, ValueError):
             return False
-        return True
+        return self.dialect.controller_responding(answer)
 
     def submit_job(self, spec: JobSpec) -> int:
         body = self.dialect.submit_body(spec)
