@@ -319,20 +319,19 @@ _PING_UP = {
         {"hostname": "vm", "responding": True, "latency": 6612, "primary": True, "status": "No error"}
     ],
 }
-# v0.0.41-42 "DOWN" as their parsers write it; v0.0.45 recorded with slurmctld stopped.
+# The same, recorded with slurmctld stopped: slurmrestd still answers 200.
 _PING_DOWN = {
-    "v0.0.41": [{"hostname": "vm", "pinged": "DOWN", "latency": 1000, "mode": "primary"}],
+    "v0.0.41": [{"hostname": "vm", "pinged": "DOWN", "latency": 137, "mode": "primary"}],
     "v0.0.42": [
         {
             "hostname": "vm",
             "pinged": "DOWN",
             "responding": False,
-            "latency": 98,
+            "latency": 153,
             "mode": "primary",
             "primary": True,
         }
     ],
-    # slurmrestd still answers 200.
     "v0.0.45": [
         {
             "hostname": "vm",
