@@ -10,8 +10,9 @@ GENERATED := libs/tandem/v1/.generated
 PYTEST_ARGS ?=
 # The second Slurm release the lab runs (devstack/slurm_root.py); its leg has a stack of its own.
 NEXT_SLURM := 26.05
-# (under the state dir `make up` would use, which others can traverse: slurmrestd runs as nobody).
-NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=33000 SLURM_VERSION=$(NEXT_SLURM)
+# (under the state dir `make up` would use, which others can traverse: slurmrestd runs as nobody;
+# its ports below 32768, where Linux picks the local ports of outgoing connections).
+NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=30000 SLURM_VERSION=$(NEXT_SLURM)
 
 .PHONY: install proto tools lint unit integration test test-next-slurm up down status demo bench clean
 
