@@ -22,7 +22,13 @@ def stack_cfg() -> Iterator[StackConfig]:
     was_up = (cfg.state_dir / "stack.json").exists() and all(
         d.alive() for d in stack.all_daemons(cfg).values()
     )
-    stack.up(cfg)
+    try:
+        stack.up(cfg)
+    except BaseException:
+        # A half-started stack would hold its ports and mounts against the next run.
+        if not was_up:
+            stack.down(cfg)
+        raise
     os.environ["SLURM_CONF"] = str(cfg.slurm_conf)
     yield cfg
     if not was_up and os.environ.get("TANDEM_KEEP_STACK") != "1":
