@@ -6,7 +6,8 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -216,6 +217,26 @@ def sbatch(cfg: StackConfig, *args: str, script: str = "#!/bin/sh\nsleep 300\n")
         check=True,
     ).stdout
     return int(out.strip().split(";")[0])
+
+
+@contextmanager
+def reservation(cfg: StackConfig, nodes: str, users: str = "root,tandem-pods") -> Iterator[str]:
+    """A Slurm reservation on `nodes` for the test's duration; yields its name."""
+    name = unique("resv")
+    scontrol(
+        cfg,
+        "create",
+        "reservation",
+        f"reservationname={name}",
+        "starttime=now",
+        "duration=60",
+        f"users={users}",
+        f"nodes={nodes}",
+    )
+    try:
+        yield name
+    finally:
+        scontrol(cfg, "delete", f"reservationname={name}")
 
 
 def scancel(cfg: StackConfig, *job_ids: int) -> None:

@@ -39,58 +39,47 @@ def test_a_pod_runs_on_the_node_slurm_picked(stack_cfg: StackConfig, core: k8s.C
 
 
 def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
-    resv = h.unique("resv")
     name = h.unique("annotated")
-    h.scontrol(
-        stack_cfg,
-        "create",
-        "reservation",
-        f"reservationname={resv}",
-        "starttime=now",
-        "duration=60",
-        "users=root,tandem-pods",
-        "nodes=cpu-001,cpu-003",
-    )
-    try:
-        annotations = {
-            h.PREFIX + "account": "k8s",
-            h.PREFIX + "comment": "A Kubernetes job",
-            h.PREFIX + "constraints": "cpu",
-            h.PREFIX + "exclusive": "user",
-            h.PREFIX + "excluded-nodes": "cpu-003",
-            h.PREFIX + "required-nodes": "cpu-001",
-            h.PREFIX + "partition": "high",
-            h.PREFIX + "priority": "4242",
-            h.PREFIX + "qos": "normal",
-            h.PREFIX + "reservation": resv,
-            h.PREFIX + "user-id": "1001",
-            h.PREFIX + "current-working-dir": "/var/tmp",
-            h.PREFIX + "timeout": "17",
-        }
-        h.create(core, h.tandem_pod(stack_cfg, name, annotations))
-        h.wait_until("pod running", lambda: _bound(core, name), 30)
-        job = h.rest_job(stack_cfg, h.job_id_of(core, name) or 0)
-        assert job["account"] == "k8s"
-        assert job["comment"] == "A Kubernetes job"
-        assert job["extra"].endswith(": started")
-        assert job["qos"] == "normal"
-        assert job["features"] == "cpu"
-        assert job["shared"] == "user"
-        assert job["excluded_nodes"] == "cpu-003"
-        assert job["required_nodes"] == "cpu-001"
-        assert job["nodes"] == "cpu-001"
-        assert job["partition"] == "high"
-        assert job["priority"] == 4242
-        assert job["resv_name"] == resv
-        assert job["user_id"] == 1001
-        assert job["group_id"] == 1001  # group-id defaults to the user id
-        assert job["current_working_directory"] == "/var/tmp"
-        assert job["time_limit"] == 17
-    finally:
-        h.delete_pod(core, name, grace=0)
-        h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 30)
-        h.wait_until("its job gone", lambda: not h.squeue_ids(stack_cfg), 30)
-        h.scontrol(stack_cfg, "delete", f"reservationname={resv}")
+    with h.reservation(stack_cfg, "cpu-001,cpu-003") as resv:
+        try:
+            annotations = {
+                h.PREFIX + "account": "k8s",
+                h.PREFIX + "comment": "A Kubernetes job",
+                h.PREFIX + "constraints": "cpu",
+                h.PREFIX + "exclusive": "user",
+                h.PREFIX + "excluded-nodes": "cpu-003",
+                h.PREFIX + "required-nodes": "cpu-001",
+                h.PREFIX + "partition": "high",
+                h.PREFIX + "priority": "4242",
+                h.PREFIX + "qos": "normal",
+                h.PREFIX + "reservation": resv,
+                h.PREFIX + "user-id": "1001",
+                h.PREFIX + "current-working-dir": "/var/tmp",
+                h.PREFIX + "timeout": "17",
+            }
+            h.create(core, h.tandem_pod(stack_cfg, name, annotations))
+            h.wait_until("pod running", lambda: _bound(core, name), 30)
+            job = h.rest_job(stack_cfg, h.job_id_of(core, name) or 0)
+            assert job["account"] == "k8s"
+            assert job["comment"] == "A Kubernetes job"
+            assert job["extra"].endswith(": started")
+            assert job["qos"] == "normal"
+            assert job["features"] == "cpu"
+            assert job["shared"] == "user"
+            assert job["excluded_nodes"] == "cpu-003"
+            assert job["required_nodes"] == "cpu-001"
+            assert job["nodes"] == "cpu-001"
+            assert job["partition"] == "high"
+            assert job["priority"] == 4242
+            assert job["resv_name"] == resv
+            assert job["user_id"] == 1001
+            assert job["group_id"] == 1001  # group-id defaults to the user id
+            assert job["current_working_directory"] == "/var/tmp"
+            assert job["time_limit"] == 17
+        finally:
+            h.delete_pod(core, name, grace=0)
+            h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 30)
+            h.wait_until("its job gone", lambda: not h.squeue_ids(stack_cfg), 30)
 
 
 def test_prefer_steers_the_job_to_preferred_nodes(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

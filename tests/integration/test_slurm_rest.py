@@ -50,67 +50,62 @@ def test_the_client_speaks_the_newest_version_the_server_serves(
 
 
 def test_a_job_with_every_field_is_what_slurm_runs(stack_cfg: StackConfig, client: SlurmRestClient) -> None:
-    resv = h.unique("resv")
-    h.scontrol(
-        stack_cfg,
-        "create",
-        "reservation",
-        f"reservationname={resv}",
-        "starttime=now",
-        "duration=60",
-        "users=root,tandem-pods",
-        "nodes=gpu-000,gpu-002",
-    )
-    try:
-        spec = _spec(
-            account="k8s",
-            comment="A Kubernetes job",
-            constraints="gpu",
-            exclusive="user",
-            excluded_nodes="gpu-002",
-            required_nodes="gpu-000",
-            partition="high",
-            priority=4242,
-            qos="high",
-            reservation=resv,
-            user_id=1001,
-            group_id=1002,
-            working_dir="/var/tmp",
-            time_limit_minutes=17,
-            gpus=2,
-            gpu_type=config.GPU_GRES_TYPE,
-            extra="traceparent=00-x",
-        )
-        job_id = client.submit_job(spec)
-        job = h.wait_until(
-            "job running", lambda: (j := h.rest_job(stack_cfg, job_id))["job_state"] == "RUNNING" and j, 30
-        )
-        assert (job["name"], job["account"], job["comment"], job["features"]) == (
-            spec.name,
-            "k8s",
-            "A Kubernetes job",
-            "gpu",
-        )
-        assert (job["shared"], job["excluded_nodes"], job["required_nodes"], job["nodes"]) == (
-            "user",
-            "gpu-002",
-            "gpu-000",
-            "gpu-000",
-        )
-        assert (job["partition"], job["priority"], job["qos"], job["resv_name"]) == (
-            "high",
-            4242,
-            "high",
-            resv,
-        )
-        assert (job["user_id"], job["group_id"], job["current_working_directory"]) == (1001, 1002, "/var/tmp")
-        assert (job["time_limit"], job["extra"]) == (17, "traceparent=00-x")
-        assert f"gres/gpu:{config.GPU_GRES_TYPE}:2" in job["tres_per_node"]
-        assert job["cpus"] == 2 and job["memory_per_node"] == 2048
-    finally:
-        h.scancel(stack_cfg, *h.squeue_ids(stack_cfg))
-        h.wait_until("no jobs", lambda: not h.squeue_ids(stack_cfg), 30)
-        h.scontrol(stack_cfg, "delete", f"reservationname={resv}")
+    with h.reservation(stack_cfg, "gpu-000,gpu-002") as resv:
+        try:
+            spec = _spec(
+                account="k8s",
+                comment="A Kubernetes job",
+                constraints="gpu",
+                exclusive="user",
+                excluded_nodes="gpu-002",
+                required_nodes="gpu-000",
+                partition="high",
+                priority=4242,
+                qos="high",
+                reservation=resv,
+                user_id=1001,
+                group_id=1002,
+                working_dir="/var/tmp",
+                time_limit_minutes=17,
+                gpus=2,
+                gpu_type=config.GPU_GRES_TYPE,
+                extra="traceparent=00-x",
+            )
+            job_id = client.submit_job(spec)
+            job = h.wait_until(
+                "job running",
+                lambda: (j := h.rest_job(stack_cfg, job_id))["job_state"] == "RUNNING" and j,
+                30,
+            )
+            assert (job["name"], job["account"], job["comment"], job["features"]) == (
+                spec.name,
+                "k8s",
+                "A Kubernetes job",
+                "gpu",
+            )
+            assert (job["shared"], job["excluded_nodes"], job["required_nodes"], job["nodes"]) == (
+                "user",
+                "gpu-002",
+                "gpu-000",
+                "gpu-000",
+            )
+            assert (job["partition"], job["priority"], job["qos"], job["resv_name"]) == (
+                "high",
+                4242,
+                "high",
+                resv,
+            )
+            assert (job["user_id"], job["group_id"], job["current_working_directory"]) == (
+                1001,
+                1002,
+                "/var/tmp",
+            )
+            assert (job["time_limit"], job["extra"]) == (17, "traceparent=00-x")
+            assert f"gres/gpu:{config.GPU_GRES_TYPE}:2" in job["tres_per_node"]
+            assert job["cpus"] == 2 and job["memory_per_node"] == 2048
+        finally:
+            h.scancel(stack_cfg, *h.squeue_ids(stack_cfg))
+            h.wait_until("no jobs", lambda: not h.squeue_ids(stack_cfg), 30)
 
 
 def test_update_then_cancel(stack_cfg: StackConfig, client: SlurmRestClient) -> None:

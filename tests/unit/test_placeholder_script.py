@@ -20,7 +20,8 @@ def _stand_ins(bin_dir: Path, log: Path) -> None:
         path.chmod(0o755)
 
 
-def _run_until_marked(tmp_path: Path, env_extra: dict[str, str]) -> list[str]:
+def _start(tmp_path: Path, env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    """The script as a job's batch step, with stand-ins that log their calls (and succeed)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     _stand_ins(bin_dir, log)
@@ -30,9 +31,13 @@ def _run_until_marked(tmp_path: Path, env_extra: dict[str, str]) -> list[str]:
         "TANDEM_HOOKS_URL": "http://127.0.0.1:9",
         "SLURM_JOB_ID": "42",
         "SLURMD_NODENAME": "cpu-001",
-        **env_extra,
+        **(env_extra or {}),
     }
-    proc = subprocess.Popen(["bash", str(scripts.DIR / "placeholder.sh")], env=env)
+    return subprocess.Popen(["bash", str(scripts.DIR / "placeholder.sh")], env=env), log
+
+
+def _run_until_marked(tmp_path: Path, env_extra: dict[str, str]) -> list[str]:
+    proc, log = _start(tmp_path, env_extra)
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -61,17 +66,7 @@ def test_the_script_appends_its_marker_to_the_extra_it_was_given(
 
 def test_on_sigterm_the_script_leaves_no_sleep_behind(tmp_path: Path) -> None:
     """Its `sleep &` would otherwise be reparented out of the job and outlive it."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
-    bin_dir.mkdir()
-    _stand_ins(bin_dir, log)  # curl succeeds: the `terminating` call says the Pod is gone
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "TANDEM_HOOKS_ENV": "/nonexistent",
-        "TANDEM_HOOKS_URL": "http://127.0.0.1:9",
-        "SLURM_JOB_ID": "42",
-        "SLURMD_NODENAME": "cpu-001",
-    }
-    proc = subprocess.Popen(["bash", str(scripts.DIR / "placeholder.sh")], env=env)
+    proc, _ = _start(tmp_path)  # curl succeeds: the `terminating` call says the Pod is gone
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
 
     def sleeping_child() -> str | None:
