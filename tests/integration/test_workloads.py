@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -71,31 +71,41 @@ def _live_jobs_by_pod_uid(cfg: StackConfig) -> Counter[str]:
     return Counter(ref.uid for ref in refs if ref is not None)
 
 
+Deploy = Callable[..., str]
+
+
 @pytest.fixture
-def deployments(apps: k8s.AppsV1Api) -> Iterator[list[str]]:
+def deploy(stack_cfg: StackConfig, apps: k8s.AppsV1Api) -> Iterator[Deploy]:
+    """Makes a Deployment (Tandem-scheduled unless `tandem=False`); deletes them all afterwards.
+    Returns its name, which is also its Pods' `app` label."""
     made: list[str] = []
-    yield made
+
+    def make(prefix: str, replicas: int, tandem: bool = True) -> str:
+        name = h.unique(prefix)
+        apps.create_namespaced_deployment(
+            NAMESPACE,
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": _template(stack_cfg, {"app": name}, tandem=tandem),
+                },
+            },
+        )
+        made.append(name)
+        return name
+
+    yield make
     for name in made:
         apps.delete_namespaced_deployment(name, NAMESPACE, propagation_policy="Foreground")
 
 
 def test_a_deployment_scales_and_rolls_out_with_one_job_per_pod(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, apps: k8s.AppsV1Api, deployments: list[str]
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, apps: k8s.AppsV1Api, deploy: Deploy
 ) -> None:
-    name = h.unique("web")
+    name = deploy("web", replicas=3)
     selector = f"app={name}"
-    apps.create_namespaced_deployment(
-        NAMESPACE,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": {"app": name}},
-                "template": _template(stack_cfg, {"app": name}),
-            },
-        },
-    )
-    deployments.append(name)
     pods = h.wait_until("3 replicas running", lambda: _running(core, selector, 3), 60)
     jobs = {int(p.metadata.annotations[h.PREFIX + "job-id"]) for p in pods}
     assert len(jobs) == 3
@@ -249,22 +259,10 @@ def test_a_daemonset_pod_stays_on_a_node_a_pod_locks(
 
 
 def test_a_default_scheduled_deployment_is_pushed_off_a_node_a_slurm_job_locks(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, apps: k8s.AppsV1Api, deployments: list[str]
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, deploy: Deploy
 ) -> None:
-    name = h.unique("plain")
+    name = deploy("plain", replicas=2, tandem=False)
     selector = f"app={name}"
-    apps.create_namespaced_deployment(
-        NAMESPACE,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": {"app": name}},
-                "template": _template(stack_cfg, {"app": name}, tandem=False),
-            },
-        },
-    )
-    deployments.append(name)
     pods = h.wait_until("2 replicas running", lambda: _running(core, selector, 2), 60)
     victim_node = pods[0].spec.node_name
     slurm_node = config.slurm_node_name(int(victim_node.split("-")[1]))
