@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tandem import keys
@@ -27,6 +27,8 @@ SLURM_NAMESPACE = "tandem-slurm"
 # The namespace the Tandem services run "in"; the scheduler name derives from it as in the chart.
 TANDEM_NAMESPACE = "tandem"
 TANDEM_RELEASE = "tandem"
+# The chart's tenant policy ConfigMap for that release ("<fullname>-policy"); the tests write it.
+POLICY_CONFIGMAP = "tandem-policy"
 SLURMD_POD_LABEL = (keys.SLURMD_POD_LABEL, keys.SLURMD_POD_LABEL_VALUE)
 
 GPU_MODEL = "H100_NVLINK_80GB"
@@ -48,6 +50,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem"))
 
 
+# One slurmd per node, each on its own port from base + SLURMD_PORT_OFFSET; the scale benchmark
+# runs 1,000 of them.
+MAX_NODES = 1000
+SLURMD_PORT_OFFSET = 100
+EPHEMERAL_PORTS_START = 32768
+
+
 @dataclass(frozen=True)
 class Ports:
     etcd_client: int
@@ -65,7 +74,6 @@ class Ports:
     syncer_grpc: int
     syncer_health: int
     hooks_http: int
-    hooks_grpc: int
     mariadb: int
     slurmdbd: int
 
@@ -86,10 +94,9 @@ class Ports:
             syncer_grpc=base + 12,
             syncer_health=base + 13,
             hooks_http=base + 14,
-            hooks_grpc=base + 15,
             mariadb=base + 16,
             slurmdbd=base + 17,
-            slurmd_base=base + 100,
+            slurmd_base=base + SLURMD_PORT_OFFSET,
         )
 
 
@@ -128,14 +135,25 @@ class StackConfig:
                 nodes=data["nodes"],
                 state_dir=state_dir,
                 # A stack saved before a port was added still comes down (and up) cleanly.
-                ports=Ports(**{**asdict(Ports.from_base(data["ports"]["etcd_client"] - 1)), **data["ports"]}),
+                ports=Ports(
+                    **{
+                        **asdict(Ports.from_base(data["ports"]["etcd_client"] - 1)),
+                        **_known_ports(data["ports"]),
+                    }
+                ),
                 slurm_version=made_with,
                 preempt=data.get("preempt", "partition_prio"),
             )
         nodes = int(os.environ.get("NODES", "8"))
-        if not 1 <= nodes <= 512:
-            raise SystemExit(f"NODES must be between 1 and 512, not {nodes}")
+        if not 1 <= nodes <= MAX_NODES:
+            raise SystemExit(f"NODES must be between 1 and {MAX_NODES}, not {nodes}")
         base = int(os.environ.get("TANDEM_PORT_BASE", "31000"))
+        last = base + SLURMD_PORT_OFFSET + nodes
+        if last > EPHEMERAL_PORTS_START:
+            raise SystemExit(
+                f"TANDEM_PORT_BASE={base} with NODES={nodes} reaches port {last}: "
+                f"slurmd ports must stay below {EPHEMERAL_PORTS_START}, where Linux picks outgoing ports"
+            )
         slurm_version = os.environ.get("SLURM_VERSION") or DEFAULT_SLURM_VERSION
         return cls(nodes=nodes, state_dir=state_dir, ports=Ports.from_base(base), slurm_version=slurm_version)
 
@@ -230,3 +248,9 @@ def slurm_node_name(index: int) -> str:
 def kube_node_name(index: int) -> str:
     # Deliberately not the Slurm node's name: the mapping goes through the slurmd Pod.
     return f"node-{index:03d}"
+
+
+def _known_ports(saved: dict[str, int]) -> dict[str, int]:
+    """A stack.json written by an older checkout may name ports this one no longer has."""
+    names = {f.name for f in fields(Ports)}
+    return {k: v for k, v in saved.items() if k in names}

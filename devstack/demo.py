@@ -88,12 +88,7 @@ def example_pods(cfg: StackConfig) -> list[dict[str, Any]]:
 
 def run(cfg: StackConfig) -> int:
     core = k8s.CoreV1Api(kube.api(cfg))
-    try:
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    kube.wait_for_default_service_account(core, NAMESPACE)
+    kube.ensure_namespace(core, NAMESPACE)
     pods = example_pods(cfg)
     refused = invalid_pod(pods[1])
     for p in [*pods, refused]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 import subprocess
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes import client as k8s
@@ -221,6 +222,14 @@ def api(cfg: StackConfig) -> k8s.ApiClient:
     return k8s_config.new_client_from_config(config_file=str(cfg.kubeconfig))
 
 
+def ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    """Make a namespace unless it exists, and wait until Pods may be created in it."""
+    _create_ignore_exists(
+        lambda: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    )
+    wait_for_default_service_account(core, name)
+
+
 def ensure_cluster_model(cfg: StackConfig) -> None:
     """N kwok Nodes, each hosting one slurmd Pod named after its Slurm node (a SUNK NodeSet)."""
     core = k8s.CoreV1Api(api(cfg))
@@ -265,7 +274,47 @@ def cluster_ready(cfg: StackConfig) -> bool:
     key, value = config.SLURMD_POD_LABEL
     pods = core.list_namespaced_pod(config.SLURM_NAMESPACE, label_selector=f"{key}={value}").items
     running = [p for p in pods if p.status.phase == "Running"]
-    return len(ready) >= cfg.nodes and len(running) >= cfg.nodes
+    if len(ready) >= cfg.nodes and len(running) >= cfg.nodes:
+        return True
+    _nudge_stuck_pods(core, [p for p in pods if p.status.phase == "Pending"])
+    # Raised, not returned: the wait reports the last one when it gives up.
+    raise NotReadyYet(
+        f"{len(ready)}/{cfg.nodes} Nodes Ready, {len(running)}/{cfg.nodes} slurmd Pods Running "
+        f"(of {len(nodes)} Nodes and {len(pods)} slurmd Pods; phases "
+        f"{sorted({str(p.status.phase) for p in pods})}; not Running: "
+        f"{[f'{p.metadata.name} on {p.spec.node_name}' for p in pods if p.status.phase != 'Running']})"
+    )
+
+
+class NotReadyYet(Exception):
+    """What is still missing, for the message of a wait that timed out."""
+
+
+NUDGE_ANNOTATION = "tandem.test/kwok-nudge"
+NUDGE_AFTER_S = 10
+
+
+def _nudge_stuck_pods(core: k8s.CoreV1Api, pending: list[k8s.V1Pod]) -> None:
+    """Touch a Pod kwok left Pending: kwok skips a Pod event while the Pod's Node is read-only to
+    it (its Lease not yet taken), and the list it runs once it takes the Lease can race that, so
+    the Pod waits for a change that never comes (one slurmd Pod of 8, twice in CI). A changed
+    annotation is that change; its value moves every NUDGE_AFTER_S, so one patch per interval."""
+    now = datetime.now(UTC)
+    bucket = str(int(now.timestamp()) // NUDGE_AFTER_S)
+    for pod in pending:
+        age = (now - pod.metadata.creation_timestamp).total_seconds()
+        if age < NUDGE_AFTER_S or (pod.metadata.annotations or {}).get(NUDGE_ANNOTATION) == bucket:
+            continue
+        print(f"kwok left Pod {pod.metadata.name} Pending for {age:.0f}s; touching it", flush=True)
+        try:
+            core.patch_namespaced_pod(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"metadata": {"annotations": {NUDGE_ANNOTATION: bucket}}},
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
 
 def _node_manifest(i: int) -> dict[str, object]:

@@ -106,17 +106,23 @@ class Daemon:
 def wait_for(what: str, check: Callable[[], bool], timeout: float, daemon: Daemon | None = None) -> None:
     """Poll `check` until it is true; fail with the daemon's log if it died or time ran out."""
     deadline = time.monotonic() + timeout
+    last_error = ""
     while True:
         try:
             if check():
                 return
-        except Exception:
-            pass
+            last_error = ""
+        except Exception as e:
+            last_error = f"{type(e).__name__}: {e}"[:500]
         if daemon is not None and not daemon.alive():
             raise RuntimeError(f"{daemon.name} exited while waiting for {what}; log:\n{daemon.tail()}")
         if time.monotonic() > deadline:
-            tail = f"; log:\n{daemon.tail()}" if daemon else ""
-            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+            # The cause first: a CI log shows only its tail, and the daemon's log is long.
+            why = f" (the last check raised {last_error})" if last_error else ""
+            tail = f"; {daemon.name}'s log:\n{daemon.tail()}" if daemon else ""
+            raise RuntimeError(
+                f"timed out after {timeout:.0f}s waiting for {what}{why}{tail}\n=> {what}: timed out{why}"
+            )
         time.sleep(0.1)
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devstack import config, slurm
@@ -60,7 +61,6 @@ def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
     return {
         "tandem-syncer": f"127.0.0.1:{p.syncer_grpc}",
         "tandem-scheduler": f"127.0.0.1:{p.scheduler_grpc}",
-        "tandem-hooks": f"127.0.0.1:{p.hooks_grpc}",
     }
 
 
@@ -104,11 +104,11 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",
             f"--placeholder-output={placeholder_log_dir(cfg)}/%j.out",
+            f"--policy-configmap={config.TANDEM_NAMESPACE}/{config.POLICY_CONFIGMAP}",
         ]
     if name == "tandem-hooks":
         return [
             exe,
-            f"--grpc-bind-address={addr[name]}",
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
             f"--syncer-address={addr['tandem-syncer']}",
             f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}",
@@ -126,9 +126,20 @@ def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str]
 
 
 def wait_serving(cfg: StackConfig, name: str, daemon: Daemon) -> None:
-    wait_for(
-        f"{name} health SERVING", lambda: health_status(grpc_addresses(cfg)[name]) == "SERVING", 60, daemon
-    )
+    wait_for(f"{name} serving", lambda: serving(cfg, name), 60, daemon)
+
+
+def serving(cfg: StackConfig, name: str) -> bool:
+    """gRPC health SERVING; the hooks gateway (HTTP only) answers /healthz."""
+    if name == "tandem-hooks":
+        try:
+            return httpx.get(f"{cfg.hooks_url}/healthz", timeout=3).status_code == 200
+        except httpx.HTTPError:
+            return False
+    try:
+        return health_status(grpc_addresses(cfg)[name]) == "SERVING"
+    except grpc.RpcError:
+        return False
 
 
 def health_status(address: str, service: str = "") -> str:

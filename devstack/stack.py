@@ -80,7 +80,7 @@ def up(cfg: StackConfig) -> float:
     wait_for(
         f"{cfg.nodes} kwok Nodes Ready and slurmd Pods Running",
         lambda: kube.cluster_ready(cfg),
-        60,
+        120,
         d["kwok"],
     )
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
@@ -156,7 +156,6 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_STATE_DIR": str(cfg.state_dir),
         "TANDEM_SCHEDULER_ADDR": addr["tandem-scheduler"],
         "TANDEM_SYNCER_ADDR": addr["tandem-syncer"],
-        "TANDEM_HOOKS_GRPC_ADDR": addr["tandem-hooks"],
         "TANDEM_HOOKS_URL": cfg.hooks_url,
         "TANDEM_HOOKS_TOKEN": services.hooks_token(cfg),
         "TANDEM_SCHEDULER_NAME": cfg.scheduler_name,
@@ -187,8 +186,9 @@ def summary(cfg: StackConfig) -> str:
     )
     addr = services.grpc_addresses(cfg)
     out.append("== Tandem")
-    for name in services.SERVICES:
-        out.append(f"{name:18} gRPC {addr[name]:22} {services.health_status(addr[name])}")
-    out.append(f"hooks gateway      HTTP {cfg.hooks_url}")
+    for name, address in addr.items():
+        out.append(f"{name:18} gRPC {address:22} {services.health_status(address)}")
+    hooks = "SERVING" if services.serving(cfg, "tandem-hooks") else "NOT SERVING"
+    out.append(f"{'tandem-hooks':18} HTTP {cfg.hooks_url:22} {hooks}")
     out.append(f"\nshell: . {cfg.env_file}")
     return "\n".join(out)
