@@ -3,13 +3,12 @@ never a storm of repeats."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import uuid
 from collections import OrderedDict
 
-from tandem.kube import JSON, KubeClient, KubeError
+from tandem.kube import JSON, KubeClient, KubeError, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ class EventRecorder:
             if len(self._seen) > self._remember:
                 self._seen.popitem(last=False)
         namespace = meta.get("namespace") or "default"
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = rfc3339(micro=True)
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -11,15 +11,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from tandem.kube import JSON, KubeClient, KubeError
+from tandem.kube import JSON, KubeClient, KubeError, object_key
 
 log = logging.getLogger(__name__)
 
 
-def object_key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+# How often an optional kind the cluster does not serve is looked for again.
+ABSENT_RETRY_SECONDS = 60.0
+
+# An index: the values an object is filed under (client-go's IndexFunc).
+IndexFunc = Callable[[JSON], list[str]]
 
 
 class Informer:
@@ -28,15 +29,28 @@ class Informer:
         kube: KubeClient,
         paths: list[str],
         params: Mapping[str, str],
-        on_change: Callable[[str, JSON | None, JSON | None], None],
+        on_change: Callable[[str, JSON | None, JSON | None], None] = lambda key, old, new: None,
+        indexes: Mapping[str, IndexFunc] | None = None,
+        transform: Callable[[JSON], JSON] | None = None,
+        optional: bool = False,
     ) -> None:
-        """`paths`: one collection path per namespace watched (or one cluster-wide path)."""
+        """`paths`: one collection path per namespace watched (or one cluster-wide path).
+        `indexes`: name -> what each object is filed under, for `by_index`. `transform`: what of
+        each object to keep (the cache holds every object of the kind: keep only what is read).
+        `optional`: a kind the cluster may not serve (an alpha API): a 404 counts as synced and
+        empty, and the list is tried again now and then."""
+        self.optional = optional
         self.kube = kube
         self.paths = paths
         self.params = dict(params)
         self.on_change = on_change
+        self.transform = transform
+        self._indexers = dict(indexes or {})
+        self._indexes: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
         self._cache: dict[str, JSON] = {}
-        self._lock = threading.Lock()
+        # Notified on every change: waiters (`wait_for`) wake on changes instead of polling.
+        self._changed = threading.Condition(threading.RLock())
+        self._lock = self._changed
         self._synced = [threading.Event() for _ in paths]
 
     def get(self, key: str) -> JSON | None:
@@ -46,6 +60,40 @@ class Informer:
     def items(self) -> list[JSON]:
         with self._lock:
             return list(self._cache.values())
+
+    def by_index(self, index: str, value: str) -> list[JSON]:
+        with self._lock:
+            return [self._cache[k] for k in self._indexes[index].get(value, ())]
+
+    def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Until `ready()` (evaluated now and after each change) or `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def _put(self, key: str, obj: JSON | None) -> JSON | None:
+        """Store (or with None, drop) an object, keep the indexes, wake waiters. Lock held."""
+        old = self._cache.pop(key, None)
+        if old is not None:
+            for name, index_of in self._indexers.items():
+                for value in index_of(old):
+                    keys = self._indexes[name].get(value)
+                    if keys is not None:
+                        keys.discard(key)
+                        if not keys:
+                            del self._indexes[name][value]
+        if obj is not None:
+            self._cache[key] = obj
+            for name, index_of in self._indexers.items():
+                for value in index_of(obj):
+                    self._indexes[name].setdefault(value, set()).add(key)
+        self._changed.notify_all()
+        return old
 
     @property
     def synced(self) -> bool:
@@ -72,6 +120,12 @@ class Informer:
                 while current is not None and not stop.is_set():
                     current = self._watch(path, current)  # None: expired, list again
             except KubeError as e:
+                if self.optional and e.status == 404:
+                    if not self._synced[index].is_set():
+                        log.info("not served by this cluster; looking again later", extra={"path": path})
+                    self._synced[index].set()
+                    stop.wait(ABSENT_RETRY_SECONDS)
+                    continue
                 log.warning("watch failed; listing again", extra={"path": path, "error": str(e)})
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -82,12 +136,13 @@ class Informer:
 
     def _list(self, path: str) -> str:
         listing = self.kube.get(path, params=self.params)
-        fresh = {object_key(o): o for o in listing.get("items") or []}
+        fresh = {object_key(o): self._keep(o) for o in listing.get("items") or []}
         with self._lock:
             mine = {k: v for k, v in self._cache.items() if self._belongs(k, path)}
             for key in mine.keys() - fresh.keys():
-                del self._cache[key]
-            self._cache.update(fresh)
+                self._put(key, None)
+            for key, obj in fresh.items():
+                self._put(key, obj)
         for key in mine.keys() - fresh.keys():
             self.on_change(key, mine[key], None)
         for key, obj in fresh.items():
@@ -96,6 +151,9 @@ class Informer:
             ):
                 self.on_change(key, mine.get(key), obj)
         return str(listing["metadata"]["resourceVersion"])
+
+    def _keep(self, obj: JSON) -> JSON:
+        return self.transform(obj) if self.transform is not None else obj
 
     def _belongs(self, key: str, path: str) -> bool:
         if len(self.paths) == 1:
@@ -116,11 +174,8 @@ class Informer:
             if kind == "BOOKMARK":
                 continue
             key = object_key(obj)
+            new = None if kind == "DELETED" else self._keep(obj)
             with self._lock:
-                old = self._cache.get(key)
-                if kind == "DELETED":
-                    self._cache.pop(key, None)
-                else:
-                    self._cache[key] = obj
-            self.on_change(key, old, None if kind == "DELETED" else obj)
+                old = self._put(key, new)
+            self.on_change(key, old, new)
         return version

@@ -46,6 +46,9 @@ class LockState(StrEnum):
     LOCKED_STRICT = "locked_strict"
 
 
+# On a Node whose Slurm node is drained or down: Slurm's reason (the syncer writes and removes it).
+DRAIN_ANNOTATION = PREFIX + "drain"
+
 # Written by the scheduler on the Pods it owns.
 JOB_ID_ANNOTATION = PREFIX + "job-id"
 
@@ -54,6 +57,11 @@ ACCOUNT = PREFIX + "account"
 COMMENT = PREFIX + "comment"
 CONSTRAINTS = PREFIX + "constraints"
 EXCLUSIVE = PREFIX + "exclusive"
+# Values of the exclusive annotation (SUNK's names for Slurm's job "shared" setting): a whole node,
+# oversubscribe, per user, per MCS label, per topology block. Before SUNK 5.7 it was a boolean
+# (and Kubernetes users write booleans anyway): legacy true/false map to these.
+EXCLUSIVE_VALUES = ("none", "ok", "user", "mcs", "topo")
+LEGACY_EXCLUSIVE = {"true": "none", "false": ""}
 EXCLUDED_NODES = PREFIX + "excluded-nodes"
 REQUIRED_NODES = PREFIX + "required-nodes"
 PARTITION = PREFIX + "partition"
@@ -91,6 +99,22 @@ OWN_ANNOTATIONS = frozenset({JOB_ID_ANNOTATION, LOCK_KEY})
 # Node labels naming the GPU model, read from a Pod's required node affinity.
 GPU_MODEL_LABELS = ("gpu.nvidia.com/model", "gpu.nvidia.com/class")
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# Pod groups placed as one Slurm job (gang scheduling). A Kubernetes PodGroup (the Workload API;
+# the Job controller makes one for an Indexed Job) that a Pod joins through
+# spec.schedulingGroup.podGroupName, with a gang policy's minCount.
+PODGROUP_API = "scheduling.k8s.io/v1alpha2"
+PODGROUP_KIND = "PodGroup"
+PODGROUP_SCHEDULED = "PodGroupScheduled"
+# Each replica group of a LeaderWorkerSet: a leader and size - 1 workers, told apart by these
+# labels and annotation, which the LWS controller puts on every Pod of the group.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+# An Indexed Job's Pods carry their index here (the order members take the allocation's nodes).
+JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 # The slurmd Pods of a NodeSet: found by this label; each Pod's name is its Slurm node's name.
 SLURMD_POD_LABEL = "app.kubernetes.io/name"

@@ -7,20 +7,24 @@ Pods) and its binding call fails to parse the reply; Tandem's hot paths speak JS
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import ssl
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-log = logging.getLogger(__name__)
+from tandem.metrics import REGISTRY
 
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+log = logging.getLogger(__name__)
+API_REQUESTS = REGISTRY.counter(
+    "tandem_kube_requests_total", "Kubernetes API requests made, by verb (watches included)", ["verb"]
+)
+
 JSON = dict[str, Any]
 
 
@@ -99,6 +103,7 @@ class KubeClient:
         timeout: float | None = None,
     ) -> JSON:
         content = json.dumps(body).encode() if body is not None else None
+        API_REQUESTS.inc(verb=method)
         headers = self._headers({"Content-Type": content_type} if content is not None else None)
         try:
             r = self._http.request(
@@ -147,6 +152,7 @@ class KubeClient:
 
     def watch(self, path: str, params: Mapping[str, str], timeout_seconds: int = 300) -> Iterator[JSON]:
         """Stream watch events ({"type", "object"}) until the server closes the watch."""
+        API_REQUESTS.inc(verb="WATCH")
         query = {
             **params,
             "watch": "1",
@@ -173,6 +179,31 @@ class KubeClient:
         except KubeError:
             return False
         return True
+
+
+def rfc3339(micro: bool = False, at: dt.datetime | None = None) -> str:
+    """A Kubernetes timestamp: metav1.Time (seconds) or, with `micro`, metav1.MicroTime."""
+    t = at or dt.datetime.now(dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: object) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+
+
+# Pod phases after which no container of the Pod runs again.
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def pod_finished(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def object_key(obj: JSON) -> str:
+    """namespace/name (name alone for cluster objects): how caches and work queues name an object."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
 
 
 def pod_path(namespace: str, name: str = "") -> str:

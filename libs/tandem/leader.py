@@ -13,23 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from tandem.kube import JSON, KubeClient, KubeError
+from tandem.kube import JSON, KubeClient, KubeError, parse_rfc3339, rfc3339
 
 log = logging.getLogger(__name__)
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _fmt(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def pod_namespace(default: str = "default") -> str:
@@ -74,7 +64,9 @@ class LeaderElector:
             return
         self.leading.set()
         log.info("became leader", extra={"lease": self.name, "identity": self.identity})
-        on_started()
+        # On its own thread: a start may take longer than the lease (the syncer waits for its
+        # first Slurm poll), and the lease must be renewed meanwhile or a second leader starts.
+        threading.Thread(target=on_started, name="leader-start", daemon=True).start()
         last_renewed = time.monotonic()
         while not stop.wait(self.retry_seconds):
             if self._try_acquire_or_renew():
@@ -97,7 +89,7 @@ class LeaderElector:
             return self._create(now)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        renewed = parse_rfc3339(spec.get("renewTime")) or parse_rfc3339(spec.get("acquireTime"))
         duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
         expired = renewed is None or (now - renewed).total_seconds() > duration
         if holder and holder != self.identity and not expired:
@@ -107,11 +99,11 @@ class LeaderElector:
             {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": int(self.lease_seconds),
-                "renewTime": _fmt(now),
+                "renewTime": rfc3339(micro=True, at=now),
             }
         )
         if holder != self.identity:
-            new_spec["acquireTime"] = _fmt(now)
+            new_spec["acquireTime"] = rfc3339(micro=True, at=now)
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
         body = {**lease, "spec": new_spec}
         try:
@@ -130,8 +122,8 @@ class LeaderElector:
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": int(self.lease_seconds),
-                "acquireTime": _fmt(now),
-                "renewTime": _fmt(now),
+                "acquireTime": rfc3339(micro=True, at=now),
+                "renewTime": rfc3339(micro=True, at=now),
                 "leaseTransitions": 0,
             },
         }

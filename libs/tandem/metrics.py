@@ -158,6 +158,9 @@ class Registry:
     ) -> Gauge:
         metric = self._add(Gauge(name, help, labels, collect))
         assert isinstance(metric, Gauge)
+        if collect is not None:
+            # Registered again by a newer owner (a re-created lock manager): it reports now.
+            metric._collect = collect
         return metric
 
     def histogram(

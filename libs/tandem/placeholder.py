@@ -4,6 +4,10 @@ services can read back from Slurm after a crash, so it is built and parsed here 
     tandem:<scheduler name>/<namespace>/<pod name>/<pod uid>
 
 Several Tandem schedulers may share one Slurm cluster; each acts only on its own jobs.
+
+A group of Pods placed together (gang scheduling) is one job, named the same way after the group:
+its "pod name" is `pg:<PodGroup name>` or `lws:<LeaderWorkerSet name>:<group index>` (no Kubernetes
+name holds a ':'), its uid the PodGroup's uid or the LWS group's key.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ class PodRef:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_group(self) -> bool:
+        return GROUP_SEPARATOR in self.name
+
+
+# Never in a Kubernetes name: what tells a group's job from a Pod's.
+GROUP_SEPARATOR = ":"
 
 
 def job_name(pod: PodRef, scheduler: str) -> str:

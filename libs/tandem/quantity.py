@@ -7,7 +7,6 @@ container first would make Slurm reserve more than Kubernetes accounts for.
 from __future__ import annotations
 
 import decimal
-import math
 import re
 from decimal import Decimal
 
@@ -56,13 +55,3 @@ def parse_quantity(text: str) -> Decimal:
     if value.copy_abs() > MAX_MAGNITUDE:
         raise ValueError(f"{text!r} is out of range: Kubernetes quantities stay within +/-(2^63-1)")
     return value
-
-
-def cpu_millis(text: str) -> int:
-    """CPU millicores, rounded up as Kubernetes does (`0.1m` is 1m)."""
-    return math.ceil(_EXACT.multiply(parse_quantity(text), Decimal(1000)))
-
-
-def bytes_of(text: str) -> int:
-    """A memory or storage size in bytes, rounded up."""
-    return math.ceil(parse_quantity(text))

@@ -7,13 +7,17 @@ import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 Key = str
 
 
 class WorkQueue:
-    def __init__(self) -> None:
+    def __init__(self, backoff_base: float = 0.25, backoff_cap: float = 30.0) -> None:
+        """`backoff_*`: the per-key exponential delay of `add_rate_limited` (client-go's
+        ItemExponentialFailureRateLimiter): base * 2^(failures so far), at most cap."""
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self._failures: dict[Key, int] = {}
         self._cond = threading.Condition()
         self._queue: deque[Key] = deque()
         self._urgent: set[Key] = set()
@@ -49,6 +53,24 @@ class WorkQueue:
         with self._cond:
             heapq.heappush(self._delayed, (time.monotonic() + seconds, key))
             self._cond.notify()
+
+    def add_rate_limited(self, key: Key) -> float:
+        """Queue `key` again after its next backoff delay; returns the delay."""
+        with self._cond:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay = min(self.backoff_cap, self.backoff_base * 2.0**failures)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: Key) -> None:
+        """`key` succeeded: its next failure starts the backoff over."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def failures(self, key: Key) -> int:
+        with self._cond:
+            return self._failures.get(key, 0)
 
     def get(self) -> Key | None:
         """The next key to work on, or None once shut down."""
@@ -97,19 +119,3 @@ class WorkQueue:
             elif key not in self._queued:
                 self._queued.add(key)
                 self._queue.append(key)
-
-
-def run_workers(
-    queue: WorkQueue, handle: Callable[[Key], None], count: int, name: str
-) -> list[threading.Thread]:
-    def loop() -> None:
-        while (key := queue.get()) is not None:
-            try:
-                handle(key)
-            finally:
-                queue.done(key)
-
-    threads = [threading.Thread(target=loop, name=f"{name}-{i}", daemon=True) for i in range(count)]
-    for t in threads:
-        t.start()
-    return threads

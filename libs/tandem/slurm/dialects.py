@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.slurm.hostlist import expand
+from tandem import keys
+from tandem.slurm.hostlist import expand, split_items
 from tandem.slurm.models import Job, JobSpec, Node
 
 # Newest first: the client speaks the first of these the server serves.
 SUPPORTED_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0.0.40")
-# SUNK's exclusive values are the names of Slurm's job_desc "shared" settings ("none": whole node).
-_SHARED = {"none": "none", "ok": "oversubscribe", "user": "user", "mcs": "mcs", "topo": "topo"}
+# SUNK's exclusive values (tandem.keys) are the names of Slurm's job_desc "shared" settings, but
+# for "ok" ("none": whole node).
+_SHARED = {value: {"ok": "oversubscribe"}.get(value, value) for value in keys.EXCLUSIVE_VALUES}
 # Sharing within a topology segment only came with Slurm 24.05's v0.0.41.
 _TOPO_SINCE = "v0.0.41"
 
@@ -71,8 +73,8 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         "script": spec.script,
         "current_working_directory": spec.working_dir,
         "cpus_per_task": spec.cpus,
-        "tasks": 1,
-        "nodes": "1",
+        "tasks": spec.nodes,
+        "nodes": str(spec.nodes),
     }
     for key, value in (
         ("account", spec.account),
@@ -119,6 +121,7 @@ class Dialect:
             user_id=_number(raw.get("user_id")) or 0,
             group_id=_number(raw.get("group_id")) or 0,
             flags=flags + tuple(raw.get("flags") or ()),
+            excluded_nodes=_nodes(raw.get("excluded_nodes")),
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:
@@ -162,9 +165,9 @@ class Dialect:
         if spec.gpus:
             job["tres_per_node"] = f"gres/{_gres(spec)}"
         if spec.required_nodes:
-            job["required_nodes"] = spec.required_nodes.split(",")
+            job["required_nodes"] = split_items(spec.required_nodes)
         if spec.excluded_nodes:
-            job["excluded_nodes"] = spec.excluded_nodes.split(",")
+            job["excluded_nodes"] = split_items(spec.excluded_nodes)
         if spec.exclusive:
             if spec.exclusive not in self._sharing:
                 raise UnsupportedBySlurm(

@@ -36,6 +36,8 @@ class Job:
     user_id: int = 0
     group_id: int = 0
     flags: tuple[str, ...] = ()
+    # Nodes the job must not be given (expanded): Tandem's exclusions merged with the annotation's.
+    excluded_nodes: tuple[str, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -44,6 +46,44 @@ class Job:
     @property
     def script_started(self) -> bool:
         return self.extra.endswith(STARTED_MARKER)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job as Tandem acts on it: Slurm's view plus what the placeholder's hooks said first.
+    The syncer builds it from slurmrestd; the scheduler receives the same on the syncer's stream."""
+
+    job: Job
+    started: bool = False
+    terminating: bool = False
+    # No longer known to slurmctld (purged after MinJobAge, or vanished while nobody watched).
+    gone: bool = False
+
+    @property
+    def job_id(self) -> int:
+        return self.job.job_id
+
+    @property
+    def ended(self) -> bool:
+        """The job will never run (again)."""
+        return self.gone or self.job.finished
+
+    @property
+    def pending(self) -> bool:
+        return not self.gone and self.job.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        return not self.gone and self.job.state == "RUNNING"
+
+    @property
+    def holds_nodes(self) -> bool:
+        """Allocated (running, or still cleaning up) rather than waiting or over."""
+        return not self.ended and self.job.state != "PENDING"
+
+    @property
+    def state_name(self) -> str:
+        return "GONE" if self.gone else self.job.state
 
 
 @dataclass(frozen=True)
@@ -73,6 +113,8 @@ class JobSpec:
     cpus: int
     memory_mb: int
     working_dir: str = "/tmp"
+    # Nodes, one task each; cpus, memory and GPUs are per node.
+    nodes: int = 1
     gpus: int = 0
     gpu_type: str = ""
     account: str = ""

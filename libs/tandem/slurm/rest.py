@@ -16,6 +16,7 @@ from tandem import tracing
 from tandem.metrics import REGISTRY
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect
+from tandem.slurm.hostlist import split_items
 from tandem.slurm.models import Job, JobSpec, Node
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,12 @@ _CANCEL_DONE = frozenset({0, 2017, 2021})
 class SlurmApiError(RuntimeError):
     """slurmrestd answered with an error; `status` is the HTTP status (0 when unreachable)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, summary: str = "") -> None:
         super().__init__(message)
         self.status = status
+        # The same words for the same trouble (no errno, no connection detail): what a Pod's
+        # condition and Events say, so a flapping socket error does not announce itself twice.
+        self.summary = summary or message
 
 
 class TokenSource:
@@ -106,7 +110,10 @@ class SlurmRestClient:
             try:
                 r = self._http.get(f"/slurm/{version}/ping", headers=self._auth(self.user))
             except httpx.HTTPError as e:
-                raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
+                raise SlurmApiError(
+                    f"slurmrestd at {self.base_url} unreachable: {e}",
+                    summary=f"slurmrestd at {self.base_url} unreachable",
+                ) from e
             if r.status_code == 200:
                 log.info(
                     "slurmrestd data-parser version chosen",
@@ -203,6 +210,14 @@ class SlurmRestClient:
         if problem:
             raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
 
+    def set_excluded_nodes(self, job_id: int, hostlist: str) -> None:
+        """Change the nodes a pending job must not be given (an empty hostlist: none)."""
+        body = {"excluded_nodes": split_items(hostlist) if hostlist else []}
+        data = self._request("POST", f"job/{job_id}", json=body).json()
+        problem = _errors(data)
+        if problem:
+            raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
+
     def cancel_job(self, job_id: int, signal: str | None = None) -> None:
         """scancel: SIGTERM now, SIGKILL after KillWait (or just `signal`). Gone jobs are fine."""
         params = {"signal": signal} if signal else None
@@ -259,7 +274,10 @@ class SlurmRestClient:
             except httpx.HTTPError as e:
                 API_ERRORS.inc(operation=operation, status="0")
                 tracing.mark_error(span, "unreachable")
-                raise SlurmApiError(f"slurmrestd at {self.base_url} unreachable: {e}") from e
+                raise SlurmApiError(
+                    f"slurmrestd at {self.base_url} unreachable: {e}",
+                    summary=f"slurmrestd at {self.base_url} unreachable",
+                ) from e
             finally:
                 API_SECONDS.observe(time.monotonic() - started, operation=operation)
             span.set_attribute("http.response.status_code", r.status_code)

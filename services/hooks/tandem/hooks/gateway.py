@@ -90,9 +90,37 @@ class HooksGateway:
                 else:
                     self._reply(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "hook routes take POST"})
 
+            def __getattr__(self, name: str) -> Any:
+                # PUT, DELETE, BREW...: a JSON 405 naming what works, not http.server's HTML 501.
+                if name.startswith("do_"):
+                    return self._not_allowed
+                raise AttributeError(name)
+
+            def _not_allowed(self) -> None:
+                self.close_connection = True
+                self._reply(
+                    HTTPStatus.METHOD_NOT_ALLOWED,
+                    {"error": f"{self.command} is not served: hook routes take POST, probes GET"},
+                    {"Allow": "GET, POST"},
+                )
+
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(min(length, MAX_BODY + 1)) if length else b""
+                declared = (self.headers.get("Content-Length") or "0").strip()
+                if not declared.isdigit():
+                    # Unreadable or negative: we cannot know where the body ends, so no keep-alive.
+                    self.close_connection = True
+                    self._reply(
+                        HTTPStatus.BAD_REQUEST, {"error": f"Content-Length {declared!r} is not a byte count"}
+                    )
+                    return
+                length = int(declared)
+                if length > MAX_BODY:
+                    self.close_connection = True  # the body stays unread
+                    self._reply(
+                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body larger than {MAX_BODY} bytes"}
+                    )
+                    return
+                raw = self.rfile.read(length) if length else b""
                 path = self.path.split("?", 1)[0]
                 # Bounded label values: a scanner's made-up paths must not grow the metrics.
                 route_name = path if path in gateway.routes else "unknown"
@@ -139,9 +167,13 @@ class HooksGateway:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+            def _reply(
+                self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = (json.dumps(body) + "\n").encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -193,9 +225,12 @@ class HooksGateway:
 
     def lock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
+        # The prolog says how long it waits; the syncer gets a second less, so its answer (a
+        # lock, or why not and the node drained) arrives before the prolog gives up.
+        waits = _timeout(body, self.call_timeout)
         reply = self._stub().AcquireNodeLock(
             syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job),
-            timeout=self.call_timeout,
+            timeout=max(1.0, min(self.call_timeout, waits - 1)),
             wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
@@ -220,12 +255,11 @@ class HooksGateway:
 
     def terminating(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
-        timeout = body.get("timeout", self.call_timeout)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise BadRequest("timeout must be a positive number of seconds")
+        timeout = _timeout(body, self.call_timeout)
         reply = self._stub().JobTerminating(
             syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=str(body.get("node", ""))),
-            timeout=float(timeout) + 1,
+            # The answer must reach the caller before it gives up (curl --max-time = timeout).
+            timeout=max(1.0, timeout - 0.5),
             wait_for_ready=True,
         )
         if reply.pod_gone:
@@ -233,7 +267,8 @@ class HooksGateway:
         return HTTPStatus.REQUEST_TIMEOUT, {
             "job": job,
             "pod_gone": False,
-            "error": "the Pod is still there at the deadline",
+            "drained_slurm_nodes": list(reply.drained_slurm_nodes),
+            "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
         }
 
     def drain(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
@@ -281,3 +316,11 @@ def _lock_name(state: int) -> str:
     from tandem.v1 import lock_pb2
 
     return str(lock_pb2.LockState.Name(state)).removeprefix("LOCK_STATE_").lower()
+
+
+def _timeout(body: dict[str, Any], default: float) -> float:
+    """How long the caller waits (`timeout` in the body, seconds)."""
+    timeout = body.get("timeout", default)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        raise BadRequest("timeout must be a positive number of seconds")
+    return float(timeout)

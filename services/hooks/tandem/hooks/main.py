@@ -21,14 +21,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     gateway = HooksGateway(
         cfg.hooks_address, cfg.bearer_token(), syncer_pb2_grpc.SyncerServiceStub(channel), cfg.call_timeout
     )
-    grpc_server = serving.GrpcServer(cfg.grpc_address, [], [])
-    grpc_server.start()
     gateway.start()
-    grpc_server.set_serving(True)
-    log.info("serving", extra={"hooks_port": gateway.port, "grpc_port": grpc_server.port})
+    log.info("serving", extra={"hooks_port": gateway.port})
     serving.wait_for_stop_signal()
     gateway.stop()
-    grpc_server.stop()
     channel.close()
     tracing.shutdown()
 

@@ -17,12 +17,6 @@ class HooksSettings(ServiceSettings):
         env="TANDEM_HOOKS_API_BIND_ADDRESS",
         help="HTTP listen address of the hooks API",
     )
-    grpc_address: str = option(
-        ":50053",
-        flag="--grpc-bind-address",
-        env="TANDEM_HOOKS_GRPC_ADDRESS",
-        help="gRPC listen address (health and reflection)",
-    )
     syncer_address: str = option(
         "tandem-syncer:50052",
         flag="--syncer-address",

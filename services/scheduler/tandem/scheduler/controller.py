@@ -1,42 +1,43 @@
-"""The scheduler's reconciler: one Pod at a time, level-triggered.
-
-Read the Pod (informer cache) and its job (syncer stream), compute what is missing, do it, and be
-safe to run again after a crash at any line:
-
-    invalid Pod                 -> one Warning Event, PodScheduled=False, never a job
-    valid, no job               -> submit the placeholder job, record its id on the Pod
-    job pending                 -> Slurm's reason in the PodScheduled condition
-    job running, script started -> bind to the Node hosting the job's Slurm node
-    Pod deleted / finished      -> cancel the job
-    job ended before the Pod    -> delete the Pod
-"""
+"""The scheduler's reconciler: observe one Pod, `decide` (tandem.scheduler.decide), carry the one
+action out. Requeues and backoff belong to the runner (tandem.runner); this module only says "look
+again in N seconds" or raises."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Protocol
 
-from tandem import keys, placeholder, tracing
+from tandem import placeholder, tracing
 from tandem.events import EventRecorder
-from tandem.kube import JSON, KubeClient, KubeError, pod_path
+from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
 from tandem.metrics import REGISTRY
-from tandem.scheduler import jobspec, validation
-from tandem.scheduler.jobs import JobTracker, is_finished, state_name
+from tandem.runner import Requeue
+from tandem.scheduler import decide as d
+from tandem.scheduler import decide_group as dg
+from tandem.scheduler import eligibility, groups, jobspec
+from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.podapi import PodApi, condition
+from tandem.scheduler.policy import OPEN, Policy
+from tandem.scheduler.validation import Validation
 from tandem.slurm.dialects import UnsupportedBySlurm
-from tandem.slurm.rest import SlurmApiError, SlurmRestClient
-from tandem.v1 import scheduler_pb2, slurm_pb2
+from tandem.slurm.hostlist import expand
+from tandem.slurm.models import JobSpec, JobStatus
+from tandem.slurm.rest import SlurmApiError
+from tandem.slurm.wire import job_to_proto
+from tandem.v1 import scheduler_pb2
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 PODS_VALIDATED = REGISTRY.counter(
     "tandem_pods_validated_total",
-    "Pods checked before a job is made, by result and failing field",
+    "Pods checked before a job is made, by result and failing field (once per Pod)",
     ["result", "reason"],
 )
 JOBS_SUBMITTED = REGISTRY.counter("tandem_jobs_submitted_total", "placeholder job submissions", ["result"])
@@ -48,159 +49,517 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
 )
 
-REASON_INVALID = "ValidationFailed"
-REASON_PENDING = "SlurmJobPending"
-REASON_SUBMIT_FAILED = "SlurmSubmitFailed"
-# Slurm did not answer: retried, unlike the two reasons above.
-REASON_SLURM_UNAVAILABLE = "SlurmUnavailable"
-TERMINAL_PHASES = ("Succeeded", "Failed")
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
+# How often a Bind waits for the syncer to publish where a Slurm node's slurmd Pod runs.
+WAIT_SECONDS = 1.0
+# Pods whose submitted/recorded job id this process remembers until its cache shows it.
+_REMEMBERED = 10_000
+
+
+class JobSubmitter(Protocol):
+    """What the scheduler asks of Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
+
+    def submit_job(self, spec: JobSpec) -> int: ...
+
+    def cancel_job(self, job_id: int, signal: str | None = None) -> None: ...
+
+    def set_excluded_nodes(self, job_id: int, hostlist: str) -> None: ...
+
+
+class PodCache(Protocol):
+    """The Pod informer, as the controller reads it."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def get(self, key: str) -> JSON | None: ...
+
+    def items(self) -> list[JSON]: ...
+
+    def by_index(self, index: str, value: str) -> list[JSON]: ...
+
+
+class ObjectCache(Protocol):
+    """An informer the controller only reads by key (PodGroups)."""
+
+    def get(self, key: str) -> JSON | None: ...
+
+
+class _NoPodGroups:
+    def get(self, key: str) -> JSON | None:
+        return None
+
+
+# The Pod informer's index of Pods by the group they name (tandem.scheduler.groups.group_key).
+BY_GROUP = "group"
+# The Pod informer's index of the Pods no Node would take now (PodScheduled reason Unschedulable).
+BY_UNSCHEDULABLE = "unschedulable"
+# The bound-Pod informer's index by Node.
+BY_NODE = "node"
+
+
+def unschedulable_index(pod: JSON) -> list[str]:
+    c = condition(pod, "PodScheduled") or {}
+    return ["yes"] if c.get("status") == "False" and c.get("reason") == d.REASON_UNSCHEDULABLE else []
+
+
+def node_index(pod: JSON) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [str(node)] if node else []
+
+
+@dataclass
+class ClusterCaches:
+    """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility)."""
+
+    nodes: ObjectCache
+    bound: PodCache
+
+
+def group_index(pod: JSON) -> list[str]:
+    key = groups.group_key(pod)
+    return [key] if key else []
+
+
+class _Memory:
+    """Pod uid -> job id, bounded: what this process wrote that its caches do not show yet."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, uid: str) -> int | None:
+        with self._lock:
+            return self._ids.get(uid)
+
+    def put(self, uid: str, job_id: int) -> None:
+        with self._lock:
+            self._ids[uid] = job_id
+            self._ids.move_to_end(uid)
+            while len(self._ids) > _REMEMBERED:
+                self._ids.popitem(last=False)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._ids.pop(uid, None)
 
 
 class Controller:
     def __init__(
         self,
         kube: KubeClient,
-        slurm: SlurmRestClient,
+        slurm: JobSubmitter,
         jobs: JobTracker,
         events: EventRecorder,
         queue: WorkQueue,
-        pods: Any,
+        pods: PodCache,
         placeholder_cfg: jobspec.PlaceholderConfig,
         kill_wait: float,
-        slurmd_namespace: str,
+        podgroups: ObjectCache | None = None,
+        cluster: ClusterCaches | None = None,
+        reject_static_cpu: bool = False,
+        policy: Callable[[], Policy] = lambda: OPEN,
     ) -> None:
-        self.kube = kube
+        self.reject_static_cpu = reject_static_cpu
+        self.policy = policy
         self.slurm = slurm
+        self.podgroups: ObjectCache = podgroups or _NoPodGroups()
+        self.cluster = cluster
+        # Job id -> the nodes this process last told Slurm to exclude (Slurm's own report wins).
+        self._excludes: OrderedDict[int, frozenset[str]] = OrderedDict()
         self.jobs = jobs
         self.events = events
         self.queue = queue
-        self.pods = pods  # the Pod informer
+        self.pods = pods
         self.api = PodApi(kube)
         self.placeholder_cfg = placeholder_cfg
         self.kill_wait = kill_wait
-        self.slurmd_namespace = slurmd_namespace
-        # Jobs this process submitted, by Pod uid: the source of truth until the stream shows them.
-        self._submitted: dict[str, int] = {}
-        self._submitted_lock = threading.Lock()
-        self._kube_nodes: dict[str, str] = {}
+        # Jobs this process submitted, and job ids it wrote on Pods: the truth until the stream
+        # and the informer show them.
+        self._submitted = _Memory()
+        self._recorded = _Memory()
         # Jobs already cancelled: their scripts are shutting down; once is enough.
         self._cancelled: set[int] = set()
+        self._cancelled_lock = threading.Lock()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
 
     # -- entry points ------------------------------------------------------------------------
 
     def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        # A member of a group is placed with its group: the group's key is what is reconciled.
+        for pod in (old, new):
+            gkey = groups.group_key(pod) if pod is not None else None
+            if gkey is not None:
+                self.queue.add(gkey)
         self.queue.add(key)
 
-    def on_job(self, pod: placeholder.PodRef, job: Any) -> None:
+    def on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """A Node's labels, taints, cordon, readiness or room changed: every unbound Pod looks again."""
+        if _content(old) == _content(new):
+            return  # a heartbeat
+        for pod in self.pods.items():
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self.queue.add(groups.group_key(pod) or object_key(pod))
+
+    def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """Room freed on a Node (a Pod left or finished): the Pods no Node would take look again."""
+        if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
+            for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
+                self.queue.add(groups.group_key(pod) or object_key(pod))
+
+    def on_policy_changed(self) -> None:
+        """The tenant policy changed: every Pod not placed yet is judged again."""
+        for pod in self.pods.items():
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self.queue.add(groups.group_key(pod) or object_key(pod))
+
+    def on_podgroup(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        pg = new or old
+        if pg is None:
+            return
+        gkey = groups.key_of_podgroup(pg)
+        self.queue.add(gkey)
+        for pod in self.pods.by_index(BY_GROUP, gkey):
+            self.queue.add(object_key(pod))  # a basic policy: its Pods go one by one
+
+    def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
+        if job.ended:
+            with self._cancelled_lock:
+                self._cancelled.discard(job.job_id)  # nothing more to remember about it
         # A Pod to bind or to stop goes ahead of pending-reason updates.
-        self.queue.add(pod.key, urgent=bool(job.script_started or job.terminating or is_finished(job)))
+        self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
 
-    def reconcile(self, key: str) -> None:
-        try:
-            self._reconcile(key)
-        except (KubeError, SlurmApiError) as e:
-            log.warning("reconcile failed; retrying", extra={"pod": key, "error": str(e)})
-            self.queue.add_after(key, 1.0)
-        except Exception:
-            log.exception("reconcile crashed; retrying", extra={"pod": key})
-            self.queue.add_after(key, 5.0)
+    def on_node_moved(self, slurm_node: str) -> None:
+        """A slurmd Pod moved (or its Node became known): Pods of jobs on that node look again."""
+        for pod in self.pods.items():
+            gkey = groups.group_key(pod)
+            jobs = self.jobs.for_pod_key(gkey) if gkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
+            for job in jobs:
+                if slurm_node in job.job.nodes and not job.ended:
+                    self.queue.add(gkey or object_key(pod), urgent=True)
 
-    # -- the reconciler --------------------------------------------------------------------------
-
-    def _reconcile(self, key: str) -> None:
-        if not (self.pods.synced and self.jobs.synced):
-            # Before both first lists arrive, "not in the cache" does not mean "gone": a restarted
-            # scheduler would cancel the job of a Pod it has not listed yet.
-            self.queue.add_after(key, 0.5)
-            return
+    def reconcile(self, key: str) -> Requeue:
+        if groups.is_group_key(key):
+            observed_group = self.observe_group(key)
+            return self._act_group(observed_group, dg.decide_group(observed_group))
         pod = self.pods.get(key)
+        if pod is not None and self._in_gang(pod):
+            return None  # its group's reconcile places it
+        observed = self.observe(key)
+        action = d.decide(observed)
+        return self._act(observed, action)
+
+    def _in_gang(self, pod: JSON) -> bool:
+        gkey = groups.group_key(pod)
+        if gkey is None:
+            return False
+        return groups.resolve(gkey, self.pods.by_index(BY_GROUP, gkey), self.podgroups.get) is not None
+
+    # -- observing -----------------------------------------------------------------------------
+
+    def observe(self, key: str) -> d.Observed:
+        pod = self.pods.get(key)
+        with self._cancelled_lock:
+            cancelled = frozenset(self._cancelled)
         if pod is None:
-            self._cancel_orphans(key)
-            return
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        job = self._job_of(pod)
-        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            self._cancel(
-                job, key, "Pod is being deleted" if meta.get("deletionTimestamp") else "Pod finished"
-            )
-            return
-        if spec.get("nodeName"):
-            self._watch_bound(pod, job)
-            return
-        if _marked_invalid(pod):
-            return  # no retry until the Pod is recreated
-        result = validation.validate(pod, self.kill_wait)
-        for warning in result.warnings:
-            self._event(pod, "Warning", "UnknownAnnotation", warning)
-        if not result.ok:
-            for problem in result.errors:
-                PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
-            message = result.message()
-            self.api.set_unscheduled(pod, REASON_INVALID, message)
-            self._event(pod, "Warning", "FailedValidation", message)
-            log.info("pod rejected", extra={"pod": key, "reason": message})
-            return
-        job_id = job.job_id if job is not None else self._recorded_job_id(pod)
-        if job_id is None:
-            self._submit(pod)
-            return
-        if meta.get("annotations", {}).get(keys.JOB_ID_ANNOTATION) != str(job_id):
-            self.api.record_job(pod, job_id)  # a previous life submitted but crashed before this
-        if job is None:
-            return  # submitted; the syncer's stream brings the job
-        if is_finished(job):
-            self._event(
-                pod,
-                "Warning",
-                "SlurmJobEnded",
-                f"placeholder job {job.job_id} ended ({state_name(job)}) before the Pod was bound",
-            )
-            self.api.delete(pod)
-            return
-        if job.state == slurm_pb2.JOB_STATE_RUNNING and job.script_started and job.nodes:
-            self._bind(pod, job)
-            return
-        if job.state != slurm_pb2.JOB_STATE_PENDING or job.state_reason in ("", "None"):
-            return  # allocated (prolog running) or not yet looked at: the next change will tell
-        where = f" in partition {job.partition}" if job.partition else ""
-        self.api.set_unscheduled(
-            pod, REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {job.state_reason}"
+            return d.Observed(key, None, jobs_of_key=tuple(self.jobs.for_pod_key(key)), cancel_sent=cancelled)
+        uid = str(pod["metadata"]["uid"])
+        annotated = d.recorded_job_id(pod)
+        submitted, recorded = self._submitted.get(uid), self._recorded.get(uid)
+        if annotated is not None and annotated in (submitted, recorded):
+            # The cached Pod carries it now; a scheduler that runs for months must not keep
+            # every job id it ever submitted.
+            self._submitted.forget(uid)
+            self._recorded.forget(uid)
+            submitted = recorded = None
+        job = self._job_of(uid, annotated or recorded or submitted)
+        return d.Observed(
+            key,
+            pod,
+            job=job,
+            recorded_job_id=recorded or annotated,
+            submitted_job_id=submitted,
+            cancel_sent=cancelled,
+            kube_node=self.jobs.kube_node,
+            kill_wait=self.kill_wait,
+            fit=self._fit_of(pod),
+            job_excludes=self._job_excludes(job),
+            reject_static_cpu=self.reject_static_cpu,
+            policy=self.policy(),
         )
 
-    # -- steps -------------------------------------------------------------------------------
+    def _fit_of(self, pod: JSON) -> Callable[[Mapping[str, int]], eligibility.Eligibility] | None:
+        cluster = self.cluster
+        if cluster is None:
+            return None
 
-    def _job_of(self, pod: JSON) -> Any | None:
-        uid = pod["metadata"]["uid"]
+        def fit(requests: Mapping[str, int]) -> eligibility.Eligibility:
+            return eligibility.judge(
+                pod,
+                requests,
+                self.jobs.slurm_node_names(),
+                self.jobs.kube_node,
+                cluster.nodes.get,
+                lambda node: cluster.bound.by_index(BY_NODE, node),
+            )
+
+        return fit
+
+    def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
+        if job is None or job.job.excluded_nodes:
+            return None  # Slurm says
+        with self._cancelled_lock:
+            return self._excludes.get(job.job_id)
+
+    def _remember_excludes(self, job_id: int, hostlist: str) -> None:
+        with self._cancelled_lock:
+            self._excludes[job_id] = frozenset(expand(hostlist) if hostlist else ())
+            while len(self._excludes) > _REMEMBERED:
+                self._excludes.popitem(last=False)
+
+    def _job_of(self, uid: str, recorded: int | None) -> JobStatus | None:
         candidates = self.jobs.for_pod(uid)
-        live = [j for j in candidates if not is_finished(j)]
+        live = [j for j in candidates if not j.ended]
         if live:
             return live[-1]
-        recorded = self._recorded_job_id(pod)
         for j in candidates:
             if j.job_id == recorded:
                 return j
         return candidates[-1] if candidates else None
 
-    def _recorded_job_id(self, pod: JSON) -> int | None:
-        uid = pod["metadata"]["uid"]
-        raw = (pod["metadata"].get("annotations") or {}).get(keys.JOB_ID_ANNOTATION, "")
-        recorded = int(raw) if raw.isdigit() else None
-        with self._submitted_lock:
-            submitted = self._submitted.get(uid)
-            if submitted is not None and submitted == recorded:
-                # The cached Pod carries it now; a scheduler that runs for months must not keep
-                # every job id it ever submitted.
-                del self._submitted[uid]
-        return submitted if submitted is not None else recorded
+    def observe_group(self, key: str) -> dg.ObservedGroup:
+        members = tuple(self.pods.by_index(BY_GROUP, key))
+        group = groups.resolve(key, members, self.podgroups.get)
+        jobs = self.jobs.for_pod_key(key)
+        live = [j for j in jobs if not j.ended]
+        job = live[-1] if live else (jobs[-1] if jobs else None)
+        with self._cancelled_lock:
+            cancelled = frozenset(self._cancelled)
+        submitted = self._submitted.get(key)
+        if submitted is not None and job is not None and job.job_id == submitted:
+            self._submitted.forget(key)  # the stream shows it now
+            submitted = None
+        return dg.ObservedGroup(
+            key,
+            group,
+            members,
+            job=job,
+            submitted_job_id=submitted,
+            cancel_sent=cancelled,
+            kube_node=self.jobs.kube_node,
+            slurm_nodes=self.jobs.slurm_node_count(),
+            kill_wait=self.kill_wait,
+            fit=self._member_fit(),
+            policy=self.policy(),
+        )
 
-    def _submit(self, pod: JSON) -> None:
-        key = _key(pod)
+    def _member_fit(self) -> Callable[[JSON, Mapping[str, int]], eligibility.Eligibility] | None:
+        if self.cluster is None:
+            return None
+
+        def fit(pod: JSON, requests: Mapping[str, int]) -> eligibility.Eligibility:
+            judge = self._fit_of(pod)
+            assert judge is not None
+            return judge(requests)
+
+        return fit
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def _act(self, o: d.Observed, action: d.Action) -> Requeue:
+        match action:
+            case d.Nothing():
+                return None
+            case d.Wait(why=why):
+                log.info("waiting", extra={"pod": o.key, "why": why})
+                return WAIT_SECONDS
+            case d.Cancel(job_ids=job_ids, why=why):
+                self._cancel(o.key, job_ids, why)
+                return None
+        pod = o.pod
+        assert pod is not None  # every other action is about a Pod that exists
+        match action:
+            case d.Reject(validation=result):
+                self._reject(pod, result)
+            case d.Submit(validation=result, excluded=excluded):
+                self._submit(pod, result, excluded)
+            case d.Nominate(kube_node=kube_node):
+                self.api.nominate(pod, kube_node)
+            case d.Exclude(job_id=job_id, hostlist=hostlist):
+                self.slurm.set_excluded_nodes(job_id, hostlist)
+                self._remember_excludes(job_id, hostlist)
+                log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
+            case d.Record(job_id=job_id):
+                self.api.record_job(pod, job_id)
+                self._recorded.put(str(pod["metadata"]["uid"]), job_id)
+            case d.Bind():
+                self._bind(pod, action)
+            case d.SetPending(reason=reason, message=message, event=event):
+                if self.api.set_unscheduled(pod, reason, message) and event:
+                    self._event(pod, "Warning", event, message)
+            case d.Delete(event_type=type_, event_reason=reason, message=message):
+                self._event(pod, type_, reason, message)
+                self.api.delete(pod)
+        return None
+
+    def _act_group(self, o: dg.ObservedGroup, action: dg.GroupAction) -> Requeue:
+        group = o.group
+        match action:
+            case d.Nothing():
+                return None
+            case d.Wait(why=why):
+                log.info("waiting", extra={"group": o.key, "why": why})
+                return WAIT_SECONDS
+            case d.Cancel(job_ids=job_ids, why=why):
+                self._cancel(o.key, job_ids, why)
+                return None
+        assert group is not None  # every other action is about a group that exists
+        match action:
+            case dg.RejectMembers(pods=pods, message=message, problems=problems):
+                for pod in pods:
+                    self.api.set_unscheduled(pod, d.REASON_INVALID, message)
+                    self._event(pod, "Warning", "FailedValidation", message)
+                for problem in problems:
+                    PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
+                self._group_status(
+                    group, False, "Unschedulable", message, event=("Warning", "FailedValidation")
+                )
+            case dg.RefuseGroup(pods=pods, message=message):
+                for pod in pods:
+                    self.api.set_unscheduled(pod, d.REASON_CANNOT_FIT, message)
+                self._group_event(group, pods, "Warning", "FailedScheduling", message)
+                self._group_status(group, False, "Unschedulable", message)
+            case dg.SubmitGroup(members=members, validations=validations, excluded=excluded):
+                self._submit_group(group, members, validations, excluded)
+            case dg.RecordMembers(pods=pods, job_id=job_id):
+                for pod in pods:
+                    self.api.record_job(pod, job_id)
+            case dg.PendMembers(pods=pods, reason=reason, message=message):
+                for pod in pods:
+                    self.api.set_unscheduled(pod, reason, message)
+                self._group_status(group, False, "Unschedulable", message)
+            case dg.BindMembers(job=job, placements=placements):
+                for placement in placements:
+                    self._bind(placement.pod, d.Bind(job, placement.slurm_node, placement.kube_node))
+                bound = {str(p.pod["metadata"]["uid"]) for p in placements}
+                unbound = [
+                    m
+                    for m in o.members
+                    if str(m["metadata"]["uid"]) not in bound and not (m.get("spec") or {}).get("nodeName")
+                ]
+                if not unbound:
+                    self._group_status(
+                        group, True, "Scheduled", f"all members bound to the nodes of Slurm job {job.job_id}"
+                    )
+            case dg.DeleteMembers(pods=pods, event_type=type_, event_reason=reason, message=message):
+                for pod in pods:
+                    self._event(pod, type_, reason, message)
+                    self.api.delete(pod)
+        return None
+
+    def _submit_group(
+        self,
+        group: groups.Group,
+        members: tuple[JSON, ...],
+        validations: tuple[Validation, ...],
+        excluded: tuple[str, ...] = (),
+    ) -> None:
+        with tracing.span(
+            "submit group job", attributes={"k8s.group": group.key, "members": len(members)}
+        ) as span:
+            spec = jobspec.build_group_job_spec(
+                group.ref,
+                members,
+                self.placeholder_cfg,
+                [v.requests for v in validations],
+                excluded,
+                validations[0].defaults,
+            )
+            spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
+            try:
+                job_id = self.slurm.submit_job(spec)
+            except SlurmApiError as e:
+                if e.status in TRANSIENT_HTTP:
+                    JOBS_SUBMITTED.inc(result="error")
+                    message = f"cannot submit the group's job, retrying: {e.summary}"
+                    for pod in members:
+                        self.api.set_unscheduled(pod, d.REASON_SLURM_UNAVAILABLE, message)
+                    raise
+                JOBS_SUBMITTED.inc(result="refused")
+                self._refuse_group(group, members, f"Slurm refused the job of {group.title}: {e}")
+                return
+            except UnsupportedBySlurm as e:
+                JOBS_SUBMITTED.inc(result="refused")
+                self._refuse_group(group, members, f"Slurm cannot run {group.title}: {e}")
+                return
+            JOBS_SUBMITTED.inc(result="ok")
+            for _ in members:
+                PODS_VALIDATED.inc(result="valid", reason="")
+            span.set_attribute("slurm.job_id", job_id)
+            self._submitted.put(group.key, job_id)
+            self.jobs.announce(job_id, spec.name)
+            log.info("group job submitted", extra={"group": group.key, "job": job_id, "nodes": spec.nodes})
+            for pod in members:
+                self.api.record_job(pod, job_id)
+            where = f" to partition {spec.partition}" if spec.partition else ""
+            self._group_event(
+                group,
+                members,
+                "Normal",
+                "SlurmJobSubmitted",
+                f"job {job_id} for {group.title} ({spec.nodes} nodes, one per member) submitted{where}",
+            )
+
+    def _refuse_group(self, group: groups.Group, members: tuple[JSON, ...], message: str) -> None:
+        for pod in members:
+            self.api.set_unscheduled(pod, d.REASON_SUBMIT_FAILED, message)
+        self._group_event(group, members, "Warning", "FailedScheduling", message)
+        self._group_status(group, False, "Unschedulable", message)
+
+    def _group_event(
+        self, group: groups.Group, members: tuple[JSON, ...], type_: str, reason: str, message: str
+    ) -> None:
+        """On the PodGroup when there is one, else on the group's first member (the LWS leader)."""
+        self._event(group.podgroup if group.podgroup is not None else members[0], type_, reason, message)
+
+    def _group_status(
+        self,
+        group: groups.Group,
+        scheduled: bool,
+        reason: str,
+        message: str,
+        event: tuple[str, str] | None = None,
+    ) -> None:
+        if group.podgroup is None:
+            return
+        try:
+            written = self.api.set_group_scheduled(group.podgroup, scheduled, reason, message)
+        except KubeError as e:
+            if e.not_found:
+                return
+            raise
+        if written and event is not None:
+            self._event(group.podgroup, event[0], event[1], message)
+
+    def _reject(self, pod: JSON, result: Validation) -> None:
+        message = result.message()
+        self.api.set_unscheduled(pod, d.REASON_INVALID, message)
+        for problem in result.errors:
+            PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
+        self._event(pod, "Warning", "FailedValidation", message)
+        log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
+
+    def _submit(self, pod: JSON, result: Validation, excluded: tuple[str, ...] = ()) -> None:
+        key = object_key(pod)
         with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
-            PODS_VALIDATED.inc(result="valid", reason="")
-            spec = jobspec.build_job_spec(pod, self.placeholder_cfg)
+            for warning in result.warnings:
+                self._event(pod, "Warning", "UnknownAnnotation", warning)
+            if result.static_cpu:
+                self._event(pod, "Warning", "StaticCPU", result.static_cpu)
+            spec = jobspec.build_job_spec(
+                pod, self.placeholder_cfg, result.requests, unfit=excluded, defaults=result.defaults
+            )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()
             try:
@@ -208,14 +567,13 @@ class Controller:
                 # priority all apply.
                 job_id = self.slurm.submit_job(spec)
             except SlurmApiError as e:
-                JOBS_SUBMITTED.inc(result="error" if e.status in TRANSIENT_HTTP else "refused")
                 if e.status in TRANSIENT_HTTP:
-                    log.warning("submit failed; retrying", extra={"pod": key, "error": str(e)})
-                    self.queue.add_after(key, 2.0)
-                    message = f"cannot submit the placeholder job, retrying: {e}"
-                    if self.api.set_unscheduled(pod, REASON_SLURM_UNAVAILABLE, message):
-                        self._event(pod, "Warning", REASON_SLURM_UNAVAILABLE, message)
-                    return
+                    JOBS_SUBMITTED.inc(result="error")
+                    message = f"cannot submit the placeholder job, retrying: {e.summary}"
+                    if self.api.set_unscheduled(pod, d.REASON_SLURM_UNAVAILABLE, message):
+                        self._event(pod, "Warning", d.REASON_SLURM_UNAVAILABLE, message)
+                    raise  # the runner retries with backoff
+                JOBS_SUBMITTED.inc(result="refused")
                 self._refuse(pod, f"Slurm refused the placeholder job: {e}")
                 return
             except UnsupportedBySlurm as e:
@@ -223,35 +581,36 @@ class Controller:
                 self._refuse(pod, f"Slurm cannot run this Pod: {e}")
                 return
             JOBS_SUBMITTED.inc(result="ok")
+            PODS_VALIDATED.inc(result="valid", reason="")
             span.set_attribute("slurm.job_id", job_id)
             SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
-            with self._submitted_lock:
-                self._submitted[pod["metadata"]["uid"]] = job_id
+            self._submitted.put(str(pod["metadata"]["uid"]), job_id)
+            self._remember_excludes(job_id, spec.excluded_nodes)
             self.jobs.announce(job_id, spec.name)
             log.info(
                 "placeholder job submitted",
                 extra={"pod": key, "job": job_id, "uid": spec.user_id, "gid": spec.group_id},
             )
             self.api.record_job(pod, job_id)
+            self._recorded.put(str(pod["metadata"]["uid"]), job_id)
             where = f" to partition {spec.partition}" if spec.partition else ""
             self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
 
     def _refuse(self, pod: JSON, message: str) -> None:
         """Slurm said no to this Pod as it is: like a validation error, it is not retried."""
-        self.api.set_unscheduled(pod, REASON_SUBMIT_FAILED, message)
+        self.api.set_unscheduled(pod, d.REASON_SUBMIT_FAILED, message)
         self._event(pod, "Warning", "FailedScheduling", message)
 
-    def _bind(self, pod: JSON, job: Any) -> None:
-        slurm_node = job.nodes[0]
-        kube_node = self._kube_node(slurm_node, fresh=True)
+    def _bind(self, pod: JSON, bind: d.Bind) -> None:
+        job_id = bind.job.job_id
         picked_up = time.monotonic()
         with tracing.span(
             "bind pod",
-            parent=self.jobs.trace_context.get(job.job_id),
-            attributes={"k8s.pod": _key(pod), "k8s.node": kube_node, "slurm.job_id": job.job_id},
+            parent=self.jobs.trace_context.get(job_id),
+            attributes={"k8s.pod": object_key(pod), "k8s.node": bind.kube_node, "slurm.job_id": job_id},
         ):
-            self.api.bind(pod, kube_node)
-        started = self.jobs.started_at.get(job.job_id, picked_up)
+            self.api.bind(pod, bind.kube_node)
+        started = self.jobs.started_at.get(job_id, picked_up)
         BIND_SECONDS.observe(time.monotonic() - started)
         created = _created_at(pod)
         if created is not None:
@@ -259,10 +618,10 @@ class Controller:
         log.info(
             "pod bound",
             extra={
-                "pod": _key(pod),
-                "job": job.job_id,
-                "node": slurm_node,
-                "kube_node": kube_node,
+                "pod": object_key(pod),
+                "job": job_id,
+                "node": bind.slurm_node,
+                "kube_node": bind.kube_node,
                 "queued_ms": round((picked_up - started) * 1000, 1),
                 "bind_ms": round((time.monotonic() - picked_up) * 1000, 1),
             },
@@ -271,110 +630,63 @@ class Controller:
             pod,
             "Normal",
             "Scheduled",
-            f"Successfully assigned {_key(pod)} to {kube_node} (Slurm job {job.job_id} on {slurm_node})",
+            f"Successfully assigned {object_key(pod)} to {bind.kube_node} "
+            f"(Slurm job {job_id} on {bind.slurm_node})",
         )
 
-    def _watch_bound(self, pod: JSON, job: Any | None) -> None:
-        """A bound Pod lives exactly as long as its job, on its job's node."""
-        if job is None:
-            return
-        why = ""
-        if job.terminating:
-            why = "was stopped (scancel, time limit or preemption)"
-        elif is_finished(job):
-            why = f"ended ({state_name(job)})"
-        elif job.state == slurm_pb2.JOB_STATE_PENDING:
-            why = "was requeued"
-        elif (
-            job.nodes
-            and job.state == slurm_pb2.JOB_STATE_RUNNING
-            and job.script_started
-            and self._kube_node(job.nodes[0]) != pod["spec"]["nodeName"]
-            and self._kube_node(job.nodes[0], fresh=True) != pod["spec"]["nodeName"]
-        ):
-            why = f"now runs on {job.nodes[0]}, not on this Pod's Node"
-        if why:
-            self._event(pod, "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
-            self.api.delete(pod)
-
-    def _cancel(self, job: Any | None, key: str, why: str) -> None:
-        if job is None:
-            return
-        if is_finished(job):
-            self._cancelled.discard(job.job_id)  # nothing more to remember about it
-            return
-        if job.job_id in self._cancelled:
-            return
-        log.info("cancelling job", extra={"pod": key, "job": job.job_id, "why": why})
-        self.slurm.cancel_job(job.job_id)
-        self._cancelled.add(job.job_id)
-
-    def _cancel_orphans(self, key: str) -> None:
-        """The Pod is gone: no job of a Pod by this name may outlive it."""
-        for job in self.jobs.for_pod_key(key):
-            ref = placeholder.parse_job_name(job.name)
-            if ref is not None:
-                with self._submitted_lock:
-                    self._submitted.pop(ref.uid, None)  # deleted before its annotation was seen
-            self._cancel(job, key, "Pod deleted")
-
-    def _kube_node(self, slurm_node: str, fresh: bool = False) -> str:
-        """The Node that hosts this Slurm node's slurmd Pod. A slurmd Pod can move (a NodeSet
-        replaces a broken Node), so a bind, and any decision to delete, reads it afresh."""
-        node = None if fresh else self._kube_nodes.get(slurm_node)
-        if node is None:
-            slurmd = self.kube.get(pod_path(self.slurmd_namespace, slurm_node))
-            node = str(slurmd["spec"]["nodeName"])
-            self._kube_nodes[slurm_node] = node
-        return node
+    def _cancel(self, key: str, job_ids: tuple[int, ...], why: str) -> None:
+        for job_id in job_ids:
+            log.info("cancelling job", extra={"pod": key, "job": job_id, "why": why})
+            self.slurm.cancel_job(job_id)
+            with self._cancelled_lock:
+                self._cancelled.add(job_id)
+        if groups.is_group_key(key):
+            self._submitted.forget(key)
+        elif why == "Pod deleted":
+            for job in self.jobs.for_pod_key(key):
+                ref = placeholder.parse_job_name(job.job.name)
+                if ref is not None:
+                    self._submitted.forget(ref.uid)  # deleted before its annotation was seen
+                    self._recorded.forget(ref.uid)
 
     def _event(self, pod: JSON, type_: str, reason: str, message: str) -> None:
         self._background.submit(self.events.record, pod, type_, reason, message)
 
     # -- placements (gRPC) ---------------------------------------------------------------------
 
-    def placement(self, pod: JSON) -> Any:
+    def placement(self, pod: JSON) -> scheduler_pb2.Placement:
+        """Where the Pod stands, from the same observation and decision a reconcile acts on."""
         meta, spec = pod["metadata"], pod.get("spec") or {}
-        job = self._job_of(pod)
+        observed = self.observe(object_key(pod))
+        if self._in_gang(pod) and observed.recorded_job_id is not None:
+            # A member of a group: its job is the group's, found by the id it carries.
+            observed = replace(observed, job=self.jobs.get(observed.recorded_job_id))
+        action = d.decide(observed)
+        job = observed.job
         cond = condition(pod, "PodScheduled") or {}
-        state = scheduler_pb2.PLACEMENT_STATE_PENDING
-        if cond.get("reason") == REASON_INVALID:
-            state = scheduler_pb2.PLACEMENT_STATE_INVALID
-        elif meta.get("deletionTimestamp") or (job is not None and (job.terminating or is_finished(job))):
-            state = scheduler_pb2.PLACEMENT_STATE_TERMINATING
-        elif spec.get("nodeName"):
-            state = scheduler_pb2.PLACEMENT_STATE_BOUND
-        elif job is not None and job.script_started:
-            state = scheduler_pb2.PLACEMENT_STATE_STARTED
-        slurm_node = job.nodes[0] if job is not None and job.nodes else ""
         return scheduler_pb2.Placement(
             pod_namespace=meta["namespace"],
             pod_name=meta["name"],
             pod_uid=meta["uid"],
-            job_id=job.job_id if job is not None else (self._recorded_job_id(pod) or 0),
-            job_state=job.state if job is not None else slurm_pb2.JOB_STATE_UNSPECIFIED,
-            slurm_node=slurm_node,
+            job_id=job.job_id if job is not None else (observed.recorded_job_id or 0),
+            job_state=job_to_proto(job).state if job is not None else "JOB_STATE_UNSPECIFIED",
+            slurm_node=job.job.nodes[0] if job is not None and job.job.nodes else "",
             kube_node=spec.get("nodeName", ""),
-            state=state,
+            state=f"PLACEMENT_STATE_{d.placement_state(observed, action)}",
             reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
         )
 
 
-def _created_at(pod: JSON) -> float | None:
-    text = pod["metadata"].get("creationTimestamp")
-    if not text:
+def _content(obj: JSON | None) -> JSON | None:
+    """An object without its resourceVersion: what a change changed."""
+    if obj is None:
         return None
-    return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    return {
+        **obj,
+        "metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"},
+    }
 
 
-def _marked_invalid(pod: JSON) -> bool:
-    c = condition(pod, "PodScheduled")
-    return (
-        c is not None
-        and c.get("status") == "False"
-        and c.get("reason") in (REASON_INVALID, REASON_SUBMIT_FAILED)
-    )
-
-
-def _key(pod: JSON) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+def _created_at(pod: JSON) -> float | None:
+    created = parse_rfc3339(pod["metadata"].get("creationTimestamp"))
+    return created.timestamp() if created is not None else None

@@ -1,4 +1,6 @@
-"""The scheduler's view of Slurm jobs, kept current by the syncer's WatchSlurm stream."""
+"""The scheduler's view of Slurm, kept current by the syncer's WatchSlurm stream: this
+scheduler's placeholder jobs, and which Kubernetes Node hosts each Slurm node (the syncer owns that
+mapping and publishes it; the scheduler binds from it)."""
 
 from __future__ import annotations
 
@@ -6,54 +8,54 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Protocol
 
 import grpc
 
 from tandem import placeholder
-from tandem.v1 import slurm_pb2, syncer_pb2, syncer_pb2_grpc
+from tandem.slurm.models import JobStatus
+from tandem.slurm.wire import job_from_proto, node_from_proto
+from tandem.v1 import slurm_pb2, syncer_pb2
 
 log = logging.getLogger(__name__)
 
-FINISHED = frozenset(
-    {
-        slurm_pb2.JOB_STATE_COMPLETED,
-        slurm_pb2.JOB_STATE_CANCELLED,
-        slurm_pb2.JOB_STATE_FAILED,
-        slurm_pb2.JOB_STATE_TIMEOUT,
-        slurm_pb2.JOB_STATE_NODE_FAIL,
-        slurm_pb2.JOB_STATE_PREEMPTED,
-        slurm_pb2.JOB_STATE_BOOT_FAIL,
-        slurm_pb2.JOB_STATE_DEADLINE,
-        slurm_pb2.JOB_STATE_OUT_OF_MEMORY,
-        slurm_pb2.JOB_STATE_GONE,
-    }
-)
+# How long a tombstone (a job Slurm no longer knows) is kept, so "gone" is not mistaken for
+# "submitted, not seen yet" by a reconcile that runs late.
+TOMBSTONE_SECONDS = 600.0
 
 
-def is_finished(job: Any) -> bool:
-    return job.state in FINISHED
+class SyncerClient(Protocol):
+    """The part of the syncer's gRPC stub the tracker uses."""
 
+    def WatchSlurm(
+        self, request: syncer_pb2.WatchSlurmRequest, wait_for_ready: bool
+    ) -> Iterator[syncer_pb2.WatchSlurmResponse]: ...
 
-def state_name(job: Any) -> str:
-    return str(slurm_pb2.JobState.Name(job.state)).removeprefix("JOB_STATE_")
+    def PlaceholderSubmitted(
+        self, request: syncer_pb2.PlaceholderSubmittedRequest, timeout: float
+    ) -> syncer_pb2.PlaceholderSubmittedResponse: ...
 
 
 class JobTracker:
     def __init__(
         self,
         scheduler_name: str,
-        syncer: syncer_pb2_grpc.SyncerServiceStub,
-        on_change: Callable[[placeholder.PodRef, Any], None],
+        syncer: SyncerClient,
+        on_change: Callable[[placeholder.PodRef, JobStatus], None],
+        on_node_moved: Callable[[str], None] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
         self.syncer = syncer
         self.on_change = on_change
-        self._jobs: dict[int, Any] = {}
+        self.on_node_moved = on_node_moved
+        self._jobs: dict[int, JobStatus] = {}
         self._by_uid: defaultdict[str, set[int]] = defaultdict(set)
         # By namespace/name, any uid: what a deleted Pod's key still finds.
         self._by_key: defaultdict[str, set[int]] = defaultdict(set)
+        # Slurm node -> the Kubernetes Node hosting its slurmd Pod, as the syncer publishes it.
+        self._kube_nodes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._gone_at: dict[int, float] = {}
@@ -71,18 +73,31 @@ class JobTracker:
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
-    def get(self, job_id: int) -> Any | None:
+    def get(self, job_id: int) -> JobStatus | None:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def for_pod(self, uid: str) -> list[Any]:
+    def for_pod(self, uid: str) -> list[JobStatus]:
         with self._lock:
             return [self._jobs[j] for j in sorted(self._by_uid.get(uid, ())) if j in self._jobs]
 
-    def for_pod_key(self, key: str) -> list[Any]:
+    def for_pod_key(self, key: str) -> list[JobStatus]:
         """The jobs of every Pod that had this namespace/name (a deleted Pod has no uid to ask by)."""
         with self._lock:
             return [self._jobs[j] for j in sorted(self._by_key.get(key, ())) if j in self._jobs]
+
+    def kube_node(self, slurm_node: str) -> str | None:
+        with self._lock:
+            return self._kube_nodes.get(slurm_node) or None
+
+    def slurm_node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._kube_nodes)
+
+    def slurm_node_count(self) -> int:
+        """How many Slurm nodes the syncer has published (0 before its snapshot)."""
+        with self._lock:
+            return len(self._kube_nodes)
 
     def announce(self, job_id: int, name: str) -> None:
         """Tell the syncer about a job we just submitted (best effort: it can also ask Slurm)."""
@@ -98,17 +113,18 @@ class JobTracker:
         while not stop.is_set():
             try:
                 # A fresh snapshot: every job submitted before this call is in it, so a restarted
-                # scheduler finds the jobs its previous life submitted.
+                # scheduler finds the jobs its previous life submitted. Only this scheduler's jobs.
                 in_snapshot: set[int] | None = set()
-                for msg in self.syncer.WatchSlurm(
-                    syncer_pb2.WatchSlurmRequest(fresh=True), wait_for_ready=True
-                ):
+                request = syncer_pb2.WatchSlurmRequest(fresh=True, scheduler_name=self.scheduler_name)
+                for msg in self.syncer.WatchSlurm(request, wait_for_ready=True):
                     self.connected = True
                     backoff = 0.5
                     if msg.HasField("job"):
                         if in_snapshot is not None:
                             in_snapshot.add(msg.job.job_id)
-                        self._apply(msg.job, dict(msg.trace_context))
+                        self._apply(job_from_proto(msg.job), dict(msg.trace_context))
+                    elif msg.HasField("node"):
+                        self._apply_node(msg.node)
                     if msg.snapshot_done:
                         if in_snapshot is not None:
                             self._forget_missing(in_snapshot)
@@ -123,7 +139,16 @@ class JobTracker:
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def _apply(self, job: Any, trace_context: dict[str, str] | None = None) -> None:
+    def _apply_node(self, msg: slurm_pb2.SlurmNode) -> None:
+        node, kube_node = node_from_proto(msg)
+        with self._lock:
+            before = self._kube_nodes.get(node.name)
+            self._kube_nodes[node.name] = kube_node
+        if before is not None and before != kube_node and self.on_node_moved is not None:
+            self.on_node_moved(node.name)
+
+    def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
+        job = status.job
         if job.name and placeholder.scheduler_of(job.name) != self.scheduler_name:
             return  # another scheduler's job, or no placeholder at all
         pod = placeholder.parse_job_name(job.name)
@@ -131,49 +156,41 @@ class JobTracker:
             old = self._jobs.get(job.job_id)
             if pod is None and old is not None:
                 # A pushed start may carry no name; keep the one we know.
-                pod = placeholder.parse_job_name(old.name)
+                pod = placeholder.parse_job_name(old.job.name)
                 if pod is not None:
-                    job.name = old.name
-            if job.script_started and (old is None or not old.script_started):
+                    status = replace(status, job=replace(job, name=old.job.name))
+            if status.started and (old is None or not old.started):
                 self.started_at[job.job_id] = time.monotonic()
                 if trace_context:
                     self.trace_context[job.job_id] = trace_context
-            self._jobs[job.job_id] = job
+            self._jobs[job.job_id] = status
             if pod is not None:
                 self._by_uid[pod.uid].add(job.job_id)
                 self._by_key[pod.key].add(job.job_id)
-            if job.state == slurm_pb2.JOB_STATE_GONE:
-                # A tombstone, so "gone" is not mistaken for "submitted, not seen yet".
+            if status.gone:
                 self._gone_at[job.job_id] = time.monotonic()
                 self._prune_gone()
         if pod is not None:
-            self.on_change(pod, job)
+            self.on_change(pod, status)
 
     def _forget_missing(self, in_snapshot: set[int]) -> None:
         """After a reconnect: a job we knew that the fresh snapshot lacks ended while the stream
         was down (and Slurm already purged it); without a tombstone its Pod would stay forever."""
         with self._lock:
-            missing = [
-                job
-                for job_id, job in self._jobs.items()
-                if job_id not in in_snapshot and job.state != slurm_pb2.JOB_STATE_GONE
-            ]
-        for job in missing:
-            gone = slurm_pb2.SlurmJob()
-            gone.CopyFrom(job)
-            gone.state = slurm_pb2.JOB_STATE_GONE
-            log.info("job vanished while the syncer stream was down", extra={"job": job.job_id})
-            self._apply(gone)
+            missing = [s for job_id, s in self._jobs.items() if job_id not in in_snapshot and not s.gone]
+        for status in missing:
+            log.info("job vanished while the syncer stream was down", extra={"job": status.job_id})
+            self._apply(replace(status, gone=True))
 
-    def _prune_gone(self, keep_seconds: float = 600.0) -> None:
-        cutoff = time.monotonic() - keep_seconds
+    def _prune_gone(self) -> None:
+        cutoff = time.monotonic() - TOMBSTONE_SECONDS
         for job_id, at in list(self._gone_at.items()):
             if at < cutoff:
                 del self._gone_at[job_id]
                 self.started_at.pop(job_id, None)
                 self.trace_context.pop(job_id, None)
-                job = self._jobs.pop(job_id, None)
-                pod = placeholder.parse_job_name(job.name) if job is not None else None
+                status = self._jobs.pop(job_id, None)
+                pod = placeholder.parse_job_name(status.job.name) if status is not None else None
                 if pod is not None:
                     for index, key in ((self._by_uid, pod.uid), (self._by_key, pod.key)):
                         index[key].discard(job_id)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem import keys
 from tandem.placeholder import PodRef, job_name
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
+from tandem.slurm.hostlist import compress, expand
 from tandem.slurm.models import JobSpec
 
 MIB = 1024 * 1024
@@ -91,19 +92,40 @@ def _required_affinity_values(spec: Mapping[str, Any]) -> list[str]:
 
 def exclusive(value: str) -> str:
     """JobSpec.exclusive from the annotation: legacy `true` is a whole node, `false` is Slurm's default."""
-    legacy = value.lower()
-    if legacy == "true":
-        return "none"
-    if legacy == "false":
-        return ""
-    return value
+    return keys.LEGACY_EXCLUSIVE.get(value.lower(), value)
 
 
-def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
-    """The placeholder job for a Pod that passed `validate`."""
-    ref = pod_ref(pod)
-    found = pod_annotations(pod)
-    requests = effective_requests(pod)
+def build_group_job_spec(
+    group: PodRef,
+    members: Sequence[Pod],
+    cfg: PlaceholderConfig,
+    requests: Sequence[Mapping[str, int]],
+    unfit: Sequence[str] = (),
+    defaults: Mapping[str, str] | None = None,
+) -> JobSpec:
+    """One job for a group: a node per member, each node sized for the largest member (Slurm's
+    heterogeneous jobs would size each node for its own member; a leader and its workers
+    usually ask alike, and one homogeneous job keeps one job id, one prolog per node and one
+    placeholder script). The members' job annotations agree (validation.disagreements)."""
+    largest = {name: max(r.get(name, 0) for r in requests) for name in {n for r in requests for n in r}}
+    spec = build_job_spec(members[0], cfg, largest, ref=group, unfit=unfit, defaults=defaults)
+    return replace(spec, nodes=len(members))
+
+
+def build_job_spec(
+    pod: Pod,
+    cfg: PlaceholderConfig,
+    requests: Mapping[str, int] | None = None,
+    ref: PodRef | None = None,
+    unfit: Sequence[str] = (),
+    defaults: Mapping[str, str] | None = None,
+) -> JobSpec:
+    """The placeholder job for a Pod that passed `validate` (`requests`: what it parsed; `defaults`:
+    what the tenant policy filled in), or with `ref`, for the group that Pod belongs to."""
+    ref = ref or pod_ref(pod)
+    found = {**(defaults or {}), **pod_annotations(pod)}
+    if requests is None:
+        requests = effective_requests(pod)
     gpus = requests.get(keys.GPU_RESOURCE, 0)
     environment = {
         **cfg.environment,
@@ -113,7 +135,7 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         # The script appends its started marker to the job's Extra, which its environment lacks.
         "TANDEM_JOB_EXTRA": "",
     }
-    uid, gid = job_user(pod)
+    uid, gid = job_user(pod, defaults)
     return JobSpec(
         name=job_name(ref, cfg.scheduler_name),
         script=cfg.script,
@@ -128,7 +150,7 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
         comment=found.get(keys.COMMENT, ""),
         constraints=found.get(keys.CONSTRAINTS, ""),
         exclusive=exclusive(found.get(keys.EXCLUSIVE, "")),
-        excluded_nodes=found.get(keys.EXCLUDED_NODES, ""),
+        excluded_nodes=_excluded(found.get(keys.EXCLUDED_NODES, ""), unfit),
         required_nodes=found.get(keys.REQUIRED_NODES, ""),
         partition=found.get(keys.PARTITION, ""),
         prefer=found.get(keys.PREFER, ""),
@@ -142,10 +164,18 @@ def build_job_spec(pod: Pod, cfg: PlaceholderConfig) -> JobSpec:
     )
 
 
-def job_user(pod: Pod) -> tuple[int, int]:
-    """(uid, gid) the job runs as: root by default, and the user's own id as group when only
-    `user-id` is given (SUNK's rule)."""
-    found = pod_annotations(pod)
+def _excluded(named: str, unfit: Sequence[str]) -> str:
+    """The annotation's excluded nodes and the ones whose Nodes would not take the Pod, as one
+    compact hostlist (ranges, never a list of every eligible node)."""
+    if not unfit:
+        return named
+    return compress(sorted(set(expand(named) if named else ()) | set(unfit)))
+
+
+def job_user(pod: Pod, defaults: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(uid, gid) the job runs as: root by default (or the tenant policy's first allowed ids), and
+    the user's own id as group when only `user-id` is given (SUNK's rule)."""
+    found = {**(defaults or {}), **pod_annotations(pod)}
     uid = _optional_int(found.get(keys.USER_ID))
     gid = _optional_int(found.get(keys.GROUP_ID))
     if uid is None:

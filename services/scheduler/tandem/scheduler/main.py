@@ -6,20 +6,31 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from tandem import leader, logs, serving, settings, tracing
+from tandem import keys, leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
-from tandem.kube import KubeClient
+from tandem.kube import KubeClient, object_key
 from tandem.metrics import REGISTRY
-from tandem.scheduler import jobspec
-from tandem.scheduler.controller import Controller
+from tandem.runner import Runner
+from tandem.scheduler import eligibility, jobspec
+from tandem.scheduler.controller import (
+    BY_GROUP,
+    BY_NODE,
+    BY_UNSCHEDULABLE,
+    ClusterCaches,
+    Controller,
+    group_index,
+    node_index,
+    unschedulable_index,
+)
 from tandem.scheduler.jobs import JobTracker
+from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.slurm.rest import SlurmRestClient
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
-from tandem.workqueue import WorkQueue, run_workers
+from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.scheduler")
 
@@ -58,16 +69,52 @@ def main(argv: Sequence[str] | None = None) -> None:
         else ["/api/v1/pods"]
     )
     controller: Controller
+    try:
+        policy = PolicySource(kube, cfg.policy_configmap, lambda: controller.on_policy_changed())
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
     pods = Informer(
         kube,
         paths,
         {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
         lambda key, old, new: controller.on_pod(key, old, new),
+        indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index},
+    )
+    # What fits where (tandem.scheduler.eligibility): every Node, and every Pod bound to one (of the
+    # watched namespaces in namespace scope), slimmed to what the filters read.
+    nodes = Informer(
+        kube,
+        ["/api/v1/nodes"],
+        {},
+        lambda key, old, new: controller.on_node(key, old, new),
+        transform=eligibility.slim_node,
+    )
+    bound = Informer(
+        kube,
+        paths,
+        {"fieldSelector": "spec.nodeName!="},
+        lambda key, old, new: controller.on_bound_pod(key, old, new),
+        indexes={BY_NODE: node_index},
+        transform=eligibility.slim_bound_pod,
+    )
+    # Gangs: the Workload API's PodGroups (alpha in Kubernetes 1.36; absent is fine).
+    podgroup_api = f"/apis/{keys.PODGROUP_API}"
+    podgroups = Informer(
+        kube,
+        [f"{podgroup_api}/namespaces/{ns}/podgroups" for ns in cfg.watch_namespaces]
+        if cfg.watch_namespaces
+        else [f"{podgroup_api}/podgroups"],
+        {},
+        lambda key, old, new: controller.on_podgroup(key, old, new),
+        # A list's items lack kind and apiVersion; Events and status writes name them.
+        transform=lambda pg: {**pg, "apiVersion": keys.PODGROUP_API, "kind": keys.PODGROUP_KIND},
+        optional=True,
     )
     jobs = JobTracker(
         cfg.scheduler_name,
         syncer_pb2_grpc.SyncerServiceStub(channel),
         lambda pod, job: controller.on_job(pod, job),
+        lambda slurm_node: controller.on_node_moved(slurm_node),
     )
     controller = Controller(
         kube,
@@ -78,7 +125,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         pods,
         placeholder_cfg,
         cfg.slurm_kill_wait,
-        cfg.slurmd_namespace,
+        podgroups,
+        ClusterCaches(nodes, bound),
+        cfg.reject_static_cpu,
+        policy.current,
+    )
+    runner = Runner(
+        "scheduler",
+        queue,
+        controller.reconcile,
+        [
+            lambda: pods.synced,
+            lambda: podgroups.synced,
+            lambda: nodes.synced,
+            lambda: bound.synced,
+            lambda: policy.synced,
+            lambda: jobs.synced,
+        ],
+        cfg.workers,
     )
     servicer = SchedulerServicer(controller)
     name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
@@ -94,13 +158,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
     threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()
     pods.start(stop)
+    podgroups.start(stop)
+    nodes.start(stop)
+    bound.start(stop)
+    policy.start(stop)
     lost = threading.Event()
 
     def lead() -> None:
         # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
-        run_workers(queue, controller.reconcile, cfg.workers, "reconcile")
+        runner.start(stop, on_started=enqueue_all)
+
+    def enqueue_all() -> None:
         for pod in pods.items():
-            queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+            queue.add(object_key(pod))
 
     leader.lead_when_elected(
         kube, cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id, stop, lead, lost.set

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from collections import OrderedDict
 from typing import Any
 
 from tandem import keys
-from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
+from tandem.kube import JSON, KubeClient, KubeError, pod_path, rfc3339, tolerates
 
 LOCK_TOLERATION = {"key": keys.LOCK_KEY, "operator": "Exists", "effect": keys.LOCK_TAINT_EFFECT}
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _path(pod: JSON) -> str:
@@ -49,6 +44,42 @@ class PodApi:
             patch["spec"] = {"tolerations": [*(pod["spec"].get("tolerations") or []), LOCK_TOLERATION]}
         return self.kube.merge_patch(_path(pod), patch)
 
+    def set_group_scheduled(self, podgroup: JSON, scheduled: bool, reason: str, message: str) -> bool:
+        """The PodGroup's PodGroupScheduled condition; no write when already so. True if written."""
+        meta = podgroup["metadata"]
+        status = "True" if scheduled else "False"
+        wanted = (status, reason, message)
+        uid = "podgroup/" + str(meta.get("uid", ""))
+        for c in (podgroup.get("status") or {}).get("conditions") or []:
+            if (
+                c.get("type") == keys.PODGROUP_SCHEDULED
+                and (c.get("status"), c.get("reason"), c.get("message")) == wanted
+            ):
+                return False
+        with self._written_lock:
+            if self._written.get(uid) == (status + reason, message):
+                return False
+        written = {
+            "type": keys.PODGROUP_SCHEDULED,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": rfc3339(),
+            "observedGeneration": meta.get("generation"),
+        }
+        path = f"/apis/{keys.PODGROUP_API}/namespaces/{meta['namespace']}/podgroups/{meta['name']}/status"
+        self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
+        with self._written_lock:
+            self._written[uid] = (status + reason, message)
+            self._written.move_to_end(uid)
+            while len(self._written) > _WRITTEN_CONDITIONS:
+                self._written.popitem(last=False)
+        return True
+
+    def nominate(self, pod: JSON, node: str) -> None:
+        """status.nominatedNodeName (KEP-5278): where the Pod will run once its prolog passed."""
+        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"nominatedNodeName": node or None}})
+
     def set_unscheduled(self, pod: JSON, reason: str, message: str) -> bool:
         """PodScheduled=False with reason and message; no write when already so. True if written."""
         uid = str(pod["metadata"].get("uid", ""))
@@ -71,7 +102,7 @@ class PodApi:
             "status": "False",
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": rfc3339(),
             "lastProbeTime": None,
         }
         self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})

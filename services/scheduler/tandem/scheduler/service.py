@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import grpc
 
 from tandem.scheduler.controller import Controller
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
-class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):  # type: ignore[misc]
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
 
-    def GetPlacement(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetPlacement(
+        self, request: scheduler_pb2.GetPlacementRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.GetPlacementResponse:
         if not request.pod_namespace or not request.pod_name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_namespace and pod_name are required")
         pod = self.controller.pods.get(f"{request.pod_namespace}/{request.pod_name}")
@@ -23,9 +23,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):  # type: i
                 grpc.StatusCode.NOT_FOUND,
                 f"no Pod {request.pod_namespace}/{request.pod_name} with this scheduler's name in scope",
             )
+            raise AssertionError("abort raises")
         return scheduler_pb2.GetPlacementResponse(placement=self.controller.placement(pod))
 
-    def ListPlacements(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListPlacements(
+        self, request: scheduler_pb2.ListPlacementsRequest, context: grpc.ServicerContext
+    ) -> scheduler_pb2.ListPlacementsResponse:
         pods = [
             p
             for p in self.controller.pods.items()

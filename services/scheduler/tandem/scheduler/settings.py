@@ -56,6 +56,18 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_PLACEHOLDER_OUTPUT",
         help="where placeholder scripts write, on the Slurm nodes (%%j = job id)",
     )
+    reject_static_cpu: bool = option(
+        False,
+        flag="--reject-static-cpu",
+        env="TANDEM_REJECT_STATIC_CPU",
+        help="refuse Guaranteed Pods with whole CPUs (kubelet CPU pinning Slurm cannot see), not only warn",
+    )
+    policy_configmap: str = option(
+        "",
+        flag="--policy-configmap",
+        env="TANDEM_POLICY_CONFIGMAP",
+        help="NAMESPACE/NAME of the tenant policy ConfigMap (key policy.yaml); empty: no policy",
+    )
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )

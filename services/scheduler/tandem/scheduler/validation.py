@@ -13,12 +13,14 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from tandem import keys
 from tandem.quantity import parse_quantity
+from tandem.scheduler.policy import OPEN, Policy, Verdict, check
+from tandem.slurm.hostlist import split_items
 
 # A raw Pod as the API server returns it (camelCase JSON).
 Pod = Mapping[str, Any]
@@ -31,10 +33,6 @@ MAX_SLURM_UINT32 = 0xFFFFFFFE
 DEFAULT_GRACE_SECONDS = 30
 # The placeholder script needs this long after the Pod is gone to exit before Slurm's KillWait.
 KILL_WAIT_MARGIN_SECONDS = 5
-
-EXCLUSIVE_VALUES = ("none", "ok", "user", "mcs", "topo")
-# Before SUNK 5.7 `exclusive` was a boolean; Kubernetes users write booleans in any case.
-LEGACY_EXCLUSIVE = ("true", "false")
 
 _INTEGER_RANGES: dict[str, tuple[int, int]] = {
     keys.PRIORITY: (0, MAX_SLURM_UINT32),
@@ -76,6 +74,13 @@ class Problem:
 class Validation:
     errors: tuple[Problem, ...]
     warnings: tuple[str, ...]
+    # The Pod's requests as `effective_requests` gives them (empty when they did not parse): the
+    # job is built from these, not from a second parse.
+    requests: Mapping[str, int] = field(default_factory=dict)
+    # Why the kubelet would pin this Pod's CPUs ("" when it would not): a Warning Event.
+    static_cpu: str = ""
+    # Annotations the tenant policy fills in when the Pod leaves them out (its first allowed ids).
+    defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -106,7 +111,9 @@ def effective_requests(pod: Pod) -> dict[str, int]:
     return {name: _to_units(name, value) for name, value in total.items()}
 
 
-def validate(pod: Pod, kill_wait_seconds: float) -> Validation:
+def validate(
+    pod: Pod, kill_wait_seconds: float, reject_static_cpu: bool = False, policy: Policy = OPEN
+) -> Validation:
     errors: list[Problem] = []
     warnings: list[str] = []
     found = pod_annotations(pod)
@@ -117,9 +124,72 @@ def validate(pod: Pod, kill_wait_seconds: float) -> Validation:
                 errors.append(Problem(f"metadata.annotations[{key}]", rule))
             elif key not in keys.JOB_ANNOTATIONS and key not in keys.OWN_ANNOTATIONS:
                 warnings.append(_unknown_annotation(key))
-    errors.extend(_request_problems(pod))
+    request_problems: list[Problem] = []
+    total = _effective(pod, request_problems)
+    errors.extend(_request_problems(total, request_problems))
     errors.extend(_grace_problems(pod, kill_wait_seconds))
-    return Validation(tuple(errors), tuple(warnings))
+    requests = {} if request_problems else {name: _to_units(name, value) for name, value in total.items()}
+    verdict = Verdict()
+    if not any(p.field.startswith("metadata.annotations[") for p in errors):
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        verdict = check(policy, namespace, {k: v for k, v in found.items() if k in keys.JOB_ANNOTATIONS})
+        errors.extend(Problem(key, rule) for key, rule in verdict.problems)
+    static = static_cpu(pod) if not request_problems else ""
+    if static and reject_static_cpu:
+        errors.append(Problem("spec.containers[].resources", f"{static} (--reject-static-cpu)"))
+        static = ""
+    return Validation(tuple(errors), tuple(warnings), requests, static, verdict.defaults)
+
+
+def static_cpu(pod: Pod) -> str:
+    """Why the kubelet's static CPU manager would pin this Pod's CPUs: Guaranteed QoS (every
+    container's requests equal its limits for cpu and memory) with an integer CPU count. Slurm
+    does not know those CPUs are taken, so its own jobs can land on them and slurmd drains the
+    node (the reference's warning). "" when it would not."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    if not containers:
+        return ""
+    cpus = Decimal(0)
+    for c in containers:
+        resources = c.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        for name in (CPU, MEMORY):
+            if name not in limits:
+                return ""
+            try:
+                limit = parse_quantity(str(limits[name]))
+                request = parse_quantity(str(requests.get(name, limits[name])))
+            except ValueError:
+                return ""
+            if limit != request:
+                return ""
+        if c in (spec.get("containers") or []):
+            cpus += parse_quantity(str(limits[CPU]))
+    if cpus <= 0 or cpus != cpus.to_integral_value():
+        return ""
+    return (
+        f"Guaranteed QoS with {int(cpus)} whole CPU(s): a kubelet with the static CPU manager pins them, "
+        "and Slurm, which does not see the pinning, may give them to its own jobs"
+    )
+
+
+def disagreements(members: list[Pod]) -> tuple[Problem, ...]:
+    """A group is one job: every job annotation must be the same on each member (absent included)."""
+    problems = []
+    for key in sorted(keys.JOB_ANNOTATIONS):
+        seen: dict[str, str] = {}
+        for pod in members:
+            value = pod_annotations(pod).get(key, "")
+            seen.setdefault(value, str((pod.get("metadata") or {}).get("name")))
+        if len(seen) > 1:
+            shown = ", ".join(
+                f"{name}={_quote(value) if value else '(unset)'}" for value, name in seen.items()
+            )
+            problems.append(
+                Problem(f"metadata.annotations[{key}]", f"must be the same on every member, got {shown}")
+            )
+    return tuple(problems)
 
 
 # --- annotations ---------------------------------------------------------------------------------
@@ -130,9 +200,11 @@ def _annotation_rule(key: str, value: str) -> str:
     if key in _INTEGER_RANGES:
         return _integer_rule(value, *_INTEGER_RANGES[key])
     if key == keys.EXCLUSIVE:
-        if value in EXCLUSIVE_VALUES or value.lower() in LEGACY_EXCLUSIVE:
+        if value in keys.EXCLUSIVE_VALUES or value.lower() in keys.LEGACY_EXCLUSIVE:
             return ""
-        return f"must be one of {', '.join(EXCLUSIVE_VALUES)} (or legacy true/false), got {_quote(value)}"
+        return (
+            f"must be one of {', '.join(keys.EXCLUSIVE_VALUES)} (or legacy true/false), got {_quote(value)}"
+        )
     if key in _NODE_LISTS:
         return _node_list_rule(value)
     if _has_control(value) and (key in _FREE_TEXT or key in _SINGLE_NAMES or key == keys.CURRENT_WORKING_DIR):
@@ -158,7 +230,7 @@ def _node_list_rule(value: str) -> str:
     """Slurm hostlist syntax: `a100-092-01,gpu-[001-004,007]`. An empty value names no node."""
     if not value:
         return ""
-    for item in _split_top_level(value):
+    for item in split_items(value):
         if not item:
             return f"must be comma-separated Slurm node names with no empty items, got {_quote(value)}"
         if not _NODE_NAME.fullmatch(item):
@@ -173,21 +245,6 @@ def _node_list_rule(value: str) -> str:
     return ""
 
 
-def _split_top_level(value: str) -> list[str]:
-    """Items between the commas that are not inside [ranges]."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(value):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(value[start:i])
-            start = i + 1
-    items.append(value[start:])
-    return items
-
-
 def _unknown_annotation(key: str) -> str:
     known = {k.removeprefix(keys.PREFIX): k for k in keys.JOB_ANNOTATIONS}
     close = difflib.get_close_matches(key.removeprefix(keys.PREFIX), sorted(known), n=1, cutoff=0.75)
@@ -198,9 +255,8 @@ def _unknown_annotation(key: str) -> str:
 # --- resources -----------------------------------------------------------------------------------
 
 
-def _request_problems(pod: Pod) -> list[Problem]:
-    problems: list[Problem] = []
-    total = _effective(pod, problems)
+def _request_problems(total: Mapping[str, Decimal], parse_problems: list[Problem]) -> list[Problem]:
+    problems = list(parse_problems)
     for name in (CPU, MEMORY):
         # A garbled quantity is already reported; "not set" on top of it would mislead.
         if any(p.field.endswith(f".{name}") for p in problems):

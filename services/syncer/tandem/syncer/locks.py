@@ -12,13 +12,15 @@ import re
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tandem import keys
 from tandem.events import EventRecorder
 from tandem.keys import LockState
-from tandem.kube import JSON, KubeClient, KubeError, pod_path, tolerates
+from tandem.kube import JSON, KubeClient, KubeError, pod_finished, pod_path, tolerates
 from tandem.metrics import REGISTRY
+from tandem.syncer.cluster import ClusterView
 from tandem.syncer.mirror import SlurmMirror
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,6 @@ EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a N
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
-TERMINAL_PHASES = ("Succeeded", "Failed")
 # A Pod whose eviction was refused (its PodDisruptionBudget allows no disruption now) is asked
 # again this much later, not on every round: the budget changes on the scale of seconds.
 EVICTION_RETRY_SECONDS = 2.0
@@ -68,31 +69,32 @@ class NodeLockView:
     kube_node: str
     state: LockState
     job_ids: list[int] = field(default_factory=list)
-    blocking_pods: list[str] = field(default_factory=list)
 
 
 class NodeLocker:
     """Takes and releases node locks. The syncer is the only writer of lock annotations and taints
     (one leader), so what it wrote is cached: a prolog on an already locked node costs no API call.
-    `reconcile_all` re-reads everything every few seconds and repairs any drift."""
+    Pods, Nodes and slurmd Pods are read from the informers (`cluster`); a prolog waiting for its
+    Node to empty wakes on each Pod change. `reconcile_all` repairs any drift every few seconds."""
 
     def __init__(
         self,
         kube: KubeClient,
         mirror: SlurmMirror,
-        slurmd_namespace: str,
+        cluster: ClusterView,
         scheduler_name: str,
         timeout: float,
-        poll: float = 0.1,
         events: EventRecorder | None = None,
     ) -> None:
         self.kube = kube
         self.mirror = mirror
-        self.slurmd_namespace = slurmd_namespace
+        self.cluster = cluster
+        self.slurmd_namespace = cluster.slurmd_namespace
         self.scheduler_name = scheduler_name
         self.timeout = timeout
-        self.poll = poll
         self.events = events
+        # Events go out from here, never under a node's mutex: a slow API must not hold a lock.
+        self._event_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lock-events")
         self._node_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
         # job id -> when its prolog asked, per Slurm node.
@@ -118,14 +120,10 @@ class NodeLocker:
     # -- the slurmd Pod and its Node ---------------------------------------------------------
 
     def slurmd_pod(self, slurm_node: str) -> JSON:
-        try:
-            return self.kube.get(pod_path(self.slurmd_namespace, slurm_node))
-        except KubeError as e:
-            if e.not_found:
-                raise LockError(
-                    f"no slurmd Pod {self.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
-                ) from e
-            raise
+        pod = self.cluster.slurmd_pod(slurm_node)
+        if pod is None:
+            raise LockError(f"no slurmd Pod {self.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}")
+        return pod
 
     def _learn(self, pod: JSON) -> tuple[str, LockState]:
         name = pod["metadata"]["name"]
@@ -147,14 +145,17 @@ class NodeLocker:
 
     # -- acquire -----------------------------------------------------------------------------
 
-    def acquire(self, slurm_node: str, job_id: int, strict: bool) -> NodeLockView:
+    def acquire(
+        self, slurm_node: str, job_id: int, strict: bool, timeout: float | None = None
+    ) -> NodeLockView:
         """Hold the node for the job and return once nothing that must leave is on its Node.
 
         The whole of it runs under the node's mutex: prologs of other jobs on the same node wait
         and then find the lock already taken, instead of repeating the work."""
         target = LockState.LOCKED_STRICT if strict else LockState.LOCKED
         began = time.monotonic()
-        deadline = began + self.timeout
+        timeout = self.timeout if timeout is None else max(0.0, timeout)
+        deadline = began + timeout
         with self._mutex(slurm_node):
             waited = time.monotonic() - began
             self._holds[slurm_node][job_id] = time.monotonic()
@@ -169,7 +170,9 @@ class NodeLocker:
                 if not _satisfies(current, target):
                     if current == LockState.FALSE:
                         self._set_state(slurm_node, LockState.PENDING)
-                    rounds = self._drain_pods(slurm_node, kube_node, slurmd_uid, job_id, strict, deadline)
+                    rounds = self._drain_pods(
+                        slurm_node, kube_node, slurmd_uid, job_id, strict, began, deadline
+                    )
                     self._set_state(slurm_node, target)
                     current = target
             except Exception:
@@ -191,7 +194,14 @@ class NodeLocker:
         return self._view(slurm_node, kube_node, current)
 
     def _drain_pods(
-        self, slurm_node: str, kube_node: str, slurmd_uid: str, job_id: int, strict: bool, deadline: float
+        self,
+        slurm_node: str,
+        kube_node: str,
+        slurmd_uid: str,
+        job_id: int,
+        strict: bool,
+        began: float,
+        deadline: float,
     ) -> int:
         rounds = 0
         # Pod uid -> (why its eviction was refused, when to ask again).
@@ -202,10 +212,10 @@ class NodeLocker:
             if not blocking:
                 return rounds
             now = time.monotonic()
-            if now > deadline:
+            if now >= deadline:
                 blockers = [Blocker(p, refused.get(_uid(p), ("", 0.0))[0]) for p in blocking]
-                self._report_blockers(blockers, slurm_node, kube_node, job_id)
-                raise LockTimeout(kube_node, self.timeout, blockers)
+                self._report_blockers(blockers, slurm_node, kube_node, job_id, deadline - began)
+                raise LockTimeout(kube_node, deadline - began, blockers)
             for p in blocking:
                 # A Pod already on its way out (the taint manager deletes those that do not
                 # tolerate the NoExecute taint; an earlier eviction) only has to finish leaving.
@@ -216,28 +226,34 @@ class NodeLocker:
                 why = self._evict(p, slurm_node, job_id, strict)
                 if why:
                     refused[_uid(p)] = (why, now + EVICTION_RETRY_SECONDS)
-            time.sleep(self.poll)
+            # Until a Pod of this Node changes, a refused eviction is due again, or time is up.
+            seen = _versions(blocking)
+            due = min([deadline, *(at for _, at in refused.values() if at > now)])
 
-    def _report_blockers(self, blockers: list[Blocker], slurm_node: str, kube_node: str, job_id: int) -> None:
+            def changed(seen: dict[str, str] = seen) -> bool:
+                return _versions(self.blocking_pods(kube_node, strict, slurmd_uid)) != seen
+
+            self.cluster.wait_for(changed, max(0.0, due - time.monotonic()))
+
+    def _report_blockers(
+        self, blockers: list[Blocker], slurm_node: str, kube_node: str, job_id: int, waited: float
+    ) -> None:
         """Tell each Pod's owner, on the Pod, which Slurm job it kept off the Node."""
-        if self.events is None:
-            return
         for b in blockers:
             because = f": {b.why}" if b.why else ""
-            self.events.record(
+            self._event(
                 b.pod,
                 "Warning",
                 "BlockedSlurmJob",
                 f"Slurm job {job_id} could not lock Node {kube_node} (Slurm node {slurm_node}) within "
-                f"{self.timeout:.0f}s because this Pod did not leave{because}; the Slurm node is drained "
+                f"{waited:.0f}s because this Pod did not leave{because}; the Slurm node is drained "
                 "and the job runs elsewhere",
             )
 
     def blocking_pods(self, kube_node: str, strict: bool, slurmd_uid: str) -> list[JSON]:
-        pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={kube_node}"})
         blocking = []
-        for p in pods.get("items") or []:
-            if (p.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        for p in self.cluster.pods_on(kube_node):
+            if pod_finished(p):
                 continue
             if (p.get("metadata") or {}).get("uid") == slurmd_uid:
                 continue
@@ -274,15 +290,18 @@ class NodeLocker:
             raise
         log.info("evicted", extra={"pod": _ref(pod), "node": slurm_node, "job": job_id})
         EVICTIONS.inc(strict=str(strict).lower())
-        if self.events is not None:
-            self.events.record(
-                pod,
-                "Warning",
-                "Evicted",
-                f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
-                f"(Slurm node {slurm_node}); Pods that do not tolerate {keys.LOCK_KEY} must leave",
-            )
+        self._event(
+            pod,
+            "Warning",
+            "Evicted",
+            f"Slurm job {job_id} locks Node {pod['spec'].get('nodeName')} "
+            f"(Slurm node {slurm_node}); Pods that do not tolerate {keys.LOCK_KEY} must leave",
+        )
         return ""
+
+    def _event(self, pod: JSON, type_: str, reason: str, message: str) -> None:
+        if self.events is not None:
+            self._event_pool.submit(self.events.record, pod, type_, reason, message)
 
     # -- release -----------------------------------------------------------------------------
 
@@ -295,6 +314,11 @@ class NodeLocker:
         """Make the node's lock what its jobs say: released if nothing holds it, else tainted."""
         with self._mutex(slurm_node):
             kube_node, _, state = self._known(slurm_node)
+            if not self.mirror.synced:
+                # An empty mirror (a restart before the first poll answered) knows no job: that
+                # is not "the node runs nothing". The lock stays until Slurm has been read.
+                log.info("lock kept: Slurm not read yet", extra={"node": slurm_node, "job": ignore_job})
+                return self._view(slurm_node, kube_node, state)
             if self._holders(slurm_node, ignore_job):
                 if state != LockState.FALSE:
                     self._ensure_taint(kube_node, present=True)
@@ -309,14 +333,10 @@ class NodeLocker:
 
     def reconcile_all(self) -> None:
         """The safety net: re-read every lock and taint, release those of idle nodes, restore taints."""
-        if not self.mirror.synced:
+        if not (self.mirror.synced and self.cluster.synced):
             return
-        pods = self.kube.get(
-            pod_path(self.slurmd_namespace),
-            params={"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"},
-        )
         tainted = self._tainted_nodes()
-        for pod in pods.get("items") or []:
+        for pod in self.cluster.slurmd_pods():
             name = pod["metadata"]["name"]
             with self._mutex(name):
                 try:
@@ -357,13 +377,9 @@ class NodeLocker:
         return self._view(slurm_node, _node_name(pod, slurm_node), _lock_state(pod))
 
     def list(self) -> list[NodeLockView]:
-        pods = self.kube.get(
-            pod_path(self.slurmd_namespace),
-            params={"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"},
-        )
         return [
             self._view(p["metadata"]["name"], _node_name(p, p["metadata"]["name"]), _lock_state(p))
-            for p in sorted(pods.get("items") or [], key=lambda p: str(p["metadata"]["name"]))
+            for p in sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
         ]
 
     def _view(self, slurm_node: str, kube_node: str, state: LockState) -> NodeLockView:
@@ -385,10 +401,9 @@ class NodeLocker:
         self._state[slurm_node] = state
 
     def _tainted_nodes(self) -> set[str]:
-        nodes = self.kube.get("/api/v1/nodes")
         return {
             n["metadata"]["name"]
-            for n in nodes.get("items") or []
+            for n in self.cluster.nodes.items()
             if any(t.get("key") == keys.LOCK_KEY for t in (n.get("spec") or {}).get("taints") or [])
         }
 
@@ -396,8 +411,10 @@ class NodeLocker:
         """Add or remove the lock taint; optimistic concurrency, since taints are one list."""
         if self._tainted.get(kube_node) == present:
             return
+        node = self.cluster.node(kube_node)
         for _ in range(10):
-            node = self.kube.get(f"/api/v1/nodes/{kube_node}")
+            if node is None:
+                node = self.kube.get(f"/api/v1/nodes/{kube_node}")
             taints = list((node.get("spec") or {}).get("taints") or [])
             if any(t.get("key") == keys.LOCK_KEY for t in taints) == present:
                 self._tainted[kube_node] = present
@@ -425,6 +442,7 @@ class NodeLocker:
             except KubeError as e:
                 if e.status not in (409, 422):
                     raise
+                node = None  # changed since the cache saw it: read it afresh
                 continue
             self._tainted[kube_node] = present
             return
@@ -450,6 +468,10 @@ def _node_name(slurmd_pod: JSON, slurm_node: str) -> str:
     if not node:
         raise LockError(f"slurmd Pod for {slurm_node} is not on a Node")
     return str(node)
+
+
+def _versions(pods: list[JSON]) -> dict[str, str]:
+    return {_uid(p): str((p.get("metadata") or {}).get("resourceVersion", "")) for p in pods}
 
 
 def _uid(pod: JSON) -> str:

@@ -5,18 +5,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tandem import leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.kube import KubeClient, KubeError, pod_path
 from tandem.metrics import REGISTRY
+from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
+from tandem.syncer.cluster import ClusterView
 from tandem.syncer.locks import NodeLocker
 from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.nodesync import CacheFacts, NodeSync
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
+from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
 LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
@@ -32,15 +36,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
-    locker = NodeLocker(
-        kube,
-        mirror,
-        cfg.slurmd_namespace,
-        cfg.scheduler_name,
-        cfg.lock_timeout,
-        events=EventRecorder(kube, "tandem-syncer"),
+    cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
+    events = EventRecorder(kube, "tandem-syncer")
+    locker = NodeLocker(kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events)
+    servicer = SyncerServicer(mirror, locker, slurm, cluster, cfg.terminating_timeout, events)
+    # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
+    # and by the Slurm poll; it works only while this replica leads.
+    node_queue = WorkQueue()
+    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror))
+    node_runner = Runner(
+        "node-sync", node_queue, node_sync.reconcile, [lambda: cluster.synced, lambda: mirror.synced], 1
     )
-    servicer = SyncerServicer(mirror, locker, slurm, kube, cfg.terminating_timeout)
+    cluster.on_slurm_node_changed = node_queue.add
+    mirror.on_node_changed = node_queue.add
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(
         cfg.grpc_address,
@@ -57,53 +65,116 @@ def main(argv: Sequence[str] | None = None) -> None:
             except KubeError as e:
                 log.warning("lock reconcile failed", extra={"error": str(e)})
 
-    leading = threading.Event()
-    lost = threading.Event()
+    def serve(active: bool) -> None:
+        servicer.active = active
+        grpc_server.set_serving(active)
+
+    def synced(timeout: float) -> bool:
+        return cluster.wait_synced(timeout) and mirror.wait_synced(timeout)
+
+    leadership = Leadership(kube, synced, serve, stop)
 
     def ready() -> bool:
         # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
-        return kube.reachable() and (mirror.synced or not leading.is_set())
+        return kube.reachable() and (mirror.synced or not leadership.leading.is_set())
+
+    def sync_every_node() -> None:
+        for node in mirror.nodes():
+            node_queue.add(node.name)
 
     def lead() -> None:
         threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
         threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
-        mirror.wait_synced(30)
-        servicer.active = True
-        leading.set()
-        label_self_leader(kube)
-        grpc_server.set_serving(True)
+        node_runner.start(stop, on_started=sync_every_node)
+        leadership.lead()
 
     http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
+    leadership.standby()
     grpc_server.start()
     http.start()
+    # Standbys keep their Kubernetes caches warm too: a new leader locks without listing first.
+    cluster.start(stop)
     leader.lead_when_elected(
-        kube, cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id, stop, lead, lost.set
+        kube,
+        cfg.leader_elect,
+        cfg.leader_election_namespace,
+        cfg.leader_election_id,
+        stop,
+        lead,
+        leadership.on_lost,
     )
     log.info(
         "serving",
         extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
     )
-    serving.wait_for_stop_signal(lost)
+    serving.wait_for_stop_signal(leadership.lost)
     stop.set()
+    node_queue.shutdown()
     grpc_server.stop()
     http.stop()
     slurm.close()
     kube.close()
     tracing.shutdown()
-    if lost.is_set():
+    if leadership.lost.is_set():
         raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 
 
-def label_self_leader(kube: KubeClient) -> None:
-    """In a Pod (POD_NAME/POD_NAMESPACE from the downward API), label it the leader: the syncer
-    Service selects that label, so prologs and the scheduler reach the replica holding the locks."""
+def label_self_leader(kube: KubeClient, leader: bool) -> None:
+    """In a Pod (POD_NAME/POD_NAMESPACE from the downward API), label it the leader, or remove the
+    label: the syncer Service selects it, so prologs and the scheduler reach the replica holding
+    the locks and no other."""
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:
         return
     try:
-        kube.merge_patch(pod_path(namespace, name), {"metadata": {"labels": {LEADER_LABEL: "true"}}})
+        kube.merge_patch(
+            pod_path(namespace, name), {"metadata": {"labels": {LEADER_LABEL: "true" if leader else None}}}
+        )
     except KubeError as e:
-        log.error("cannot label this Pod leader", extra={"error": str(e)})
+        log.error("cannot label this Pod", extra={"leader": leader, "error": str(e)})
+
+
+class Leadership:
+    """The syncer's side of the lease. The Service routes to the Pod labelled leader, so the label
+    follows what the replica does: set once it leads and has read Slurm and Kubernetes, removed when
+    it loses the lease and when it starts (a restarted container keeps its Pod and its labels)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        synced: Callable[[float], bool],
+        serve: Callable[[bool], None],
+        stop: threading.Event,
+        sync_wait: float = 30.0,
+    ) -> None:
+        self.kube, self.synced, self.serve, self.stop, self.sync_wait = kube, synced, serve, stop, sync_wait
+        self.leading = threading.Event()
+        self.lost = threading.Event()
+        self._lock = threading.Lock()  # a loss reported while the start still runs comes last
+
+    def standby(self) -> None:
+        label_self_leader(self.kube, leader=False)
+
+    def lead(self) -> None:
+        """Serve only with Slurm and Kubernetes read: an empty mirror would call busy nodes idle."""
+        while not self.synced(self.sync_wait):
+            if self.stop.is_set() or self.lost.is_set():
+                return
+            log.warning("leader waits for its first Slurm poll and Kubernetes lists")
+        with self._lock:
+            if self.stop.is_set() or self.lost.is_set():
+                return
+            self.serve(True)
+            self.leading.set()
+            label_self_leader(self.kube, leader=True)
+
+    def on_lost(self) -> None:
+        """The label goes before `lost` ends the process: a standby must not attract calls."""
+        with self._lock:
+            self.leading.clear()
+            self.serve(False)
+            label_self_leader(self.kube, leader=False)
+            self.lost.set()
 
 
 if __name__ == "__main__":

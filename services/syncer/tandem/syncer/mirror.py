@@ -4,37 +4,21 @@ published to subscribers as changes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
 
-from tandem import tracing
-from tandem.slurm.models import Job, Node
-from tandem.slurm.rest import SlurmApiError, SlurmRestClient
+from tandem import placeholder, tracing
+from tandem.slurm.models import Job, JobStatus, Node
+from tandem.slurm.rest import SlurmApiError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A job as the syncer knows it: Slurm's view plus what the hooks told us first."""
-
-    job: Job
-    started: bool = False
-    terminating: bool = False
-    gone: bool = False
-
-    @property
-    def job_id(self) -> int:
-        return self.job.job_id
-
-    @property
-    def holds_nodes(self) -> bool:
-        """Allocated (running, or still cleaning up) rather than waiting or over."""
-        return not self.gone and not self.job.finished and self.job.state != "PENDING"
 
 
 Change = JobStatus | Node
@@ -42,18 +26,57 @@ Change = JobStatus | Node
 Published = tuple[Change, dict[str, str]]
 
 
+class SlurmReader(Protocol):
+    """What the syncer reads of Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
+
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    def list_jobs(self, changed_since: int | None = None) -> list[Job] | None: ...
+
+    def list_nodes(self, changed_since: int | None = None) -> list[Node] | None: ...
+
+
+# Changes a subscriber may fall behind by before it is cut off (it reconnects and gets a fresh
+# snapshot): memory stays bounded however slow a scheduler reads.
+SUBSCRIBER_BACKLOG = 50_000
+
+
 class Subscription:
-    def __init__(self, mirror: SlurmMirror) -> None:
+    def __init__(
+        self, mirror: SlurmMirror, scheduler_name: str = "", backlog: int = SUBSCRIBER_BACKLOG
+    ) -> None:
         self._mirror = mirror
-        self.queue: queue.Queue[Published | None] = queue.Queue()
+        self.scheduler_name = scheduler_name
+        # One slot more than the backlog: room for the None that ends the stream.
+        self.queue: queue.Queue[Published | None] = queue.Queue(maxsize=backlog + 1)
+        self.backlog = backlog
+        self.overflowed = False
+
+    def wants(self, change: Change) -> bool:
+        """Nodes go to everyone; a job only to the scheduler whose placeholder it is (a job pushed
+        before its name was known, to everyone)."""
+        if not self.scheduler_name or isinstance(change, Node) or not change.job.name:
+            return True
+        return placeholder.scheduler_of(change.job.name) == self.scheduler_name
+
+    def offer(self, item: Published) -> None:
+        if self.overflowed:
+            return
+        if self.queue.qsize() >= self.backlog:
+            self.overflowed = True
+            log.warning("subscriber fell behind; cutting it off", extra={"backlog": self.backlog})
+            self.close()
+            return
+        self.queue.put_nowait(item)
 
     def close(self) -> None:
         self._mirror._unsubscribe(self)
-        self.queue.put(None)
+        with contextlib.suppress(queue.Full):  # full: it is ending anyway
+            self.queue.put_nowait(None)
 
 
 class SlurmMirror:
-    def __init__(self, slurm: SlurmRestClient, poll_interval: float) -> None:
+    def __init__(self, slurm: SlurmReader, poll_interval: float) -> None:
         self.slurm = slurm
         self.poll_interval = poll_interval
         self._jobs: dict[int, JobStatus] = {}
@@ -69,6 +92,8 @@ class SlurmMirror:
         # When the hooks last told us about each job: newer than any poll answer asked before it.
         self._pushed_at: dict[int, float] = {}
         self._polling = threading.Lock()
+        # Told each Slurm node whose state the poll saw change (the node sync).
+        self.on_node_changed: Callable[[str], None] = lambda name: None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -96,13 +121,22 @@ class SlurmMirror:
         with self._lock:
             return list(self._nodes.values())
 
-    def subscribe(self) -> tuple[list[Change], Subscription]:
-        """A snapshot of everything, and a queue of every change after it."""
-        sub = Subscription(self)
+    def subscribe(self, scheduler_name: str = "") -> tuple[list[Change], Subscription]:
+        """A snapshot of everything (a scheduler's: every node, its own jobs), and a queue of
+        every change after it."""
+        sub = Subscription(self, scheduler_name)
         with self._lock:
-            snapshot: list[Change] = [*self._nodes.values(), *self._jobs.values()]
+            everything: list[Change] = [*self._nodes.values(), *self._jobs.values()]
+            snapshot = [c for c in everything if sub.wants(c)]
             self._subs.append(sub)
         return snapshot, sub
+
+    def republish_node(self, name: str) -> None:
+        """Send a node again (the Node hosting its slurmd Pod changed: subscribers map anew)."""
+        with self._lock:
+            node = self._nodes.get(name)
+            if node is not None:
+                self._publish(node)
 
     def _unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
@@ -133,8 +167,8 @@ class SlurmMirror:
 
     def _push(self, job_id: int, node: str, started: bool = False, terminating: bool = False) -> JobStatus:
         with self._lock:
-            known = job_id in self._jobs
-        if not known:
+            current = self._jobs.get(job_id)
+        if current is None or _allocation_unknown(current):
             try:
                 self.refresh_job(job_id)
             except SlurmApiError as e:
@@ -142,8 +176,9 @@ class SlurmMirror:
         with self._lock:
             current = self._jobs.get(job_id) or JobStatus(Job(job_id=job_id, name="", state="RUNNING"))
             job = current.job
-            if node and (job.state == "PENDING" or not job.nodes):
-                # The script runs, so the job does, and on the node it names: no need to ask Slurm.
+            if node and (job.state == "PENDING" or not job.nodes) and not _is_group(job):
+                # The script runs, so the job does, and on the node it names: no need to ask Slurm
+                # (a group's job holds more nodes than the one its script runs on: asked above).
                 job = replace(job, state="RUNNING", nodes=(node,), state_reason="")
             updated = replace(
                 current,
@@ -176,11 +211,17 @@ class SlurmMirror:
             if jobs is not None:
                 self._apply_job_list(jobs, asked_at)
             self._jobs_since = started
-            nodes = self.slurm.list_nodes(self._nodes_since - 1 if self._nodes_since else None)
+            # Jobs are what streams and locks wait for: a failing node listing (24.11's filtered
+            # query can fail alone) is logged and tried again next round, not theirs to fail.
+            self._synced.set()
+            try:
+                nodes = self.slurm.list_nodes(self._nodes_since - 1 if self._nodes_since else None)
+            except SlurmApiError as e:
+                log.warning("slurm node poll failed", extra={"error": str(e)})
+                return
             if nodes is not None:
                 self._apply_node_list(nodes)
             self._nodes_since = started
-            self._synced.set()
 
     def _apply_job_list(self, jobs: list[Job], asked_at: float) -> None:
         with self._lock:
@@ -213,11 +254,15 @@ class SlurmMirror:
         return updated
 
     def _apply_node_list(self, nodes: list[Node]) -> None:
+        changed = []
         with self._lock:
             for node in nodes:
                 if self._nodes.get(node.name) != node:
                     self._nodes[node.name] = node
                     self._publish(node)
+                    changed.append(node.name)
+        for name in changed:
+            self.on_node_changed(name)
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -242,4 +287,16 @@ class SlurmMirror:
     def _publish(self, change: Change) -> None:
         caused_by = tracing.inject()
         for sub in list(self._subs):
-            sub.queue.put((change, caused_by))
+            if sub.wants(change):
+                sub.offer((change, caused_by))
+
+
+def _is_group(job: Job) -> bool:
+    ref = placeholder.parse_job_name(job.name)
+    return ref is not None and ref.is_group
+
+
+def _allocation_unknown(status: JobStatus) -> bool:
+    """A group's job whose nodes this mirror has not read yet: its members are bound to all of
+    them at once, so the push must not publish it as running on the script's node alone."""
+    return _is_group(status.job) and (status.job.state == "PENDING" or not status.job.nodes)

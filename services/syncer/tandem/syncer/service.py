@@ -4,46 +4,65 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol
 
 import grpc
 
 from tandem import placeholder
-from tandem.kube import KubeClient, KubeError, pod_path
-from tandem.slurm.rest import SlurmApiError, SlurmRestClient
+from tandem.events import EventRecorder
+from tandem.kube import JSON, KubeError, pod_finished
+from tandem.slurm.models import JobStatus, Node
+from tandem.slurm.rest import SlurmApiError
+from tandem.slurm.wire import job_to_proto, node_to_proto
 from tandem.syncer import convert
+from tandem.syncer.cluster import ClusterView
 from tandem.syncer.locks import LockError, LockTimeout, NodeLocker
-from tandem.syncer.mirror import JobStatus, SlurmMirror
+from tandem.syncer.mirror import SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
-class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[misc]
+# What JobTerminating keeps of its deadline to drain the nodes its Pods still run on.
+DRAIN_ALLOWANCE_SECONDS = 1.5
+
+
+class NodeDrainer(Protocol):
+    """What the syncer's API changes in Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
+
+    def drain_node(self, node: str, reason: str) -> None: ...
+
+
+class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     def __init__(
         self,
         mirror: SlurmMirror,
         locker: NodeLocker,
-        slurm: SlurmRestClient,
-        kube: KubeClient,
+        slurm: NodeDrainer,
+        cluster: ClusterView,
         terminating_timeout: float,
+        events: EventRecorder | None = None,
     ) -> None:
+        self.events = events
         self.mirror = mirror
         self.locker = locker
         self.slurm = slurm
-        self.kube = kube
+        self.cluster = cluster
         self.terminating_timeout = terminating_timeout
         # False on a standby replica: it answers UNAVAILABLE until it leads.
         self.active = False
 
-    def AcquireNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def AcquireNodeLock(
+        self, request: syncer_pb2.AcquireNodeLockRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.AcquireNodeLockResponse:
         self._require_active(context)
         _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
         strict = request.strict or self._is_placeholder(request.job_id)
+        # The caller's deadline bounds the wait: a second is kept to drain the node and answer.
+        timeout = min(self.locker.timeout, _remaining(context) - 1)
         try:
-            view = self.locker.acquire(request.slurm_node, request.job_id, strict)
+            view = self.locker.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
         except LockTimeout as e:
             self._drain_blocked(request.slurm_node, request.job_id, e)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
@@ -70,7 +89,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
                 "node drained: lock timed out", extra={"node": slurm_node, "job": job_id, "reason": reason}
             )
 
-    def ReleaseNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ReleaseNodeLock(
+        self, request: syncer_pb2.ReleaseNodeLockRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.ReleaseNodeLockResponse:
         self._require_active(context)
         _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
         try:
@@ -81,7 +102,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
             context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
 
-    def GetNodeLock(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetNodeLock(
+        self, request: syncer_pb2.GetNodeLockRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.GetNodeLockResponse:
         self._require_active(context)
         _require(context, request.slurm_node, "slurm_node is required")
         try:
@@ -90,42 +113,104 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         return syncer_pb2.GetNodeLockResponse(lock=convert.lock(view))
 
-    def ListNodeLocks(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListNodeLocks(
+        self, request: syncer_pb2.ListNodeLocksRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.ListNodeLocksResponse:
         self._require_active(context)
         return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locker.list()])
 
-    def JobStarted(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def JobStarted(
+        self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.JobStartedResponse:
         self._require_active(context)
         _require(context, request.job_id, "job_id is required")
         status = self.mirror.job_started(request.job_id, request.slurm_node)
-        return syncer_pb2.JobStartedResponse(job=convert.job(status) if status else None)
+        return syncer_pb2.JobStartedResponse(job=job_to_proto(status) if status else None)
 
-    def JobTerminating(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def JobTerminating(
+        self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.JobTerminatingResponse:
         self._require_active(context)
         _require(context, request.job_id, "job_id is required")
         status = self.mirror.job_terminating(request.job_id, request.slurm_node)
-        pod = placeholder.parse_job_name(status.job.name) if status else None
-        if pod is None:
+        ref = placeholder.parse_job_name(status.job.name) if status else None
+        if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
-        deadline = time.monotonic() + min(self.terminating_timeout, _remaining(context))
-        while time.monotonic() < deadline:
-            if self._pod_gone(pod):
-                return syncer_pb2.JobTerminatingResponse(pod_gone=True)
-            time.sleep(0.2)
-        return syncer_pb2.JobTerminatingResponse(pod_gone=self._pod_gone(pod))
 
-    def WatchSlurm(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        def remaining_pods() -> list[JSON]:
+            return self._job_pods(status.job_id, ref)
+
+        # Wakes on each Pod change (the informer), not on a timer; leaves time to drain.
+        budget = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
+        if self.cluster.wait_for(lambda: not remaining_pods(), max(0.0, budget)):
+            return syncer_pb2.JobTerminatingResponse(pod_gone=True)
+        if ref.is_group:
+            try:  # every node of the allocation, not only the one the script pushed from
+                status = self.mirror.refresh_job(status.job_id) or status
+            except SlurmApiError as e:
+                log.warning(
+                    "cannot read the group's job before draining",
+                    extra={"job": status.job_id, "error": str(e)},
+                )
+        drained = self._drain_occupied(status, request.slurm_node, remaining_pods())
+        return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
+
+    def _job_pods(self, job_id: int, ref: placeholder.PodRef) -> list[JSON]:
+        """The job's Pods that still run: its Pod (deleted: a Pod of that name now is another
+        Pod), or every member of a group's job."""
+        if ref.is_group:
+            return [p for p in self.cluster.pods_of_job(job_id) if not pod_finished(p)]
+        current = self.cluster.pod_by_uid(ref.uid)
+        return [] if current is None or pod_finished(current) else [current]
+
+    def _drain_occupied(self, status: JobStatus, slurm_node: str, pods: list[JSON]) -> list[str]:
+        """Just before KillWait: drain each of the job's nodes where one of its Pods still runs,
+        so Slurm gives it to no other job while the Pod does."""
+        on_node = {str(p["spec"]["nodeName"]): p for p in pods if (p.get("spec") or {}).get("nodeName")}
+        targets: dict[str, JSON] = {}
+        for node in status.job.nodes or (slurm_node,):
+            pod = on_node.get(self.cluster.kube_node_of(node))
+            if pod is not None:
+                targets[node] = pod
+        if not targets and pods and slurm_node:
+            targets[slurm_node] = pods[0]  # not bound (yet): the node its script ran on
+        drained = []
+        for node, pod in targets.items():
+            meta = pod.get("metadata") or {}
+            reason = (
+                f"k8s: pod {meta.get('namespace')}/{meta.get('name')} still running at KillWait "
+                f"(job {status.job_id})"
+            )
+            try:
+                self.slurm.drain_node(node, reason)
+                drained.append(node)
+            except SlurmApiError as e:
+                log.warning("cannot drain node at KillWait", extra={"node": node, "error": str(e)})
+                continue
+            if self.events is not None:
+                self.events.record(
+                    pod,
+                    "Warning",
+                    "SlurmNodeDrained",
+                    f"Slurm job {status.job_id} ended but this Pod is still running on {node} at KillWait; "
+                    f"the Slurm node is drained ({reason}) so no other job gets it until an admin resumes it",
+                )
+        return drained
+
+    def WatchSlurm(
+        self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext
+    ) -> Iterator[syncer_pb2.WatchSlurmResponse]:
         self._require_active(context)
         if request.fresh:
             try:
                 self.mirror.poll_once()
             except SlurmApiError as e:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}")
-        snapshot, sub = self.mirror.subscribe()
+        snapshot, sub = self.mirror.subscribe(request.scheduler_name)
         context.add_callback(sub.close)
         try:
             for change in snapshot:
-                yield _change(change)
+                yield self._change(change)
             yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
             while context.is_active():
                 try:
@@ -133,13 +218,20 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
                 except queue.Empty:
                     continue
                 if item is None:
+                    if sub.overflowed:
+                        context.abort(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
+                        )
                     return
                 change, caused_by = item
-                yield _change(change, caused_by)
+                yield self._change(change, caused_by)
         finally:
             sub.close()
 
-    def DrainNode(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DrainNode(
+        self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.DrainNodeResponse:
         self._require_active(context)
         _require(context, request.slurm_node and request.reason, "slurm_node and reason are required")
         try:
@@ -149,7 +241,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
             context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
         return syncer_pb2.DrainNodeResponse()
 
-    def PlaceholderSubmitted(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def PlaceholderSubmitted(
+        self, request: syncer_pb2.PlaceholderSubmittedRequest, context: grpc.ServicerContext
+    ) -> syncer_pb2.PlaceholderSubmittedResponse:
         self._require_active(context)
         _require(
             context,
@@ -172,21 +266,13 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[mis
                 log.warning("cannot look up job for its lock", extra={"job": job_id, "error": str(e)})
         return status is not None and placeholder.parse_job_name(status.job.name) is not None
 
-    def _pod_gone(self, pod: placeholder.PodRef) -> bool:
-        """Deleted, replaced by another Pod of that name, or finished (no container runs)."""
-        try:
-            current = self.kube.get(pod_path(pod.namespace, pod.name))
-        except KubeError as e:
-            return e.not_found
-        if current["metadata"]["uid"] != pod.uid:
-            return True
-        return (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _change(change: JobStatus | Any, caused_by: dict[str, str] | None = None) -> Any:
-    if isinstance(change, JobStatus):
-        return syncer_pb2.WatchSlurmResponse(job=convert.job(change), trace_context=caused_by)
-    return syncer_pb2.WatchSlurmResponse(node=convert.node(change), trace_context=caused_by)
+    def _change(
+        self, change: JobStatus | Node, caused_by: dict[str, str] | None = None
+    ) -> syncer_pb2.WatchSlurmResponse:
+        if isinstance(change, JobStatus):
+            return syncer_pb2.WatchSlurmResponse(job=job_to_proto(change), trace_context=caused_by)
+        kube_node = self.cluster.kube_node_of(change.name)
+        return syncer_pb2.WatchSlurmResponse(node=node_to_proto(change, kube_node), trace_context=caused_by)
 
 
 def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:

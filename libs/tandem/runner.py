@@ -1,0 +1,113 @@
+"""Runs a reconciler the way controller-runtime does: workers take keys from a work queue, but only
+once every cache the reconciler reads has synced; a failed key comes back after a per-key
+exponential backoff; an error no retry can fix is logged once and never retried; a reconciler asks
+for a later look by returning a delay. Each outcome is counted."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from tandem.kube import KubeError
+from tandem.metrics import REGISTRY
+from tandem.slurm.rest import SlurmApiError
+from tandem.workqueue import Key, WorkQueue
+
+log = logging.getLogger(__name__)
+
+RECONCILES = REGISTRY.counter(
+    "tandem_reconcile_total",
+    "reconciles by controller and outcome (success, requeue_after, error, terminal)",
+    ["controller", "result"],
+)
+RECONCILE_SECONDS = REGISTRY.histogram("tandem_reconcile_seconds", "time one reconcile took", ["controller"])
+
+# A reconcile's answer: None when done, or seconds after which to look at the key again.
+Requeue = float | None
+
+
+class TerminalError(Exception):
+    """What the reconciler found cannot be fixed by trying again (the object must change first)."""
+
+
+class Runner:
+    def __init__(
+        self,
+        name: str,
+        queue: WorkQueue,
+        reconcile: Callable[[Key], Requeue],
+        synced: Sequence[Callable[[], bool]],
+        workers: int,
+    ) -> None:
+        self.name = name
+        self.queue = queue
+        self.reconcile = reconcile
+        self.synced = synced
+        self.workers = workers
+        REGISTRY.gauge(
+            "tandem_workqueue_depth",
+            "keys waiting in a controller's work queue",
+            ["controller"],
+            collect=lambda: {(self.name,): float(len(self.queue))},
+        )
+
+    def start(self, stop: threading.Event, on_started: Callable[[], None] = lambda: None) -> None:
+        """In the background: wait for the caches, then start the workers and call `on_started`."""
+        threading.Thread(
+            target=self._start, args=(stop, on_started), name=f"{self.name}-start", daemon=True
+        ).start()
+
+    def _start(self, stop: threading.Event, on_started: Callable[[], None]) -> None:
+        waited = 0.0
+        # Before every cache has listed, "not in the cache" does not mean "gone": a reconcile then
+        # could cancel the job of a Pod it has not seen yet.
+        while not all(s() for s in self.synced):
+            if stop.wait(0.1):
+                return
+            waited += 0.1
+            if waited >= 30 and waited % 30 < 0.1:
+                log.warning("caches not synced yet; workers wait", extra={"controller": self.name})
+        for i in range(self.workers):
+            threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True).start()
+        log.info("workers started", extra={"controller": self.name, "workers": self.workers})
+        on_started()
+
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self.handle(key)
+            finally:
+                self.queue.done(key)
+
+    def handle(self, key: Key) -> None:
+        began = time.monotonic()
+        try:
+            after = self.reconcile(key)
+        except TerminalError as e:
+            RECONCILES.inc(controller=self.name, result="terminal")
+            log.error("reconcile failed; not retried", extra={"key": key, "error": str(e)})
+            self.queue.forget(key)
+        except Exception as e:
+            RECONCILES.inc(controller=self.name, result="error")
+            delay = self.queue.add_rate_limited(key)
+            log.warning(
+                "reconcile failed; retrying",
+                extra={"key": key, "error": str(e), "retry_in_s": delay},
+                exc_info=not _expected(e),
+            )
+        else:
+            self.queue.forget(key)
+            if after is not None:
+                RECONCILES.inc(controller=self.name, result="requeue_after")
+                self.queue.add_after(key, after)
+            else:
+                RECONCILES.inc(controller=self.name, result="success")
+        finally:
+            RECONCILE_SECONDS.observe(time.monotonic() - began, controller=self.name)
+
+
+def _expected(e: Exception) -> bool:
+    """An outside service's error (worth a line in the log) rather than a bug (worth a trace)."""
+    return isinstance(e, KubeError | SlurmApiError)

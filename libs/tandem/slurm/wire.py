@@ -1,0 +1,67 @@
+"""Jobs and nodes between the model (tandem.slurm.models) and the protos (tandem.v1.slurm): the
+syncer writes them on its stream, the scheduler reads them back; both convert here and nowhere else."""
+
+from __future__ import annotations
+
+from tandem.slurm.models import Job, JobStatus, Node
+from tandem.v1 import slurm_pb2
+
+_GONE = "GONE"
+_NODE_STATES = ("IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "FUTURE")
+
+
+def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
+    j = status.job
+    return slurm_pb2.SlurmJob(
+        job_id=j.job_id,
+        name=j.name,
+        state=_job_state(_GONE if status.gone else j.state),
+        state_reason=j.state_reason,
+        nodes=list(j.nodes),
+        partition=j.partition,
+        comment=j.comment,
+        script_started=status.started,
+        terminating=status.terminating,
+        user_id=j.user_id,
+        group_id=j.group_id,
+        excluded_nodes=list(j.excluded_nodes),
+    )
+
+
+def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
+    state = slurm_pb2.JobState.Name(msg.state).removeprefix("JOB_STATE_")
+    gone = state == _GONE
+    job = Job(
+        job_id=msg.job_id,
+        name=msg.name,
+        state="UNKNOWN" if gone or state == "UNSPECIFIED" else state,
+        state_reason=msg.state_reason,
+        nodes=tuple(msg.nodes),
+        partition=msg.partition,
+        comment=msg.comment,
+        user_id=msg.user_id,
+        group_id=msg.group_id,
+        excluded_nodes=tuple(msg.excluded_nodes),
+    )
+    return JobStatus(job, started=msg.script_started, terminating=msg.terminating, gone=gone)
+
+
+def node_to_proto(node: Node, kube_node: str) -> slurm_pb2.SlurmNode:
+    return slurm_pb2.SlurmNode(
+        name=node.name,
+        state=f"NODE_STATE_{node.state if node.state in _NODE_STATES else 'UNKNOWN'}",
+        flags=list(node.flags),
+        reason=node.reason,
+        kube_node=kube_node,
+    )
+
+
+def node_from_proto(msg: slurm_pb2.SlurmNode) -> tuple[Node, str]:
+    """The node and the Kubernetes Node hosting its slurmd Pod ("" when unknown)."""
+    state = slurm_pb2.NodeState.Name(msg.state).removeprefix("NODE_STATE_")
+    return Node(name=msg.name, state=state, flags=tuple(msg.flags), reason=msg.reason), msg.kube_node
+
+
+def _job_state(state: str) -> str:
+    name = f"JOB_STATE_{state}"
+    return name if name in slurm_pb2.JobState.DESCRIPTOR.values_by_name else "JOB_STATE_UNSPECIFIED"

@@ -1,0 +1,271 @@
+"""Which Slurm nodes a Pod could run on, judged as kube-scheduler's filters would judge their Nodes.
+
+Slurm picks the node; Tandem only offers it the ones whose Node would take the Pod, so a Pod is
+never bound where the kubelet refuses it or it cannot stay. A Slurm node is out when its Node:
+    is cordoned (spec.unschedulable) or not Ready;
+    has a NoSchedule/NoExecute taint the Pod does not tolerate (Tandem's own lock taint aside: the
+        Pod gets its toleration when the job is recorded);
+    fails the Pod's nodeSelector or required node affinity (terms ORed, expressions ANDed);
+    lacks room: allocatable minus the requests of the Pods bound there (any scheduler's) is less
+        than the Pod's requests, or it holds its maximum of Pods;
+    runs a Pod the Pod's required anti-affinity on kubernetes.io/hostname rules out;
+or no Node is known to host its slurmd. The rest is Slurm's to choose from; what is out goes to
+Slurm as excluded nodes. The first failing check names the node's reason, counted in a message in
+kube-scheduler's words: `0/64 nodes are available: 60 node(s) didn't match Pod's node
+affinity/selector, 4 node(s) had untolerated taint {dedicated: infer}.`
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tandem import keys
+from tandem.kube import JSON, pod_finished
+from tandem.quantity import parse_quantity
+from tandem.scheduler.validation import effective_requests
+
+HOSTNAME = "kubernetes.io/hostname"
+_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+_CPU = "cpu"
+
+
+def slim_node(node: JSON) -> JSON:
+    """What the scheduler keeps of a Node: labels, taints, cordon, Ready, allocatable."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "spec": {"unschedulable": bool(spec.get("unschedulable")), "taints": spec.get("taints") or []},
+        "status": {"ready": ready, "allocatable": _units(status.get("allocatable") or {})},
+    }
+
+
+def slim_bound_pod(pod: JSON) -> JSON:
+    """What the scheduler keeps of a Pod bound to a Node: where, its labels, what it requests."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    try:
+        requests = effective_requests(pod)
+    except ValueError:
+        requests = {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+        },
+        "spec": {"nodeName": spec.get("nodeName")},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+        "requests": requests,
+    }
+
+
+def _units(raw: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, text in raw.items():
+        try:
+            value = parse_quantity(str(text))
+        except ValueError:
+            continue
+        out[name] = int(value * 1000) if name == _CPU else int(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    total: int
+    # Slurm nodes the Pod must not be given.
+    excluded: tuple[str, ...] = ()
+    # Why, per reason: "node(s) didn't match Pod's node affinity/selector" -> 60.
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def available(self) -> int:
+        return self.total - len(self.excluded)
+
+    def message(self) -> str:
+        ordered = sorted(self.reasons.items(), key=lambda item: (-item[1], item[0]))
+        why = ", ".join(f"{count} {reason}" for reason, count in ordered)
+        return f"{self.available}/{self.total} nodes are available" + (f": {why}." if why else ".")
+
+
+def judge(
+    pod: JSON,
+    requests: Mapping[str, int],
+    slurm_nodes: Iterable[str],
+    kube_node: Callable[[str], str | None],
+    node: Callable[[str], JSON | None],
+    pods_on: Callable[[str], list[JSON]],
+) -> Eligibility:
+    """The Slurm nodes out of reach for this Pod, each with the first reason it fails."""
+    excluded: list[str] = []
+    reasons: Counter[str] = Counter()
+    names = list(slurm_nodes)
+    for slurm_node in names:
+        host = kube_node(slurm_node)
+        obj = node(host) if host else None
+        why = _why_not(pod, requests, obj, pods_on(host) if obj is not None and host else [])
+        if why:
+            excluded.append(slurm_node)
+            for reason in why:
+                reasons[reason] += 1
+    return Eligibility(len(names), tuple(excluded), reasons)
+
+
+def _why_not(pod: JSON, requests: Mapping[str, int], node: JSON | None, bound: list[JSON]) -> list[str]:
+    if node is None:
+        return ["node(s) had no Node hosting their slurmd"]
+    meta, spec, status = node["metadata"], node["spec"], node["status"]
+    if meta.get("deletionTimestamp"):
+        return ["node(s) were being deleted"]
+    if spec.get("unschedulable"):
+        return ["node(s) were unschedulable"]
+    if not status.get("ready"):
+        return ["node(s) were not ready"]
+    for taint in spec.get("taints") or []:
+        if (
+            taint.get("effect") in _TAINT_EFFECTS
+            and taint.get("key") != keys.LOCK_KEY
+            and not _tolerated(pod, taint)
+        ):
+            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+    if not _affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    short = _insufficient(requests, status.get("allocatable") or {}, bound)
+    if short:
+        return short
+    if _anti_affinity_violated(pod, bound):
+        return ["node(s) didn't match pod anti-affinity rules"]
+    return []
+
+
+# -- taints ----------------------------------------------------------------------------------------
+
+
+def _tolerated(pod: JSON, taint: Mapping[str, Any]) -> bool:
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+# -- node affinity ---------------------------------------------------------------------------------
+
+
+def _affinity_matches(pod: JSON, labels: Mapping[str, str], name: str) -> bool:
+    spec = pod.get("spec") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not required:
+        return True
+    terms = required.get("nodeSelectorTerms") or []
+    return any(_term_matches(term, labels, name) for term in terms)
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches no Node (as in Kubernetes)
+    if not all(_expression_matches(e, labels) for e in expressions):
+        return False
+    return all(_expression_matches(f, {"metadata.name": name}) for f in fields)
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    present = key in labels
+    value = labels.get(str(key), "")
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+# -- room ------------------------------------------------------------------------------------------
+
+
+def _insufficient(
+    requests: Mapping[str, int], allocatable: Mapping[str, int], bound: list[JSON]
+) -> list[str]:
+    running = [p for p in bound if not pod_finished(p)]
+    used: Counter[str] = Counter()
+    for p in running:
+        used.update(p.get("requests") or {})
+    short = []
+    if "pods" in allocatable and len(running) + 1 > allocatable["pods"]:
+        short.append("Too many pods")
+    for name, amount in sorted(requests.items()):
+        if amount > 0 and name in allocatable and used[name] + amount > allocatable[name]:
+            short.append(f"Insufficient {name}")
+        elif amount > 0 and name not in allocatable and name not in (_CPU, "memory", "ephemeral-storage"):
+            short.append(f"Insufficient {name}")  # an extended resource the Node does not have
+    return short
+
+
+# -- pod anti-affinity -----------------------------------------------------------------------------
+
+
+def _anti_affinity_violated(pod: JSON, bound: list[JSON]) -> bool:
+    spec = pod.get("spec") or {}
+    terms = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    own_namespace = (pod.get("metadata") or {}).get("namespace")
+    for term in terms:
+        if term.get("topologyKey") != HOSTNAME:
+            continue
+        if term.get("namespaceSelector") == {}:
+            namespaces = None  # every namespace
+        else:
+            namespaces = set(term.get("namespaces") or [own_namespace])
+        for other in bound:
+            if pod_finished(other):
+                continue
+            meta = other.get("metadata") or {}
+            if namespaces is not None and meta.get("namespace") not in namespaces:
+                continue
+            if _selector_matches(term.get("labelSelector"), meta.get("labels") or {}):
+                return True
+    return False
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    if selector is None:
+        return False  # a nil selector matches nothing
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])

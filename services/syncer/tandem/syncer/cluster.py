@@ -1,0 +1,184 @@
+"""The syncer's view of Kubernetes: every Pod (by Node and by uid), every Node, and the slurmd
+Pods that say which Node hosts each Slurm node. Informers keep it; nothing here calls the API to
+look, and whoever waits for a Pod to leave wakes on the change instead of polling.
+
+The syncer owns the Slurm node -> Node mapping: it publishes it on its stream (SlurmNode.kube_node)
+and the scheduler binds from it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from tandem import keys
+from tandem.informer import Informer
+from tandem.kube import JSON, KubeClient
+
+BY_NODE = "node"
+BY_UID = "uid"
+BY_JOB = "job"
+SLURMD = "slurmd"
+
+
+def slim_pod(pod: JSON) -> JSON:
+    """What the syncer reads of a Pod; every Pod of the cluster is cached, so only that is kept."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if str(k).startswith(keys.PREFIX)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+            "annotations": annotations,
+            "ownerReferences": [
+                {"kind": o.get("kind"), "name": o.get("name")} for o in meta.get("ownerReferences") or []
+            ],
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "schedulerName": spec.get("schedulerName"),
+            "tolerations": spec.get("tolerations") or [],
+        },
+        "status": {
+            "phase": (pod.get("status") or {}).get("phase"),
+            "ready": _condition(pod, "Ready") != "False",
+        },
+    }
+
+
+def slim_node(node: JSON) -> JSON:
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    cordon = next(
+        (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "SlurmCordon"),
+        None,
+    )
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "annotations": {k: v for k, v in annotations.items() if k == keys.DRAIN_ANNOTATION},
+        },
+        "spec": {k: v for k, v in (node.get("spec") or {}).items() if k in ("taints", "unschedulable")},
+        # Ready unless it says otherwise (a Node without conditions yet is not called NotReady).
+        "status": {
+            "ready": _condition(node, "Ready") in ("True", None),
+            "slurmCordon": cordon.get("message") if cordon is not None else None,
+        },
+    }
+
+
+def _condition(obj: JSON, type_: str) -> str | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return str(c.get("status"))
+    return None
+
+
+class ClusterView:
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurmd_namespace: str,
+        on_slurmd_moved: Callable[[str], None] = lambda slurm_node: None,
+    ) -> None:
+        self.slurmd_namespace = slurmd_namespace
+        self.on_slurmd_moved = on_slurmd_moved
+        # Told the Slurm nodes whose Kubernetes side changed (their Node, or their slurmd Pod).
+        self.on_slurm_node_changed: Callable[[str], None] = lambda slurm_node: None
+        self.pods = Informer(
+            kube,
+            ["/api/v1/pods"],
+            {},
+            self._on_pod,
+            indexes={BY_NODE: _node_of, BY_UID: _uid_of, BY_JOB: _job_of, SLURMD: self._slurm_node_of},
+            transform=slim_pod,
+        )
+        self.nodes = Informer(kube, ["/api/v1/nodes"], {}, self._on_node, transform=slim_node)
+
+    def start(self, stop: threading.Event) -> None:
+        self.pods.start(stop)
+        self.nodes.start(stop)
+
+    @property
+    def synced(self) -> bool:
+        return self.pods.synced and self.nodes.synced
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.pods.wait_synced(timeout) and self.nodes.wait_synced(timeout)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def pods_on(self, kube_node: str) -> list[JSON]:
+        return self.pods.by_index(BY_NODE, kube_node)
+
+    def pod_by_uid(self, uid: str) -> JSON | None:
+        found = self.pods.by_index(BY_UID, uid)
+        return found[0] if found else None
+
+    def pods_of_job(self, job_id: int) -> list[JSON]:
+        """The Pods that carry this job id (every member of a group's job)."""
+        return self.pods.by_index(BY_JOB, str(job_id))
+
+    def slurmd_pod(self, slurm_node: str) -> JSON | None:
+        found = self.pods.by_index(SLURMD, slurm_node)
+        return found[0] if found else None
+
+    def slurmd_pods(self) -> list[JSON]:
+        return [p for p in self.pods.items() if self._slurm_node_of(p)]
+
+    def kube_node_of(self, slurm_node: str) -> str:
+        """The Node hosting this Slurm node's slurmd Pod; "" when unknown."""
+        pod = self.slurmd_pod(slurm_node)
+        return str((pod or {}).get("spec", {}).get("nodeName") or "")
+
+    def node(self, name: str) -> JSON | None:
+        return self.nodes.get(name)
+
+    def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Until `ready()` holds, re-checked after each Pod change, or `timeout` seconds."""
+        return self.pods.wait_for(ready, timeout)
+
+    # -- indexes ---------------------------------------------------------------------------------
+
+    def _slurm_node_of(self, pod: JSON) -> list[str]:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != self.slurmd_namespace:
+            return []
+        if (meta.get("labels") or {}).get(keys.SLURMD_POD_LABEL) != keys.SLURMD_POD_LABEL_VALUE:
+            return []
+        return [str(meta["name"])]
+
+    def _on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        changed = old or new or {}
+        for slurm_node in self._slurm_node_of(changed):
+            if _node_of(old or {}) != _node_of(new or {}):
+                self.on_slurmd_moved(slurm_node)
+            self.on_slurm_node_changed(slurm_node)
+
+    def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        for pod in self.pods_on(key):
+            for slurm_node in self._slurm_node_of(pod):
+                self.on_slurm_node_changed(slurm_node)
+
+
+def _node_of(pod: JSON) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [str(node)] if node else []
+
+
+def _job_of(pod: JSON) -> list[str]:
+    job_id = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
+    return [str(job_id)] if job_id else []
+
+
+def _uid_of(pod: JSON) -> list[str]:
+    uid = (pod.get("metadata") or {}).get("uid")
+    return [str(uid)] if uid else []

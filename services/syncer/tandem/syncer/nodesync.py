@@ -1,0 +1,182 @@
+"""Node state both ways, one Slurm node at a time (as SUNK's syncer does, without the reconfigure).
+
+Kubernetes -> Slurm: a Node cordoned, not Ready, being deleted or gone, or its slurmd Pod deleting or
+not ready, drains the Slurm node with the reason `k8s: <why>` (again if someone resumes it while
+the cause holds); when the cause clears, a drain of ours is resumed. An admin's drain, or the
+KillWait drain of a Pod that would not leave, is never touched.
+
+Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
+`<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
+
+`decide` is pure (tests/unit/test_nodesync.py); `NodeSync` reads the caches and carries it out.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from tandem import keys
+from tandem.kube import JSON, KubeClient, rfc3339
+from tandem.metrics import REGISTRY
+from tandem.runner import Requeue
+from tandem.slurm.models import Node
+from tandem.syncer.cluster import ClusterView
+from tandem.syncer.mirror import SlurmMirror
+
+log = logging.getLogger(__name__)
+
+# Reasons this module writes start so; only those are resumed by it.
+CAUSE_PREFIXES = ("k8s: Node ", "k8s: slurmd Pod ")
+CONDITION = "SlurmCordon"
+
+NODE_SYNC_ACTIONS = REGISTRY.counter(
+    "tandem_node_sync_actions_total",
+    "drains, resumes and Node writes made to keep node state in sync",
+    ["action"],
+)
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    slurm_node: str
+    # The Slurm node as the mirror read it (None before the first poll).
+    slurm: Node | None
+    # The Node hosting its slurmd Pod ("" when none), and that Node (None when gone).
+    kube_node_name: str
+    kube_node: JSON | None
+    slurmd_pod: JSON | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    drain: str = ""  # a reason: drain the Slurm node
+    resume: bool = False
+    # The Node's drain annotation and SlurmCordon condition: (reason, True) to show, ("", False) to clear.
+    show: tuple[str, bool] | None = None
+
+
+def cause(f: NodeFacts) -> str:
+    """Why Kubernetes says the Slurm node must take no job ("" when nothing does)."""
+    pod = f.slurmd_pod
+    if pod is None:
+        return ""  # not hosted anywhere known: nothing about it can be read here
+    pod_meta = pod.get("metadata") or {}
+    if pod_meta.get("deletionTimestamp"):
+        return f"k8s: slurmd Pod {pod_meta.get('name')} is being deleted"
+    node = f.kube_node
+    name = f.kube_node_name
+    if name and node is None:
+        return f"k8s: Node {name} was deleted"
+    if node is not None:
+        meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+        if meta.get("deletionTimestamp"):
+            return f"k8s: Node {name} is being deleted"
+        if spec.get("unschedulable"):
+            return f"k8s: Node {name} is cordoned"
+        if not status.get("ready", True):
+            return f"k8s: Node {name} is NotReady"
+    if not (pod.get("status") or {}).get("ready", True):
+        return f"k8s: slurmd Pod {pod_meta.get('name')} is not ready"
+    return ""
+
+
+def decide(f: NodeFacts) -> Plan:
+    slurm = f.slurm
+    if slurm is None:
+        return Plan()
+    why = cause(f)
+    ours = slurm.reason.startswith(CAUSE_PREFIXES)
+    drain, resume = "", False
+    if why and not slurm.drained:
+        drain = why
+    elif why and ours and slurm.reason != why:
+        drain = why  # a different cause of ours: say the current one
+    elif not why and slurm.drained and ours:
+        resume = True
+    show = _shown(f, slurm, drain, resume)
+    return Plan(drain, resume, show)
+
+
+def _shown(f: NodeFacts, slurm: Node, drain: str, resume: bool) -> tuple[str, bool] | None:
+    """What the Node should show after the plan, when it differs from what it shows."""
+    if f.kube_node is None:
+        return None
+    cordoned = (slurm.drained or slurm.state == "DOWN" or bool(drain)) and not resume
+    reason = (drain or slurm.reason or slurm.state.lower()) if cordoned else ""
+    meta = f.kube_node.get("metadata") or {}
+    annotation = (meta.get("annotations") or {}).get(keys.DRAIN_ANNOTATION)
+    condition = (f.kube_node.get("status") or {}).get("slurmCordon")
+    if cordoned and (annotation != reason or condition != reason):
+        return (reason, True)
+    if not cordoned and (annotation is not None or condition is not None):
+        return ("", False)
+    return None
+
+
+class SlurmNodes(Protocol):
+    """What the node sync changes in Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
+
+    def drain_node(self, node: str, reason: str) -> None: ...
+
+    def resume_node(self, node: str) -> None: ...
+
+
+class FactsSource(Protocol):
+    def facts(self, slurm_node: str) -> NodeFacts: ...
+
+
+class CacheFacts:
+    """The facts of one Slurm node, read from the syncer's caches (no API call)."""
+
+    def __init__(self, cluster: ClusterView, mirror: SlurmMirror) -> None:
+        self.cluster, self.mirror = cluster, mirror
+
+    def facts(self, slurm_node: str) -> NodeFacts:
+        pod = self.cluster.slurmd_pod(slurm_node)
+        name = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        return NodeFacts(
+            slurm_node, self.mirror.node(slurm_node), name, self.cluster.node(name) if name else None, pod
+        )
+
+
+class NodeSync:
+    """Carries the plan out for one Slurm node (a Runner's reconcile)."""
+
+    def __init__(self, kube: KubeClient, slurm: SlurmNodes, facts: FactsSource) -> None:
+        self.kube, self.slurm, self.facts = kube, slurm, facts
+
+    def reconcile(self, slurm_node: str) -> Requeue:
+        f = self.facts.facts(slurm_node)
+        plan = decide(f)
+        if plan.drain:
+            self.slurm.drain_node(slurm_node, plan.drain)
+            NODE_SYNC_ACTIONS.inc(action="drain")
+            log.info("drained for Kubernetes", extra={"node": slurm_node, "reason": plan.drain})
+        if plan.resume:
+            self.slurm.resume_node(slurm_node)
+            NODE_SYNC_ACTIONS.inc(action="resume")
+            log.info("resumed: its Kubernetes cause cleared", extra={"node": slurm_node})
+        if plan.show is not None and f.kube_node_name:
+            self._show(f.kube_node_name, *plan.show)
+        return None
+
+    def _show(self, kube_node: str, reason: str, cordoned: bool) -> None:
+        path = f"/api/v1/nodes/{kube_node}"
+        self.kube.merge_patch(
+            path, {"metadata": {"annotations": {keys.DRAIN_ANNOTATION: reason if cordoned else None}}}
+        )
+        if cordoned:
+            condition = {
+                "type": CONDITION,
+                "status": "True",
+                "reason": "SlurmNodeDrained",
+                "message": reason,
+                "lastTransitionTime": rfc3339(),
+                "lastHeartbeatTime": rfc3339(),
+            }
+        else:
+            condition = {"type": CONDITION, "$patch": "delete"}
+        self.kube.strategic_patch(f"{path}/status", {"status": {"conditions": [condition]}})
+        NODE_SYNC_ACTIONS.inc(action="show" if cordoned else "clear")
