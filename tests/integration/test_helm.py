@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import yaml
 
 from devstack import kube
 from devstack.config import StackConfig
@@ -53,10 +54,14 @@ def test_namespace_scope_grants_roles_only_in_those_namespaces(stack_cfg: StackC
         kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist already
     _server_dry_run(stack_cfg, manifest)
     assert "--watch-namespace=team-a,team-b" in manifest
+    docs = [yaml.safe_load(doc) for doc in manifest.split("\n---")]
     scheduler_cluster_roles = [
-        doc for doc in manifest.split("\n---") if "kind: ClusterRole\n" in doc and "scheduler" in doc
+        d for d in docs if d and d.get("kind") == "ClusterRole" and "scheduler" in d["metadata"]["name"]
     ]
-    assert not scheduler_cluster_roles
+    # Pods only in those namespaces; cluster-wide, nothing but reading Nodes (what fits where).
+    assert [role["rules"] for role in scheduler_cluster_roles] == [
+        [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    ]
 
 
 @pytest.mark.parametrize(

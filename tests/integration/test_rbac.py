@@ -33,6 +33,13 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("scheduler", ("create", "pods", "--subresource=binding", "-n", "default"), True),
         ("scheduler", ("watch", "pods", "--all-namespaces"), True),
         ("scheduler", ("patch", "pods", "--subresource=status", "-n", "default"), True),
+        ("scheduler", ("watch", "podgroups.scheduling.k8s.io", "--all-namespaces"), True),
+        (
+            "scheduler",
+            ("patch", "podgroups.scheduling.k8s.io", "--subresource=status", "-n", "default"),
+            True,
+        ),
+        ("scheduler", ("update", "podgroups.scheduling.k8s.io", "-n", "default"), False),
         ("syncer", ("create", "pods", "--subresource=eviction", "-n", "default"), True),
         ("syncer", ("patch", "nodes"), True),
         ("syncer", ("patch", "pods", "-n", "tandem-slurm"), True),

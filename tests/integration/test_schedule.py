@@ -94,16 +94,17 @@ def test_prefer_steers_the_job_to_preferred_nodes(stack_cfg: StackConfig, core: 
 def test_a_pod_slurm_cannot_place_gets_an_event_and_no_retry(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
-    name = h.unique("too-big")
+    name = h.unique("no-partition")
     before = h.squeue_ids(stack_cfg)
-    # No node has an A100: Slurm refuses the job at submit.
-    h.create(core, h.tandem_pod(stack_cfg, name, gpus=1, gpu_model="A100_PCIE_80GB"))
+    # Every Node would take it; Slurm has no such partition and refuses the job at submit.
+    h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + "partition": "no-such-partition"}))
     events = h.wait_until(
         "FailedScheduling",
         lambda: [e for e in h.events_for(core, name) if e.reason == "FailedScheduling"],
         15,
     )
-    assert "Requested node configuration is not available" in events[0].message
+    assert "Slurm refused the placeholder job" in events[0].message
+    assert "Invalid partition name specified" in events[0].message
     time.sleep(3)
     assert len([e for e in h.events_for(core, name) if e.reason == "FailedScheduling"]) == 1
     assert h.squeue_ids(stack_cfg) == before

@@ -95,7 +95,7 @@ def test_a_job_submitted_through_slurmrestd_runs_on_a_node(stack_cfg: StackConfi
 
 @pytest.mark.parametrize("name", services.SERVICES)
 def test_each_service_reports_serving(stack_cfg: StackConfig, name: str) -> None:
-    assert services.health_status(services.grpc_addresses(stack_cfg)[name]) == "SERVING"
+    assert services.serving(stack_cfg, name)
 
 
 def test_hooks_gateway_refuses_calls_without_the_token(stack_cfg: StackConfig) -> None:

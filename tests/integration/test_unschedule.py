@@ -185,6 +185,8 @@ def test_a_pod_that_outlives_killwait_drains_its_node(stack_cfg: StackConfig, co
         reason = h.wait_until("node drained before KillWait", drained, 40, every=0.5)
         assert reason.startswith("k8s:") and name in reason
         assert h.get_pod(core, name) is not None  # still terminating: that is why
+        told = [e for e in h.events_for(core, name) if e.reason == "SlurmNodeDrained"]
+        assert len(told) == 1 and f"drained ({reason})" in told[0].message
     finally:
         h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 60, every=0.5)
         h.scontrol(stack_cfg, "update", f"nodename={node}", "state=resume")

@@ -1,16 +1,25 @@
-"""The scheduler's reconciler with its caches faked: what it does before its caches are filled (CI
-caught a restarted scheduler cancelling the job of a Pod it had not listed yet), and what it keeps
-remembering (it runs for months)."""
+"""The scheduler's reconciler and its runner, with caches faked: what happens before the caches
+are filled (CI caught a restarted scheduler cancelling the job of a Pod it had not listed yet), how
+failures come back (backoff, never for a terminal error), what is counted and what is remembered
+(it runs for months)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 from unittest import mock
 
+import pytest
+
 from tandem import keys, placeholder
-from tandem.scheduler.controller import Controller
+from tandem.runner import Runner, TerminalError
+from tandem.scheduler import controller as ctl
+from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
+from tandem.slurm.models import Job, JobStatus
+from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import slurm_pb2
 from tandem.workqueue import WorkQueue
 
@@ -31,127 +40,311 @@ class FakePodCache:
     def items(self) -> list[Any]:
         return list(self.pods.values())
 
+    def by_index(self, index: str, value: str) -> list[Any]:
+        return [p for p in self.pods.values() if group_index(p) == [value]]
 
-def _controller(pods: FakePodCache, jobs: JobTracker, queue: mock.Mock) -> tuple[Controller, mock.Mock]:
-    slurm = mock.Mock()
+
+def _controller(pods: FakePodCache, jobs: JobTracker) -> tuple[Controller, mock.Mock, mock.Mock]:
+    slurm, kube = mock.Mock(), mock.Mock()
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
-    controller = Controller(mock.Mock(), slurm, jobs, mock.Mock(), queue, pods, cfg, 30.0, "slurm")
-    return controller, slurm
+    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0)
+    return controller, slurm, kube
 
 
-def _tracker_with_running_job(script_started: bool = False) -> JobTracker:
-    jobs = JobTracker(SCHEDULER, mock.Mock(), lambda pod, job: None)
-    jobs._apply(
-        slurm_pb2.SlurmJob(
-            job_id=7,
-            name=placeholder.job_name(POD, SCHEDULER),
-            state=slurm_pb2.JOB_STATE_RUNNING,
-            nodes=["cpu-001"],
-            script_started=script_started,
-        )
+def _status(state: str = "RUNNING", started: bool = False, node: str = "cpu-001") -> JobStatus:
+    return JobStatus(
+        Job(job_id=7, name=placeholder.job_name(POD, SCHEDULER), state=state, nodes=(node,)), started=started
     )
+
+
+def _tracker(status: JobStatus | None = None, hosts: dict[str, str] | None = None) -> JobTracker:
+    jobs = JobTracker(SCHEDULER, mock.Mock(), lambda pod, job: None)
+    if status is not None:
+        jobs._apply(status)
+    for slurm_node, kube_node in (hosts or {}).items():
+        jobs._apply_node(slurm_pb2.SlurmNode(name=slurm_node, kube_node=kube_node))
     jobs._synced.set()
     return jobs
 
 
-def test_a_pod_not_yet_listed_keeps_its_job_and_is_looked_at_again() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    controller, slurm = _controller(pods, _tracker_with_running_job(), queue)
-    controller.reconcile(POD.key)
-    slurm.cancel_job.assert_not_called()
-    queue.add_after.assert_called_once_with(POD.key, mock.ANY)
-
-
-def test_once_the_pods_are_listed_a_missing_pod_has_its_job_cancelled() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    controller, slurm = _controller(pods, _tracker_with_running_job(), queue)
-    pods.synced = True
-    controller.reconcile(POD.key)
-    slurm.cancel_job.assert_called_once_with(7)
-
-
-def test_nothing_is_cancelled_before_the_job_list_arrives() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    pods.synced = True
-    jobs = _tracker_with_running_job()
-    jobs._synced.clear()
-    controller, slurm = _controller(pods, jobs, queue)
-    controller.reconcile(POD.key)
-    slurm.cancel_job.assert_not_called()
-    queue.add_after.assert_called_once_with(POD.key, mock.ANY)
-
-
-def _with_job_state(jobs: JobTracker, state: Any) -> None:
-    job = slurm_pb2.SlurmJob()
-    known = jobs.get(7)
-    assert known is not None
-    job.CopyFrom(known)
-    job.state = state
-    jobs._apply(job)
-
-
-def test_a_cancelled_job_is_forgotten_once_it_has_ended() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    pods.synced = True
-    jobs = _tracker_with_running_job()
-    controller, slurm = _controller(pods, jobs, queue)
-    controller.reconcile(POD.key)
-    controller.reconcile(POD.key)
-    slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
-    _with_job_state(jobs, slurm_pb2.JOB_STATE_CANCELLED)
-    controller.reconcile(POD.key)
-    assert controller._cancelled == set()
-
-
-def _pod(job_id: str = "") -> dict[str, Any]:
+def _pod(job_id: str = "", requests: dict[str, str] | None = None) -> dict[str, Any]:
     annotations = {keys.JOB_ID_ANNOTATION: job_id} if job_id else {}
     return {
         "metadata": {
             "namespace": POD.namespace,
             "name": POD.name,
             "uid": POD.uid,
+            "resourceVersion": "1",
             "annotations": annotations,
         },
-        "spec": {},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {"name": "c", "resources": {"requests": requests or {"cpu": "1", "memory": "1Gi"}}}
+            ],
+        },
     }
+
+
+def _runner(controller: Controller, pods: FakePodCache) -> Runner:
+    return Runner(
+        "test",
+        controller.queue,
+        controller.reconcile,
+        [lambda: pods.synced, lambda: controller.jobs.synced],
+        1,
+    )
+
+
+def _wait(predicate: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_no_worker_runs_before_the_pods_are_listed() -> None:
+    pods = FakePodCache()
+    controller, slurm, _ = _controller(pods, _tracker(_status()))
+    controller.queue.add(POD.key)
+    stop = threading.Event()
+    _runner(controller, pods).start(stop)
+    time.sleep(0.3)
+    slurm.cancel_job.assert_not_called()  # the Pod is not gone: it is not listed yet
+    pods.synced = True
+    assert _wait(lambda: slurm.cancel_job.called)  # listed, and really not there
+    slurm.cancel_job.assert_called_once_with(7)
+    stop.set()
+    controller.queue.shutdown()
+
+
+def test_no_worker_runs_before_the_job_list_arrives() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    jobs = _tracker(_status())
+    jobs._synced.clear()
+    controller, slurm, _ = _controller(pods, jobs)
+    controller.queue.add(POD.key)
+    stop = threading.Event()
+    _runner(controller, pods).start(stop)
+    time.sleep(0.3)
+    slurm.cancel_job.assert_not_called()
+    stop.set()
+    controller.queue.shutdown()
+
+
+def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    jobs = _tracker(_status())
+    controller, slurm, _ = _controller(pods, jobs)
+    controller.reconcile(POD.key)
+    controller.reconcile(POD.key)
+    slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
+    controller.on_job(POD, _status("CANCELLED"))
+    assert controller._cancelled == set()
 
 
 def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    controller, _ = _controller(pods, _tracker_with_running_job(), queue)
-    controller._submitted[POD.uid] = 7
-    assert controller._recorded_job_id(_pod()) == 7  # the cache has not seen the annotation yet
-    assert controller._recorded_job_id(_pod("7")) == 7
-    assert controller._submitted == {}
+    pods = FakePodCache()
+    pods.synced = True
+    controller, slurm, _ = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    pods.pods[POD.key] = _pod()
+    controller.reconcile(POD.key)
+    assert controller._submitted.get(POD.uid) == 7
+    pods.pods[POD.key] = _pod("7")  # the informer caught up with the annotation
+    controller.reconcile(POD.key)
+    assert controller._submitted.get(POD.uid) is None
+    assert controller._recorded.get(POD.uid) is None
+    slurm.submit_job.assert_called_once()
 
 
 def test_a_pod_deleted_before_its_annotation_was_seen_leaves_nothing_behind() -> None:
-    pods, queue = FakePodCache(), mock.Mock(spec=WorkQueue)
-    pods.synced = True
-    controller, _ = _controller(pods, _tracker_with_running_job(), queue)
-    controller._submitted[POD.uid] = 7
-    controller.reconcile(POD.key)
-    assert controller._submitted == {}
-
-
-def test_a_pod_is_bound_where_its_slurmd_pod_is_now_not_where_it_was() -> None:
-    """A NodeSet replaced a broken Node: slurmd cpu-001 moved from node-001 to node-009."""
     pods = FakePodCache()
     pods.synced = True
-    pod = _pod("7")
-    pod["spec"] = {
-        "schedulerName": SCHEDULER,
-        "terminationGracePeriodSeconds": 5,
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
-    }
-    pods.pods[POD.key] = pod
-    jobs = _tracker_with_running_job(script_started=True)
-    controller, _ = _controller(pods, jobs, mock.Mock(spec=WorkQueue))
-    kube = mock.Mock()
-    controller.kube = controller.api.kube = kube
-    controller._kube_nodes["cpu-001"] = "node-001"  # what an earlier bind learnt
-    kube.get.return_value = {"spec": {"nodeName": "node-009"}}
+    controller, _, _ = _controller(pods, _tracker(_status()))
+    controller._submitted.put(POD.uid, 7)
     controller.reconcile(POD.key)
+    assert controller._submitted.get(POD.uid) is None
+
+
+def test_a_pod_is_bound_where_the_syncer_says_its_slurmd_pod_is_now() -> None:
+    """A NodeSet replaced a broken Node: slurmd cpu-001 moved from node-001 to node-009, and the
+    syncer published it. The scheduler reads no slurmd Pod itself."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod("7")
+    jobs = _tracker(_status(started=True), hosts={"cpu-001": "node-001"})
+    moved: list[str] = []
+    jobs.on_node_moved = moved.append
+    jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-009"))
+    assert moved == ["cpu-001"]
+    controller, _, kube = _controller(pods, jobs)
+    controller.reconcile(POD.key)
+    kube.get.assert_not_called()
     (path, body), _ = kube.post.call_args
     assert path.endswith(f"/pods/{POD.name}/binding")
     assert body["target"]["name"] == "node-009"
+
+
+def _valid_count() -> float:
+    return ctl.PODS_VALIDATED._values.get(("valid", ""), 0.0)
+
+
+def test_a_pod_is_counted_valid_once_however_often_its_submit_is_retried() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, _ = _controller(pods, _tracker())
+    slurm.submit_job.side_effect = [SlurmApiError("down", 503), SlurmApiError("down", 503), 7]
+    before = _valid_count()
+    for _ in range(2):
+        with pytest.raises(SlurmApiError):
+            controller.reconcile(POD.key)
+    controller.reconcile(POD.key)
+    assert slurm.submit_job.call_count == 3
+    assert _valid_count() - before == 1
+
+
+def test_a_failing_key_comes_back_later_each_time() -> None:
+    queue = WorkQueue(backoff_base=0.25, backoff_cap=2.0)
+    calls: list[float] = []
+
+    def reconcile(key: str) -> None:
+        calls.append(time.monotonic())
+        raise SlurmApiError("slurmrestd down", 503)
+
+    runner = Runner("test-backoff", queue, reconcile, [], 1)
+    for _ in range(5):
+        runner.handle("a")
+    assert queue.failures("a") == 5
+    delays = sorted(when for when, key in queue._delayed if key == "a")
+    now = time.monotonic()
+    assert [round(x - now, 1) for x in delays][-1] == pytest.approx(2.0, abs=0.1)  # capped
+    assert [round(x - now, 2) for x in delays][:3] == pytest.approx([0.25, 0.5, 1.0], abs=0.05)
+
+
+def test_a_key_that_succeeds_starts_its_backoff_over() -> None:
+    queue = WorkQueue()
+    outcomes: list[Exception | None] = [SlurmApiError("down", 503), None]
+
+    def reconcile(key: str) -> None:
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    runner = Runner("test-forget", queue, reconcile, [], 1)
+    runner.handle("a")
+    runner.handle("a")
+    assert queue.failures("a") == 0
+
+
+def test_a_terminal_error_is_never_retried() -> None:
+    queue = WorkQueue()
+
+    def reconcile(key: str) -> None:
+        raise TerminalError("the Pod must change first")
+
+    Runner("test-terminal", queue, reconcile, [], 1).handle("a")
+    assert queue._delayed == [] and len(queue) == 0
+
+
+def _member(i: int, job_id: str = "") -> dict[str, Any]:
+    pod = _pod(job_id)
+    pod["metadata"].update(name=f"train-{i}", uid=f"uid-{i}")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    return pod
+
+
+PODGROUP = {
+    "apiVersion": keys.PODGROUP_API,
+    "kind": keys.PODGROUP_KIND,
+    "metadata": {"namespace": POD.namespace, "name": "train", "uid": "pg-uid", "resourceVersion": "1"},
+    "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+}
+
+
+def _gang(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, mock.Mock]:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods = {f"{POD.namespace}/{m['metadata']['name']}": m for m in members}
+    slurm, kube = mock.Mock(), mock.Mock()
+    slurm.submit_job.return_value = 9
+    cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
+    jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
+    podgroups = {f"{POD.namespace}/train": PODGROUP}
+    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups)
+    return controller, slurm, kube
+
+
+def test_a_member_alone_submits_nothing_and_its_own_key_never_places_it() -> None:
+    controller, slurm, _ = _gang(_member(0))
+    controller.reconcile(f"{POD.namespace}/train-0")
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_not_called()
+
+
+def test_a_complete_group_is_one_job_of_a_node_per_member_recorded_on_each() -> None:
+    controller, slurm, kube = _gang(_member(0), _member(1))
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_called_once()
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.nodes == 2 and spec.name == f"tandem:{SCHEDULER}/{POD.namespace}/pg:train/pg-uid"
+    recorded = [c.args[0] for c in kube.merge_patch.call_args_list]
+    assert recorded == [f"/api/v1/namespaces/{POD.namespace}/pods/train-{i}" for i in range(2)]
+    # The next look (the stream has not shown the job yet) records and submits nothing more.
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_called_once()
+
+
+def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
+    controller, _, kube = _gang(_member(0, "9"), _member(1, "9"))
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    controller.jobs._apply(
+        JobStatus(
+            Job(
+                job_id=9,
+                name=placeholder.job_name(ref, SCHEDULER),
+                state="RUNNING",
+                nodes=("cpu-001", "cpu-002"),
+            ),
+            started=True,
+        )
+    )
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    bindings = [c.args for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
+    assert [(path.split("/")[-2], body["target"]["name"]) for path, body in bindings] == [
+        ("train-0", "node-001"),
+        ("train-1", "node-002"),
+    ]
+
+
+def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
+    """Connection reset, then refused: the same trouble, one condition and one Event."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, kube = _controller(pods, _tracker())
+    url = "http://127.0.0.1:1"
+    slurm.submit_job.side_effect = [
+        SlurmApiError(
+            f"slurmrestd at {url} unreachable: [Errno 104] Connection reset by peer",
+            summary=f"slurmrestd at {url} unreachable",
+        ),
+        SlurmApiError(
+            f"slurmrestd at {url} unreachable: [Errno 111] Connection refused",
+            summary=f"slurmrestd at {url} unreachable",
+        ),
+    ]
+    for _ in range(2):
+        with pytest.raises(SlurmApiError):
+            controller.reconcile(POD.key)
+    status_writes = [c for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
+    assert len(status_writes) == 1
+    controller._background.shutdown(wait=True)
+    events = [c.args[2] for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    assert events == ["SlurmUnavailable"]

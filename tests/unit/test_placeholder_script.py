@@ -88,3 +88,30 @@ def test_on_sigterm_the_script_leaves_no_sleep_behind(tmp_path: Path) -> None:
     time.sleep(0.2)
     state = Path(f"/proc/{sleeper}/stat")
     assert not state.exists() or state.read_text().split(")")[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize(
+    ("terminating_reply", "drains_itself"),
+    [
+        # Tandem answered 408 after draining the nodes a Pod of the job still runs on.
+        ('{"pod_gone": false, "drained_slurm_nodes": ["cpu-002"]}', False),
+        # No answer (gateway unreachable): the script drains its own node.
+        ("", True),
+    ],
+)
+def test_at_killwait_the_script_drains_only_when_tandem_could_not(
+    tmp_path: Path, terminating_reply: str, drains_itself: bool
+) -> None:
+    proc, log = _start(tmp_path)
+    # From now on `terminating` fails, printing the reply (curl --fail-with-body exits 22).
+    (tmp_path / "bin" / "curl").write_text(
+        f'#!/bin/bash\necho "curl $*" >> {log}\n'
+        f'case "$*" in *"/v1/terminating"*) printf %s \'{terminating_reply}\'; exit 22 ;; esac\nexit 0\n'
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (log.exists() and "update" in log.read_text()):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(10) == 1
+    drains = [line for line in log.read_text().splitlines() if "/v1/drain" in line]
+    assert bool(drains) == drains_itself

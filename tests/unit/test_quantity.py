@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
-from tandem.quantity import bytes_of, cpu_millis, parse_quantity
+from tandem.quantity import parse_quantity
+from tandem.scheduler.validation import effective_requests
 
 
 @pytest.mark.parametrize(
@@ -70,13 +72,17 @@ def test_values_beyond_what_kubernetes_holds_are_rejected(text: str) -> None:
     ("text", "millis"),
     [("1", 1000), ("250m", 250), ("0.1m", 1), ("1n", 1), ("1.0001", 1001), ("0", 0), ("110", 110_000)],
 )
-def test_cpu_millis_rounds_up(text: str, millis: int) -> None:
-    assert cpu_millis(text) == millis
+def test_cpu_requests_round_up_to_millicores(text: str, millis: int) -> None:
+    assert effective_requests(_pod(cpu=text))["cpu"] == millis
 
 
 @pytest.mark.parametrize(
     ("text", "size"),
     [("1Gi", 2**30), ("1G", 10**9), ("960Gi", 960 * 2**30), ("1500m", 2), ("100", 100), ("0.1", 1)],
 )
-def test_bytes_of_rounds_up(text: str, size: int) -> None:
-    assert bytes_of(text) == size
+def test_memory_requests_round_up_to_bytes(text: str, size: int) -> None:
+    assert effective_requests(_pod(memory=text))["memory"] == size
+
+
+def _pod(**requests: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}}

@@ -35,7 +35,7 @@ def exporter() -> InMemorySpanExporter:
     return _EXPORTER
 
 
-class FakeSyncer(syncer_pb2_grpc.SyncerServiceServicer):  # type: ignore[misc]
+class FakeSyncer(syncer_pb2_grpc.SyncerServiceServicer):
     def __init__(self) -> None:
         self.metadata: list[dict[str, str]] = []
 

@@ -497,3 +497,25 @@ def test_effective_requests_refuses_garbled_quantities() -> None:
 )
 def test_the_metrics_reason_names_the_annotation_or_the_field(field: str, reason: str) -> None:
     assert Problem(field, "is wrong").reason == reason
+
+
+def _guaranteed(cpu: str) -> dict[str, Any]:
+    resources = {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}
+    return {
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"terminationGracePeriodSeconds": 5, "containers": [{"name": "c", "resources": resources}]},
+    }
+
+
+def test_a_guaranteed_pod_with_whole_cpus_is_warned_about_or_refused() -> None:
+    from tandem.scheduler.validation import static_cpu, validate
+
+    assert "static CPU manager pins them" in static_cpu(_guaranteed("2"))
+    assert static_cpu(_guaranteed("1500m")) == ""  # not whole CPUs: shared pool
+    burstable = _guaranteed("2")
+    burstable["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "4"
+    assert static_cpu(burstable) == ""
+    warned = validate(_guaranteed("2"), 30)
+    assert warned.ok and warned.static_cpu
+    refused = validate(_guaranteed("2"), 30, reject_static_cpu=True)
+    assert not refused.ok and "--reject-static-cpu" in refused.message()

@@ -1,0 +1,305 @@
+"""The scheduler's decision as a table: one row per line of the reconcile table in
+tandem.scheduler.decide, crash rows included (a previous life that died between two writes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tandem import keys, placeholder
+from tandem.scheduler import decide as d
+from tandem.slurm.models import Job, JobStatus
+
+SCHEDULER = "tandem-test"
+REF = placeholder.PodRef("default", "trainer", "uid-1")
+HOSTS = {"cpu-001": "node-001", "cpu-002": "node-002"}
+
+
+def pod(
+    job_id: int | None = None,
+    node: str = "",
+    deleting: bool = False,
+    phase: str = "Pending",
+    condition: tuple[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": REF.namespace, "name": REF.name, "uid": REF.uid, "annotations": {}}
+    if job_id is not None:
+        meta["annotations"][keys.JOB_ID_ANNOTATION] = str(job_id)
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T00:00:00Z"
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {
+                "name": "c",
+                "resources": {
+                    "requests": requests if requests is not None else {"cpu": "1", "memory": "1Gi"}
+                },
+            }
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    status: dict[str, Any] = {"phase": phase}
+    if condition:
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": condition[0], "message": condition[1]}
+        ]
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def job(
+    state: str = "RUNNING",
+    node: str = "cpu-001",
+    started: bool = False,
+    terminating: bool = False,
+    gone: bool = False,
+    reason: str = "",
+    job_id: int = 7,
+) -> JobStatus:
+    return JobStatus(
+        Job(
+            job_id=job_id,
+            name=placeholder.job_name(REF, SCHEDULER),
+            state=state,
+            state_reason=reason,
+            nodes=(node,) if node and state != "PENDING" else (),
+            partition="cpu",
+        ),
+        started=started,
+        terminating=terminating,
+        gone=gone,
+    )
+
+
+def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.Observed:
+    recorded = d.recorded_job_id(p) if p is not None else None
+    return d.Observed(
+        REF.key,
+        p,
+        job=j,
+        recorded_job_id=kw.pop("recorded", recorded),
+        kube_node=HOSTS.get,
+        kill_wait=30,
+        **kw,
+    )
+
+
+ROWS: list[tuple[str, d.Observed, Any]] = [
+    # Pod gone from the cache
+    ("gone Pod: its live job is cancelled", seen(None, jobs_of_key=(job(),)), d.Cancel((7,), "Pod deleted")),
+    (
+        "gone Pod: a job already cancelled is not cancelled again",
+        seen(None, jobs_of_key=(job(),), cancel_sent=frozenset({7})),
+        d.Nothing(),
+    ),
+    ("gone Pod: an ended job is left alone", seen(None, jobs_of_key=(job("COMPLETED"),)), d.Nothing()),
+    ("gone Pod: no job, nothing to do", seen(None), d.Nothing()),
+    (
+        "gone Pod, replaced twice: every live job of the name",
+        seen(None, jobs_of_key=(job(job_id=7), job(job_id=8), job("CANCELLED", job_id=6))),
+        d.Cancel((7, 8), "Pod deleted"),
+    ),
+    # Pod deleting or finished
+    (
+        "deleting Pod: its job is cancelled",
+        seen(pod(7, deleting=True), job()),
+        d.Cancel((7,), "Pod is being deleted"),
+    ),
+    (
+        "finished Pod: its job is cancelled",
+        seen(pod(7, node="node-001", phase="Succeeded"), job(started=True)),
+        d.Cancel((7,), "Pod finished"),
+    ),
+    (
+        "deleting Pod, cancel already sent",
+        seen(pod(7, deleting=True), job(), cancel_sent=frozenset({7})),
+        d.Nothing(),
+    ),
+    ("deleting Pod without a job", seen(pod(deleting=True)), d.Nothing()),
+    ("deleting Pod whose job ended", seen(pod(7, deleting=True), job("CANCELLED")), d.Nothing()),
+    # Bound
+    ("bound Pod on its job's Node", seen(pod(7, node="node-001"), job(started=True)), d.Nothing()),
+    (
+        "bound Pod whose job was stopped",
+        seen(pod(7, node="node-001"), job(started=True, terminating=True)),
+        d.Delete(
+            "Normal",
+            "SlurmJobEnded",
+            "Slurm job 7 was stopped (scancel, time limit or preemption); deleting the Pod",
+        ),
+    ),
+    (
+        "bound Pod whose job ended",
+        seen(pod(7, node="node-001"), job("TIMEOUT", started=True)),
+        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 ended (TIMEOUT); deleting the Pod"),
+    ),
+    (
+        "bound Pod whose job Slurm forgot",
+        seen(pod(7, node="node-001"), job(gone=True)),
+        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 ended (GONE); deleting the Pod"),
+    ),
+    (
+        "bound Pod whose job was requeued",
+        seen(pod(7, node="node-001"), job("PENDING")),
+        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 was requeued; deleting the Pod"),
+    ),
+    (
+        "bound Pod whose job runs on another Node",
+        seen(pod(7, node="node-001"), job(node="cpu-002", started=True)),
+        d.Delete(
+            "Normal",
+            "SlurmJobEnded",
+            "Slurm job 7 now runs on cpu-002, not on this Pod's Node; deleting the Pod",
+        ),
+    ),
+    (
+        "bound Pod, job's node not mapped yet: no verdict",
+        seen(pod(7, node="node-001"), job(node="cpu-009", started=True)),
+        d.Nothing(),
+    ),
+    ("bound Pod, job not in the stream", seen(pod(7, node="node-001")), d.Nothing()),
+    # Refused earlier
+    (
+        "refused Pod stays refused",
+        seen(pod(condition=(d.REASON_INVALID, "invalid for Slurm: x"))),
+        d.Nothing(),
+    ),
+    ("Pod Slurm refused stays refused", seen(pod(condition=(d.REASON_SUBMIT_FAILED, "no"))), d.Nothing()),
+    # Not yet submitted
+    ("valid Pod without a job: submit", seen(pod()), "Submit"),
+    (
+        "Pod whose Slurm was down: submit again",
+        seen(pod(condition=(d.REASON_SLURM_UNAVAILABLE, "retrying"))),
+        "Submit",
+    ),
+    ("invalid Pod: reject", seen(pod(requests={})), "Reject"),
+    # Crash rows
+    ("crashed after submit, before recording (this life)", seen(pod(), submitted_job_id=7), d.Record(7)),
+    ("crashed after submit, before recording (earlier life)", seen(pod(), job()), d.Record(7)),
+    ("recorded, the stream has not shown the job yet", seen(pod(7)), d.Nothing()),
+    (
+        "recorded by this life, informer copy still without it",
+        seen(pod(), job("PENDING", reason="Priority"), recorded=7),
+        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+    ),
+    # Waiting for Slurm
+    (
+        "pending job: Slurm's reason",
+        seen(pod(7), job("PENDING", reason="Resources")),
+        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
+    ),
+    ("pending job not yet looked at", seen(pod(7), job("PENDING")), d.Nothing()),
+    ("pending job, reason None", seen(pod(7), job("PENDING", reason="None")), d.Nothing()),
+    ("allocated job, prolog running: its Node nominated", seen(pod(7), job()), d.Nominate("node-001")),
+    # Running
+    (
+        "script started: bind",
+        seen(pod(7), job(started=True)),
+        d.Bind(job(started=True), "cpu-001", "node-001"),
+    ),
+    (
+        "script started, Node unknown: wait",
+        seen(pod(7), job(node="cpu-009", started=True)),
+        d.Wait("no Node known to host Slurm node cpu-009 yet"),
+    ),
+    (
+        "job ended before the Pod was bound",
+        seen(pod(7), job("FAILED")),
+        d.Delete("Warning", "SlurmJobEnded", "placeholder job 7 ended (FAILED) before the Pod was bound"),
+    ),
+    (
+        "job gone before the Pod was bound",
+        seen(pod(7), job(gone=True)),
+        d.Delete("Warning", "SlurmJobEnded", "placeholder job 7 ended (GONE) before the Pod was bound"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("observed", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_decide(observed: d.Observed, expected: Any) -> None:
+    action = d.decide(observed)
+    if isinstance(expected, str):
+        assert type(action).__name__ == expected
+    else:
+        assert action == expected
+
+
+def test_the_reject_carries_what_a_person_reads() -> None:
+    action = d.decide(seen(pod(requests={"cpu": "1"})))
+    assert isinstance(action, d.Reject)
+    assert "requests.memory: must be set" in action.validation.message()
+
+
+def test_the_submit_carries_the_requests_validation_parsed() -> None:
+    action = d.decide(seen(pod(requests={"cpu": "1500m", "memory": "2Gi"})))
+    assert isinstance(action, d.Submit)
+    assert action.validation.requests == {"cpu": 1500, "memory": 2 * 2**30}
+
+
+PLACEMENTS = [
+    ("pending", seen(pod(7), job("PENDING", reason="Resources")), "PENDING"),
+    ("started", seen(pod(7), job(started=True)), "STARTED"),
+    ("bound", seen(pod(7, node="node-001"), job(started=True)), "BOUND"),
+    ("invalid", seen(pod(requests={})), "INVALID"),
+    ("refused", seen(pod(condition=(d.REASON_INVALID, "x"))), "INVALID"),
+    ("deleting", seen(pod(7, deleting=True), job()), "TERMINATING"),
+    ("job stopped", seen(pod(7, node="node-001"), job(started=True, terminating=True)), "TERMINATING"),
+]
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected"), [r[1:] for r in PLACEMENTS], ids=[r[0] for r in PLACEMENTS]
+)
+def test_placement_derives_from_the_decision(observed: d.Observed, expected: str) -> None:
+    assert d.placement_state(observed, d.decide(observed)) == expected
+
+
+def _fit(*excluded: str, total: int = 2) -> Any:
+    from collections import Counter
+
+    from tandem.scheduler.eligibility import Eligibility
+
+    reasons = Counter({"node(s) were unschedulable": len(excluded)}) if excluded else Counter()
+    return lambda requests: Eligibility(total, tuple(excluded), reasons)
+
+
+def test_no_node_fits_no_job_and_kube_schedulers_words() -> None:
+    action = d.decide(seen(pod(), fit=_fit("cpu-001", "cpu-002")))
+    assert action == d.SetPending(
+        d.REASON_UNSCHEDULABLE,
+        "0/2 nodes are available: 2 node(s) were unschedulable.",
+        event="FailedScheduling",
+    )
+
+
+def test_the_job_excludes_the_nodes_that_do_not_fit() -> None:
+    action = d.decide(seen(pod(), fit=_fit("cpu-002")))
+    assert isinstance(action, d.Submit) and action.excluded == ("cpu-002",)
+
+
+def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None:
+    p = pod(7)
+    p["metadata"]["annotations"][keys.EXCLUDED_NODES] = "cpu-009"
+    action = d.decide(seen(p, job(state="PENDING", reason="Resources"), fit=_fit("cpu-002")))
+    assert action == d.Exclude(7, "cpu-[002,009]")
+    same = d.decide(
+        seen(
+            p,
+            job(state="PENDING", reason="Resources"),
+            fit=_fit("cpu-002"),
+            job_excludes=frozenset({"cpu-002", "cpu-009"}),
+        )
+    )
+    assert isinstance(same, d.SetPending) and same.reason == d.REASON_PENDING
+
+
+def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:
+    assert d.decide(seen(pod(7), job(state="RUNNING"))) == d.Nominate("node-001")
+    nominated = pod(7)
+    nominated["status"]["nominatedNodeName"] = "node-001"
+    assert d.decide(seen(nominated, job(state="RUNNING"))) == d.Nothing()
+    assert d.decide(seen(nominated, job(state="PENDING", reason="Resources"))) == d.Nominate("")

@@ -1,0 +1,321 @@
+"""The syncer's core with real informer caches (filled by hand) and a fake API: locks read Pods and
+Nodes from the caches and wake on changes, an unread Slurm never unlocks a Node, Events never wait
+under a node's mutex, and each scheduler's stream carries only its own jobs, bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+from unittest import mock
+
+import grpc
+import pytest
+
+from tandem import keys, placeholder
+from tandem.keys import LockState
+from tandem.kube import JSON, KubeError, object_key
+from tandem.slurm.models import Job, JobStatus, Node
+from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.cluster import ClusterView, slim_node, slim_pod
+from tandem.syncer.locks import NodeLocker
+from tandem.syncer.mirror import SlurmMirror, Subscription
+from tandem.syncer.service import SyncerServicer
+from tandem.v1 import syncer_pb2
+
+SLURMD_NS = "slurm"
+
+
+def _pod(name: str, node: str, namespace: str = "apps", **meta: Any) -> JSON:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            **meta,
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def _slurmd(slurm_node: str, node: str, lock: LockState = LockState.FALSE) -> JSON:
+    return _pod(
+        slurm_node,
+        node,
+        namespace=SLURMD_NS,
+        labels={keys.SLURMD_POD_LABEL: keys.SLURMD_POD_LABEL_VALUE},
+        annotations={keys.LOCK_KEY: lock.value},
+    )
+
+
+class World:
+    """The caches of a ClusterView, filled by hand, and an API that records writes."""
+
+    def __init__(self) -> None:
+        self.kube = mock.Mock()
+        self.cluster = ClusterView(self.kube, SLURMD_NS)
+        for informer in (self.cluster.pods, self.cluster.nodes):
+            for synced in informer._synced:
+                synced.set()
+        self.kube.post.side_effect = self._evicted
+
+    def add_pod(self, pod: JSON) -> None:
+        with self.cluster.pods._lock:
+            self.cluster.pods._put(object_key(pod), slim_pod(pod))
+
+    def remove_pod(self, key: str) -> None:
+        with self.cluster.pods._lock:
+            self.cluster.pods._put(key, None)
+
+    def add_node(self, name: str, tainted: bool = False) -> None:
+        spec = {"taints": [{"key": keys.LOCK_KEY, "effect": "NoExecute"}]} if tainted else {}
+        node = {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+        with self.cluster.nodes._lock:
+            self.cluster.nodes._put(name, slim_node(node))
+
+    def _evicted(self, path: str, body: Any) -> JSON:
+        if path.endswith("/eviction"):
+            meta = body["metadata"]
+            # The kubelet (kwok) takes a moment to let the Pod go.
+            threading.Timer(0.1, self.remove_pod, [f"{meta['namespace']}/{meta['name']}"]).start()
+        return {}
+
+    def taint_writes(self) -> list[Any]:
+        return [c for c in self.kube.json_patch.call_args_list if "/nodes/" in c.args[0]]
+
+
+def _mirror(synced: bool, jobs: tuple[Job, ...] = ()) -> SlurmMirror:
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = list(jobs)
+    slurm.list_nodes.return_value = [Node("cpu-001", "ALLOCATED" if jobs else "IDLE")]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    if synced:
+        mirror.poll_once()
+    return mirror
+
+
+def test_an_unread_slurm_never_unlocks_a_node() -> None:
+    """After a restart the mirror is empty until the first poll answers: "no job on the node"
+    then means "not read yet", and a release must not untaint a Node that still runs jobs."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED_STRICT))
+    world.add_node("node-001", tainted=True)
+    locker = NodeLocker(world.kube, _mirror(synced=False), world.cluster, "tandem", timeout=5)
+    view = locker.release("cpu-001", 41)
+    assert view.state == LockState.LOCKED_STRICT
+    assert world.taint_writes() == []
+    world.kube.merge_patch.assert_not_called()
+
+
+def test_a_read_slurm_with_nothing_running_unlocks_the_node() -> None:
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED_STRICT))
+    world.add_node("node-001", tainted=True)
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    assert locker.release("cpu-001", 41).state == LockState.FALSE
+    assert len(world.taint_writes()) == 1
+
+
+def test_locking_reads_the_caches_and_wakes_when_the_pod_leaves() -> None:
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_pod(_pod("web", "node-001"))
+    world.add_node("node-001")
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    began = time.monotonic()
+    view = locker.acquire("cpu-001", 42, strict=True)
+    took = time.monotonic() - began
+    assert view.state == LockState.LOCKED_STRICT
+    assert took < 1.0  # woken by the Pod leaving, 0.1 s after its eviction
+    # No Pod, Node or slurmd Pod was read from the API: the informers hold them.
+    world.kube.get.assert_not_called()
+
+
+def test_a_slow_event_api_does_not_hold_the_node() -> None:
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_pod(_pod("web", "node-001"))
+    world.add_node("node-001")
+    release = threading.Event()
+    events = mock.Mock()
+    events.record.side_effect = lambda *a: release.wait(10)
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5, events=events)
+    done = threading.Event()
+
+    def lock() -> None:
+        locker.acquire("cpu-001", 42, strict=True)
+        done.set()
+
+    threading.Thread(target=lock).start()
+    try:
+        assert done.wait(3), "the lock waited for the Eviction Event to be posted"
+        second = time.monotonic()
+        locker.acquire("cpu-001", 43, strict=True)  # the node's mutex is free
+        assert time.monotonic() - second < 1.0
+    finally:
+        release.set()
+    assert events.record.call_args.args[2] == "Evicted"
+
+
+def _job(job_id: int, scheduler: str) -> JobStatus:
+    ref = placeholder.PodRef("apps", f"pod-{job_id}", f"uid-{job_id}")
+    return JobStatus(Job(job_id, placeholder.job_name(ref, scheduler), "PENDING"))
+
+
+def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
+    mirror = _mirror(synced=True)
+    _, a = mirror.subscribe("sched-a")
+    _, b = mirror.subscribe("sched-b")
+    _, everyone = mirror.subscribe()
+    mirror._publish(_job(1, "sched-a"))
+    mirror._publish(_job(2, "sched-b"))
+    mirror._publish(Node("cpu-002", "IDLE"))
+
+    def drained(sub: Subscription) -> list[Any]:
+        out = []
+        while not sub.queue.empty():
+            item = sub.queue.get_nowait()
+            assert item is not None
+            out.append(item[0].job_id if isinstance(item[0], JobStatus) else item[0].name)
+        return out
+
+    assert drained(a) == [1, "cpu-002"]
+    assert drained(b) == [2, "cpu-002"]
+    assert drained(everyone) == [1, 2, "cpu-002"]
+
+
+def test_a_subscriber_that_falls_behind_is_cut_off_not_buffered_forever() -> None:
+    mirror = _mirror(synced=True)
+    sub = Subscription(mirror, "", backlog=3)
+    mirror._subs.append(sub)
+    for job_id in range(10):
+        mirror._publish(_job(job_id, "sched-a"))
+    assert sub.overflowed
+    assert sub.queue.qsize() == 4  # three changes, then the end of the stream
+    assert sub not in mirror._subs
+
+
+def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
+    world = World()
+    ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
+    world.add_pod(_pod("trainer", "node-001"))
+    mirror = _mirror(synced=True)
+    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    servicer = SyncerServicer(mirror, mock.Mock(), mock.Mock(), world.cluster, terminating_timeout=5)
+    servicer.active = True
+    threading.Timer(0.2, world.remove_pod, ["apps/trainer"]).start()
+    context = mock.Mock()
+    context.time_remaining.return_value = 10
+    began = time.monotonic()
+    answer = servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+    )
+    assert answer.pod_gone
+    assert time.monotonic() - began < 1.0
+    world.kube.get.assert_not_called()
+
+
+def test_the_callers_deadline_bounds_the_lock_wait() -> None:
+    """The prolog waits 3 s: the syncer gives up a second before, drains the node with the Pod
+    that stayed, and says so, instead of the call dying at its deadline with no reason."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_pod(_pod("web", "node-001"))
+    world.add_node("node-001")
+    world.kube.post.side_effect = KubeError(
+        429, "TooManyRequests", "Cannot evict pod", ("disruption budget web-pdb",)
+    )
+    slurm = mock.Mock()
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=50)
+    servicer = SyncerServicer(_mirror(synced=True), locker, slurm, world.cluster, terminating_timeout=5)
+    servicer.active = True
+    context = mock.Mock()
+    context.time_remaining.return_value = 3.0
+    context.abort.side_effect = RuntimeError
+    began = time.monotonic()
+    with pytest.raises(RuntimeError):
+        servicer.AcquireNodeLock(
+            syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=True), context
+        )
+    assert 1.5 < time.monotonic() - began < 2.9
+    code, message = context.abort.call_args.args
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "apps/web (its PodDisruptionBudget web-pdb allows no disruption)" in message
+    node, reason = slurm.drain_node.call_args.args
+    assert node == "cpu-001" and "could not lock node-001" in reason
+
+
+def test_a_failing_node_listing_does_not_stop_the_jobs() -> None:
+    """Before: a node poll error escaped poll_once, so a fresh WatchSlurm answered UNAVAILABLE
+    and every scheduler stream stalled although the jobs had been read."""
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = [_job(1, "sched-a").job]
+    slurm.list_nodes.side_effect = SlurmApiError("GET nodes: HTTP 500", 500)
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    assert mirror.synced
+    assert mirror.job(1) is not None
+    slurm.list_nodes.side_effect = None
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
+    mirror.poll_once()
+    assert mirror.node("cpu-001") is not None
+
+
+def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_holds() -> None:
+    world = World()
+    for slurm_node, node in (("cpu-001", "node-001"), ("cpu-002", "node-002")):
+        world.add_pod(_slurmd(slurm_node, node))
+    for name, node in (("train-0", "node-001"), ("train-1", "node-002")):
+        world.add_pod(_pod(name, node, annotations={keys.JOB_ID_ANNOTATION: "7"}))
+    ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
+    mirror = _mirror(synced=True)
+    allocation = Job(7, placeholder.job_name(ref, "tandem"), "RUNNING", nodes=("cpu-001", "cpu-002"))
+    mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
+    mirror.refresh_job(7)
+    slurm = mock.Mock()
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=0.6)
+    servicer.active = True
+    threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
+    context = mock.Mock()
+    context.time_remaining.return_value = 10
+    answer = servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+    )
+    assert not answer.pod_gone
+    assert list(answer.drained_slurm_nodes) == ["cpu-002"]
+    slurm.drain_node.assert_called_once()
+    node, reason = slurm.drain_node.call_args.args
+    assert node == "cpu-002" and "apps/train-1 still running at KillWait (job 7)" in reason
+
+
+def test_a_group_job_whose_members_all_left_answers_gone() -> None:
+    world = World()
+    world.add_pod(_pod("train-0", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
+    ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
+    mirror = _mirror(synced=True)
+    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
+    slurm = mock.Mock()
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=5)
+    servicer.active = True
+    threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
+    context = mock.Mock()
+    context.time_remaining.return_value = 10
+    answer = servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+    )
+    assert answer.pod_gone
+    slurm.drain_node.assert_not_called()
+
+
+def test_a_group_job_started_push_publishes_its_whole_allocation() -> None:
+    """The script runs on one node of the group's job: the push must not make that its only node."""
+    ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
+    mirror = _mirror(synced=True)
+    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    allocation = Job(7, placeholder.job_name(ref, "tandem"), "RUNNING", nodes=("cpu-001", "cpu-002"))
+    mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
+    status = mirror.job_started(7, "cpu-001")
+    assert status.started and status.job.nodes == ("cpu-001", "cpu-002")
