@@ -21,7 +21,8 @@ fi
 # Connection failures are retried until MAX_SECONDS (a gateway restart must not fail a job);
 # an HTTP error answer (e.g. 401) is final.
 tandem_call() {
-  curl -sS --fail-with-body --max-time "$2" --retry 30 --retry-connrefused --retry-delay 1 \
+  # `timeout`: --max-time bounds each try and the retries may start one just before the end.
+  timeout "$2" curl -sS --fail-with-body --max-time "$2" --retry 30 --retry-connrefused --retry-delay 1 \
     --retry-max-time "$2" -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
     -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1"
 }

@@ -2,8 +2,8 @@
 # Tandem placeholder job: holds this Slurm allocation for exactly as long as its Kubernetes Pod lives.
 # Started: tell Tandem (fast path) and mark the job (": started" appended to its Extra field), which
 # survives restarts and lost calls. SIGTERM (scancel, time limit, preemption, Pod deleted): ask Tandem to
-# delete the Pod and wait until it is gone; if it is still there just before KillWait, drain the
-# node so Slurm does not hand it to another job while the Pod runs.
+# delete the Pod (every member of a group) and wait until it is gone; if one is still there just
+# before KillWait, Tandem drains its node so Slurm does not hand it to another job while it runs.
 set -u
 # The scheduler submits this file with common.sh prepended; run from disk, it sits next to it.
 if ! declare -F tandem_call >/dev/null; then
@@ -22,19 +22,23 @@ on_term() {
   if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null; fi
   local budget=$((kill_wait - margin))
   if [ "$budget" -lt 1 ]; then budget=1; fi
-  if tandem_call terminating "$budget" "{\"node\":\"${node}\",\"job\":${job},\"timeout\":${budget}}" >/dev/null 2>&1; then
+  local reply
+  if reply=$(tandem_call terminating "$budget" "{\"node\":\"${node}\",\"job\":${job},\"timeout\":${budget}}" 2>/dev/null); then
     exit 0
   fi
+  # Tandem answered: it drained the nodes where a Pod of the job still runs (all of a group's).
+  case "$reply" in *'"drained_slurm_nodes"'*) exit 1 ;; esac
+  # No answer: drain this node, the one this script can speak for.
   local reason="k8s: pod ${TANDEM_POD_NAMESPACE:-?}/${TANDEM_POD_NAME:-?} still running at KillWait (job ${job})"
   tandem_call drain 5 "{\"node\":\"${node}\",\"reason\":\"${reason}\"}" >/dev/null 2>&1 \
-    || scontrol update nodename="${node}" state=drain reason="${reason}"
+    || timeout 5 scontrol update nodename="${node}" state=drain reason="${reason}"
   exit 1
 }
 trap on_term TERM
 
 tandem_call started 10 "$body" >/dev/null 2>&1 || echo "tandem placeholder: started call failed" >&2
 # A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
-scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
+timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
 
 # `sleep & wait` so that bash runs the TERM trap at once. Short sleeps: after a SIGKILL (no trap)
 # the last one is left behind for at most this long.

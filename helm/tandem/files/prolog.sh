@@ -5,8 +5,11 @@
 set -u
 here=$(readlink -f "$0")
 . "${here%/*}/common.sh"
-if ! out=$(tandem_call lock "${TANDEM_LOCK_TIMEOUT:-55}" \
-    "{\"node\":\"${SLURMD_NODENAME}\",\"job\":${SLURM_JOB_ID}}" 2>&1); then
+# One budget: how long this prolog waits is what the gateway and the syncer are told (the syncer
+# answers a second early, with the Pods that did not leave, and drains the node).
+budget=${TANDEM_LOCK_TIMEOUT:-55}
+if ! out=$(tandem_call lock "$budget" \
+    "{\"node\":\"${SLURMD_NODENAME}\",\"job\":${SLURM_JOB_ID},\"timeout\":${budget}}" 2>&1); then
   echo "tandem prolog: cannot lock ${SLURMD_NODENAME} for job ${SLURM_JOB_ID}: ${out}" >&2
   exit 1
 fi

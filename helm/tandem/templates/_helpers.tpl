@@ -104,6 +104,11 @@ string (the reference's format) or a list; blank means the release namespace.
 {{- printf "%s-config" (include "tandem.fullname" .) -}}
 {{- end -}}
 
+{{/* The tenant policy the scheduler watches (what each namespace may ask of Slurm). */}}
+{{- define "tandem.policyName" -}}
+{{- printf "%s-policy" (include "tandem.fullname" .) -}}
+{{- end -}}
+
 {{- define "tandem.hooksTokenSecretName" -}}
 {{- printf "%s-hooks-token" (include "tandem.fullname" .) -}}
 {{- end -}}

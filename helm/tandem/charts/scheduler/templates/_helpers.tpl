@@ -16,4 +16,11 @@
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+# Gangs: the PodGroups Pods join (read), and their PodGroupScheduled condition (written).
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [get, list, watch]
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups/status]
+  verbs: [patch]
 {{- end -}}
