@@ -1,35 +1,46 @@
-"""Schedule throughput and latency: bare Slurm against Tandem, on the same stack, in one run.
+"""Schedule throughput and latency: bare Slurm, Tandem and the Kubernetes floor, on the same
+stack, in one run.
 
 (a) bare Slurm: N placeholder-like jobs straight to slurmrestd; a job counts as running when its
     script starts (it writes the time). Rate = N / (last start - first submit).
 (b) Tandem: N Pods; a Pod counts when it is bound (spec.nodeName seen on the watch).
+(c) the Kubernetes floor: N Pods the benchmark creates and binds itself (no Tandem, no Slurm):
+    what the API server, etcd and kwok cost per Pod on this machine. With (a) it bounds what
+    Tandem can reach here: limit_rate = cores / (bare CPU s per job + floor CPU s per Pod).
 
     NODES=64 make up && .venv/bin/python bench/schedule.py --n 200
+    .venv/bin/python bench/schedule.py --rate 12 --seconds 30    # an offered load, not a burst
 
-Prints a table, then one JSON line: bare_rate, tandem_rate, rate_ratio, bare_p50, bare_p99,
-tandem_p50, tandem_p99 (seconds). Targets: rate_ratio >= 0.9, tandem_p50 <= bare_p50 + 0.15 s.
+Prints tables, then one JSON line: bare_rate, tandem_rate, floor_rate, rate_ratio, limit_rate,
+limit_ratio, own_cpu_ms_per_pod (Tandem's three services, Tandem phase minus bare phase),
+api_requests_per_pod (Kubernetes API calls Tandem made), and p50/p99 of each phase (seconds).
+Targets: limit_ratio >= 0.9, own_cpu_ms_per_pod <= 5, api_requests_per_pod <= 5; at an offered load
+of half the bare rate, tandem_p50 <= bare_p50 + 0.15 s and tandem_p99 <= bare_p99 + 0.5 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from bench import cpu
-from devstack import kube, services, stack
+from devstack import config, kube, services, stack
 from devstack.config import StackConfig
 from devstack.table import format_table
 from tandem.kube import KubeClient, KubeError
@@ -38,6 +49,8 @@ from tandem.slurm.rest import SlurmRestClient
 from tandem.v1 import lock_pb2, syncer_pb2, syncer_pb2_grpc
 
 NAMESPACE = "bench"
+FLOOR_SCHEDULER = "bench-floor"  # no scheduler serves it: the benchmark binds these Pods itself
+TANDEM_SERVICES = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -88,7 +101,40 @@ def wait_until_quiet(cfg: StackConfig, timeout: float = 180.0, settle: float = 5
 Phase = tuple[float, list[float], dict[str, float]]  # rate, latencies, CPU seconds by process
 
 
-def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> Phase:
+def offer(count: int, act: Callable[[int], None], parallel: int, rate: float | None) -> None:
+    """Call act(0..count-1): as fast as `parallel` clients go, or paced at `rate` per second."""
+    if rate is None:
+        with ThreadPoolExecutor(parallel) as pool:
+            list(pool.map(act, range(count)))
+        return
+    start = time.monotonic()
+
+    def paced(i: int) -> None:
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        act(i)
+
+    # Enough clients that a slow call never holds back the schedule.
+    with ThreadPoolExecutor(max(parallel, int(rate * 2) + 4)) as pool:
+        list(pool.map(paced, range(count)))
+
+
+def kube_requests(cfg: StackConfig) -> float | None:
+    """Kubernetes API requests Tandem's three services made so far (the sum of their
+    tandem_kube_requests_total, watches included), or None when none of them exports it."""
+    total = 0.0
+    found = False
+    ports = (cfg.ports.scheduler_health, cfg.ports.syncer_health, cfg.ports.hooks_http)
+    for port in ports:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        values = re.findall(r"^tandem_kube_requests_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+        found = found or bool(values)
+        total += sum(float(v) for v in values)
+    return total if found else None
+
+
+def bare_slurm(cfg: StackConfig, n: int, parallel: int, rate: float | None) -> Phase:
     slurm = slurm_client(cfg)
     marks = Path(tempfile.mkdtemp(prefix="tandem-bench-", dir=cfg.state_dir))
     marks.chmod(0o777)
@@ -111,8 +157,7 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> Phase:
 
     cpu_before = cpu.sample(stack.all_daemons(cfg))
     first = time.time()
-    with ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(submit, range(n)))
+    offer(n, submit, parallel, rate)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and len(list(marks.iterdir())) < n:
         time.sleep(0.1)
@@ -128,66 +173,127 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int) -> Phase:
     return len(latencies) / (last - first), latencies, cpu_used
 
 
-def tandem(cfg: StackConfig, n: int, parallel: int) -> Phase:
-    core = k8s.CoreV1Api(kube.api(cfg))
-    try:
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-    except ApiException as e:
-        if e.status != 409:
-            raise
+def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, floor: bool = False) -> Phase:
+    """Tandem's phase, or with `floor` the Kubernetes floor: the same Pods, bound by the benchmark
+    (round robin over the kwok Nodes, through the pods/binding subresource)."""
+    ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
+    failed: list[str] = []
     done = threading.Event()
-    version = raw.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["metadata"]["resourceVersion"]
+    lock = threading.Lock()
+    prefix = "floor" if floor else "bench"
 
-    def watch() -> None:
+    def settle() -> None:
+        # Done when every Pod whose create (and, for the floor, binding) worked is bound.
+        with lock:
+            if len(bound) >= n - len(failed):
+                done.set()
+
+    def seen(obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if (
+            isinstance(name, str)
+            and name.startswith(f"{prefix}-")
+            and (obj.get("spec") or {}).get("nodeName")
+            and name not in bound
+        ):
+            bound[name] = time.time()
+            settle()
+
+    def watch(version: str) -> None:
         while not done.is_set():
-            for event in raw.watch(f"/api/v1/namespaces/{NAMESPACE}/pods", {"resourceVersion": version}, 60):
-                obj = event.get("object") or {}
-                name = (obj.get("metadata") or {}).get("name")
-                if name and (obj.get("spec") or {}).get("nodeName") and name not in bound:
-                    bound[name] = time.time()
-                    if len(bound) >= n:
-                        done.set()
+            try:
+                for event in raw.watch(pods_path, {"resourceVersion": version}, 60):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: list again below
+                        raise KubeError(int(obj.get("code") or 0), "", str(obj.get("message")))
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    seen(obj)
+                    if done.is_set():
                         return
+            except (KubeError, httpx.HTTPError) as e:
+                if done.is_set():
+                    return
+                print(f"watch: {e}; listing again", flush=True)
+                time.sleep(0.5)
+                try:
+                    listing = raw.get(pods_path)
+                except (KubeError, httpx.HTTPError) as again:
+                    print(f"list: {again}", flush=True)
+                    continue
+                for obj in listing.get("items") or []:
+                    seen(obj)
+                version = listing["metadata"]["resourceVersion"]
 
-    watcher = threading.Thread(target=watch, daemon=True)
+    watcher = threading.Thread(
+        target=watch, args=(raw.get(pods_path)["metadata"]["resourceVersion"],), daemon=True
+    )
     watcher.start()
 
-    def pod(i: int) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"bench-{i}", "namespace": NAMESPACE},
-            "spec": {
-                "schedulerName": cfg.scheduler_name,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "busybox",
-                        "resources": {"requests": {"cpu": "1", "memory": "100Mi"}},
-                    }
-                ],
-            },
-        }
+    nodes = kube_node_names(raw) if floor else []
+    if floor and not nodes:
+        raise SystemExit("no Node hosts a slurmd Pod: nowhere to bind the floor's Pods")
 
     def create(i: int) -> None:
+        name = f"{prefix}-{i}"
         t = time.time()
-        raw.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod(i))
-        created[f"bench-{i}"] = t
+        try:
+            raw.post(pods_path, pod_manifest(name, FLOOR_SCHEDULER if floor else cfg.scheduler_name))
+            created[name] = t
+            if floor:
+                raw.post(
+                    f"{pods_path}/{name}/binding",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Binding",
+                        "metadata": {"name": name, "namespace": NAMESPACE},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
+                    },
+                )
+        except (KubeError, httpx.HTTPError) as e:
+            print(f"{name}: {e}", flush=True)
+            with lock:
+                failed.append(name)
+            settle()
 
     cpu_before = cpu.sample(stack.all_daemons(cfg))
     first = time.time()
-    with ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(create, range(n)))
-    done.wait(600)
+    offer(n, create, parallel, rate)
+    if not done.wait(600):
+        print(f"only {len(bound)} of {n} Pods bound after 600 s", flush=True)
     cpu_used = cpu.used_between(cpu_before, cpu.sample(stack.all_daemons(cfg)))
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
     raw.close()
     return len(latencies) / (last - first), latencies, cpu_used
+
+
+def ensure_namespace(cfg: StackConfig) -> None:
+    kube.ensure_namespace(k8s.CoreV1Api(kube.api(cfg)), NAMESPACE)
+
+
+def pod_manifest(name: str, scheduler: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1", "memory": "100Mi"}}}
+            ],
+        },
+    }
+
+
+def kube_node_names(raw: KubeClient) -> list[str]:
+    """The Nodes hosting slurmd Pods (kwok's): where the floor's Pods go."""
+    pods = raw.get(f"/api/v1/namespaces/{config.SLURM_NAMESPACE}/pods").get("items") or []
+    return sorted({str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")})
 
 
 def clean_tandem(cfg: StackConfig) -> None:
@@ -217,49 +323,80 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, default=200, help="jobs and Pods per phase")
+    parser.add_argument("--n", type=int, default=200, help="jobs and Pods per phase (a burst)")
     parser.add_argument("--parallel", type=int, default=8, help="concurrent submitters/creators")
+    parser.add_argument("--rate", type=float, help="offer this many jobs/Pods per second instead of a burst")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long --rate is offered")
     args = parser.parse_args()
+    n = int(args.rate * args.seconds) if args.rate else args.n
     cfg = StackConfig.from_env()
     stack.up(cfg)
-    print(f"stack: {cfg.nodes} nodes; N={args.n}; {args.parallel} parallel clients", flush=True)
+    load = (
+        f"{args.rate}/s for {args.seconds:.0f}s"
+        if args.rate
+        else f"a burst, {args.parallel} parallel clients"
+    )
+    print(f"stack: {cfg.nodes} nodes; N={n}; {load}", flush=True)
     clean_tandem(cfg)  # what an interrupted earlier run left
     wait_until_quiet(cfg)
-    bare_rate, bare, bare_cpu = bare_slurm(cfg, args.n, args.parallel)
-    print(f"bare Slurm done: {len(bare)}/{args.n} running", flush=True)
+    bare_rate, bare, bare_cpu = bare_slurm(cfg, n, args.parallel, args.rate)
+    print(f"bare Slurm done: {len(bare)}/{n} running", flush=True)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
-    tandem_rate, pods, tandem_cpu = tandem(cfg, args.n, args.parallel)
-    print(f"Tandem done: {len(pods)}/{args.n} bound", flush=True)
-    rows = [("", "per second", "p50 s", "p90 s", "p99 s", "max s")]
-    for label, rate, lat in (
+    requests_before = kube_requests(cfg)
+    tandem_rate, pods, tandem_cpu = tandem(cfg, n, args.parallel, args.rate)
+    requests_after = kube_requests(cfg)
+    api_requests = (
+        requests_after - requests_before
+        if requests_after is not None and requests_before is not None
+        else None
+    )
+    if api_requests is None:
+        print("no service exports tandem_kube_requests_total: api_requests_per_pod is null", flush=True)
+    print(f"Tandem done: {len(pods)}/{n} bound", flush=True)
+    clean_tandem(cfg)
+    print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
+    floor_rate, floor, floor_cpu = tandem(cfg, n, args.parallel, args.rate, floor=True)
+    print(f"Kubernetes floor done: {len(floor)}/{n} bound", flush=True)
+    phases = (
         ("bare Slurm (submit -> script running)", bare_rate, bare),
         ("Tandem (Pod created -> bound)", tandem_rate, pods),
-    ):
-        rows.append(
-            (
-                label,
-                f"{rate:.1f}",
-                f"{percentile(lat, 0.5):.3f}",
-                f"{percentile(lat, 0.9):.3f}",
-                f"{percentile(lat, 0.99):.3f}",
-                f"{max(lat):.3f}",
-            )
-        )
+        ("Kubernetes floor (created -> bound by the benchmark)", floor_rate, floor),
+    )
     print()
-    print(format_table(rows))
+    print(latency_table(phases))
     print()
-    cpu_rows = [("CPU seconds while measuring", "bare Slurm", "Tandem")]
+    cpu_rows: list[tuple[str, ...]] = [("CPU seconds while measuring", "bare Slurm", "Tandem", "floor")]
     for group in sorted(set(bare_cpu) | set(tandem_cpu), key=lambda g: -tandem_cpu.get(g, 0.0)):
-        cpu_rows.append((group, f"{bare_cpu.get(group, 0.0):.1f}", f"{tandem_cpu.get(group, 0.0):.1f}"))
+        cpu_rows.append((group, *(f"{c.get(group, 0.0):.1f}" for c in (bare_cpu, tandem_cpu, floor_cpu))))
     print(format_table(cpu_rows))
+    cores = os.cpu_count() or 1
+    per_job = bare_cpu["whole machine"] / n
+    per_floor_pod = floor_cpu["whole machine"] / n
+    limit_rate = cores / (per_job + per_floor_pod)
+    own = sum(tandem_cpu.get(s, 0.0) - bare_cpu.get(s, 0.0) for s in TANDEM_SERVICES)
+    print(
+        f"\nlimit on this machine: {cores} cores / ({per_job * 1000:.1f} ms bare CPU per job + "
+        f"{per_floor_pod * 1000:.1f} ms floor CPU per Pod) = {limit_rate:.1f} Pods/s; Tandem reached "
+        f"{tandem_rate / limit_rate:.2f} of it. Tandem's services: {own / n * 1000:.1f} ms CPU and "
+        f"{'?' if api_requests is None else f'{api_requests / n:.1f}'} API requests per Pod."
+    )
     result = {
         "bare_rate": round(bare_rate, 2),
         "tandem_rate": round(tandem_rate, 2),
+        "floor_rate": round(floor_rate, 2),
         "rate_ratio": round(tandem_rate / bare_rate, 3) if bare_rate else 0.0,
+        "limit_rate": round(limit_rate, 2),
+        "limit_ratio": round(tandem_rate / limit_rate, 3),
+        "own_cpu_ms_per_pod": round(own / n * 1000, 2),
+        "api_requests_per_pod": None if api_requests is None else round(api_requests / n, 2),
         "bare_p50": round(statistics.median(bare), 3),
         "bare_p99": round(percentile(bare, 0.99), 3),
         "tandem_p50": round(statistics.median(pods), 3),
         "tandem_p99": round(percentile(pods, 0.99), 3),
+        "floor_p50": round(statistics.median(floor), 3),
+        "floor_p99": round(percentile(floor, 0.99), 3),
+        "n": n,
+        "offered_rate": args.rate,
     }
     sys.stdout.flush()
     try:
@@ -267,6 +404,20 @@ def main() -> None:
     finally:
         # The last line is the machine-readable result, whatever the cleanup said.
         print(json.dumps(result), flush=True)
+
+
+def latency_table(phases: Sequence[tuple[str, float, list[float]]]) -> str:
+    rows: list[tuple[str, ...]] = [("", "per second", "p50 s", "p90 s", "p99 s", "max s")]
+    for label, rate, lat in phases:
+        rows.append(
+            (
+                label,
+                f"{rate:.1f}",
+                *(f"{percentile(lat, q):.3f}" for q in (0.5, 0.9, 0.99)),
+                f"{max(lat):.3f}",
+            )
+        )
+    return format_table(rows)
 
 
 if __name__ == "__main__":

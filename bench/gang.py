@@ -1,0 +1,243 @@
+"""Gang latency: a group of Pods placed as one Slurm job, against a bare multi-node Slurm job.
+
+For groups of 2, 4 and 8 members (one node each), in one run on one stack:
+  bare   - a Slurm job of that many nodes straight to slurmrestd, from submit to its script
+           running (the script writes the time);
+  Tandem - a PodGroup (gang, minCount = size) and its members, from the last member's creation
+           to every member bound (seen on a watch).
+Each is repeated --repeat times, one at a time, each from an idle cluster (every Slurm node idle
+for a second: Slurm schedules at most every 250 ms here, so a run does not inherit the last one's
+pass).
+
+    make up && .venv/bin/python bench/gang.py --repeat 5
+
+Prints a table, then one JSON line: {"sizes": [{"size", "bare_p50", "tandem_p50", ...}, ...]}.
+Target: tandem_p50 <= bare_p50 + 0.3 s for every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.schedule import ensure_namespace, slurm_client, wait_for_no_jobs
+from devstack import config
+from devstack.config import StackConfig
+from devstack.table import format_table
+from tandem.kube import KubeClient, KubeError
+from tandem.slurm.models import JobSpec
+
+NAMESPACE = "bench"
+TARGET_SECONDS = 0.3
+PODGROUPS = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{NAMESPACE}/podgroups"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+
+def wait_idle(cfg: StackConfig, timeout: float = 60.0, settle: float = 1.0) -> None:
+    """Every Slurm node idle (no job, none completing) for `settle` seconds: each run starts from
+    the same cluster, whichever phase ran before it."""
+    slurm = slurm_client(cfg)
+    try:
+        deadline = time.monotonic() + timeout
+        quiet_since: float | None = None
+        while time.monotonic() < deadline:
+            nodes = slurm.list_nodes() or []
+            idle = bool(nodes) and all(n.state == "IDLE" and not n.busy for n in nodes)
+            now = time.monotonic()
+            quiet_since = (quiet_since or now) if idle else None
+            if quiet_since is not None and now - quiet_since >= settle:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"Slurm nodes still busy after {timeout:.0f} s")
+    finally:
+        slurm.close()
+
+
+def bare(cfg: StackConfig, size: int) -> float:
+    """Seconds from submitting a `size`-node job to its script running."""
+    wait_idle(cfg)
+    slurm = slurm_client(cfg)
+    marks = Path(tempfile.mkdtemp(prefix="tandem-gang-", dir=cfg.state_dir))
+    marks.chmod(0o777)
+    spec = JobSpec(
+        name="bench-gang-bare",
+        script=f"#!/bin/bash\ndate +%s.%N > {marks}/started\nsleep 3600 &\nwait\n",
+        environment={"PATH": "/usr/bin:/bin"},
+        cpus=1,
+        memory_mb=100,
+        nodes=size,
+    )
+    try:
+        t = time.time()
+        job_id = slurm.submit_job(spec)
+        mark = marks / "started"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (mark.exists() and mark.read_text().strip()):
+            time.sleep(0.01)
+        started = float(mark.read_text())
+        slurm.cancel_job(job_id, signal="KILL")
+        wait_for_no_jobs(slurm, "bench-gang-")
+        return started - t
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
+        slurm.close()
+
+
+def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
+    """Seconds from the last member's creation to every member bound."""
+    wait_idle(cfg)
+    group = f"gang-{size}-{run}"
+    bound: dict[str, float] = {}
+    everyone = threading.Event()
+    version = raw.get(PODS)["metadata"]["resourceVersion"]
+
+    def watch() -> None:
+        for event in raw.watch(PODS, {"resourceVersion": version}, 120):
+            obj = event.get("object") or {}
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            if name.startswith(f"{group}-") and (obj.get("spec") or {}).get("nodeName"):
+                bound.setdefault(name, time.time())
+                if len(bound) == size:
+                    everyone.set()
+                    return
+
+    threading.Thread(target=watch, daemon=True).start()
+    raw.post(
+        PODGROUPS,
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": group},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+        },
+    )
+    last = 0.0
+    for i in range(size):
+        raw.post(PODS, _member(cfg, f"{group}-{i}", group))
+        last = time.time()
+    if not everyone.wait(120):
+        raise SystemExit(f"{group}: only {len(bound)} of {size} members bound after 120 s")
+    latency = max(bound.values()) - last
+    for i in range(size):
+        raw.delete(f"{PODS}/{group}-{i}", {"gracePeriodSeconds": 0})
+    raw.delete(f"{PODGROUPS}/{group}")
+    slurm = slurm_client(cfg)
+    try:
+        wait_for_no_jobs(slurm, "tandem:")
+    finally:
+        slurm.close()
+    _wait_for_no_pods(raw)
+    return latency
+
+
+def _member(cfg: StackConfig, name: str, group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedulerName": cfg.scheduler_name,
+            "schedulingGroup": {"podGroupName": group},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": "1", "memory": "100Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def _wait_for_no_pods(raw: KubeClient, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not raw.get(PODS).get("items"):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"Pods of namespace {NAMESPACE} still there after {timeout:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="runs per size and phase")
+    parser.add_argument("--sizes", default="2,4,8", help="group sizes (members = nodes)")
+    args = parser.parse_args()
+    cfg = config.StackConfig.from_env()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if max(sizes) > cfg.nodes:
+        raise SystemExit(f"a group of {max(sizes)} needs {max(sizes)} nodes; this stack has {cfg.nodes}")
+    ensure_namespace(cfg)
+    raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    try:
+        raw.get(PODGROUPS)
+    except (KubeError, httpx.HTTPError) as e:
+        raise SystemExit(f"this cluster serves no PodGroups ({e}): the lab's `make up` enables them") from e
+    rows, results = [], []
+    for size in sizes:
+        bare_runs = [bare(cfg, size) for _ in range(args.repeat)]
+        tandem_runs = [tandem(cfg, raw, size, run) for run in range(args.repeat)]
+        b50, t50 = statistics.median(bare_runs), statistics.median(tandem_runs)
+        print(
+            f"size {size}: bare {sorted(round(x, 3) for x in bare_runs)}; "
+            f"Tandem {sorted(round(x, 3) for x in tandem_runs)}",
+            flush=True,
+        )
+        rows.append(
+            [
+                str(size),
+                f"{b50:.3f}",
+                f"{max(bare_runs):.3f}",
+                f"{t50:.3f}",
+                f"{max(tandem_runs):.3f}",
+                f"{t50 - b50:+.3f}",
+            ]
+        )
+        results.append(
+            {
+                "size": size,
+                "bare_p50": round(b50, 3),
+                "tandem_p50": round(t50, 3),
+                "bare_max": round(max(bare_runs), 3),
+                "tandem_max": round(max(tandem_runs), 3),
+                "runs": args.repeat,
+            }
+        )
+    raw.close()
+    print()
+    print(
+        format_table(
+            [
+                [
+                    "members = nodes",
+                    "bare p50 s",
+                    "bare max s",
+                    "Tandem p50 s",
+                    "Tandem max s",
+                    "Tandem - bare",
+                ],
+                *rows,
+            ]
+        )
+    )
+    met = all(r["tandem_p50"] <= r["bare_p50"] + TARGET_SECONDS for r in results)
+    print(
+        f"\ntarget: Tandem p50 <= bare p50 + {TARGET_SECONDS} s for every size: {'met' if met else 'NOT met'}"
+    )
+    print(json.dumps({"sizes": results, "target_met": met}))
+
+
+if __name__ == "__main__":
+    main()

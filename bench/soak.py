@@ -1,0 +1,399 @@
+"""Chaos soak: seeded churn of Pods, gangs, Deployments and plain Slurm jobs while a seeded fault
+injector kills Tandem's processes and restarts Slurm's and Kubernetes' daemons; then, after a
+settle time, the invariants that say nothing was lost, duplicated or left locked.
+
+    make up && .venv/bin/python bench/soak.py --minutes 30 --seed 1
+
+Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
+2-3), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting from
+the high partition, some scancel'ed), Pods deleted at random. Faults: `kill -9` of a random Tandem
+process every ~20 s (restarted as `make up` would), and slurmctld, slurmrestd, slurmdbd and
+kube-apiserver each restarted at least once.
+
+Invariants, counted after the settle (each must be 0):
+  jobs_without_pod        a live placeholder job whose Pod (or every member of its group) is gone
+  bound_pods_without_job  a bound Tandem Pod whose job does not run on its Node
+  pods_with_many_jobs     a Pod (or group) with more than one live job
+  locked_idle_nodes       a Node locked while its Slurm node runs nothing
+  stale_k8s_drains        a Slurm node drained for a Kubernetes cause that no longer holds
+  untolerating_on_locked  a Pod running on a Node a Slurm job holds without tolerating the lock
+  partly_bound_gangs      a group with some members bound and some not
+Prints a table, then one JSON line with each count and what was done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from bench.schedule import ensure_namespace
+from devstack import config, stack
+from devstack.config import StackConfig
+from devstack.procs import Daemon
+from devstack.slurm import slurm_env
+from devstack.table import format_table
+from tandem import keys
+from tandem.kube import KubeClient, KubeError, pod_finished
+
+NAMESPACE = "bench"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+PODGROUPS = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{NAMESPACE}/podgroups"
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+TANDEM = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
+RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
+OURS = ("k8s: Node ", "k8s: slurmd Pod ")
+
+
+class Soak:
+    def __init__(self, cfg: StackConfig, seed: int) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        self.kube = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+        self.done: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.plain_jobs: list[int] = []
+        self.serial = 0
+        self.lock = threading.Lock()
+
+    # -- churn -------------------------------------------------------------------------------------
+
+    def churn(self, stop: threading.Event) -> None:
+        actions = [
+            (self.single_pod, 5),
+            (self.gang, 2),
+            (self.scale_deployment, 2),
+            (self.plain_job, 3),
+            (self.delete_some, 3),
+            (self.scancel_some, 1),
+        ]
+        weights = [w for _, w in actions]
+        while not stop.wait(self.rng.uniform(0.5, 1.5)):
+            act = self.rng.choices([a for a, _ in actions], weights)[0]
+            try:
+                act()
+            except (KubeError, subprocess.CalledProcessError, OSError) as e:
+                # The API server or Slurm is being restarted: that is the point.
+                self.errors[f"{act.__name__}: {type(e).__name__}"] += 1
+
+    def _name(self, kind: str) -> str:
+        self.serial += 1
+        return f"soak-{kind}-{self.serial}"
+
+    def _pod(self, name: str, **extra: Any) -> dict[str, Any]:
+        annotations = {}
+        if self.rng.random() < 0.3:
+            annotations["kwok.x-k8s.io/complete-after"] = f"{self.rng.randint(5, 40)}s"
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
+            "spec": {
+                "schedulerName": self.cfg.scheduler_name,
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}
+                ],
+            },
+        }
+        pod["spec"].update(extra)
+        return pod
+
+    def single_pod(self) -> None:
+        self.kube.post(PODS, self._pod(self._name("pod")))
+        self.done["pods created"] += 1
+
+    def gang(self) -> None:
+        name, size = self._name("gang"), self.rng.randint(2, 3)
+        self.kube.post(
+            PODGROUPS,
+            {
+                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+            },
+        )
+        for i in range(size):
+            pod = self._pod(f"{name}-{i}", schedulingGroup={"podGroupName": name})
+            pod["metadata"]["annotations"] = {}
+            self.kube.post(PODS, pod)
+        self.done["gangs created"] += 1
+
+    def scale_deployment(self) -> None:
+        replicas = self.rng.randint(0, 4)
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "soak-web"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "soak-web"}},
+                "template": {"metadata": {"labels": {"app": "soak-web"}}, "spec": self._pod("x")["spec"]},
+            },
+        }
+        try:
+            self.kube.merge_patch(f"{DEPLOYMENTS}/soak-web", {"spec": {"replicas": replicas}})
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            self.kube.post(DEPLOYMENTS, body)
+        self.done["deployment scaled"] += 1
+
+    def plain_job(self) -> None:
+        args = ["--parsable", "--output=/dev/null", f"--job-name=soak-plain-{self.serial}"]
+        kind = self.rng.random()
+        if kind < 0.2:
+            args += ["--time=1"]  # minutes: ends by its time limit
+        elif kind < 0.35:
+            args += ["--partition=high", "--exclusive"]  # preempts what runs there
+        out = subprocess.run(
+            ["sbatch", *args],
+            input=f"#!/bin/sh\nsleep {self.rng.randint(5, 120)}\n",
+            env=slurm_env(self.cfg),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        self.plain_jobs.append(int(out.strip().split(";")[0]))
+        self.serial += 1
+        self.done["plain jobs"] += 1
+
+    def delete_some(self) -> None:
+        pods = [
+            p for p in self.kube.get(PODS).get("items") or [] if not p["metadata"].get("deletionTimestamp")
+        ]
+        if pods:
+            victim = self.rng.choice(pods)
+            self.kube.delete(f"{PODS}/{victim['metadata']['name']}")
+            self.done["pods deleted"] += 1
+
+    def scancel_some(self) -> None:
+        if self.plain_jobs:
+            job = self.plain_jobs.pop(self.rng.randrange(len(self.plain_jobs)))
+            subprocess.run(["scancel", str(job)], env=slurm_env(self.cfg), capture_output=True, timeout=30)
+            self.done["plain jobs scancelled"] += 1
+
+    # -- faults ------------------------------------------------------------------------------------
+
+    def faults(self, stop: threading.Event, minutes: float) -> None:
+        pending = list(RESTARTED_ONCE)
+        self.rng.shuffle(pending)
+        # Spread the once-each restarts over the first 80 % of the run.
+        spacing = minutes * 60 * 0.8 / (len(pending) + 1)
+        next_restart = time.monotonic() + spacing
+        while not stop.wait(self.rng.uniform(15, 25)):
+            victim = self.rng.choice(TANDEM)
+            self._kill(victim)
+            if pending and time.monotonic() >= next_restart:
+                self._restart(pending.pop())
+                next_restart += spacing
+        for name in pending:  # a short run: still each once
+            self._restart(name)
+
+    def _kill(self, name: str) -> None:
+        daemon = Daemon(name, self.cfg.run_dir, self.cfg.log_dir)
+        pid = daemon.pid()
+        if pid is not None and daemon.alive():
+            os.kill(pid, signal.SIGKILL)
+            self.done[f"kill -9 {name}"] += 1
+        self._up()
+
+    def _restart(self, name: str) -> None:
+        Daemon(name, self.cfg.run_dir, self.cfg.log_dir).stop()
+        self.done[f"restart {name}"] += 1
+        self._up()
+
+    def _up(self) -> None:
+        for attempt in range(5):
+            try:
+                stack.up(self.cfg)
+                return
+            except Exception as e:  # a daemon still coming back: the next try finds it
+                self.errors[f"stack.up: {type(e).__name__}"] += 1
+                time.sleep(2 + attempt)
+
+    # -- invariants --------------------------------------------------------------------------------
+
+    def invariants(self) -> dict[str, int]:
+        pods = self.kube.get("/api/v1/pods").get("items") or []
+        jobs = _squeue(self.cfg)
+        nodes = _sinfo(self.cfg)
+        live_pods = [p for p in pods if not pod_finished(p)]
+        by_uid = {p["metadata"]["uid"]: p for p in live_pods}
+        groups = Counter(_group_of(p) for p in live_pods if _group_of(p))
+        placeholder = [j for j in jobs if j["name"].startswith(f"tandem:{self.cfg.scheduler_name}/")]
+        owners = Counter(j["name"].rsplit("/", 1)[1] for j in placeholder)
+        kube_node = {config.slurm_node_name(i): config.kube_node_name(i) for i in range(self.cfg.nodes)}
+        running_on: dict[str, set[int]] = {}
+        for j in jobs:
+            if j["state"] in ("RUNNING", "COMPLETING"):
+                for n in j["nodes"]:
+                    running_on.setdefault(n, set()).add(j["id"])
+        counts = Counter[str]()
+        for j in placeholder:
+            owner = j["name"].split("/")
+            uid, pod_name = owner[-1], owner[-2]
+            alive = uid in by_uid or (":" in pod_name and groups.get(f"{owner[-3]}/{pod_name}", 0) > 0)
+            if not alive:
+                counts["jobs_without_pod"] += 1
+        counts["pods_with_many_jobs"] = sum(1 for n in owners.values() if n > 1)
+        slurm_of = {v: k for k, v in kube_node.items()}
+        for p in live_pods:
+            spec, ann = p.get("spec") or {}, (p["metadata"].get("annotations") or {})
+            node = spec.get("nodeName")
+            if (
+                spec.get("schedulerName") == self.cfg.scheduler_name
+                and node
+                and not p["metadata"].get("deletionTimestamp")
+            ):
+                job = ann.get(keys.JOB_ID_ANNOTATION)
+                if not job or int(job) not in running_on.get(slurm_of.get(node, ""), set()):
+                    counts["bound_pods_without_job"] += 1
+            tolerates = any(
+                t.get("key") == keys.LOCK_KEY or (t.get("operator") == "Exists" and not t.get("key"))
+                for t in spec.get("tolerations") or []
+            )
+            if (
+                node
+                and not tolerates
+                and running_on.get(slurm_of.get(node, ""))
+                and p["metadata"]["namespace"] != config.SLURM_NAMESPACE
+                and (p.get("status") or {}).get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")
+            ):
+                counts["untolerating_on_locked"] += 1
+        for p in pods:
+            if p["metadata"]["namespace"] == config.SLURM_NAMESPACE:
+                lock = (p["metadata"].get("annotations") or {}).get(keys.LOCK_KEY, "false")
+                if lock != "false" and not running_on.get(p["metadata"]["name"]):
+                    counts["locked_idle_nodes"] += 1
+        for name, (drained, reason) in nodes.items():
+            node = self._node(kube_node.get(name, ""))
+            cause = node is None or (node.get("spec") or {}).get("unschedulable")
+            if drained and reason.startswith(OURS) and not cause:
+                counts["stale_k8s_drains"] += 1
+        bound_in_group: dict[str, set[bool]] = {}
+        for p in live_pods:
+            group = _group_of(p)
+            if group and not p["metadata"].get("deletionTimestamp"):
+                bound_in_group.setdefault(group, set()).add(bool((p.get("spec") or {}).get("nodeName")))
+        counts["partly_bound_gangs"] = sum(1 for states in bound_in_group.values() if states == {True, False})
+        names = (
+            "jobs_without_pod",
+            "bound_pods_without_job",
+            "pods_with_many_jobs",
+            "locked_idle_nodes",
+            "stale_k8s_drains",
+            "untolerating_on_locked",
+            "partly_bound_gangs",
+        )
+        return {n: counts[n] for n in names}
+
+    def _node(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.kube.get(f"/api/v1/nodes/{name}")
+        except KubeError:
+            return None
+
+
+def _group_of(pod: dict[str, Any]) -> str:
+    name = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return f"{pod['metadata']['namespace']}/pg:{name}" if name else ""
+
+
+def _squeue(cfg: StackConfig) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i|%j|%T|%N"],
+        env=slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    from tandem.slurm.hostlist import expand
+
+    jobs = []
+    for line in out.splitlines():
+        job_id, name, state, nodes = line.split("|", 3)
+        if state in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
+            jobs.append(
+                {"id": int(job_id), "name": name, "state": state, "nodes": expand(nodes) if nodes else []}
+            )
+    return jobs
+
+
+def _sinfo(cfg: StackConfig) -> dict[str, tuple[bool, str]]:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N|%T|%E"],
+        env=slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    nodes = {}
+    for line in out.splitlines():
+        name, state, reason = line.split("|", 2)
+        nodes[name] = ("drain" in state, reason)
+    return nodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=120, help="seconds of quiet before the checks")
+    args = parser.parse_args()
+    cfg = config.StackConfig.from_env()
+    ensure_namespace(cfg)
+    soak = Soak(cfg, args.seed)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=soak.churn, args=(stop,), daemon=True),
+        threading.Thread(target=soak.faults, args=(stop, args.minutes), daemon=True),
+    ]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(args.minutes * 60)
+    stop.set()
+    for t in threads:
+        t.join(300)
+    soak._up()
+    print(
+        f"churn and faults for {(time.monotonic() - began) / 60:.1f} min; settling {args.settle:.0f}s",
+        flush=True,
+    )
+    time.sleep(args.settle)
+    counts = soak.invariants()
+    rows = [["invariant", "count"], *([k, str(v)] for k, v in counts.items())]
+    rows += [["--- done", ""], *([k, str(v)] for k, v in sorted(soak.done.items()))]
+    rows += [
+        ["--- refused while a daemon restarted", ""],
+        *([k, str(v)] for k, v in sorted(soak.errors.items())),
+    ]
+    print(format_table(rows))
+    print(
+        json.dumps(
+            {
+                **counts,
+                "minutes": args.minutes,
+                "seed": args.seed,
+                "done": dict(soak.done),
+                "ok": not any(counts.values()),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
