@@ -32,10 +32,12 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
-from bench.schedule import ensure_namespace
-from devstack import config, stack
+from kubernetes import client as k8s
+
+from devstack import config, kube, stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
@@ -44,19 +46,20 @@ from tandem import keys
 from tandem.kube import KubeClient, KubeError, pod_finished
 
 NAMESPACE = "bench"
-PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-PODGROUPS = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{NAMESPACE}/podgroups"
-DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 TANDEM = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 
 
 class Soak:
-    def __init__(self, cfg: StackConfig, seed: int) -> None:
+    def __init__(self, cfg: StackConfig, seed: int, namespace: str = NAMESPACE) -> None:
         self.cfg = cfg
         self.rng = random.Random(seed)
         self.kube = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+        self.namespace = namespace
+        self.pods = f"/api/v1/namespaces/{namespace}/pods"
+        self.podgroups = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
+        self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.plain_jobs: list[int] = []
@@ -90,11 +93,11 @@ class Soak:
     def _pod(self, name: str, **extra: Any) -> dict[str, Any]:
         annotations = {}
         if self.rng.random() < 0.3:
-            annotations["kwok.x-k8s.io/complete-after"] = f"{self.rng.randint(5, 40)}s"
+            annotations = kube.complete_after(self.rng.randint(5, 40))
         pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
+            "metadata": {"name": name, "namespace": self.namespace, "annotations": annotations},
             "spec": {
                 "schedulerName": self.cfg.scheduler_name,
                 "terminationGracePeriodSeconds": 2,
@@ -107,13 +110,13 @@ class Soak:
         return pod
 
     def single_pod(self) -> None:
-        self.kube.post(PODS, self._pod(self._name("pod")))
+        self.kube.post(self.pods, self._pod(self._name("pod")))
         self.done["pods created"] += 1
 
     def gang(self) -> None:
         name, size = self._name("gang"), self.rng.randint(2, 3)
         self.kube.post(
-            PODGROUPS,
+            self.podgroups,
             {
                 "apiVersion": "scheduling.k8s.io/v1alpha2",
                 "kind": "PodGroup",
@@ -124,7 +127,7 @@ class Soak:
         for i in range(size):
             pod = self._pod(f"{name}-{i}", schedulingGroup={"podGroupName": name})
             pod["metadata"]["annotations"] = {}
-            self.kube.post(PODS, pod)
+            self.kube.post(self.pods, pod)
         self.done["gangs created"] += 1
 
     def scale_deployment(self) -> None:
@@ -140,11 +143,11 @@ class Soak:
             },
         }
         try:
-            self.kube.merge_patch(f"{DEPLOYMENTS}/soak-web", {"spec": {"replicas": replicas}})
+            self.kube.merge_patch(f"{self.deployments}/soak-web", {"spec": {"replicas": replicas}})
         except KubeError as e:
             if not e.not_found:
                 raise
-            self.kube.post(DEPLOYMENTS, body)
+            self.kube.post(self.deployments, body)
         self.done["deployment scaled"] += 1
 
     def plain_job(self) -> None:
@@ -169,11 +172,13 @@ class Soak:
 
     def delete_some(self) -> None:
         pods = [
-            p for p in self.kube.get(PODS).get("items") or [] if not p["metadata"].get("deletionTimestamp")
+            p
+            for p in self.kube.get(self.pods).get("items") or []
+            if not p["metadata"].get("deletionTimestamp")
         ]
         if pods:
             victim = self.rng.choice(pods)
-            self.kube.delete(f"{PODS}/{victim['metadata']['name']}")
+            self.kube.delete(f"{self.pods}/{victim['metadata']['name']}")
             self.done["pods deleted"] += 1
 
     def scancel_some(self) -> None:
@@ -225,8 +230,8 @@ class Soak:
 
     def invariants(self) -> dict[str, int]:
         pods = self.kube.get("/api/v1/pods").get("items") or []
-        jobs = _squeue(self.cfg)
-        nodes = _sinfo(self.cfg)
+        jobs = slurm_jobs(self.cfg)
+        nodes = slurm_nodes(self.cfg)
         live_pods = [p for p in pods if not pod_finished(p)]
         by_uid = {p["metadata"]["uid"]: p for p in live_pods}
         groups = Counter(_group_of(p) for p in live_pods if _group_of(p))
@@ -310,7 +315,7 @@ def _group_of(pod: dict[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/pg:{name}" if name else ""
 
 
-def _squeue(cfg: StackConfig) -> list[dict[str, Any]]:
+def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
     out = subprocess.run(
         ["squeue", "-h", "-t", "all", "-o", "%i|%j|%T|%N"],
         env=slurm_env(cfg),
@@ -330,7 +335,7 @@ def _squeue(cfg: StackConfig) -> list[dict[str, Any]]:
     return jobs
 
 
-def _sinfo(cfg: StackConfig) -> dict[str, tuple[bool, str]]:
+def slurm_nodes(cfg: StackConfig) -> dict[str, tuple[bool, str]]:
     out = subprocess.run(
         ["sinfo", "-h", "-N", "-o", "%N|%T|%E"],
         env=slurm_env(cfg),
@@ -345,6 +350,87 @@ def _sinfo(cfg: StackConfig) -> dict[str, tuple[bool, str]]:
     return nodes
 
 
+@dataclass
+class SoakResult:
+    counts: dict[str, int]
+    done: Counter[str]
+    errors: Counter[str]
+    minutes: float
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts.values())
+
+
+def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: str = NAMESPACE) -> SoakResult:
+    """Churn and faults for `minutes`, quiet for `settle` seconds, then the invariants."""
+    kube.ensure_namespace(k8s.CoreV1Api(kube.api(cfg)), namespace)
+    soak = Soak(cfg, seed, namespace)
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=soak.churn, args=(stop,), daemon=True),
+        threading.Thread(target=soak.faults, args=(stop, minutes), daemon=True),
+    ]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    stop.wait(minutes * 60)
+    stop.set()
+    for t in threads:
+        t.join(300)
+    soak._up()
+    ran = (time.monotonic() - began) / 60
+    print(f"churn and faults for {ran:.1f} min; settling {settle:.0f}s", flush=True)
+    time.sleep(settle)
+    return SoakResult(soak.invariants(), soak.done, soak.errors, ran)
+
+
+def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
+    """What the churn made, gone: its Deployment, PodGroups and Pods, and the plain jobs."""
+    client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    for path in (
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups",
+    ):
+        for item in client.get(path).get("items") or []:
+            _delete(client, f"{path}/{item['metadata']['name']}")
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    for pod in client.get(pods).get("items") or []:
+        _delete(client, f"{pods}/{pod['metadata']['name']}", {"gracePeriodSeconds": 0})
+    plain = [str(j["id"]) for j in slurm_jobs(cfg) if j["name"].startswith("soak-plain-")]
+    if plain:
+        subprocess.run(["scancel", *plain], env=slurm_env(cfg), capture_output=True, timeout=30)
+
+
+def _delete(client: KubeClient, path: str, body: Any = None) -> None:
+    try:
+        client.delete(path, body)
+    except KubeError as e:
+        if not e.not_found:
+            raise
+
+
+def report(result: SoakResult, seed: int) -> None:
+    rows = [["invariant", "count"], *([k, str(v)] for k, v in result.counts.items())]
+    rows += [["--- done", ""], *([k, str(v)] for k, v in sorted(result.done.items()))]
+    rows += [
+        ["--- refused while a daemon restarted", ""],
+        *([k, str(v)] for k, v in sorted(result.errors.items())),
+    ]
+    print(format_table(rows))
+    print(
+        json.dumps(
+            {
+                **result.counts,
+                "minutes": round(result.minutes, 2),
+                "seed": seed,
+                "done": dict(result.done),
+                "ok": result.ok,
+            }
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -354,45 +440,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=120, help="seconds of quiet before the checks")
     args = parser.parse_args()
     cfg = config.StackConfig.from_env()
-    ensure_namespace(cfg)
-    soak = Soak(cfg, args.seed)
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=soak.churn, args=(stop,), daemon=True),
-        threading.Thread(target=soak.faults, args=(stop, args.minutes), daemon=True),
-    ]
-    began = time.monotonic()
-    for t in threads:
-        t.start()
-    time.sleep(args.minutes * 60)
-    stop.set()
-    for t in threads:
-        t.join(300)
-    soak._up()
-    print(
-        f"churn and faults for {(time.monotonic() - began) / 60:.1f} min; settling {args.settle:.0f}s",
-        flush=True,
-    )
-    time.sleep(args.settle)
-    counts = soak.invariants()
-    rows = [["invariant", "count"], *([k, str(v)] for k, v in counts.items())]
-    rows += [["--- done", ""], *([k, str(v)] for k, v in sorted(soak.done.items()))]
-    rows += [
-        ["--- refused while a daemon restarted", ""],
-        *([k, str(v)] for k, v in sorted(soak.errors.items())),
-    ]
-    print(format_table(rows))
-    print(
-        json.dumps(
-            {
-                **counts,
-                "minutes": args.minutes,
-                "seed": args.seed,
-                "done": dict(soak.done),
-                "ok": not any(counts.values()),
-            }
-        )
-    )
+    report(run(cfg, args.seed, args.minutes, args.settle), args.seed)
 
 
 if __name__ == "__main__":
