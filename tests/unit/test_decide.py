@@ -3,6 +3,7 @@ tandem.scheduler.decide, crash rows included (a previous life that died between 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -191,6 +192,23 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
         "pending job: Slurm's reason",
         seen(pod(7), job("PENDING", reason="Resources")),
         d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
+    ),
+    (
+        "pending job in the queue: its place and expected start",
+        seen(
+            pod(7),
+            replace(
+                job("PENDING", reason="Priority"),
+                queue_position=3,
+                queue_length=9,
+                job=replace(job("PENDING", reason="Priority").job, expected_start=1795430530),
+            ),
+        ),
+        d.SetPending(
+            d.REASON_PENDING,
+            "Slurm job 7 in partition cpu is pending: Priority; position 3 of 9; "
+            "expected to start at 2026-11-23T10:42Z",
+        ),
     ),
     ("pending job not yet looked at", seen(pod(7), job("PENDING")), d.Nothing()),
     ("pending job, reason None", seen(pod(7), job("PENDING", reason="None")), d.Nothing()),

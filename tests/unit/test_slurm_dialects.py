@@ -127,6 +127,7 @@ def test_job_fields() -> None:
         user_id=1001,
         group_id=1002,
         flags=("EXACT_CPU_COUNT_REQUESTED", "JOB_WAS_RUNNING"),
+        priority=100,
     )
     assert not job.finished
     assert job.script_started
@@ -145,7 +146,22 @@ def test_a_job_as_the_lab_slurm_printed_it(version: str) -> None:
         user_id=1001,
         group_id=1002,
         flags=("EXACT_TASK_COUNT_REQUESTED", "JOB_WAS_RUNNING", "EXACT_MEMORY_REQUESTED"),
+        priority=4242,
     )
+
+
+@pytest.mark.parametrize(
+    ("state", "start", "expected"),
+    [
+        ("PENDING", {"set": True, "infinite": False, "number": 1795430530}, 1795430530),
+        ("PENDING", {"set": True, "infinite": False, "number": 0}, 0),  # no estimate yet
+        ("RUNNING", {"set": True, "infinite": False, "number": 1795430530}, 0),  # a start, not expected
+    ],
+)
+def test_a_pending_job_carries_slurms_expected_start(state: str, start: object, expected: int) -> None:
+    raw = {**V40_JOB, "job_state": [state], "start_time": start, "priority": {"set": False}}
+    job = Dialect().parse_job(raw)
+    assert (job.expected_start, job.priority) == (expected, 0)
 
 
 def test_state_flags_follow_the_base_state() -> None:

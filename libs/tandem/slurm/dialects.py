@@ -122,6 +122,8 @@ class Dialect:
             group_id=_number(raw.get("group_id")) or 0,
             flags=flags + tuple(raw.get("flags") or ()),
             excluded_nodes=_nodes(raw.get("excluded_nodes")),
+            priority=_number(raw.get("priority")) or 0,
+            expected_start=(_number(raw.get("start_time")) or 0) if state == "PENDING" else 0,
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:

@@ -38,6 +38,10 @@ class Job:
     flags: tuple[str, ...] = ()
     # Nodes the job must not be given (expanded): Tandem's exclusions merged with the annotation's.
     excluded_nodes: tuple[str, ...] = ()
+    # Slurm's priority (0 while held) and, for a pending job, when Slurm expects it to start
+    # (Unix seconds; 0 while Slurm has no estimate).
+    priority: int = 0
+    expected_start: int = 0
 
     @property
     def finished(self) -> bool:
@@ -58,6 +62,10 @@ class JobStatus:
     terminating: bool = False
     # No longer known to slurmctld (purged after MinJobAge, or vanished while nobody watched).
     gone: bool = False
+    # While pending: its place among its partition's pending jobs in Slurm's priority order
+    # (1 = next), of how many; 0 when not queued (tandem.slurm.queue).
+    queue_position: int = 0
+    queue_length: int = 0
 
     @property
     def job_id(self) -> int:

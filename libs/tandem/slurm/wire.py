@@ -25,6 +25,10 @@ def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
         user_id=j.user_id,
         group_id=j.group_id,
         excluded_nodes=list(j.excluded_nodes),
+        priority=j.priority,
+        expected_start=j.expected_start,
+        queue_position=status.queue_position,
+        queue_length=status.queue_length,
     )
 
 
@@ -42,8 +46,17 @@ def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
         user_id=msg.user_id,
         group_id=msg.group_id,
         excluded_nodes=tuple(msg.excluded_nodes),
+        priority=msg.priority,
+        expected_start=msg.expected_start,
     )
-    return JobStatus(job, started=msg.script_started, terminating=msg.terminating, gone=gone)
+    return JobStatus(
+        job,
+        started=msg.script_started,
+        terminating=msg.terminating,
+        gone=gone,
+        queue_position=msg.queue_position,
+        queue_length=msg.queue_length,
+    )
 
 
 def node_to_proto(node: Node, kube_node: str) -> slurm_pb2.SlurmNode:

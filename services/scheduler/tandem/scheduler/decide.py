@@ -34,6 +34,7 @@ from tandem.scheduler import validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.podapi import condition
 from tandem.scheduler.policy import OPEN, Policy
+from tandem.slurm import queue
 from tandem.slurm.hostlist import compress, expand
 from tandem.slurm.models import JobStatus
 
@@ -212,8 +213,7 @@ def decide(o: Observed) -> Action:
             return SetPending(REASON_UNSCHEDULABLE, fit.message(), event="FailedScheduling")
     if not job.pending or job.job.state_reason in ("", "None"):
         return Nothing()  # allocated (prolog running) or not yet looked at: the next change tells
-    where = f" in partition {job.job.partition}" if job.job.partition else ""
-    return SetPending(REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {job.job.state_reason}")
+    return SetPending(REASON_PENDING, queue.pending_message(job))
 
 
 def _bound(o: Observed, node: str, job: JobStatus | None) -> Action:

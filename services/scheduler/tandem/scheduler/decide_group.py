@@ -31,6 +31,7 @@ from tandem.scheduler import decide as d
 from tandem.scheduler import groups, validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.policy import OPEN, Policy
+from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 
 REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
@@ -215,10 +216,7 @@ def decide_group(o: ObservedGroup) -> GroupAction:
     if job.running and job.started and job.job.nodes:
         return _bind(o, job, live)
     if job.pending and job.job.state_reason not in ("", "None"):
-        where = f" in partition {job.job.partition}" if job.job.partition else ""
-        return PendMembers(
-            live, d.REASON_PENDING, f"Slurm job {job.job_id}{where} is pending: {job.job.state_reason}"
-        )
+        return PendMembers(live, d.REASON_PENDING, queue.pending_message(job))
     return d.Nothing()
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from tandem import placeholder, tracing
+from tandem.slurm import queue as slurm_queue
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
 
@@ -210,6 +211,7 @@ class SlurmMirror:
             jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
             if jobs is not None:
                 self._apply_job_list(jobs, asked_at)
+                self._place_pending()
             self._jobs_since = started
             # Jobs are what streams and locks wait for: a failing node listing (24.11's filtered
             # query can fail alone) is logged and tried again next round, not theirs to fail.
@@ -240,6 +242,18 @@ class SlurmMirror:
                 else:
                     self._forget(job_id)
 
+    def _place_pending(self) -> None:
+        """Each pending job's place in its partition's queue; a job whose place moved is sent
+        again (its Pod's message says it)."""
+        with self._lock:
+            placed = slurm_queue.places(s.job for s in self._jobs.values() if not s.gone)
+            for job_id, status in list(self._jobs.items()):
+                position, length = placed.get(job_id, (0, 0))
+                if (status.queue_position, status.queue_length) != (position, length):
+                    moved = replace(status, queue_position=position, queue_length=length)
+                    self._store(moved)
+                    self._publish(moved)
+
     def _apply_job(self, job: Job, asked_at: float | None = None) -> JobStatus:
         current = self._jobs.get(job.job_id)
         if current is not None and asked_at is not None and self._pushed_at.get(job.job_id, 0.0) > asked_at:
@@ -248,6 +262,8 @@ class SlurmMirror:
             updated = JobStatus(job, started=job.script_started)
         else:
             updated = replace(current, job=job, started=current.started or job.script_started, gone=False)
+            if job.state != "PENDING":
+                updated = replace(updated, queue_position=0, queue_length=0)  # left the queue
         if updated != current:
             self._store(updated)
             self._publish(updated)
