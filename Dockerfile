@@ -9,6 +9,7 @@ COPY pyproject.toml hatch_build.py ./
 COPY proto proto
 COPY libs libs
 COPY services services
+COPY cli cli
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.12-slim

@@ -49,6 +49,10 @@ class LockState(StrEnum):
 # On a Node whose Slurm node is drained or down: Slurm's reason (the syncer writes and removes it).
 DRAIN_ANNOTATION = PREFIX + "drain"
 
+# Event reasons the syncer posts on Nodes, which `kubectl tandem` reads as a Node's lock history.
+NODE_LOCKED_EVENT = "NodeLocked"
+NODE_UNLOCKED_EVENT = "NodeUnlocked"
+
 # Written by the scheduler on the Pods it owns.
 JOB_ID_ANNOTATION = PREFIX + "job-id"
 

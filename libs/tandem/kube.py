@@ -71,11 +71,12 @@ class KubeClient:
         self.host = host
 
     @classmethod
-    def from_kubeconfig(cls, path: str = "") -> KubeClient:
-        """From a kubeconfig file, or in-cluster from the ServiceAccount when `path` is empty."""
+    def from_kubeconfig(cls, path: str = "", context: str | None = None) -> KubeClient:
+        """From a kubeconfig file (its current context unless one is named), or in-cluster from
+        the ServiceAccount when `path` is empty."""
         cfg = k8s_client.Configuration()
         if path:
-            k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         else:
             k8s_config.load_incluster_config(client_configuration=cfg)
         auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""

@@ -87,7 +87,7 @@ def test_each_service_starts_from_the_installed_wheel_alone(wheel: Path, tmp_pat
         check=True,
     ).stdout
     assert where.startswith(str(site))
-    for service in SERVICES:
+    for service in (*SERVICES, "kubectl-tandem"):
         out = subprocess.run(
             [str(python), str(site / "bin" / service), "--help"], capture_output=True, text=True, timeout=60
         )

@@ -156,7 +156,31 @@ def test_a_slow_event_api_does_not_hold_the_node() -> None:
         assert time.monotonic() - second < 1.0
     finally:
         release.set()
-    assert events.record.call_args.args[2] == "Evicted"
+    assert "Evicted" in [c.args[2] for c in events.record.call_args_list]
+
+
+def test_a_nodes_lock_and_unlock_are_events_on_the_node() -> None:
+    """The lock history `kubectl tandem describe` shows, and `kubectl describe node` too."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    events = mock.Mock()
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5, events=events)
+    locker.acquire("cpu-001", 42, strict=True)
+    locker.acquire("cpu-001", 43, strict=True)  # already locked: no second Event
+    locker.release("cpu-001", 42)
+    locker.release("cpu-001", 43)
+    locker._event_pool.shutdown(wait=True)
+    posted = [(c.args[0]["metadata"], c.args[2], c.args[3]) for c in events.record.call_args_list]
+    node = {"name": "node-001", "uid": "node-001"}
+    assert posted == [
+        (node, keys.NODE_LOCKED_EVENT, "Locked (locked_strict) for Slurm job 42 on Slurm node cpu-001"),
+        (
+            node,
+            keys.NODE_UNLOCKED_EVENT,
+            "Unlocked: Slurm node cpu-001 runs no job (locked for Slurm job 42)",
+        ),
+    ]
 
 
 def _job(job_id: int, scheduler: str) -> JobStatus:

@@ -104,6 +104,8 @@ class NodeLocker:
         self._slurmd: dict[str, tuple[str, str]] = {}
         self._state: dict[str, LockState] = {}
         self._tainted: dict[str, bool] = {}
+        # The job a node was last locked for (named in the unlock Event).
+        self._locked_for: dict[str, int] = {}
         REGISTRY.gauge(
             "tandem_node_locks",
             "Slurm nodes by lock state (as last written or read)",
@@ -175,6 +177,13 @@ class NodeLocker:
                     )
                     self._set_state(slurm_node, target)
                     current = target
+                    self._locked_for[slurm_node] = job_id
+                    self._event(
+                        node_ref(kube_node),
+                        "Normal",
+                        keys.NODE_LOCKED_EVENT,
+                        f"Locked ({target.value}) for Slurm job {job_id} on Slurm node {slurm_node}",
+                    )
             except Exception:
                 self._forget(slurm_node)  # re-read next time rather than trust a half-done write
                 raise
@@ -329,6 +338,14 @@ class NodeLocker:
             if state != LockState.FALSE:
                 self._set_state(slurm_node, LockState.FALSE)
                 log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
+                last = self._locked_for.pop(slurm_node, None)
+                self._event(
+                    node_ref(kube_node),
+                    "Normal",
+                    keys.NODE_UNLOCKED_EVENT,
+                    f"Unlocked: Slurm node {slurm_node} runs no job"
+                    + (f" (locked for Slurm job {last})" if last is not None else ""),
+                )
             return self._view(slurm_node, kube_node, LockState.FALSE)
 
     def reconcile_all(self) -> None:
@@ -447,6 +464,12 @@ class NodeLocker:
             self._tainted[kube_node] = present
             return
         raise LockError(f"could not update the taints of {kube_node}: too many concurrent changes")
+
+
+def node_ref(kube_node: str) -> JSON:
+    """A Node as an Event's object; its uid is its name, as the kubelet's own Node Events have it
+    (what `kubectl describe node` looks for)."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": kube_node, "uid": kube_node}}
 
 
 def _lock_state(pod: JSON) -> LockState:

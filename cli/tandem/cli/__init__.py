@@ -1,0 +1,1 @@
+"""`kubectl tandem`: why a Pod is (not) running, in one command."""

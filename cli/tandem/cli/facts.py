@@ -1,0 +1,134 @@
+"""What `kubectl tandem` reads: Tandem's Pods, the slurmd Pods (Slurm node <-> Node and lock
+state), Nodes and Events from the user's kubeconfig; optionally Slurm's own view of jobs and nodes
+from the syncer's stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+from tandem import keys
+from tandem.kube import JSON, KubeClient
+from tandem.scheduler import decide, decide_group
+from tandem.slurm import wire
+from tandem.slurm.models import JobStatus, Node
+from tandem.v1 import syncer_pb2, syncer_pb2_grpc
+
+# The PodScheduled reasons Tandem writes: a Pod carrying one is Tandem's.
+TANDEM_REASONS = frozenset(
+    {
+        decide.REASON_INVALID,
+        decide.REASON_PENDING,
+        decide.REASON_SUBMIT_FAILED,
+        decide.REASON_SLURM_UNAVAILABLE,
+        decide.REASON_UNSCHEDULABLE,
+        decide.REASON_CANNOT_FIT,
+        decide_group.REASON_WAITING_FOR_MEMBERS,
+        decide_group.REASON_WAITING_FOR_GROUP,
+        decide_group.REASON_GROUP_FULL,
+    }
+)
+SYNCER_TIMEOUT_S = 10.0
+
+
+class Unreachable(RuntimeError):
+    """The cluster or a service could not be asked; the message says which and why."""
+
+
+@dataclass
+class SlurmView:
+    """Slurm as the syncer mirrors it."""
+
+    jobs: dict[int, JobStatus] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+
+@dataclass
+class Facts:
+    pods: list[JSON]
+    # Slurm node name -> its slurmd Pod; Node name -> Slurm node name.
+    slurmd: dict[str, JSON]
+    slurm_node_of: dict[str, str]
+    nodes: dict[str, JSON]
+    slurm: SlurmView | None = None
+
+    def lock_of(self, slurm_node: str) -> str:
+        pod = self.slurmd.get(slurm_node)
+        if pod is None:
+            return ""
+        return str(((pod.get("metadata") or {}).get("annotations") or {}).get(keys.LOCK_KEY, "false"))
+
+
+def is_tandems(pod: JSON, scheduler_names: set[str]) -> bool:
+    """Tandem's Pod: it names one of Tandem's schedulers, or Tandem has marked it."""
+    if (pod.get("spec") or {}).get("schedulerName") in scheduler_names:
+        return True
+    if keys.JOB_ID_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
+        return True
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") in TANDEM_REASONS
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def gather(
+    kube: KubeClient, namespace: str | None, scheduler_name: str = "", syncer_address: str = ""
+) -> Facts:
+    """`namespace` None: every namespace."""
+    pods_path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+    candidates = _items(kube, pods_path)
+    # A scheduler name is learnt from the Pods Tandem marked: its Pods it has not touched yet
+    # (Tandem down, or just created) show too.
+    names = {scheduler_name} if scheduler_name else set()
+    names |= {str((p.get("spec") or {}).get("schedulerName")) for p in candidates if is_tandems(p, set())}
+    pods = [p for p in candidates if is_tandems(p, names)]
+    slurmd_pods = _items(
+        kube, "/api/v1/pods", {"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"}
+    )
+    slurmd = {p["metadata"]["name"]: p for p in slurmd_pods}
+    slurm_node_of = {
+        str(p["spec"]["nodeName"]): p["metadata"]["name"]
+        for p in slurmd_pods
+        if (p.get("spec") or {}).get("nodeName")
+    }
+    nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
+    slurm = read_syncer(syncer_address) if syncer_address else None
+    return Facts(pods, slurmd, slurm_node_of, nodes, slurm)
+
+
+def events_of(kube: KubeClient, kind: str, name: str, namespace: str | None) -> list[JSON]:
+    """Events about one object, oldest first."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    path = f"/api/v1/namespaces/{namespace}/events" if namespace else "/api/v1/events"
+    events = _items(kube, path, {"fieldSelector": selector})
+    return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def read_syncer(address: str) -> SlurmView:
+    """The syncer's snapshot of Slurm (every job, every node)."""
+    view = SlurmView()
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stream = syncer_pb2_grpc.SyncerServiceStub(channel).WatchSlurm(
+                syncer_pb2.WatchSlurmRequest(), timeout=SYNCER_TIMEOUT_S
+            )
+            for change in stream:
+                if change.HasField("job"):
+                    status = wire.job_from_proto(change.job)
+                    view.jobs[status.job_id] = status
+                elif change.HasField("node"):
+                    node, _ = wire.node_from_proto(change.node)
+                    view.nodes[node.name] = node
+                if change.snapshot_done:
+                    stream.cancel()
+                    break
+    except grpc.RpcError as e:
+        raise Unreachable(
+            f"cannot read Slurm from the syncer at {address}: {e.code().name}: {e.details()}"
+        ) from e
+    return view
+
+
+def _items(kube: KubeClient, path: str, params: dict[str, str] | None = None) -> list[JSON]:
+    return list(kube.get(path, params).get("items") or [])

@@ -1,0 +1,122 @@
+"""kubectl tandem: why a Pod is (not) running, in one command.
+
+    kubectl tandem get [-n NS | -A]     Tandem's Pods: group, Slurm job, state, reason, queue
+                                        position, Slurm node, Node, lock, age
+    kubectl tandem describe POD [-n NS] the whole story of one Pod
+    kubectl tandem nodes                Node <-> Slurm node, Slurm state, lock, jobs
+
+Only the kubeconfig is needed; --syncer-address adds Slurm's own view (job and node states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+import httpx
+from kubernetes import config as k8s_config
+
+from tandem.cli import facts as f
+from tandem.cli import output, views
+from tandem.kube import KubeClient, KubeError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kubectl tandem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    p.add_argument("--syncer-address", default=os.environ.get("TANDEM_SYNCER_ADDRESS", ""), help="host:port")
+    p.add_argument(
+        "--scheduler-name", default="", help="also list this scheduler's Pods Tandem has not marked yet"
+    )
+    p.add_argument("-o", "--output", choices=output.FORMATS, default="table")
+    sub = p.add_subparsers(dest="command", required=True)
+    get = sub.add_parser("get", help="Tandem's Pods")
+    get.add_argument("-n", "--namespace", default=None)
+    get.add_argument("-A", "--all-namespaces", action="store_true")
+    describe = sub.add_parser("describe", help="one Pod's whole story")
+    describe.add_argument("pod")
+    describe.add_argument("-n", "--namespace", default=None)
+    sub.add_parser("nodes", help="Nodes and their Slurm nodes")
+    # kubectl passes flags after the subcommand too.
+    for child in (get, describe):
+        child.add_argument("-o", "--output", choices=output.FORMATS, default=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        kube, default_ns = _client(args.kubeconfig, args.context)
+        print(run(args, kube, default_ns))
+        return 0
+    except f.Unreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+    except KubeError as e:
+        if e.status == 0:  # no answer at all (tandem.kube's connection errors)
+            print(f"error: cannot reach the Kubernetes API: {e.message}", file=sys.stderr)
+        else:
+            print(f"error: the Kubernetes API refused: {e}", file=sys.stderr)
+    except httpx.HTTPError as e:
+        print(f"error: cannot reach the Kubernetes API: {type(e).__name__}: {e}", file=sys.stderr)
+    except k8s_config.ConfigException as e:
+        print(f"error: no usable kubeconfig: {e}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
+    now = dt.datetime.now(dt.UTC)
+    if args.command == "get":
+        namespace = None if args.all_namespaces else (args.namespace or default_ns)
+        facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address)
+        rows = views.pod_rows(facts, now)
+        if args.output != "table":
+            return output.structured(rows, args.output)
+        columns = views.POD_COLUMNS if namespace is None else views.POD_COLUMNS[1:]
+        if not rows:
+            where = "any namespace" if namespace is None else f"namespace {namespace}"
+            return f"No Tandem Pods found in {where}."
+        return output.table(columns, rows)
+    if args.command == "nodes":
+        facts = f.gather(kube, None, args.scheduler_name, args.syncer_address)
+        rows = views.node_rows(facts)
+        return (
+            output.table(views.NODE_COLUMNS, rows)
+            if args.output == "table"
+            else output.structured(rows, args.output)
+        )
+    namespace = args.namespace or default_ns
+    try:
+        pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{args.pod}")
+    except KubeError as e:
+        if e.not_found:
+            raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
+        raise
+    facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address)
+    facts.pods = [pod]
+    node = views.node_of(pod)
+    node_events = views.lock_events(f.events_of(kube, "Node", node, None)) if node else []
+    story = views.describe(facts, pod, f.events_of(kube, "Pod", args.pod, namespace), node_events, now)
+    return output.story(story) if args.output == "table" else output.structured(story, args.output)
+
+
+def _client(path: str, context: str | None) -> tuple[KubeClient, str]:
+    """The API client and the context's namespace, from a kubeconfig as kubectl finds it."""
+    found = path or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
+    if not Path(found).exists():
+        raise k8s_config.ConfigException(f"{found} does not exist (set --kubeconfig or $KUBECONFIG)")
+    contexts, current = k8s_config.list_kube_config_contexts(config_file=found)
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+    if context and chosen is None:
+        raise k8s_config.ConfigException(f"context {context!r} is not in {found}")
+    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    return KubeClient.from_kubeconfig(found, context=context), namespace
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""What `kubectl tandem` shows, decided from the facts alone (no I/O): the rows of `get` and
+`nodes`, and the sections of `describe`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from tandem import keys
+from tandem.cli.facts import Facts
+from tandem.kube import JSON, parse_rfc3339
+from tandem.scheduler import decide, decide_group, groups
+from tandem.slurm import queue
+from tandem.slurm.models import JobStatus
+
+REFUSED = frozenset({decide.REASON_INVALID, decide.REASON_SUBMIT_FAILED, decide.REASON_CANNOT_FIT})
+WAITING = frozenset(
+    {
+        decide_group.REASON_WAITING_FOR_MEMBERS,
+        decide_group.REASON_WAITING_FOR_GROUP,
+        decide_group.REASON_GROUP_FULL,
+    }
+)
+_SLURM_REASON = re.compile(r" is pending: ([^;]+)")
+
+POD_COLUMNS = (
+    "NAMESPACE",
+    "POD",
+    "GROUP",
+    "JOB",
+    "JOB STATE",
+    "REASON",
+    "QUEUE",
+    "SLURM NODE",
+    "NODE",
+    "LOCK",
+    "AGE",
+)
+NODE_COLUMNS = ("NODE", "SLURM NODE", "SLURM STATE", "REASON", "LOCK", "JOBS", "PODS")
+
+
+def scheduled_condition(pod: JSON) -> JSON:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return {}
+
+
+def job_id(pod: JSON) -> int | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
+    return int(value) if value and str(value).isdigit() else None
+
+
+def node_of(pod: JSON) -> str:
+    """The Node the Pod runs on, or the one its job's allocation nominated while the prolog runs."""
+    return str(
+        (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("nominatedNodeName") or ""
+    )
+
+
+def job_state(pod: JSON, job: JobStatus | None) -> str:
+    """Slurm's state when the syncer was asked; else what the Pod says of its job."""
+    if job is not None:
+        return job.state_name
+    if job_id(pod) is None:
+        return ""
+    if node_of(pod):
+        return "RUNNING"
+    if scheduled_condition(pod).get("reason") in (decide.REASON_PENDING, decide.REASON_UNSCHEDULABLE):
+        return "PENDING"
+    return ""
+
+
+def reason(pod: JSON) -> str:
+    """Why it is not running: Slurm's reason while its job pends, else Tandem's."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return "Terminating"
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return str(status["phase"])
+    if (pod.get("spec") or {}).get("nodeName"):
+        return ""
+    if status.get("nominatedNodeName"):
+        return "Prolog"  # allocated: the prolog locks the Node
+    cond = scheduled_condition(pod)
+    if cond.get("status") != "False":
+        return ""
+    if cond.get("reason") == decide.REASON_PENDING:
+        m = _SLURM_REASON.search(str(cond.get("message", "")))
+        return m.group(1) if m else decide.REASON_PENDING
+    return str(cond.get("reason", ""))
+
+
+def age(created: object, now: dt.datetime) -> str:
+    """As kubectl prints it: 42s, 7m, 3h, 12d."""
+    at = parse_rfc3339(created)
+    if at is None:
+        return ""
+    seconds = max(0, int((now - at).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * (2 if unit != "d" else 1):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def pod_row(facts: Facts, pod: JSON, now: dt.datetime) -> dict[str, str]:
+    meta = pod.get("metadata") or {}
+    job = job_id(pod)
+    status = facts.slurm.jobs.get(job) if facts.slurm is not None and job is not None else None
+    node = node_of(pod)
+    slurm_node = facts.slurm_node_of.get(node, "")
+    return {
+        "NAMESPACE": str(meta.get("namespace", "")),
+        "POD": str(meta.get("name", "")),
+        "GROUP": groups.group_name(pod) or "",
+        "JOB": "" if job is None else str(job),
+        "JOB STATE": job_state(pod, status),
+        "REASON": reason(pod),
+        "QUEUE": queue.read_message(str(scheduled_condition(pod).get("message", ""))).position
+        if not node
+        else "",
+        "SLURM NODE": slurm_node,
+        "NODE": node,
+        "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
+        "AGE": age(meta.get("creationTimestamp"), now),
+    }
+
+
+def pod_rows(facts: Facts, now: dt.datetime) -> list[dict[str, str]]:
+    rows = [pod_row(facts, p, now) for p in facts.pods]
+    return sorted(rows, key=lambda r: (r["NAMESPACE"], r["GROUP"], r["POD"]))
+
+
+def node_rows(facts: Facts) -> list[dict[str, str]]:
+    rows = []
+    for name in sorted(set(facts.nodes) | set(facts.slurm_node_of)):
+        node = facts.nodes.get(name) or {}
+        slurm_node = facts.slurm_node_of.get(name, "")
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        state, why = "", str(annotations.get(keys.DRAIN_ANNOTATION, ""))
+        jobs: set[int] = set()
+        if facts.slurm is not None and slurm_node:
+            known = facts.slurm.nodes.get(slurm_node)
+            if known is not None:
+                state = "+".join((known.state, *known.flags))
+                why = known.reason or why
+            jobs = {
+                s.job_id for s in facts.slurm.jobs.values() if slurm_node in s.job.nodes and s.holds_nodes
+            }
+        elif why:
+            state = "DRAINED"
+        on_node = [p for p in facts.pods if node_of(p) == name]
+        jobs |= {j for p in on_node if (j := job_id(p)) is not None}
+        rows.append(
+            {
+                "NODE": name,
+                "SLURM NODE": slurm_node,
+                "SLURM STATE": state,
+                "REASON": why,
+                "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
+                "JOBS": ",".join(str(j) for j in sorted(jobs)),
+                "PODS": ",".join(
+                    sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node)
+                ),
+            }
+        )
+    return rows
+
+
+def describe(
+    facts: Facts, pod: JSON, pod_events: list[JSON], node_events: list[JSON], now: dt.datetime
+) -> dict[str, Any]:
+    """The whole story of one Pod, as sections (rendered as text, JSON or YAML)."""
+    row = pod_row(facts, pod, now)
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    cond = scheduled_condition(pod)
+    job = job_id(pod)
+    status = facts.slurm.jobs.get(job) if facts.slurm is not None and job is not None else None
+    refused = cond.get("status") == "False" and cond.get("reason") in REFUSED
+    reading = queue.read_message(str(cond.get("message", "")))
+    story: dict[str, Any] = {
+        "Pod": f"{meta.get('namespace')}/{meta.get('name')}",
+        "Scheduler": (pod.get("spec") or {}).get("schedulerName", ""),
+        "Group": row["GROUP"] or "(none: a job of its own)",
+        "Validation": f"refused: {cond.get('message', '')}" if refused else "passed",
+        "Scheduled": _condition_line(cond),
+        "Slurm job": {
+            "id": row["JOB"] or "(not submitted)",
+            "state": row["JOB STATE"] or "(unknown)",
+            **{
+                k.removeprefix(keys.PREFIX): v
+                for k, v in sorted(annotations.items())
+                if k in keys.JOB_ANNOTATIONS
+            },
+        },
+    }
+    if status is not None:
+        story["Slurm job"]["nodes"] = ",".join(status.job.nodes)
+        story["Slurm job"]["reason"] = status.job.state_reason
+    if not row["NODE"] and row["REASON"] and not refused:
+        story["Waiting"] = {
+            "reason": row["REASON"],
+            "queue position": reading.position or "(not in a queue)",
+            "expected start": reading.expected_start or "(Slurm gives none yet)",
+        }
+    if row["NODE"]:
+        story["Node"] = {
+            "node": row["NODE"],
+            "slurm node": row["SLURM NODE"],
+            "lock": row["LOCK"],
+            "lock history": [_event_line(e, now) for e in node_events] or ["(no lock Events)"],
+        }
+    story["Events"] = [_event_line(e, now) for e in pod_events] or ["(none)"]
+    return story
+
+
+def lock_events(events: list[JSON]) -> list[JSON]:
+    wanted = {keys.NODE_LOCKED_EVENT, keys.NODE_UNLOCKED_EVENT, "SlurmNodeDrained"}
+    return [e for e in events if e.get("reason") in wanted]
+
+
+def _condition_line(cond: JSON) -> str:
+    if not cond:
+        return "(no PodScheduled condition yet)"
+    line = f"{cond.get('status')}"
+    if cond.get("reason"):
+        line += f" {cond['reason']}"
+    if cond.get("message"):
+        line += f": {cond['message']}"
+    return line
+
+
+def _event_line(event: JSON, now: dt.datetime) -> str:
+    when = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+    )
+    count = int(event.get("count") or 1)
+    times = f" (x{count})" if count > 1 else ""
+    what = f"{event.get('type', '')} {event.get('reason', '')}{times}"
+    ago = age(when, now)
+    return (
+        f"{ago:>4} ago  {what}: {event.get('message', '')}" if ago else f"{what}: {event.get('message', '')}"
+    )

@@ -1,0 +1,240 @@
+"""`kubectl tandem`: what a person reads for each kind of Pod and Node, decided from the facts
+alone; and a clear error, not a traceback, when the cluster or the syncer cannot be asked."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tandem import keys
+from tandem.cli import facts as f
+from tandem.cli import main, output, views
+from tandem.kube import JSON
+from tandem.slurm.models import Job, JobStatus, Node
+
+NOW = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
+
+
+def pod(
+    name: str,
+    job: int | None = None,
+    node: str = "",
+    nominated: str = "",
+    reason: str = "",
+    message: str = "",
+    group: str = "",
+    phase: str = "Pending",
+    **annotations: str,
+) -> JSON:
+    ann = dict(annotations)
+    if job is not None:
+        ann[keys.JOB_ID_ANNOTATION] = str(job)
+    p: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "annotations": ann,
+            "creationTimestamp": "2026-11-23T09:55:00Z",
+        },
+        "spec": {"schedulerName": "tandem"},
+        "status": {"phase": phase},
+    }
+    if node:
+        p["spec"]["nodeName"] = node
+    if nominated:
+        p["status"]["nominatedNodeName"] = nominated
+    if reason:
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}
+        ]
+    if group:
+        p["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return p
+
+
+def slurmd(slurm_node: str, node: str, lock: str = "false") -> JSON:
+    return {
+        "metadata": {"name": slurm_node, "namespace": "slurm", "annotations": {keys.LOCK_KEY: lock}},
+        "spec": {"nodeName": node},
+    }
+
+
+def facts(*pods: JSON, slurm: f.SlurmView | None = None) -> f.Facts:
+    daemons = [slurmd("gpu-000", "node-000", "locked_strict"), slurmd("gpu-002", "node-002")]
+    return f.Facts(
+        pods=list(pods),
+        slurmd={p["metadata"]["name"]: p for p in daemons},
+        slurm_node_of={p["spec"]["nodeName"]: p["metadata"]["name"] for p in daemons},
+        nodes={
+            "node-000": {"metadata": {"name": "node-000"}},
+            "node-002": {
+                "metadata": {"name": "node-002", "annotations": {keys.DRAIN_ANNOTATION: "k8s: Node cordoned"}}
+            },
+        },
+        slurm=slurm,
+    )
+
+
+PENDING_MESSAGE = (
+    "Slurm job 12 in partition gpu is pending: Resources; position 2 of 4; "
+    "expected to start at 2026-11-23T10:42Z"
+)
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "expected"),
+    [
+        (
+            pod("waiting", 12, reason="SlurmJobPending", message=PENDING_MESSAGE),
+            {"JOB": "12", "JOB STATE": "PENDING", "REASON": "Resources", "QUEUE": "2 of 4", "NODE": ""},
+        ),
+        (
+            pod("bad", reason="ValidationFailed", message="sunk.coreweave.com/user-id: 0 is not allowed"),
+            {"JOB": "", "JOB STATE": "", "REASON": "ValidationFailed", "QUEUE": "", "LOCK": ""},
+        ),
+        (
+            pod("running", 13, node="node-000", phase="Running"),
+            {"JOB STATE": "RUNNING", "REASON": "", "SLURM NODE": "gpu-000", "LOCK": "locked_strict"},
+        ),
+        (
+            pod("starting", 14, nominated="node-000"),
+            {"JOB STATE": "RUNNING", "REASON": "Prolog", "SLURM NODE": "gpu-000", "NODE": "node-000"},
+        ),
+        (
+            pod("member-0", reason="WaitingForGroupMembers", message="1 of 2", group="train"),
+            {"GROUP": "pg:train", "REASON": "WaitingForGroupMembers", "JOB": ""},
+        ),
+    ],
+    ids=["pending", "invalid", "running", "prolog", "gang member"],
+)
+def test_get_row(the_pod: JSON, expected: dict[str, str]) -> None:
+    row = views.pod_row(facts(the_pod), the_pod, NOW)
+    assert {k: row[k] for k in expected} == expected
+    assert row["AGE"] == "5m"
+
+
+def test_slurms_own_state_wins_when_the_syncer_was_asked() -> None:
+    the_pod = pod("waiting", 12, reason="SlurmJobPending", message=PENDING_MESSAGE)
+    slurm = f.SlurmView(jobs={12: JobStatus(Job(12, "x", "COMPLETING"))})
+    assert views.pod_row(facts(the_pod, slurm=slurm), the_pod, NOW)["JOB STATE"] == "COMPLETING"
+
+
+def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
+    running = pod("running", 13, node="node-000", phase="Running")
+    rows = views.node_rows(facts(running))
+    assert rows == [
+        {
+            "NODE": "node-000",
+            "SLURM NODE": "gpu-000",
+            "SLURM STATE": "",
+            "REASON": "",
+            "LOCK": "locked_strict",
+            "JOBS": "13",
+            "PODS": "team-a/running",
+        },
+        {
+            "NODE": "node-002",
+            "SLURM NODE": "gpu-002",
+            "SLURM STATE": "DRAINED",
+            "REASON": "k8s: Node cordoned",
+            "LOCK": "false",
+            "JOBS": "",
+            "PODS": "",
+        },
+    ]
+    slurm = f.SlurmView(
+        jobs={
+            13: JobStatus(Job(13, "x", "RUNNING", nodes=("gpu-000",))),
+            20: JobStatus(Job(20, "y", "RUNNING", nodes=("gpu-000",))),
+        },
+        nodes={
+            "gpu-000": Node("gpu-000", "ALLOCATED"),
+            "gpu-002": Node("gpu-002", "IDLE", ("DRAIN",), "k8s: Node cordoned"),
+        },
+    )
+    rows = views.node_rows(facts(running, slurm=slurm))
+    assert (rows[0]["SLURM STATE"], rows[0]["JOBS"]) == ("ALLOCATED", "13,20")
+    assert (rows[1]["SLURM STATE"], rows[1]["REASON"]) == ("IDLE+DRAIN", "k8s: Node cordoned")
+
+
+def test_describe_tells_the_whole_story_of_a_pending_pod() -> None:
+    the_pod = pod("waiting", 12, reason="SlurmJobPending", message=PENDING_MESSAGE, **{keys.PARTITION: "gpu"})
+    event = {
+        "type": "Normal",
+        "reason": "SlurmJobSubmitted",
+        "message": "job 12",
+        "lastTimestamp": "2026-11-23T09:55:01Z",
+    }
+    story = views.describe(facts(the_pod), the_pod, [event], [], NOW)
+    text = output.story(story)
+    assert story["Validation"] == "passed"
+    assert story["Slurm job"] == {"id": "12", "state": "PENDING", "partition": "gpu"}
+    assert story["Waiting"] == {
+        "reason": "Resources",
+        "queue position": "2 of 4",
+        "expected start": "2026-11-23T10:42Z",
+    }
+    assert "4m ago  Normal SlurmJobSubmitted: job 12" in text
+
+
+def test_describe_of_a_refused_pod_says_why_and_no_queue() -> None:
+    the_pod = pod("bad", reason="ValidationFailed", message="sunk.coreweave.com/user-id: 0 is not allowed")
+    story = views.describe(facts(the_pod), the_pod, [], [], NOW)
+    assert story["Validation"] == "refused: sunk.coreweave.com/user-id: 0 is not allowed"
+    assert "Waiting" not in story and story["Slurm job"]["id"] == "(not submitted)"
+
+
+def test_describe_of_a_running_pod_shows_its_nodes_lock_history() -> None:
+    the_pod = pod("running", 13, node="node-000", phase="Running")
+    locked = {
+        "type": "Normal",
+        "reason": keys.NODE_LOCKED_EVENT,
+        "message": "Locked (locked_strict) for Slurm job 13",
+        "lastTimestamp": "2026-11-23T09:56:00Z",
+    }
+    unrelated = {"type": "Normal", "reason": "Starting", "message": "kubelet"}
+    story = views.describe(facts(the_pod), the_pod, [], views.lock_events([locked, unrelated]), NOW)
+    assert story["Node"]["lock"] == "locked_strict"
+    assert story["Node"]["lock history"] == [
+        "  4m ago  Normal NodeLocked: Locked (locked_strict) for Slurm job 13"
+    ]
+
+
+def test_a_table_pads_columns_and_marks_empty_cells() -> None:
+    assert output.table(("A", "LONGER"), [{"A": "x", "LONGER": ""}]) == "A   LONGER\nx   <none>"
+
+
+def test_tandems_pods_are_found_by_their_marks() -> None:
+    assert f.is_tandems(pod("p", 1), set())
+    assert f.is_tandems(pod("p", reason="ValidationFailed"), set())
+    assert not f.is_tandems(pod("p"), set())
+    assert f.is_tandems(pod("p"), {"tandem"})
+
+
+def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n"
+    )
+    assert main.main(["--kubeconfig", str(kubeconfig), "get"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: cannot reach the Kubernetes API: GET /api/v1/namespaces/team-a/pods:")
+        and err[-1] == "\n"
+    )
+
+
+def test_a_missing_kubeconfig_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main(["--kubeconfig", str(tmp_path / "nope"), "nodes"]) == 1
+    assert "nope does not exist" in capsys.readouterr().err
+
+
+def test_an_unreachable_syncer_is_named() -> None:
+    with pytest.raises(f.Unreachable, match=r"cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE"):
+        f.read_syncer("127.0.0.1:1")
