@@ -31,10 +31,19 @@ class Release:
     namespace: str = config.TANDEM_NAMESPACE
     values: tuple[str, ...] = ()
 
+    @property
+    def fullname(self) -> str:
+        """The chart's `tandem.fullname`."""
+        return self.name if "tandem" in self.name else f"{self.name}-tandem"
+
     def service_account(self, component: str) -> str:
         """The chart's name for a component's ServiceAccount ("<fullname>-<component>")."""
-        fullname = self.name if "tandem" in self.name else f"{self.name}-tandem"
-        return f"{fullname}-{component}"
+        return f"{self.fullname}-{component}"
+
+    @property
+    def policy_configmap(self) -> str:
+        """The scheduler's tenant policy ConfigMap, as the chart names it: "<ns>/<fullname>-policy"."""
+        return f"{self.namespace}/{self.fullname}-policy"
 
 
 MAIN = Release(config.TANDEM_RELEASE)

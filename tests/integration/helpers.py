@@ -251,12 +251,23 @@ def free_port() -> int:
 
 
 # Flags a second copy of a stack service must set itself (its name, addresses and identity).
-_OWN_FLAGS = ("--scheduler-name", "--grpc-bind-address", "--health-probe-bind-address", "--kubeconfig")
+_OWN_FLAGS = (
+    "--scheduler-name",
+    "--grpc-bind-address",
+    "--health-probe-bind-address",
+    "--kubeconfig",
+    "--policy-configmap",
+)
 
 
-def service_argv(cfg: StackConfig, service: str, kubeconfig: Path, *own: str) -> list[str]:
-    """The stack's command line for a service, run as another release's ServiceAccount."""
+def service_argv(
+    cfg: StackConfig, service: str, release: identities.Release, kubeconfig: Path, *own: str
+) -> list[str]:
+    """The stack's command line for a service, run as another release's ServiceAccount (and, for
+    the scheduler, reading that release's policy ConfigMap, the one its Role names)."""
     argv = [a for a in services.argv(cfg, service) if not a.startswith(_OWN_FLAGS)]
+    if service == "tandem-scheduler":
+        argv.append(f"--policy-configmap={release.policy_configmap}")
     return [*argv, f"--kubeconfig={kubeconfig}", *own]
 
 

@@ -287,6 +287,7 @@ def team_scheduler(stack_cfg: StackConfig, core: k8s.CoreV1Api, tmp_path: Path) 
     argv = h.service_argv(
         stack_cfg,
         "tandem-scheduler",
+        h.TEAM_A,
         kubeconfig,
         f"--scheduler-name={name}",
         "--watch-namespace=team-a",

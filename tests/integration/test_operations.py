@@ -98,6 +98,7 @@ def _replicas(
         argv = h.service_argv(
             cfg,
             service,
+            HA,
             kubeconfig,
             "--leader-elect=true",
             "--leader-election-namespace=tandem",
