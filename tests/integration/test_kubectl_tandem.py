@@ -1,0 +1,142 @@
+"""Issue 13: `kubectl tandem get -A`, `describe` and `nodes` against the stack, with a running, a
+pending (queued behind it), an invalid and a gang Pod: what a person reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from devstack import kube as devkube
+from devstack import services
+from devstack.config import StackConfig
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+
+PG = ("scheduling.k8s.io", "v1alpha2", "default", "podgroups")
+PIN = {h.PREFIX + "required-nodes": "cpu-001", h.PREFIX + "exclusive": "none"}
+
+
+def kubectl_tandem(cfg: StackConfig, *args: str) -> str:
+    """As a user runs it: kubectl finds the kubectl-tandem plugin on the PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        [str(cfg.bin_dir / "kubectl"), "tandem", f"--kubeconfig={cfg.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture
+def scene(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
+    """A running Pod holding cpu-001, a Pod queued behind it, an invalid Pod, and a gang of which
+    one member of three is missing."""
+    custom = k8s.CustomObjectsApi(devkube.api(stack_cfg))
+    names = {k: h.unique(k) for k in ("holder", "waiter", "invalid", "gang")}
+    h.create(core, h.tandem_pod(stack_cfg, names["holder"], PIN))
+    h.wait_until("holder running", lambda: (p := h.get_pod(core, names["holder"])) and p.spec.node_name, 30)
+    h.create(core, h.tandem_pod(stack_cfg, names["waiter"], PIN))
+    h.create(core, h.tandem_pod(stack_cfg, names["invalid"], {h.PREFIX + "exclusive": "sometimes"}))
+    custom.create_namespaced_custom_object(
+        *PG,
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": names["gang"]},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
+        },
+    )
+    for i in range(2):
+        pod = h.tandem_pod(stack_cfg, f"{names['gang']}-{i}")
+        pod["spec"]["schedulingGroup"] = {"podGroupName": names["gang"]}
+        h.create(core, pod)
+
+    def queued() -> bool:
+        pod = h.get_pod(core, names["waiter"])
+        cond = h.scheduled_condition(pod) if pod else None
+        return cond is not None and "position 1 of 1" in (cond.message or "")
+
+    h.wait_until("the waiter's place in the queue on its Pod", queued, 30)
+    yield names
+    try:
+        custom.delete_namespaced_custom_object(*PG, names["gang"])
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def _line(table: str, name: str) -> list[str]:
+    line = next(row for row in table.splitlines() if f" {name} " in f" {row} ")
+    return line.split()
+
+
+def test_get_shows_each_pod_as_a_person_asks_about_it(stack_cfg: StackConfig, scene: dict[str, str]) -> None:
+    table = kubectl_tandem(stack_cfg, "get", "-A")
+    print(table)
+    header = table.splitlines()[0].split()
+    assert header[:3] == ["NAMESPACE", "POD", "GROUP"]
+    holder = _line(table, scene["holder"])
+    assert "RUNNING" in holder and "cpu-001" in holder and "node-001" in holder
+    assert any(lock.startswith("locked") for lock in holder)
+    waiter = " ".join(_line(table, scene["waiter"]))
+    assert "PENDING" in waiter and "1 of 1" in waiter
+    assert any(reason in waiter for reason in ("Resources", "Priority", "ReqNodeNotAvail"))
+    assert "ValidationFailed" in _line(table, scene["invalid"])
+    member = _line(table, f"{scene['gang']}-0")
+    assert f"pg:{scene['gang']}" in member and "WaitingForGroupMembers" in member
+    rows = json.loads(kubectl_tandem(stack_cfg, "get", "-n", "default", "-o", "json"))
+    assert {r["POD"] for r in rows} >= set(scene.values()) - {scene["gang"]}
+
+
+def test_describe_tells_why_a_pod_waits_and_why_one_was_refused(
+    stack_cfg: StackConfig, scene: dict[str, str]
+) -> None:
+    waiter = kubectl_tandem(stack_cfg, "describe", scene["waiter"], "-n", "default")
+    print(waiter)
+    assert "Validation:     passed" in waiter
+    assert "queue position: 1 of 1" in waiter
+    assert "required-nodes: cpu-001" in waiter
+    invalid = kubectl_tandem(stack_cfg, "describe", scene["invalid"])
+    assert "Validation:     refused:" in invalid and "exclusive" in invalid
+    holder = kubectl_tandem(stack_cfg, "describe", scene["holder"])
+    assert "slurm node:     cpu-001" in holder
+    assert "NodeLocked: Locked (" in holder  # the lock history of its Node
+
+
+def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, scene: dict[str, str]
+) -> None:
+    job = h.job_id_of(core, scene["holder"])
+    syncer = services.grpc_addresses(stack_cfg)["tandem-syncer"]
+    table = kubectl_tandem(stack_cfg, "--syncer-address", syncer, "nodes")
+    print(table)
+    row = _line(table, "node-001")
+    assert row[:2] == ["node-001", "cpu-001"]
+    assert any(state.startswith(("ALLOCATED", "MIXED")) for state in row)
+    assert str(job) in " ".join(row) and f"default/{scene['holder']}" in row
+    assert len([r for r in table.splitlines()[1:] if r.strip()]) == stack_cfg.nodes
+
+
+def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        ["kubectl-tandem", f"--kubeconfig={stack_cfg.kubeconfig}", "--syncer-address=127.0.0.1:1", "nodes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE")
