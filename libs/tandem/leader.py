@@ -14,8 +14,12 @@ import time
 from collections.abc import Callable
 
 from tandem.kube import JSON, KubeClient, KubeError, parse_rfc3339, rfc3339
+from tandem.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
+
+# Summed over a component's replicas it is 1 when someone leads, 0 when nobody does (the alert).
+LEADING = REGISTRY.gauge("tandem_leader", "1 while this replica holds its Lease (leads), else 0", ["lease"])
 
 
 def _now() -> dt.datetime:
@@ -55,6 +59,7 @@ class LeaderElector:
         self.renew_seconds = renew_seconds
         self.retry_seconds = retry_seconds
         self.leading = threading.Event()
+        LEADING.set(0, lease=name)
 
     def run(self, stop: threading.Event, on_started: Callable[[], None], on_lost: Callable[[], None]) -> None:
         """Block until leading, call `on_started`, keep renewing; call `on_lost` if that fails."""
@@ -63,6 +68,7 @@ class LeaderElector:
         if stop.is_set():
             return
         self.leading.set()
+        LEADING.set(1, lease=self.name)
         log.info("became leader", extra={"lease": self.name, "identity": self.identity})
         # On its own thread: a start may take longer than the lease (the syncer waits for its
         # first Slurm poll), and the lease must be renewed meanwhile or a second leader starts.
@@ -73,6 +79,7 @@ class LeaderElector:
                 last_renewed = time.monotonic()
             elif time.monotonic() - last_renewed > self.renew_seconds:
                 self.leading.clear()
+                LEADING.set(0, lease=self.name)
                 log.error("lost the lease", extra={"lease": self.name, "identity": self.identity})
                 on_lost()
                 return
@@ -159,6 +166,7 @@ def lead_when_elected(
     """Call `lead` now when leader election is off; otherwise once this replica holds the Lease
     (`namespace` blank = this Pod's), from a background elector that calls `lost` if it loses it."""
     if not enabled:
+        LEADING.set(1, lease=lease)  # the only replica
         lead()
         return
     elector = LeaderElector(kube, namespace or pod_namespace(), lease)

@@ -348,3 +348,24 @@ def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
     controller._background.shutdown(wait=True)
     events = [c.args[2] for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
     assert events == ["SlurmUnavailable"]
+
+
+def test_the_pods_gauge_counts_pending_bound_and_refused() -> None:
+    """What the dashboard's Pods panel and a person watching a queue read."""
+    pods = FakePodCache()
+    refused = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "ValidationFailed",
+        "message": "no",
+    }
+    pods.pods = {
+        "a": {"metadata": {"name": "a"}, "spec": {}, "status": {}},
+        "b": {"metadata": {"name": "b"}, "spec": {"nodeName": "node-001"}, "status": {"phase": "Running"}},
+        "c": {"metadata": {"name": "c"}, "spec": {}, "status": {"conditions": [refused]}},
+        "d": {"metadata": {"name": "d"}, "spec": {"nodeName": "node-001"}, "status": {"phase": "Succeeded"}},
+    }
+    _controller(pods, _tracker())
+    rendered = ctl.REGISTRY.render()
+    for state, count in (("pending", 1), ("bound", 1), ("refused", 1)):
+        assert f'tandem_pods{{state="{state}"}} {count}' in rendered

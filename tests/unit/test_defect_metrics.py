@@ -11,3 +11,23 @@ def test_a_computed_gauge_follows_its_newest_owner() -> None:
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 1.0})
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 7.0})
     assert 'locks{state="locked"} 7' in registry.render()
+
+
+def test_the_leader_gauge_follows_the_lease() -> None:
+    """Summed over a component's replicas, 0 means nobody leads (the TandemLeaderMissing alert)."""
+    import threading
+    from unittest import mock
+
+    from tandem import leader
+
+    stop = threading.Event()
+    leader.lead_when_elected(mock.Mock(), False, "tandem", "solo-lease", stop, lambda: None, lambda: None)
+    assert 'tandem_leader{lease="solo-lease"} 1' in leader.REGISTRY.render()
+    elector = leader.LeaderElector(mock.Mock(), "tandem", "ha-lease")
+    assert 'tandem_leader{lease="ha-lease"} 0' in leader.REGISTRY.render()
+    with mock.patch.object(elector, "_try_acquire_or_renew", side_effect=[True, False, False, False]):
+        elector.renew_seconds, elector.retry_seconds = 0.0, 0.01
+        lost = threading.Event()
+        elector.run(stop, lambda: None, lost.set)
+    assert lost.is_set()
+    assert 'tandem_leader{lease="ha-lease"} 0' in leader.REGISTRY.render()

@@ -183,6 +183,27 @@ class Controller:
         self._cancelled: set[int] = set()
         self._cancelled_lock = threading.Lock()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
+        REGISTRY.gauge(
+            "tandem_pods",
+            "this scheduler's unfinished Pods: pending (not bound yet), bound, refused",
+            ["state"],
+            collect=self._count_pods,
+        )
+
+    def _count_pods(self) -> dict[tuple[str, ...], float]:
+        counts = dict.fromkeys((("pending",), ("bound",), ("refused",)), 0.0)
+        for pod in self.pods.items():
+            if pod_finished(pod):
+                continue
+            state = (
+                "bound"
+                if (pod.get("spec") or {}).get("nodeName")
+                else "refused"
+                if d.refused(pod)
+                else "pending"
+            )
+            counts[(state,)] += 1
+        return counts
 
     # -- entry points ------------------------------------------------------------------------
 
