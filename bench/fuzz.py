@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/fuzz.py --cases 10000
 
-Runs tests/unit/test_fuzz_gateway.py (raw HTTP requests against the hooks API) and
+Runs tests/unit/test_fuzz_gateway.py (raw HTTP requests against the hooks API),
 tests/unit/test_fuzz_validation.py (random Pods through validation, the decision and job building)
-with FUZZ_EXAMPLES=N. Prints a table, then one JSON line: {"cases", "<target>": "passed"|"failed", ...}.
+and tests/unit/test_fuzz_slurm_answers.py (garbled slurmrestd answers to every call) with
+FUZZ_EXAMPLES=N. Prints a table, then one JSON line: {"cases", "<target>": "passed"|"failed", ...}.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {
     "hooks_api": "tests/unit/test_fuzz_gateway.py",
     "pod_validation": "tests/unit/test_fuzz_validation.py",
+    "slurm_answers": "tests/unit/test_fuzz_slurm_answers.py",
 }
 
 

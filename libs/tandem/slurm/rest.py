@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from tandem import tracing
 from tandem.metrics import REGISTRY
 from tandem.slurm import jwt
-from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect
+from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.hostlist import split_items
 from tandem.slurm.models import Job, JobSpec, Node
 
@@ -41,6 +42,27 @@ class SlurmApiError(RuntimeError):
         # The same words for the same trouble (no errno, no connection detail): what a Pod's
         # condition and Events say, so a flapping socket error does not announce itself twice.
         self.summary = summary or message
+
+
+# The status of an answer that is not what slurmrestd sends (garbled, truncated, half a body): as a
+# bad gateway, transient; the caller asks again.
+MALFORMED = 502
+
+
+@contextmanager
+def _answer_of(operation: str) -> Iterator[None]:
+    """Whatever slurmrestd's answer lacks or garbles is one clear, transient error, never a
+    KeyError from deep inside a parser."""
+    try:
+        yield
+    except (SlurmApiError, UnsupportedBySlurm):
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise SlurmApiError(
+            f"{operation}: slurmrestd's answer is malformed ({type(e).__name__}: {e})"[:500],
+            MALFORMED,
+            summary=f"slurmrestd's answer to {operation} is malformed",
+        ) from e
 
 
 class TokenSource:
@@ -115,9 +137,11 @@ class SlurmRestClient:
                     summary=f"slurmrestd at {self.base_url} unreachable",
                 ) from e
             if r.status_code == 200:
+                with _answer_of(f"GET {version}/ping"):
+                    release = _slurm_release(r.json())
                 log.info(
                     "slurmrestd data-parser version chosen",
-                    extra={"version": version, "slurm": _slurm_release(r.json()), "url": self.base_url},
+                    extra={"version": version, "slurm": release, "url": self.base_url},
                 )
                 return version
             if r.status_code in (401, 403):
@@ -135,47 +159,52 @@ class SlurmRestClient:
     def ping(self) -> bool:
         """Whether slurmrestd and a slurmctld behind it both answer."""
         try:
-            answer = self._request("GET", "ping").json()
-        except (SlurmApiError, ValueError):
+            with _answer_of("GET ping"):
+                return self.dialect.controller_responding(self._request("GET", "ping").json())
+        except SlurmApiError:
             return False
-        return self.dialect.controller_responding(answer)
 
     def submit_job(self, spec: JobSpec) -> int:
         body = self.dialect.submit_body(spec)
-        data = self._request("POST", "job/submit", json=body).json()
-        job_id = data.get("job_id")
-        if job_id is None:
-            raise SlurmApiError(f"submit answered no job id: {_errors(data) or data}")
-        return int(job_id)
+        with _answer_of("POST job/submit"):
+            data = self._request("POST", "job/submit", json=body).json()
+            job_id = data.get("job_id")
+            if job_id is None:
+                raise SlurmApiError(f"submit answered no job id: {_errors(data) or data}")
+            return int(job_id)
 
     def get_job(self, job_id: int) -> Job | None:
-        try:
-            data = self._request("GET", f"job/{job_id}").json()
-        except SlurmApiError as e:
-            if e.status == 404 or "Invalid job id" in str(e):
-                return None
-            raise
-        jobs = data.get("jobs") or []
-        return self.dialect.parse_job(jobs[0]) if jobs else None
+        with _answer_of("GET job"):
+            try:
+                data = self._request("GET", f"job/{job_id}").json()
+            except SlurmApiError as e:
+                if e.status == 404 or "Invalid job id" in str(e):
+                    return None
+                raise
+            jobs = data.get("jobs") or []
+            return self.dialect.parse_job(jobs[0]) if jobs else None
 
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
         """All jobs; None when nothing changed since `changed_since` (unix seconds)."""
-        data = self._list("jobs", changed_since)
-        return None if data is None else [self.dialect.parse_job(j) for j in data.get("jobs") or []]
+        with _answer_of("GET jobs"):
+            data = self._list("jobs", changed_since)
+            return None if data is None else [self.dialect.parse_job(j) for j in data.get("jobs") or []]
 
     def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
         """All nodes; None when nothing changed since `changed_since` (unix seconds)."""
-        data = self._list("nodes", changed_since)
-        return None if data is None else [self.dialect.parse_node(n) for n in data.get("nodes") or []]
+        with _answer_of("GET nodes"):
+            data = self._list("nodes", changed_since)
+            return None if data is None else [self.dialect.parse_node(n) for n in data.get("nodes") or []]
 
     def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
         """(base state, flags) of the given jobs, from the light GET /jobs/state listing (a few
         dozen bytes a job instead of a whole job). Jobs Slurm no longer knows are absent."""
         if not job_ids:
             return {}
-        data = self._request("GET", "jobs/state/", params={"job_id": [str(j) for j in job_ids]}).json()
-        states = (self.dialect.parse_job_state(raw) for raw in data.get("jobs") or [])
-        return {entry[0]: (entry[1], entry[2]) for entry in states if entry is not None}
+        with _answer_of("GET jobs/state"):
+            data = self._request("GET", "jobs/state/", params={"job_id": [str(j) for j in job_ids]}).json()
+            states = (self.dialect.parse_job_state(raw) for raw in data.get("jobs") or [])
+            return {entry[0]: (entry[1], entry[2]) for entry in states if entry is not None}
 
     def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
         if changed_since:
@@ -205,16 +234,16 @@ class SlurmRestClient:
 
     def update_job(self, job_id: int, **fields: str) -> None:
         """Change a job's string fields (e.g. `extra`, `comment`) as its owner or an operator may."""
-        data = self._request("POST", f"job/{job_id}", json=fields).json()
-        problem = _errors(data)
+        with _answer_of("POST job"):
+            problem = _errors(self._request("POST", f"job/{job_id}", json=fields).json())
         if problem:
             raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
 
     def set_excluded_nodes(self, job_id: int, hostlist: str) -> None:
         """Change the nodes a pending job must not be given (an empty hostlist: none)."""
         body = {"excluded_nodes": split_items(hostlist) if hostlist else []}
-        data = self._request("POST", f"job/{job_id}", json=body).json()
-        problem = _errors(data)
+        with _answer_of("POST job"):
+            problem = _errors(self._request("POST", f"job/{job_id}", json=body).json())
         if problem:
             raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
 
@@ -233,8 +262,9 @@ class SlurmRestClient:
                 return
             raise
         # v0.0.42+ answer 200 and put each job's own result in `status`.
-        answer = r.json() if r.content else {}
-        refused = [text for code, text in self.dialect.signal_results(answer) if code not in _CANCEL_DONE]
+        with _answer_of("DELETE job"):
+            answer = r.json() if r.content else {}
+            refused = [text for code, text in self.dialect.signal_results(answer) if code not in _CANCEL_DONE]
         if refused:
             raise SlurmApiError(f"DELETE job/{job_id}: {'; '.join(refused)}", r.status_code)
 
@@ -285,7 +315,7 @@ class SlurmRestClient:
             API_ERRORS.inc(operation=operation, status=str(r.status_code))
             try:
                 detail = _errors(r.json()) or r.text[:300]
-            except ValueError:
+            except (ValueError, AttributeError, TypeError):  # not JSON, or not Slurm's shape
                 detail = r.text[:300]
             raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code)
         return r
