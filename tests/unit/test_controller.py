@@ -369,3 +369,18 @@ def test_the_pods_gauge_counts_pending_bound_and_refused() -> None:
     rendered = ctl.REGISTRY.render()
     for state, count in (("pending", 1), ("bound", 1), ("refused", 1)):
         assert f'tandem_pods{{state="{state}"}} {count}' in rendered
+
+
+def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> None:
+    """A submit whose answer was lost (Slurm took it) and its retry: two live jobs of one Pod.
+    The recorded one is the Pod's job; the other is cancelled, whichever id is higher."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = {**_pod(job_id="9"), "metadata": {**_pod(job_id="9")["metadata"], "uid": POD.uid}}
+    jobs = _tracker()
+    for job_id in (9, 12):
+        jobs._apply(JobStatus(Job(job_id=job_id, name=placeholder.job_name(POD, SCHEDULER), state="PENDING")))
+    controller, _, _ = _controller(pods, jobs)
+    observed = controller.observe(POD.key)
+    assert observed.job is not None and observed.job.job_id == 9
+    assert observed.duplicates == (12,)

@@ -183,6 +183,16 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     ("crashed after submit, before recording (earlier life)", seen(pod(), job()), d.Record(7)),
     ("recorded, the stream has not shown the job yet", seen(pod(7)), d.Nothing()),
     (
+        "a submit retried after its answer was lost: the second job is cancelled",
+        seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,)),
+        d.Cancel((9,), "a second job for the Pod (a submit retried after its answer was lost)"),
+    ),
+    (
+        "the second job's cancel already sent: on with the recorded one",
+        seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,), cancel_sent=frozenset({9})),
+        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+    ),
+    (
         "recorded by this life, informer copy still without it",
         seen(pod(), job("PENDING", reason="Priority"), recorded=7),
         d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),

@@ -294,12 +294,17 @@ class Controller:
             self._submitted.forget(uid)
             self._recorded.forget(uid)
             submitted = recorded = None
-        job = self._job_of(uid, annotated or recorded or submitted)
+        own = recorded or annotated
+        job = self._job_of(uid, own or submitted)
+        duplicates = ()
+        if job is not None and own == job.job_id:
+            duplicates = tuple(j.job_id for j in self.jobs.for_pod(uid) if not j.ended and j.job_id != own)
         return d.Observed(
             key,
             pod,
             job=job,
-            recorded_job_id=recorded or annotated,
+            duplicates=duplicates,
+            recorded_job_id=own,
             submitted_job_id=submitted,
             cancel_sent=cancelled,
             kube_node=self.jobs.kube_node,
@@ -342,6 +347,9 @@ class Controller:
     def _job_of(self, uid: str, recorded: int | None) -> JobStatus | None:
         candidates = self.jobs.for_pod(uid)
         live = [j for j in candidates if not j.ended]
+        for j in live:
+            if j.job_id == recorded:
+                return j
         if live:
             return live[-1]
         for j in candidates:

@@ -8,6 +8,7 @@ included):
 
     Pod gone                          -> cancel every live job of its name
     Pod deleting or finished          -> cancel its job
+    a live job besides the recorded   -> cancel it (a submit retried after a lost answer)
     bound, job stopped/ended/moved    -> delete the Pod
     invalid (condition says so)       -> nothing, until the Pod is recreated
     invalid                           -> reject: PodScheduled=False, one Warning Event
@@ -64,6 +65,9 @@ class Observed:
     submitted_job_id: int | None = None
     # When the Pod is gone: every job its name still has.
     jobs_of_key: tuple[JobStatus, ...] = ()
+    # Live jobs of the Pod besides the one it recorded: a submit retried after its answer was
+    # lost (Slurm had taken the first).
+    duplicates: tuple[int, ...] = ()
     # Jobs this process already asked Slurm to cancel (their scripts are shutting down).
     cancel_sent: frozenset[int] = frozenset()
     # Slurm node -> Kubernetes Node, as the syncer publishes it.
@@ -169,6 +173,9 @@ def decide(o: Observed) -> Action:
         return Cancel(
             (job.job_id,), "Pod is being deleted" if meta.get("deletionTimestamp") else "Pod finished"
         )
+    extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
+    if extra:
+        return Cancel(extra, "a second job for the Pod (a submit retried after its answer was lost)")
     if spec.get("nodeName"):
         return _bound(o, str(spec["nodeName"]), job)
     if refused(pod):
