@@ -61,3 +61,9 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
         lambda: all(helpers.lock_annotation(core, n) == "false" for n in stack_cfg.slurm_node_names()),
         30,
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The soak kills and restarts the stack's daemons: it runs after every other test, so none
+    starts on a stack that is still coming back."""
+    items.sort(key=lambda item: item.get_closest_marker("soak") is not None)

@@ -3,6 +3,7 @@ Slurm's and Kubernetes' daemons restart, then nothing lost, duplicated or left l
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,8 @@ from kubernetes import client as k8s
 from bench import soak
 from devstack.config import StackConfig
 from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 NAMESPACE = "soak"
 MINUTES = 2.5
@@ -29,6 +32,14 @@ def soak_namespace(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[str]
         if drained:
             print(f"[soak] {node} drained: {reason}; resuming it")
             h.scontrol(stack_cfg, "update", f"nodename={node}", "state=resume")
+    h.wait_until("every Slurm node idle again", lambda: _all_idle(stack_cfg), 60, every=1)
+
+
+def _all_idle(cfg: StackConfig) -> bool:
+    states = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %t"], env=h.slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout.split()[1::2]
+    return bool(states) and all(s == "idle" for s in states)
 
 
 def test_a_short_soak_keeps_every_invariant(stack_cfg: StackConfig, soak_namespace: str) -> None:
