@@ -21,6 +21,8 @@ LWS_VERSION = "v0.9.0"
 HELM_VERSION = "v3.21.4"
 GRPCURL_VERSION = "v1.9.3"
 BUF_VERSION = "1.75.0"
+# CRDs only (PodMonitor, PrometheusRule), for the chart's monitoring objects: no operator runs.
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 
 # The Kubernetes namespace of the slurmd Pods (one per Node, the shape of a SUNK NodeSet).
 SLURM_NAMESPACE = "tandem-slurm"

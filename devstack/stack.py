@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from devstack import config, identities, kube, lws, pki, services, slurm, tools
+from devstack import config, identities, kube, lws, pki, prometheus_operator, services, slurm, tools
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
@@ -54,6 +54,7 @@ def up(cfg: StackConfig) -> float:
     if need("kube-scheduler"):
         kube.start_scheduler(cfg, d["kube-scheduler"])
     kube.ensure_cluster_model(cfg)
+    prometheus_operator.ensure_installed(cfg)
     identities.ensure_release_rbac(cfg, identities.MAIN)
     for name in services.KUBE_CLIENTS:
         identities.write_kubeconfig(

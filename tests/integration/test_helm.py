@@ -1,9 +1,13 @@
 """Issue 5: the umbrella chart lints, renders for both scopes, rejects bad values, and what it
-renders is accepted by the real apiserver (server-side dry run)."""
+renders is accepted by the real apiserver (server-side dry run). Issue 13: its monitoring objects
+(PodMonitors, Grafana dashboard, PrometheusRule), against the Prometheus Operator's CRDs the stack
+installs."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from typing import Any
 
 import pytest
 import yaml
@@ -13,6 +17,34 @@ from devstack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 CHART = "helm/tandem"
+MONITORING = (
+    "monitoring.podMonitors.enabled=true",
+    "monitoring.dashboard.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
+)
+ALERTS = {
+    "TandemLeaderMissing",
+    "TandemNodeLockedWhileIdle",
+    "TandemDrainedNodes",
+    "TandemSubmitErrors",
+    "TandemSlurmApiErrors",
+    "TandemHookErrors",
+}
+# Every metric the services export for operators has a panel.
+DASHBOARD_METRICS = (
+    "tandem_pods{",
+    "tandem_pods_validated_total{",
+    "tandem_pod_create_to_bound_seconds_bucket",
+    "tandem_node_locks{",
+    "tandem_lock_wait_seconds_bucket",
+    "tandem_node_sync_actions_total",
+    "tandem_evictions_total",
+    "tandem_hook_calls_total",
+    "tandem_hook_call_seconds_bucket",
+    "tandem_slurm_api_errors_total",
+    "tandem_jobs_submitted_total",
+    "tandem_leader{",
+)
 
 
 def _helm(cfg: StackConfig, *args: str) -> subprocess.CompletedProcess[str]:
@@ -29,8 +61,26 @@ def _server_dry_run(cfg: StackConfig, manifest: str) -> str:
     return kube.kubectl(cfg, "apply", "--dry-run=server", "-f", "-", stdin=manifest)
 
 
+def _docs(manifest: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(manifest) if d]
+
+
+def _monitoring_objects(cfg: StackConfig) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in _docs(_render(cfg, *MONITORING))
+        if d["apiVersion"].startswith("monitoring.coreos.com/")
+        or d["metadata"]["name"].endswith("-dashboard")
+    ]
+
+
 def test_the_chart_lints(stack_cfg: StackConfig) -> None:
     res = _helm(stack_cfg, "lint", CHART)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_chart_lints_with_monitoring_on(stack_cfg: StackConfig) -> None:
+    res = _helm(stack_cfg, "lint", CHART, *(a for s in MONITORING for a in ("--set", s)))
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -69,6 +119,7 @@ def test_namespace_scope_grants_roles_only_in_those_namespaces(stack_cfg: StackC
     [
         ("scheduler.scope.type=galaxy", "scope/type"),
         ("global.slurm.killWait=thirty", "killWait"),
+        ("monitoring.podMonitors.interval=soon", "podMonitors/interval"),
     ],
 )
 def test_bad_values_are_rejected_with_a_clear_message(
@@ -77,3 +128,55 @@ def test_bad_values_are_rejected_with_a_clear_message(
     res = _helm(stack_cfg, "template", "tandem", CHART, "--set", value)
     assert res.returncode != 0
     assert message in res.stderr
+
+
+def test_monitoring_is_off_unless_asked_for(stack_cfg: StackConfig) -> None:
+    manifest = _render(stack_cfg)
+    assert "monitoring.coreos.com" not in manifest
+    assert "grafana_dashboard" not in manifest
+
+
+def test_a_pod_monitor_scrapes_every_replica_of_each_service_on_its_metrics_port(
+    stack_cfg: StackConfig,
+) -> None:
+    docs = _docs(_render(stack_cfg, *MONITORING))
+    monitors = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodMonitor"}
+    deployments = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Deployment"}
+    assert set(monitors) == set(deployments) == {"tandem-scheduler", "tandem-syncer", "tandem-hooks"}
+    for name, spec in monitors.items():
+        pod = deployments[name]["template"]
+        assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        (endpoint,) = spec["podMetricsEndpoints"]
+        ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+        assert endpoint["port"] in ports and endpoint["path"] == "/metrics", name
+
+
+def test_the_dashboard_is_json_with_a_panel_for_every_metric(stack_cfg: StackConfig) -> None:
+    (configmap,) = [d for d in _monitoring_objects(stack_cfg) if d["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["tandem.json"])
+    exprs = "\n".join(t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", []))
+    missing = [metric for metric in DASHBOARD_METRICS if metric not in exprs]
+    assert not missing, missing
+
+
+def test_the_rule_has_every_alert_and_says_what_to_do(stack_cfg: StackConfig) -> None:
+    (rule,) = [d for d in _monitoring_objects(stack_cfg) if d["kind"] == "PrometheusRule"]
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert set(alerts) == ALERTS
+    for name, alert in alerts.items():
+        assert alert["labels"]["severity"] in ("warning", "critical"), name
+        for key in ("summary", "description", "runbook"):
+            assert alert["annotations"][key].strip(), (name, key)
+
+
+def test_the_apiserver_accepts_the_monitoring_objects(stack_cfg: StackConfig) -> None:
+    objects = _monitoring_objects(stack_cfg)
+    out = _server_dry_run(stack_cfg, yaml.safe_dump_all(objects))
+    for name in (
+        "podmonitor.monitoring.coreos.com/tandem-scheduler",
+        "prometheusrule.monitoring.coreos.com/tandem",
+        "configmap/tandem-dashboard",
+    ):
+        assert name in out, out
+    assert out.count("(server dry run)") == len(objects), out
