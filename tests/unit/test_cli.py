@@ -238,3 +238,9 @@ def test_a_missing_kubeconfig_is_named(tmp_path: Path, capsys: pytest.CaptureFix
 def test_an_unreachable_syncer_is_named() -> None:
     with pytest.raises(f.Unreachable, match=r"cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE"):
         f.read_syncer("127.0.0.1:1")
+
+
+@pytest.mark.parametrize("command", [["get"], ["describe", "p"], ["nodes"]])
+def test_the_output_flag_goes_before_or_after_the_subcommand(command: list[str]) -> None:
+    assert main.parser().parse_args([*command, "-o", "yaml"]).output == "yaml"
+    assert main.parser().parse_args(["-o", "json", *command]).output == "json"

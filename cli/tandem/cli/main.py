@@ -42,9 +42,9 @@ def parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="one Pod's whole story")
     describe.add_argument("pod")
     describe.add_argument("-n", "--namespace", default=None)
-    sub.add_parser("nodes", help="Nodes and their Slurm nodes")
-    # kubectl passes flags after the subcommand too.
-    for child in (get, describe):
+    nodes = sub.add_parser("nodes", help="Nodes and their Slurm nodes")
+    # kubectl's users put flags after the subcommand too.
+    for child in (get, describe, nodes):
         child.add_argument("-o", "--output", choices=output.FORMATS, default=argparse.SUPPRESS)
     return p
 
