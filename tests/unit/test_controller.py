@@ -13,6 +13,7 @@ from unittest import mock
 import pytest
 
 from tandem import keys, placeholder
+from tandem.metrics import REGISTRY
 from tandem.runner import Runner, TerminalError
 from tandem.scheduler import controller as ctl
 from tandem.scheduler.controller import Controller, group_index
@@ -366,7 +367,7 @@ def test_the_pods_gauge_counts_pending_bound_and_refused() -> None:
         "d": {"metadata": {"name": "d"}, "spec": {"nodeName": "node-001"}, "status": {"phase": "Succeeded"}},
     }
     _controller(pods, _tracker())
-    rendered = ctl.REGISTRY.render()
+    rendered = REGISTRY.render()
     for state, count in (("pending", 1), ("bound", 1), ("refused", 1)):
         assert f'tandem_pods{{state="{state}"}} {count}' in rendered
 

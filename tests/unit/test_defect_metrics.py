@@ -19,15 +19,16 @@ def test_the_leader_gauge_follows_the_lease() -> None:
     from unittest import mock
 
     from tandem import leader
+    from tandem.metrics import REGISTRY
 
     stop = threading.Event()
     leader.lead_when_elected(mock.Mock(), False, "tandem", "solo-lease", stop, lambda: None, lambda: None)
-    assert 'tandem_leader{lease="solo-lease"} 1' in leader.REGISTRY.render()
+    assert 'tandem_leader{lease="solo-lease"} 1' in REGISTRY.render()
     elector = leader.LeaderElector(mock.Mock(), "tandem", "ha-lease")
-    assert 'tandem_leader{lease="ha-lease"} 0' in leader.REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
     with mock.patch.object(elector, "_try_acquire_or_renew", side_effect=[True, False, False, False]):
         elector.renew_seconds, elector.retry_seconds = 0.0, 0.01
         lost = threading.Event()
         elector.run(stop, lambda: None, lost.set)
     assert lost.is_set()
-    assert 'tandem_leader{lease="ha-lease"} 0' in leader.REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()

@@ -191,7 +191,7 @@ class Controller:
         )
 
     def _count_pods(self) -> dict[tuple[str, ...], float]:
-        counts = dict.fromkeys((("pending",), ("bound",), ("refused",)), 0.0)
+        counts: dict[tuple[str, ...], float] = dict.fromkeys((("pending",), ("bound",), ("refused",)), 0.0)
         for pod in self.pods.items():
             if pod_finished(pod):
                 continue
@@ -296,7 +296,7 @@ class Controller:
             submitted = recorded = None
         own = recorded or annotated
         job = self._job_of(uid, own or submitted)
-        duplicates = ()
+        duplicates: tuple[int, ...] = ()
         if job is not None and own == job.job_id:
             duplicates = tuple(j.job_id for j in self.jobs.for_pod(uid) if not j.ended and j.job_id != own)
         return d.Observed(
