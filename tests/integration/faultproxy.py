@@ -12,13 +12,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+# Each round of seven calls holds every fault once, in a seeded order: a short run still meets
+# each one.
 FAULTS = {
-    "pass": 50,
-    "unavailable": 12,  # 503 from the proxy; slurmrestd never sees the call
-    "slow": 8,  # two seconds, then the real answer
-    "garbled": 10,  # slurmrestd acted; the caller gets half a JSON document with a 200
-    "truncated": 10,  # slurmrestd acted; the body stops before its Content-Length
-    "dropped": 10,  # slurmrestd acted; the connection closes without an answer
+    "pass": 2,
+    "unavailable": 1,  # 503 from the proxy; slurmrestd never sees the call
+    "slow": 1,  # two seconds, then the real answer
+    "garbled": 1,  # slurmrestd acted; the caller gets half a JSON document with a 200
+    "truncated": 1,  # slurmrestd acted; the body stops before its Content-Length
+    "dropped": 1,  # slurmrestd acted; the connection closes without an answer
 }
 # Hop-by-hop and length headers are the proxy's own to write.
 _SKIP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
@@ -30,6 +32,7 @@ class FaultProxy:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.injected: Counter[str] = Counter()
+        self._round: list[str] = []
         self.client = httpx.Client(base_url=upstream, timeout=30)
         proxy = self
 
@@ -65,9 +68,12 @@ class FaultProxy:
         with self.lock:
             # Version negotiation is left alone: a client that cannot pick a version is not the
             # question here.
-            fault = (
-                "pass" if path.endswith("/ping") else self.rng.choices(list(FAULTS), list(FAULTS.values()))[0]
-            )
+            if path.split("?")[0].endswith("/ping"):
+                return "pass"
+            if not self._round:
+                self._round = [f for f, n in FAULTS.items() for _ in range(n)]
+                self.rng.shuffle(self._round)
+            fault = self._round.pop()
             self.injected[fault] += 1
             return fault
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 FAULTY = identities.Release("faulty", values=("scheduler.name=faulty-tandem",))
 SCHEDULER = "faulty-tandem"
-PODS = 8
+PODS = 10
 
 
 @pytest.fixture
