@@ -97,5 +97,7 @@ def test_every_pod_runs_on_one_job_through_a_faulty_slurmrestd(
         assert job is not None and [f"{job} "] == [
             line[: len(str(job)) + 1] for line in _jobs_named(stack_cfg, seen)
         ]
+    drained = h.scontrol(stack_cfg, "show", "node", "-o")
+    assert "faulty-" not in drained, "a cancelled duplicate job waited for the Pod and drained its node"
     log = faulty_scheduler.read_text()
     assert "Traceback" not in log, log[-3000:]

@@ -241,6 +241,39 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
     world.kube.get.assert_not_called()
 
 
+@pytest.mark.parametrize(
+    ("annotations", "node"),
+    [
+        ({keys.JOB_ID_ANNOTATION: "9"}, "node-001"),  # the Pod recorded another job
+        ({}, "node-003"),  # bound away from this job's node (its record not cached yet)
+    ],
+    ids=["records another job", "bound elsewhere"],
+)
+def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
+    annotations: dict[str, str], node: str
+) -> None:
+    """A submit retried after its answer was lost left two jobs; the scheduler cancels the one the
+    Pod did not record. Before: its placeholder waited for the Pod (alive, on its own job) until
+    KillWait and drained its node ("k8s: pod ... still running at KillWait"): three in one run."""
+    world = World()
+    ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
+    world.add_pod(_pod("trainer", node, annotations=annotations))
+    mirror = _mirror(synced=True)
+    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    mirror._push(7, "cpu-001")
+    slurm = mock.Mock()
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=2)
+    servicer.active = True
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    context = mock.Mock()
+    context.time_remaining.return_value = 10
+    answer = servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+    )
+    assert answer.pod_gone
+    slurm.drain_node.assert_not_called()
+
+
 def test_the_callers_deadline_bounds_the_lock_wait() -> None:
     """The prolog waits 3 s: the syncer gives up a second before, drains the node with the Pod
     that stayed, and says so, instead of the call dying at its deadline with no reason."""

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import grpc
 
-from tandem import placeholder
+from tandem import keys, placeholder
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeError, pod_finished
 from tandem.slurm.models import JobStatus, Node
@@ -138,7 +138,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
 
         def remaining_pods() -> list[JSON]:
-            return self._job_pods(status.job_id, ref)
+            return self._job_pods(status, ref)
 
         # Wakes on each Pod change (the informer), not on a timer; leaves time to drain.
         budget = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
@@ -155,13 +155,26 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         drained = self._drain_occupied(status, request.slurm_node, remaining_pods())
         return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
 
-    def _job_pods(self, job_id: int, ref: placeholder.PodRef) -> list[JSON]:
+    def _job_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
         """The job's Pods that still run: its Pod (deleted: a Pod of that name now is another
         Pod), or every member of a group's job."""
         if ref.is_group:
-            return [p for p in self.cluster.pods_of_job(job_id) if not pod_finished(p)]
+            return [p for p in self.cluster.pods_of_job(status.job_id) if not pod_finished(p)]
         current = self.cluster.pod_by_uid(ref.uid)
-        return [] if current is None or pod_finished(current) else [current]
+        if current is None or pod_finished(current) or not self._runs_on(current, status):
+            return []
+        return [current]
+
+    def _runs_on(self, pod: JSON, status: JobStatus) -> bool:
+        """Whether the Pod is this job's: a submit retried after its answer was lost leaves a
+        second job of the same Pod, which the scheduler cancels; the Pod, recorded on the other
+        job or bound to another job's Node, is not in this one's way."""
+        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
+        if recorded and recorded != str(status.job_id):
+            return False
+        node = (pod.get("spec") or {}).get("nodeName")
+        hosts = {self.cluster.kube_node_of(n) for n in status.job.nodes}
+        return not (node and status.job.nodes and node not in hosts)
 
     def _drain_occupied(self, status: JobStatus, slurm_node: str, pods: list[JSON]) -> list[str]:
         """Just before KillWait: drain each of the job's nodes where one of its Pods still runs,
