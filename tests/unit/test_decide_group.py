@@ -167,6 +167,21 @@ ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
     ("crash after submit, before any record", seen(three(), job(state="PENDING")), dg.RecordMembers),
     ("crash after one record", seen([member(0, 7), member(1), member(2)], job()), dg.RecordMembers),
     ("submitted, stream not there yet", seen(three(job_id=7)), d.Nothing),
+    (
+        "a group submit retried after its answer was lost: the second job is cancelled",
+        seen(three(job_id=7), job(state="PENDING", reason="Priority"), duplicates=(9,)),
+        d.Cancel,
+    ),
+    (
+        "the second job's cancel sent: on with the recorded one",
+        seen(
+            three(job_id=7),
+            job(state="PENDING", reason="Priority"),
+            duplicates=(9,),
+            cancel_sent=frozenset({9}),
+        ),
+        dg.PendMembers,
+    ),
     ("submitted in this life, none recorded", seen(three(), submitted_job_id=7), dg.RecordMembers),
     (
         "job pending with a reason",

@@ -362,7 +362,11 @@ class Controller:
         group = groups.resolve(key, members, self.podgroups.get)
         jobs = self.jobs.for_pod_key(key)
         live = [j for j in jobs if not j.ended]
-        job = live[-1] if live else (jobs[-1] if jobs else None)
+        # The job the members recorded is the group's, whatever its id.
+        recorded = {r for m in members if (r := d.recorded_job_id(m)) is not None}
+        own = next((j for j in live if j.job_id in recorded), None)
+        job = own or (live[-1] if live else (jobs[-1] if jobs else None))
+        duplicates = tuple(j.job_id for j in live if own is not None and j is not own)
         with self._cancelled_lock:
             cancelled = frozenset(self._cancelled)
         submitted = self._submitted.get(key)
@@ -375,6 +379,7 @@ class Controller:
             members,
             job=job,
             submitted_job_id=submitted,
+            duplicates=duplicates,
             cancel_sent=cancelled,
             kube_node=self.jobs.kube_node,
             slurm_nodes=self.jobs.slurm_node_count(),

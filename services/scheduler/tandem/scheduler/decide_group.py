@@ -50,6 +50,9 @@ class ObservedGroup:
     job: JobStatus | None = None
     # The job this process submitted for the group and the stream has not shown yet.
     submitted_job_id: int | None = None
+    # Live jobs of the group besides the one its members recorded (a submit retried after its
+    # answer was lost).
+    duplicates: tuple[int, ...] = ()
     cancel_sent: frozenset[int] = frozenset()
     kube_node: Callable[[str], str | None] = lambda _: None
     # How many Slurm nodes there are (the syncer publishes each); 0 when not known yet.
@@ -145,6 +148,9 @@ def decide_group(o: ObservedGroup) -> GroupAction:
             return d.Cancel((job.job_id,), "every member of the group is gone")
         if group is not None and group.podgroup is None and group.waiting_for and groups.podgroup_key(o.key):
             return d.Cancel((job.job_id,), "its PodGroup was deleted")
+    extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
+    if extra:
+        return d.Cancel(extra, "a second job for the group (a submit retried after its answer was lost)")
     if not live or group is None:
         return d.Nothing()
     if job is not None:
