@@ -376,3 +376,17 @@ def test_a_group_job_started_push_publishes_its_whole_allocation() -> None:
     mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
     status = mirror.job_started(7, "cpu-001")
     assert status.started and status.job.nodes == ("cpu-001", "cpu-002")
+
+
+def test_a_lock_on_a_node_that_runs_nothing_is_counted_for_the_alert() -> None:
+    world = World()
+    idle = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    idle._state["cpu-001"] = LockState.LOCKED
+    assert idle._count_idle() == {(): 1.0}
+    running = Job(5, "plain", "RUNNING", nodes=("cpu-001",))
+    busy = NodeLocker(world.kube, _mirror(synced=True, jobs=(running,)), world.cluster, "tandem", timeout=5)
+    busy._state["cpu-001"] = LockState.LOCKED
+    assert busy._count_idle() == {(): 0.0}
+    unread = NodeLocker(world.kube, _mirror(synced=False), world.cluster, "tandem", timeout=5)
+    unread._state["cpu-001"] = LockState.LOCKED
+    assert unread._count_idle() == {(): 0.0}  # not read yet is not idle

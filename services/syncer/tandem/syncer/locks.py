@@ -112,6 +112,23 @@ class NodeLocker:
             ["state"],
             collect=self._count_states,
         )
+        REGISTRY.gauge(
+            "tandem_node_locks_idle",
+            "Slurm nodes locked (taint on their Node) while Slurm runs no job there and no prolog holds them",
+            collect=self._count_idle,
+        )
+
+    def _count_idle(self) -> dict[tuple[str, ...], float]:
+        """What the safety net should have released: the TandemNodeLockedWhileIdle alert."""
+        if not self.mirror.synced:
+            return {(): 0.0}
+        idle = 0
+        for slurm_node, state in list(self._state.items()):
+            node = self.mirror.node(slurm_node)
+            held = self._holds.get(slurm_node) or self.mirror.jobs_on(slurm_node)
+            if state != LockState.FALSE and not held and node is not None and not node.busy:
+                idle += 1
+        return {(): float(idle)}
 
     def _count_states(self) -> dict[tuple[str, ...], float]:
         counts: dict[tuple[str, ...], float] = {(s.value,): 0.0 for s in LockState}
