@@ -107,8 +107,12 @@ PENDING_MESSAGE = (
             pod("member-0", reason="WaitingForGroupMembers", message="1 of 2", group="train"),
             {"GROUP": "pg:train", "REASON": "WaitingForGroupMembers", "JOB": ""},
         ),
+        (
+            pod("done", 15, node="node-000", phase="Succeeded"),
+            {"JOB": "15", "JOB STATE": "", "REASON": "Succeeded", "NODE": "node-000"},
+        ),
     ],
-    ids=["pending", "invalid", "running", "prolog", "gang member"],
+    ids=["pending", "invalid", "running", "prolog", "gang member", "finished"],
 )
 def test_get_row(the_pod: JSON, expected: dict[str, str]) -> None:
     row = views.pod_row(facts(the_pod), the_pod, NOW)

@@ -9,7 +9,7 @@ from typing import Any
 
 from tandem import keys
 from tandem.cli.facts import Facts
-from tandem.kube import JSON, parse_rfc3339
+from tandem.kube import JSON, parse_rfc3339, pod_finished
 from tandem.scheduler import decide, decide_group, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
@@ -63,8 +63,8 @@ def job_state(pod: JSON, job: JobStatus | None) -> str:
     """Slurm's state when the syncer was asked; else what the Pod says of its job."""
     if job is not None:
         return job.state_name
-    if job_id(pod) is None:
-        return ""
+    if job_id(pod) is None or pod_finished(pod):
+        return ""  # a finished Pod's job is cancelled: the Pod cannot tell how far that got
     if node_of(pod):
         return "RUNNING"
     if scheduled_condition(pod).get("reason") in (decide.REASON_PENDING, decide.REASON_UNSCHEDULABLE):
