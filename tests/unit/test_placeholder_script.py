@@ -16,7 +16,9 @@ from tandem.hooks import scripts
 def _stand_ins(bin_dir: Path, log: Path) -> None:
     for name in ("scontrol", "curl"):
         path = bin_dir / name
-        path.write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\nexit 0\n')
+        # curl as the scripts run it (-w '\n%{http_code}'): an empty 200.
+        answer = "printf '\\n200'\n" if name == "curl" else ""
+        path.write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{answer}exit 0\n')
         path.chmod(0o755)
 
 
@@ -102,11 +104,13 @@ def test_on_sigterm_the_script_leaves_no_sleep_behind(tmp_path: Path) -> None:
 def test_at_killwait_the_script_drains_only_when_tandem_could_not(
     tmp_path: Path, terminating_reply: str, drains_itself: bool
 ) -> None:
-    proc, log = _start(tmp_path)
-    # From now on `terminating` fails, printing the reply (curl --fail-with-body exits 22).
+    proc, log = _start(tmp_path, {"TANDEM_KILL_WAIT": "5"})
+    # From now on `terminating` is answered 408 with this reply, or not at all (nothing listens:
+    # curl exits 7, and the script asks again until its budget, 2 s here, is spent).
+    answer = f"printf '%s\\n408' '{terminating_reply}'; exit 0" if terminating_reply else "exit 7"
     (tmp_path / "bin" / "curl").write_text(
         f'#!/bin/bash\necho "curl $*" >> {log}\n'
-        f'case "$*" in *"/v1/terminating"*) printf %s \'{terminating_reply}\'; exit 22 ;; esac\nexit 0\n'
+        f'case "$*" in *"/v1/terminating"*) {answer} ;; esac\nprintf \'\\n200\'\nexit 0\n'
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not (log.exists() and "update" in log.read_text()):

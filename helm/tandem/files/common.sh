@@ -18,11 +18,33 @@ if [ -z "${TRACEPARENT:-}" ] && [[ "${SLURM_JOB_EXTRA:-}" =~ $tandem_traceparent
 fi
 
 # tandem_call ROUTE MAX_SECONDS JSON -> prints the reply; exit status 0 only on HTTP 2xx.
-# Connection failures are retried until MAX_SECONDS (a gateway restart must not fail a job);
-# an HTTP error answer (e.g. 401) is final.
+# No answer (the gateway restarting or killed with the call in flight, curl 7/52/55/56) or the
+# syncer unavailable behind it (502/503/504) is asked again until MAX_SECONDS: a gateway restart
+# must not fail a job, and every route is safe to repeat. An answer that says no (401, 409, ...)
+# is final. (curl's own --retry gives up on a reply cut off mid-way.)
 tandem_call() {
-  # `timeout`: --max-time bounds each try and the retries may start one just before the end.
-  timeout "$2" curl -sS --fail-with-body --max-time "$2" --retry 30 --retry-connrefused --retry-delay 1 \
-    --retry-max-time "$2" -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
-    -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1"
+  local deadline=$((SECONDS + $2)) left reply code rc
+  while :; do
+    left=$((deadline - SECONDS))
+    [ "$left" -gt 0 ] || { echo "tandem: no answer from ${TANDEM_HOOKS_URL:-} within $2s" >&2; return 28; }
+    rc=0
+    # `timeout` as well as --max-time: the budget holds even if curl itself hangs.
+    reply=$(timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
+      -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" \
+      "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1") || rc=$?
+    code=${reply##*$'\n'}
+    reply=${reply%$'\n'*}
+    [ "$reply" = "$code" ] && reply=""
+    if [ "$rc" -eq 0 ] && [ "${code:0:1}" = 2 ]; then
+      printf '%s\n' "$reply"
+      return 0
+    fi
+    case "$rc:$code" in
+      7:* | 52:* | 55:* | 56:* | 0:502 | 0:503 | 0:504) sleep 1 ;;
+      *)
+        printf '%s\n' "$reply"
+        return $((rc ? rc : 22))
+        ;;
+    esac
+  done
 }
