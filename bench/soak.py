@@ -18,6 +18,7 @@ Invariants, counted after the settle (each must be 0):
   stale_k8s_drains        a Slurm node drained for a Kubernetes cause that no longer holds
   untolerating_on_locked  a Pod running on a Node a Slurm job holds without tolerating the lock
   partly_bound_gangs      a group with some members bound and some not
+  failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
 Prints a table, then one JSON line with each count and what was done.
 """
 
@@ -286,6 +287,8 @@ class Soak:
             cause = node is None or (node.get("spec") or {}).get("unschedulable")
             if drained and reason.startswith(OURS) and not cause:
                 counts["stale_k8s_drains"] += 1
+            if drained and reason.startswith(("Prolog error", "Epilog error")):
+                counts["failed_hook_drains"] += 1
         bound_in_group: dict[str, set[bool]] = {}
         for p in live_pods:
             group = _group_of(p)
@@ -300,6 +303,7 @@ class Soak:
             "stale_k8s_drains",
             "untolerating_on_locked",
             "partly_bound_gangs",
+            "failed_hook_drains",
         )
         return {n: counts[n] for n in names}
 
