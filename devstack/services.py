@@ -47,13 +47,23 @@ def write_hooks_env(cfg: StackConfig) -> None:
     cluster). Placeholder jobs run as their Pod's user, so the token file is readable by all."""
     cfg.slurm_dir.mkdir(parents=True, exist_ok=True)
     token_file = cfg.slurm_dir / "hooks-token"
-    token_file.write_text(hooks_token(cfg))
-    token_file.chmod(0o644)
-    hooks_env_file(cfg).write_text(
-        f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\n"
-        f"TANDEM_LOCK_TIMEOUT=50\n"
+    _publish(token_file, hooks_token(cfg))
+    _publish(
+        hooks_env_file(cfg),
+        f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\nTANDEM_LOCK_TIMEOUT=50\n",
     )
-    hooks_env_file(cfg).chmod(0o644)
+
+
+def _publish(path: Path, text: str) -> None:
+    """Replace a file the scripts read, whole or not at all (as a Secret's mount swaps its files):
+    `make up` runs again while jobs run (the soak restarts daemons through it), and a prolog that
+    read a token file in the middle of its rewrite sent an empty token and failed (401)."""
+    if path.exists() and path.read_text() == text:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    tmp.replace(path)
 
 
 def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
