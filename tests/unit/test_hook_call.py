@@ -31,7 +31,10 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[tuple[int, list[bytes]]]
 
     def serve() -> None:
         for answer in answers:
-            conn, _ = server.accept()
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # the test is over before every answer was asked for
             with conn:
                 seen.append(conn.recv(65536))
                 if answer:
