@@ -3,6 +3,7 @@ injector kills Tandem's processes and restarts Slurm's and Kubernetes' daemons; 
 settle time, the invariants that say nothing was lost, duplicated or left locked.
 
     make up && .venv/bin/python bench/soak.py --minutes 30 --seed 1
+    REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
 2-3), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting from
@@ -38,7 +39,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from devstack import config, kube, stack
+from devstack import config, kube, services, stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
@@ -47,7 +48,6 @@ from tandem import keys
 from tandem.kube import KubeClient, KubeError, pod_finished
 
 NAMESPACE = "bench"
-TANDEM = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 
@@ -196,8 +196,10 @@ class Soak:
         # Spread the once-each restarts over the first 80 % of the run.
         spacing = minutes * 60 * 0.8 / (len(pending) + 1)
         next_restart = time.monotonic() + spacing
+        # Every Tandem process, both replicas and so their leaders too, but not the lab's router.
+        victims = [n for n in services.names(self.cfg) if n != services.SYNCER_ROUTER]
         while not stop.wait(self.rng.uniform(15, 25)):
-            victim = self.rng.choice(TANDEM)
+            victim = self.rng.choice(victims)
             self._kill(victim)
             if pending and time.monotonic() >= next_restart:
                 self._restart(pending.pop())
@@ -360,6 +362,7 @@ class SoakResult:
     done: Counter[str]
     errors: Counter[str]
     minutes: float
+    replicas: int = 1
 
     @property
     def ok(self) -> bool:
@@ -386,7 +389,7 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
     ran = (time.monotonic() - began) / 60
     print(f"churn and faults for {ran:.1f} min; settling {settle:.0f}s", flush=True)
     time.sleep(settle)
-    return SoakResult(soak.invariants(), soak.done, soak.errors, ran)
+    return SoakResult(soak.invariants(), soak.done, soak.errors, ran, cfg.replicas)
 
 
 def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
@@ -426,6 +429,7 @@ def report(result: SoakResult, seed: int) -> None:
         json.dumps(
             {
                 **result.counts,
+                "replicas": result.replicas,
                 "minutes": round(result.minutes, 2),
                 "seed": seed,
                 "done": dict(result.done),

@@ -78,6 +78,13 @@ class Ports:
     hooks_http: int
     mariadb: int
     slurmdbd: int
+    # With two replicas (REPLICAS=2): each syncer's own port behind the leader-routing stand-in for
+    # the syncer Service (which keeps syncer_grpc), and the second replicas' ports.
+    syncer_grpc_a: int
+    syncer_grpc_b: int
+    syncer_health_b: int
+    scheduler_grpc_b: int
+    scheduler_health_b: int
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
@@ -98,6 +105,11 @@ class Ports:
             hooks_http=base + 14,
             mariadb=base + 16,
             slurmdbd=base + 17,
+            syncer_grpc_a=base + 18,
+            syncer_grpc_b=base + 19,
+            syncer_health_b=base + 20,
+            scheduler_grpc_b=base + 21,
+            scheduler_health_b=base + 22,
             slurmd_base=base + SLURMD_PORT_OFFSET,
         )
 
@@ -113,6 +125,8 @@ class StackConfig:
     slurm_version: str = DEFAULT_SLURM_VERSION
     preempt: str = "partition_prio"
     hostname: str = field(default_factory=hostname)
+    # Replicas of the scheduler and the syncer (1, or 2 electing leaders as a chart's HA install).
+    replicas: int = 1
 
     @classmethod
     def from_env(cls) -> StackConfig:
@@ -125,6 +139,12 @@ class StackConfig:
                 raise SystemExit(
                     f"the stack in {state_dir} was made with NODES={data['nodes']}; "
                     f"run `make down` before asking for NODES={requested}"
+                )
+            requested_replicas = os.environ.get("REPLICAS")
+            if requested_replicas and int(requested_replicas) != data.get("replicas", 1):
+                raise SystemExit(
+                    f"the stack in {state_dir} runs {data.get('replicas', 1)} replica(s); "
+                    f"run `make down` before asking for REPLICAS={requested_replicas}"
                 )
             requested_slurm = os.environ.get("SLURM_VERSION")
             made_with = data.get("slurm_version", DEFAULT_SLURM_VERSION)
@@ -145,6 +165,7 @@ class StackConfig:
                 ),
                 slurm_version=made_with,
                 preempt=data.get("preempt", "partition_prio"),
+                replicas=data.get("replicas", 1),
             )
         nodes = int(os.environ.get("NODES", "8"))
         if not 1 <= nodes <= MAX_NODES:
@@ -157,7 +178,16 @@ class StackConfig:
                 f"slurmd ports must stay below {EPHEMERAL_PORTS_START}, where Linux picks outgoing ports"
             )
         slurm_version = os.environ.get("SLURM_VERSION") or DEFAULT_SLURM_VERSION
-        return cls(nodes=nodes, state_dir=state_dir, ports=Ports.from_base(base), slurm_version=slurm_version)
+        replicas = int(os.environ.get("REPLICAS", "1"))
+        if replicas not in (1, 2):
+            raise SystemExit(f"REPLICAS must be 1 or 2, not {replicas}")
+        return cls(
+            nodes=nodes,
+            state_dir=state_dir,
+            ports=Ports.from_base(base),
+            slurm_version=slurm_version,
+            replicas=replicas,
+        )
 
     def save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -166,6 +196,7 @@ class StackConfig:
             "ports": asdict(self.ports),
             "slurm_version": self.slurm_version,
             "preempt": self.preempt,
+            "replicas": self.replicas,
         }
         (self.state_dir / "stack.json").write_text(json.dumps(data, indent=2))
 

@@ -16,10 +16,38 @@ from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
 SERVICES = ("tandem-syncer", "tandem-scheduler", "tandem-hooks")
+# REPLICAS=2: a second scheduler and syncer, each pair electing a leader on its Lease as the
+# chart's HA install does, and the stand-in for the syncer's Service (devstack.leader_router).
+SECOND = "-b"
+SYNCER_ROUTER = "syncer-service"
+
+
+def names(cfg: StackConfig) -> tuple[str, ...]:
+    """The stack's Tandem processes, in start order."""
+    if cfg.replicas == 1:
+        return SERVICES
+    return (
+        "tandem-syncer",
+        "tandem-syncer" + SECOND,
+        SYNCER_ROUTER,
+        "tandem-scheduler",
+        "tandem-scheduler" + SECOND,
+        "tandem-hooks",
+    )
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
-    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in SERVICES}
+    return {name: Daemon(name, cfg.run_dir, cfg.log_dir) for name in names(cfg)}
+
+
+def _own_address(cfg: StackConfig, name: str) -> str:
+    """Where a replica itself listens (the syncers sit behind the router with two replicas)."""
+    p, second = cfg.ports, name.endswith(SECOND)
+    if name.startswith("tandem-syncer"):
+        if cfg.replicas == 1:
+            return f"127.0.0.1:{p.syncer_grpc}"
+        return f"127.0.0.1:{p.syncer_grpc_b if second else p.syncer_grpc_a}"
+    return f"127.0.0.1:{p.scheduler_grpc_b if second else p.scheduler_grpc}"
 
 
 def hooks_token(cfg: StackConfig) -> str:
@@ -84,7 +112,31 @@ def kubeconfig(cfg: StackConfig, name: str) -> Path:
 
 def argv(cfg: StackConfig, name: str) -> list[str]:
     p = cfg.ports
+    if name == SYNCER_ROUTER:
+        return [
+            sys.executable,
+            "-m",
+            "devstack.leader_router",
+            f"--listen=127.0.0.1:{p.syncer_grpc}",
+            f"--kubeconfig={cfg.kubeconfig}",
+            f"--lease={config.TANDEM_NAMESPACE}/{_lease('syncer')}",
+            *(
+                f"--backend={cfg.run_dir / (s + '.pid')}={_own_address(cfg, s)}"
+                for s in ("tandem-syncer", "tandem-syncer" + SECOND)
+            ),
+        ]
+    second = name.endswith(SECOND)
+    name = name.removesuffix(SECOND)
     exe = str(Path(sys.executable).parent / name)
+    elect = (
+        [
+            "--leader-elect=true",
+            f"--leader-election-namespace={config.TANDEM_NAMESPACE}",
+            f"--leader-election-id={_lease(name.removeprefix('tandem-'))}",
+        ]
+        if cfg.replicas > 1
+        else []
+    )
     slurm_args = [
         f"--slurm-api-base={cfg.slurmrestd_url}",
         f"--slurm-jwt-key-file={slurm.paths(cfg)['jwt_key']}",
@@ -94,8 +146,9 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     if name == "tandem-syncer":
         return [
             exe,
-            f"--grpc-bind-address={addr[name]}",
-            f"--health-probe-bind-address=127.0.0.1:{p.syncer_health}",
+            *elect,
+            f"--grpc-bind-address={_own_address(cfg, name + (SECOND if second else ''))}",
+            f"--health-probe-bind-address=127.0.0.1:{p.syncer_health_b if second else p.syncer_health}",
             kubeconfig_arg,
             *slurm_args,
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
@@ -104,8 +157,9 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     if name == "tandem-scheduler":
         return [
             exe,
-            f"--grpc-bind-address={addr[name]}",
-            f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health}",
+            *elect,
+            f"--grpc-bind-address={_own_address(cfg, name + (SECOND if second else ''))}",
+            f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health_b if second else p.scheduler_health}",
             kubeconfig_arg,
             *slurm_args,
             f"--scheduler-name={cfg.scheduler_name}",
@@ -140,16 +194,26 @@ def wait_serving(cfg: StackConfig, name: str, daemon: Daemon) -> None:
 
 
 def serving(cfg: StackConfig, name: str) -> bool:
-    """gRPC health SERVING; the hooks gateway (HTTP only) answers /healthz."""
+    """gRPC health SERVING; the hooks gateway (HTTP only) answers /healthz. With two replicas, a
+    syncer standby (NOT_SERVING) is up too, and the router serves once a leader does."""
     if name == "tandem-hooks":
         try:
             return httpx.get(f"{cfg.hooks_url}/healthz", timeout=3).status_code == 200
         except httpx.HTTPError:
             return False
     try:
-        return health_status(grpc_addresses(cfg)[name]) == "SERVING"
+        if name == SYNCER_ROUTER:
+            return health_status(grpc_addresses(cfg)["tandem-syncer"]) == "SERVING"
+        status = health_status(_own_address(cfg, name))
     except grpc.RpcError:
         return False
+    standby_ok = cfg.replicas > 1 and name.startswith("tandem-syncer")
+    return status == "SERVING" or (standby_ok and status == "NOT_SERVING")
+
+
+def _lease(component: str) -> str:
+    """The Lease a component's replicas elect on, named as the chart names it."""
+    return f"{config.TANDEM_RELEASE}-{component}"
 
 
 def health_status(address: str, service: str = "") -> str:

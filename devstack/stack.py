@@ -86,11 +86,11 @@ def up(cfg: StackConfig) -> float:
     )
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
     started_now = set()
-    for name in services.SERVICES:
+    for name in services.names(cfg):
         if need(name):
             services.start(cfg, name, d[name])
             started_now.add(name)
-    for name in services.SERVICES:
+    for name in services.names(cfg):
         try:
             services.wait_serving(cfg, name, d[name])
         except RuntimeError:
@@ -108,13 +108,13 @@ def down(cfg: StackConfig) -> list[str]:
     """Stop exactly the processes the stack started, by PID; forget cluster and Slurm state."""
     d = all_daemons(cfg)
     stopped: list[str] = []
-    for name in services.SERVICES:
+    for name in services.names(cfg):
         if d[name].stop():
             stopped.append(name)
     if d["slurmctld"].alive():
         slurm.cancel_all_jobs(cfg)
     for name in reversed(list(d)):
-        if name in services.SERVICES:
+        if name in services.names(cfg):
             continue
         if d[name].stop():
             stopped.append(name)
