@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -258,6 +259,21 @@ _OWN_FLAGS = (
     "--kubeconfig",
     "--policy-configmap",
 )
+
+
+@contextmanager
+def service_process(cfg: StackConfig, argv: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A service of another release, run for one test: its output in `log_path`, stopped after."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SLURM_CONF": str(cfg.slurm_conf)}
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
 
 
 def service_argv(

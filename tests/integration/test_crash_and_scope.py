@@ -294,17 +294,8 @@ def team_scheduler(stack_cfg: StackConfig, core: k8s.CoreV1Api, tmp_path: Path) 
         "--grpc-bind-address=127.0.0.1:0",
         "--health-probe-bind-address=127.0.0.1:0",
     )
-    log = open(tmp_path / "team-scheduler.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "SLURM_CONF": str(stack_cfg.slurm_conf)},
-    )
-    yield name
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    with h.service_process(stack_cfg, argv, tmp_path / "team-scheduler.log"):
+        yield name
     for ns in ("team-a", "team-b"):
         for p in core.list_namespaced_pod(ns).items:
             h.delete_pod(core, p.metadata.name, ns, grace=0)

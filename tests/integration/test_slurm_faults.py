@@ -4,8 +4,6 @@ runs, on exactly one job; a submit whose answer was lost does not leave a second
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,16 +47,8 @@ def faulty_scheduler(stack_cfg: StackConfig, proxy: FaultProxy, tmp_path: Path) 
         )
     ]
     log_path = tmp_path / "faulty-scheduler.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "SLURM_CONF": str(stack_cfg.slurm_conf)},
-        )
+    with h.service_process(stack_cfg, argv, log_path):
         yield log_path
-        proc.terminate()
-        proc.wait(10)
 
 
 def _jobs_named(cfg: StackConfig, pod: k8s.V1Pod) -> list[str]:
