@@ -36,7 +36,7 @@ class Router:
         pid = holder.rsplit("_", 1)[-1]
         for pid_file, address in self.backends.items():
             with contextlib.suppress(OSError):
-                if pid_file.read_text().strip() == pid:
+                if pid_file.read_text().split()[:1] == [pid]:  # "<pid> <start time>"
                     return address
         return None
 
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--lease", required=True, help="NAMESPACE/NAME")
     parser.add_argument("--backend", action="append", default=[], help="PID_FILE=HOST:PORT")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     asyncio.run(main_async(parser.parse_args()))
 
 
