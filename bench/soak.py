@@ -20,6 +20,7 @@ Invariants, counted after the settle (each must be 0):
   untolerating_on_locked  a Pod running on a Node a Slurm job holds without tolerating the lock
   partly_bound_gangs      a group with some members bound and some not
   failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
+  stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
 Prints a table, then one JSON line with each count and what was done.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -50,6 +52,8 @@ from tandem.kube import KubeClient, KubeError, pod_finished
 NAMESPACE = "bench"
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
+# The syncer's and the placeholder's drain when a job's Pod outlived KillWait.
+KILLWAIT_DRAIN = re.compile(r"k8s: pod (\S+/\S+) still running at KillWait")
 
 
 class Soak:
@@ -247,6 +251,7 @@ class Soak:
                 for n in j["nodes"]:
                     running_on.setdefault(n, set()).add(j["id"])
         counts = Counter[str]()
+        running = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in live_pods}
         for j in placeholder:
             owner = j["name"].split("/")
             uid, pod_name = owner[-1], owner[-2]
@@ -291,6 +296,8 @@ class Soak:
                 counts["stale_k8s_drains"] += 1
             if drained and reason.startswith(("Prolog error", "Epilog error")):
                 counts["failed_hook_drains"] += 1
+            if drained and (m := KILLWAIT_DRAIN.match(reason)) and m.group(1) not in running:
+                counts["stale_killwait_drains"] += 1
         bound_in_group: dict[str, set[bool]] = {}
         for p in live_pods:
             group = _group_of(p)
@@ -306,6 +313,7 @@ class Soak:
             "untolerating_on_locked",
             "partly_bound_gangs",
             "failed_hook_drains",
+            "stale_killwait_drains",
         )
         return {n: counts[n] for n in names}
 
