@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 
 from tandem import keys
 from tandem.slurm.models import Node
 from tandem.syncer import nodesync as ns
+from tandem.syncer.mirror import SlurmMirror
 
 
 def kube_node(
@@ -138,3 +140,28 @@ def test_each_case(why: str, f: ns.NodeFacts, plan: ns.Plan) -> None:
 def test_a_deleted_node_drains_its_slurm_node() -> None:
     f = ns.NodeFacts("cpu-001", IDLE, "node-001", None, slurmd())
     assert ns.decide(f).drain == "k8s: Node node-001 was deleted"
+
+
+def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
+    """Before: the mirror kept the node as last polled (idle); a drain by the sync and a resume by
+    someone else between two polls looked like no change, and the cause went unenforced (CI)."""
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = []
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    changed: list[str] = []
+    mirror.on_node_changed = changed.append
+    facts = mock.Mock()
+    facts.facts.side_effect = lambda name: ns.NodeFacts(
+        name, mirror.node(name), "node-001", kube_node(cordoned=True, shown="x"), slurmd()
+    )
+    sync = ns.NodeSync(mock.Mock(), slurm, facts, mirror.expect_node)
+    sync.reconcile("cpu-001")
+    assert slurm.drain_node.call_count == 1
+    sync.reconcile("cpu-001")  # the mirror knows the drain now: no second one
+    assert slurm.drain_node.call_count == 1
+    mirror.poll_once()  # someone resumed it by hand: Slurm says idle again
+    assert changed == ["cpu-001"]
+    sync.reconcile("cpu-001")
+    assert slurm.drain_node.call_count == 2

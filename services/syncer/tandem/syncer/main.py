@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
     # and by the Slurm poll; it works only while this replica leads.
     node_queue = WorkQueue()
-    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror))
+    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror), mirror.expect_node)
     node_runner = Runner(
         "node-sync", node_queue, node_sync.reconcile, [lambda: cluster.synced, lambda: mirror.synced], 1
     )

@@ -132,6 +132,15 @@ class SlurmMirror:
             self._subs.append(sub)
         return snapshot, sub
 
+    def expect_node(self, node: Node) -> None:
+        """A node as this syncer just wrote it (drained or resumed): the next poll then tells
+        a later change by someone else from this one. Without it, a drain and a resume by hand
+        between two polls looked like no change at all, and the drain was not made again."""
+        with self._lock:
+            if self._nodes.get(node.name) != node:
+                self._nodes[node.name] = node
+                self._publish(node)
+
     def republish_node(self, name: str) -> None:
         """Send a node again (the Node hosting its slurmd Pod changed: subscribers map anew)."""
         with self._lock:

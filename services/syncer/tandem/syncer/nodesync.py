@@ -14,7 +14,8 @@ Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tandem import keys
@@ -144,8 +145,15 @@ class CacheFacts:
 class NodeSync:
     """Carries the plan out for one Slurm node (a Runner's reconcile)."""
 
-    def __init__(self, kube: KubeClient, slurm: SlurmNodes, facts: FactsSource) -> None:
-        self.kube, self.slurm, self.facts = kube, slurm, facts
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurm: SlurmNodes,
+        facts: FactsSource,
+        wrote: Callable[[Node], None] = lambda node: None,
+    ) -> None:
+        # `wrote`: told the Slurm node as this sync left it (the mirror's SlurmMirror.expect_node).
+        self.kube, self.slurm, self.facts, self.wrote = kube, slurm, facts, wrote
 
     def reconcile(self, slurm_node: str) -> Requeue:
         f = self.facts.facts(slurm_node)
@@ -154,10 +162,16 @@ class NodeSync:
             self.slurm.drain_node(slurm_node, plan.drain)
             NODE_SYNC_ACTIONS.inc(action="drain")
             log.info("drained for Kubernetes", extra={"node": slurm_node, "reason": plan.drain})
+            if f.slurm is not None:
+                flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
+                self.wrote(replace(f.slurm, flags=flags, reason=plan.drain))
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
             log.info("resumed: its Kubernetes cause cleared", extra={"node": slurm_node})
+            if f.slurm is not None:
+                flags = tuple(x for x in f.slurm.flags if x != "DRAIN")
+                self.wrote(replace(f.slurm, flags=flags, reason=""))
         if plan.show is not None and f.kube_node_name:
             self._show(f.kube_node_name, *plan.show)
         return None
