@@ -78,7 +78,12 @@ def test_a_restricted_namespace_refuses_what_it_may_not_ask(
     h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + annotation: value}, namespace=team))
     message = h.wait_until("refused", lambda: _refusal(core, name, team), 20)
     assert says.format(ns=team) in message
-    events = [e for e in h.events_for(core, name, team) if e.reason == "FailedValidation"]
+    # The Event is posted after the condition is written (off the reconcile's path): wait for it.
+    events = h.wait_until(
+        "the FailedValidation Event",
+        lambda: [e for e in h.events_for(core, name, team) if e.reason == "FailedValidation"] or None,
+        10,
+    )
     assert len(events) == 1 and says.format(ns=team) in events[0].message
     assert h.job_id_of(core, name, team) is None and not h.squeue_ids(stack_cfg)
 
