@@ -54,13 +54,14 @@ class Release:
     major: str
     suite: str
     # sid's slurmdbd 26.05 fatals with sid's libmariadb3 11.8.9 (error 5027 in
-    # _check_mysql_concat_is_sane); trixie's library works. Taken from this suite when set.
+    # _check_mysql_concat_is_sane). Trixie's worked until trixie moved to 11.8.9 too (November
+    # 2026); bookworm's 10.11 (Connector/C 3.3) works. Taken from this suite when set.
     mariadb_client_from: str = ""
 
 
 RELEASES = {
     "24.11": Release("24.11", "trixie"),
-    "26.05": Release("26.05", "sid", mariadb_client_from="trixie"),
+    "26.05": Release("26.05", "sid", mariadb_client_from="bookworm"),
 }
 # Where a release's compat libmariadb3 is unpacked inside its root (on slurmdbd's LD_LIBRARY_PATH).
 COMPAT_LIB_DIR = "/opt/tandem/libmariadb"
@@ -94,6 +95,8 @@ def ensure_root(major: str) -> Path:
     rel = release(major)
     root = root_dir(major)
     if installed_version(major):
+        if rel.mariadb_client_from and _compat_from(root) != rel.mariadb_client_from:
+            _unpack_compat_libmariadb(root, rel.mariadb_client_from)  # a root cached before a change
         return root
     _ensure_debootstrap()
     building = home(major) / "root.partial"
@@ -235,13 +238,23 @@ def _unpack_compat_libmariadb(root: Path, suite: str) -> None:
         target = root / COMPAT_LIB_DIR.lstrip("/")
         target.mkdir(parents=True, exist_ok=True)
         for lib in (unpacked / "usr/lib/x86_64-linux-gnu").glob("libmariadb.so*"):
+            (target / lib.name).unlink(missing_ok=True)
             shutil.copy2(lib, target / lib.name, follow_symlinks=False)
+        (target / COMPAT_FROM).write_text(suite + "\n")
         shutil.rmtree(unpacked)
         for deb in debs:
             deb.unlink()
     finally:
         extra.unlink(missing_ok=True)
         _apt(root, "update")
+
+
+COMPAT_FROM = "FROM"  # the suite the compat library came from, beside it
+
+
+def _compat_from(root: Path) -> str:
+    marker = root / COMPAT_LIB_DIR.lstrip("/") / COMPAT_FROM
+    return marker.read_text().strip() if marker.exists() else ""
 
 
 def _apt(root: Path, *args: str) -> None:
