@@ -48,6 +48,7 @@ from devstack.slurm import slurm_env
 from devstack.table import format_table
 from tandem import keys
 from tandem.kube import KubeClient, KubeError, pod_finished
+from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
@@ -337,8 +338,6 @@ def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
         text=True,
         check=True,
     ).stdout
-    from tandem.slurm.hostlist import expand
-
     jobs = []
     for line in out.splitlines():
         job_id, name, state, nodes = line.split("|", 3)
