@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import threading
@@ -53,8 +52,6 @@ from tandem.slurm.hostlist import expand
 NAMESPACE = "bench"
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
-# The syncer's and the placeholder's drain when a job's Pod outlived KillWait.
-KILLWAIT_DRAIN = re.compile(r"k8s: pod (\S+/\S+) still running at KillWait")
 
 
 class Soak:
@@ -297,7 +294,11 @@ class Soak:
                 counts["stale_k8s_drains"] += 1
             if drained and reason.startswith(("Prolog error", "Epilog error")):
                 counts["failed_hook_drains"] += 1
-            if drained and (m := KILLWAIT_DRAIN.match(reason)) and m.group(1) not in running:
+            if (
+                drained
+                and (named := keys.killwait_drain_of(reason))
+                and f"{named[0]}/{named[1]}" not in running
+            ):
                 counts["stale_killwait_drains"] += 1
         bound_in_group: dict[str, set[bool]] = {}
         for p in live_pods:

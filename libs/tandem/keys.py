@@ -49,6 +49,24 @@ class LockState(StrEnum):
 # On a Node whose Slurm node is drained or down: Slurm's reason (the syncer writes and removes it).
 DRAIN_ANNOTATION = PREFIX + "drain"
 
+# The Slurm drain reason when a job ended while one of its Pods still ran just before KillWait: the
+# syncer's words, and the placeholder script's when it cannot reach Tandem (placeholder.sh writes
+# the same). The node sync resumes such a drain once that Pod is gone or finished.
+_KILLWAIT_DRAIN = re.compile(
+    r"^k8s: pod ([a-z0-9][-a-z0-9]*)/([a-z0-9][-a-z0-9.]*) still running at KillWait \(job (\d+)\)$"
+)
+
+
+def killwait_drain_reason(namespace: str, name: str, job_id: int) -> str:
+    return f"k8s: pod {namespace}/{name} still running at KillWait (job {job_id})"
+
+
+def killwait_drain_of(reason: str) -> tuple[str, str, int] | None:
+    """(namespace, name, job id) of the Pod a KillWait drain names; None for any other reason."""
+    m = _KILLWAIT_DRAIN.match(reason)
+    return (m.group(1), m.group(2), int(m.group(3))) if m else None
+
+
 # Event reasons the syncer posts on Nodes, which `kubectl tandem` reads as a Node's lock history.
 NODE_LOCKED_EVENT = "NodeLocked"
 NODE_UNLOCKED_EVENT = "NodeUnlocked"

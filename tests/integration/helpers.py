@@ -181,6 +181,17 @@ def scontrol(cfg: StackConfig, *args: str) -> str:
     ).stdout
 
 
+def resume_if_drained(cfg: StackConfig, node: str) -> None:
+    """A test's clean-up: bring a node it drained back, unless something did already."""
+    if "drain" in node_state(cfg, node)[0]:
+        subprocess.run(
+            ["scontrol", "update", f"nodename={node}", "state=resume"],
+            env=slurm.slurm_env(cfg),
+            capture_output=True,
+            check=False,  # resumed meanwhile: Slurm refuses, which is fine
+        )
+
+
 def node_state(cfg: StackConfig, node: str) -> tuple[str, str]:
     """(sinfo state, reason) of one Slurm node."""
     out = subprocess.run(

@@ -346,9 +346,16 @@ def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
         reason = h.wait_until("the stuck member's node drained before KillWait", drained, 40, every=0.5)
         assert f"{group}-0" in reason
         assert "drain" not in h.node_state(stack_cfg, quick_node)[0]
+        h.wait_until("members gone", lambda: not core.list_namespaced_pod(NS).items, 60, every=0.5)
+        h.wait_until(
+            "the stuck member's node resumed once it is gone",
+            lambda: "drain" not in h.node_state(stack_cfg, stuck_node)[0],
+            15,
+            every=0.5,
+        )
     finally:
         h.wait_until("members gone", lambda: not core.list_namespaced_pod(NS).items, 60, every=0.5)
-        h.scontrol(stack_cfg, "update", f"nodename={stuck_node}", "state=resume")
+        h.resume_if_drained(stack_cfg, stuck_node)
 
 
 def test_a_scheduler_killed_mid_group_still_makes_one_job_and_binds_each_member_once(

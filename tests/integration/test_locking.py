@@ -213,4 +213,4 @@ def test_a_failed_lock_fails_the_prolog_and_slurm_drains_the_node(
         assert h.lock_annotation(core, slurm_node) != "locked"
     finally:
         h.scancel(stack_cfg, job)
-        h.scontrol(stack_cfg, "update", f"nodename={slurm_node}", "state=resume")
+        h.resume_if_drained(stack_cfg, slurm_node)

@@ -196,7 +196,7 @@ def test_an_admins_drain_is_shown_and_never_resumed(stack_cfg: StackConfig, node
         time.sleep(1.5)
         assert _drain_state(stack_cfg, slurm_node) == (True, "maintenance")
     finally:
-        h.scontrol(stack_cfg, "update", f"nodename={slurm_node}", "state=resume")
+        h.resume_if_drained(stack_cfg, slurm_node)
     h.wait_until("the Node cleared once resumed", lambda: _node_shows(nodes, target) == (None, None), 15)
 
 

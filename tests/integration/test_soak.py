@@ -26,12 +26,11 @@ def soak_namespace(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[str]
     soak.cleanup(stack_cfg, NAMESPACE)
     h.wait_until("the soak's Pods gone", lambda: not core.list_namespaced_pod(NAMESPACE).items, 60)
     h.wait_until("no Slurm jobs left by the soak", lambda: not h.squeue_ids(stack_cfg), 120)
-    # A placeholder whose Tandem was down when it ended drains its node (by design): the tests
-    # after this one need every node back.
+    # A failed test may leave a node drained: the tests after this one need every node back.
     for node, (drained, reason) in soak.slurm_nodes(stack_cfg).items():
         if drained:
             print(f"[soak] {node} drained: {reason}; resuming it")
-            h.scontrol(stack_cfg, "update", f"nodename={node}", "state=resume")
+            h.resume_if_drained(stack_cfg, node)
     h.wait_until("every Slurm node idle again", lambda: _all_idle(stack_cfg), 60, every=1)
 
 

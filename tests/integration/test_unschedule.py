@@ -169,7 +169,9 @@ def test_a_high_tier_pod_preempts_a_slurm_job(stack_cfg: StackConfig, core: k8s.
     assert _job_state(stack_cfg, loser) == "PREEMPTED"
 
 
-def test_a_pod_that_outlives_killwait_drains_its_node(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+def test_a_pod_that_outlives_killwait_drains_its_node_until_it_is_gone(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
     node = "cpu-007"
     name = h.unique("stuck")
     h.create(core, _slow_pod(stack_cfg, name, node, 45_000))  # terminates slower than KillWait (30s)
@@ -187,6 +189,9 @@ def test_a_pod_that_outlives_killwait_drains_its_node(stack_cfg: StackConfig, co
         assert h.get_pod(core, name) is not None  # still terminating: that is why
         told = [e for e in h.events_for(core, name) if e.reason == "SlurmNodeDrained"]
         assert len(told) == 1 and f"drained ({reason})" in told[0].message
+        h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 60, every=0.5)
+        # Nothing keeps the node drained once the Pod is gone: Tandem resumes it.
+        h.wait_until("node resumed", lambda: "drain" not in h.node_state(stack_cfg, node)[0], 15, every=0.5)
     finally:
         h.wait_until("pod gone", lambda: h.get_pod(core, name) is None, 60, every=0.5)
-        h.scontrol(stack_cfg, "update", f"nodename={node}", "state=resume")
+        h.resume_if_drained(stack_cfg, node)

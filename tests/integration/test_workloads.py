@@ -333,7 +333,7 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
     finally:
         policy.delete_namespaced_pod_disruption_budget(pdb, NAMESPACE)
         h.scancel(stack_cfg, job)
-        h.scontrol(stack_cfg, "update", f"nodename={blocked}", "state=resume")
+        h.resume_if_drained(stack_cfg, blocked)
 
 
 def test_a_namespace_with_tandem_pods_deletes_completely(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

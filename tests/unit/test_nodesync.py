@@ -8,8 +8,10 @@ from unittest import mock
 import pytest
 
 from tandem import keys
+from tandem.hooks import scripts
 from tandem.slurm.models import Node
 from tandem.syncer import nodesync as ns
+from tandem.syncer.cluster import ClusterView
 from tandem.syncer.mirror import SlurmMirror
 
 
@@ -36,6 +38,15 @@ def slurmd(deleting: bool = False, ready: bool = True) -> dict[str, Any]:
 
 
 IDLE = Node("cpu-001", "IDLE")
+KILLWAIT = keys.killwait_drain_reason("a", "b", 7)
+
+
+def app_pod(node: str = "node-001", job: str = "7", phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "a", "name": "b", "annotations": {keys.JOB_ID_ANNOTATION: job}},
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
 
 
 def drained(reason: str) -> Node:
@@ -47,6 +58,7 @@ def facts(
     node: dict[str, Any] | None = None,
     pod: dict[str, Any] | None = None,
     name: str = "node-001",
+    stuck: dict[str, Any] | None = None,
 ) -> ns.NodeFacts:
     return ns.NodeFacts(
         "cpu-001",
@@ -54,6 +66,7 @@ def facts(
         name,
         node if node is not None else kube_node(),
         pod if pod is not None else slurmd(),
+        stuck,
     )
 
 
@@ -115,12 +128,39 @@ ROWS = [
         ns.Plan(),
     ),
     (
-        "a KillWait drain is not ours to resume",
-        facts(
-            drained("k8s: pod a/b still running at KillWait (job 7)"),
-            kube_node(shown="k8s: pod a/b still running at KillWait (job 7)"),
-        ),
+        "a KillWait drain stays while its Pod still runs on the Node",
+        facts(drained(KILLWAIT), kube_node(shown=KILLWAIT), stuck=app_pod()),
         ns.Plan(),
+    ),
+    (
+        "a KillWait drain stays while its Pod, not bound, still holds the job",
+        facts(drained(KILLWAIT), kube_node(shown=KILLWAIT), stuck=app_pod(node="", job="7")),
+        ns.Plan(),
+    ),
+    (
+        "a KillWait drain whose Pod is gone is resumed",
+        facts(drained(KILLWAIT), kube_node(shown=KILLWAIT), stuck=None),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "a KillWait drain whose Pod finished is resumed",
+        facts(drained(KILLWAIT), kube_node(shown=KILLWAIT), stuck=app_pod(phase="Succeeded")),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "a KillWait drain whose Pod's name was taken by a new Pod elsewhere is resumed",
+        facts(drained(KILLWAIT), kube_node(shown=KILLWAIT), stuck=app_pod(node="node-005", job="9")),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "a KillWait drain whose Pod is gone, on a cordoned Node: the cordon is the reason now",
+        facts(drained(KILLWAIT), kube_node(cordoned=True, shown=KILLWAIT), stuck=None),
+        ns.Plan(drain="k8s: Node node-001 is cordoned", show=("k8s: Node node-001 is cordoned", True)),
+    ),
+    (
+        "a drain that only looks like KillWait's (no Pod named) is an admin's",
+        facts(drained("k8s: pod ?/? still running at KillWait (job 7)"), stuck=None),
+        ns.Plan(show=("k8s: pod ?/? still running at KillWait (job 7)", True)),
     ),
     (
         "down shows on the Node",
@@ -165,3 +205,54 @@ def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
     assert changed == ["cpu-001"]
     sync.reconcile("cpu-001")
     assert slurm.drain_node.call_count == 2
+
+
+def test_the_killwait_reason_names_the_pod_and_job() -> None:
+    assert keys.killwait_drain_of(KILLWAIT) == ("a", "b", 7)
+    assert keys.killwait_drain_of("k8s: pod a/b still running at KillWait") is None
+    assert keys.killwait_drain_of("maintenance") is None
+
+
+def test_the_placeholder_script_drains_with_the_same_words() -> None:
+    """Its drain, made when Tandem cannot answer, must be one the node sync recognises."""
+    script = (scripts.DIR / "placeholder.sh").read_text()
+    shell = (
+        'reason="k8s: pod ${TANDEM_POD_NAMESPACE:-?}/${TANDEM_POD_NAME:-?} '
+        'still running at KillWait (job ${job})"'
+    )
+    assert shell in script
+    said = (
+        shell.split('"')[1].replace("${TANDEM_POD_NAMESPACE:-?}", "a").replace("${TANDEM_POD_NAME:-?}", "b")
+    )
+    assert said.replace("${job}", "7") == KILLWAIT
+
+
+def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
+    """Before: nothing looked at a KillWait drain again once its Pod went; the node stayed drained
+    for good (30-minute two-replica soak: gpu-000 `k8s: pod bench/soak-pod-570 ...`)."""
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = []
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE", ("DRAIN",), KILLWAIT), Node("cpu-002", "IDLE")]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    kube = mock.Mock()
+    view = ClusterView(kube, "slurm")
+    woken: list[str] = []
+    view.on_pod_gone = lambda p: woken.extend(ns.drained_for(mirror.nodes(), p))
+
+    def informer_sees(pod: dict[str, Any] | None) -> None:  # as a watch event does
+        with view.pods._lock:
+            old = view.pods._put("a/b", pod)
+        view.pods.on_change("a/b", old, pod)
+
+    informer_sees(app_pod())
+    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror), mirror.expect_node)
+    sync.reconcile("cpu-001")
+    slurm.resume_node.assert_not_called()  # no slurmd Pod known, but the stuck Pod still runs
+    informer_sees({**app_pod(), "metadata": {**app_pod()["metadata"], "labels": {"x": "y"}}})
+    assert woken == []  # still running: nothing to look at
+    informer_sees(None)
+    assert woken == ["cpu-001"]
+    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror), mirror.expect_node)
+    sync.reconcile("cpu-001")
+    slurm.resume_node.assert_called_once_with("cpu-001")

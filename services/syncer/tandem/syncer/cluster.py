@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from tandem import keys
 from tandem.informer import Informer
-from tandem.kube import JSON, KubeClient
+from tandem.kube import JSON, KubeClient, pod_finished
 
 BY_NODE = "node"
 BY_UID = "uid"
@@ -93,6 +93,8 @@ class ClusterView:
         self.on_slurmd_moved = on_slurmd_moved
         # Told the Slurm nodes whose Kubernetes side changed (their Node, or their slurmd Pod).
         self.on_slurm_node_changed: Callable[[str], None] = lambda slurm_node: None
+        # Told each Pod that was deleted or finished (its last state).
+        self.on_pod_gone: Callable[[JSON], None] = lambda pod: None
         self.pods = Informer(
             kube,
             ["/api/v1/pods"],
@@ -122,6 +124,9 @@ class ClusterView:
     def pod_by_uid(self, uid: str) -> JSON | None:
         found = self.pods.by_index(BY_UID, uid)
         return found[0] if found else None
+
+    def pod(self, namespace: str, name: str) -> JSON | None:
+        return self.pods.get(f"{namespace}/{name}")
 
     def pods_of_job(self, job_id: int) -> list[JSON]:
         """The Pods that carry this job id (every member of a group's job)."""
@@ -157,6 +162,8 @@ class ClusterView:
         return [str(meta["name"])]
 
     def _on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and not pod_finished(old) and (new is None or pod_finished(new)):
+            self.on_pod_gone(new or old)
         changed = old or new or {}
         for slurm_node in self._slurm_node_of(changed):
             if _node_of(old or {}) != _node_of(new or {}):

@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 
 from tandem import leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
-from tandem.kube import KubeClient, KubeError, pod_path
+from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.metrics import REGISTRY
 from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.locks import NodeLocker
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts, NodeSync
+from tandem.syncer.nodesync import CacheFacts, NodeSync, drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
@@ -49,6 +49,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
+
+    def pod_gone(pod: JSON) -> None:
+        for slurm_node in drained_for(mirror.nodes(), pod):
+            node_queue.add(slurm_node)
+
+    cluster.on_pod_gone = pod_gone
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
     grpc_server = serving.GrpcServer(
         cfg.grpc_address,

@@ -2,8 +2,10 @@
 
 Kubernetes -> Slurm: a Node cordoned, not Ready, being deleted or gone, or its slurmd Pod deleting or
 not ready, drains the Slurm node with the reason `k8s: <why>` (again if someone resumes it while
-the cause holds); when the cause clears, a drain of ours is resumed. An admin's drain, or the
-KillWait drain of a Pod that would not leave, is never touched.
+the cause holds); when the cause clears, a drain of ours is resumed. So is a KillWait drain (a job
+ended while its Pod still ran) once that Pod is gone or finished: nothing is left to keep off the
+node. An admin's drain, and a lock-timeout drain (a Pod its PodDisruptionBudget kept), are never
+touched.
 
 Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
 `<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
@@ -14,12 +16,12 @@ Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tandem import keys
-from tandem.kube import JSON, KubeClient, rfc3339
+from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
@@ -48,6 +50,8 @@ class NodeFacts:
     kube_node_name: str
     kube_node: JSON | None
     slurmd_pod: JSON | None
+    # When the Slurm node is drained at KillWait: the Pod the reason names, as cached (None: gone).
+    killwait_pod: JSON | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def decide(f: NodeFacts) -> Plan:
     if slurm is None:
         return Plan()
     why = cause(f)
-    ours = slurm.reason.startswith(CAUSE_PREFIXES)
+    ours = slurm.reason.startswith(CAUSE_PREFIXES) or killwait_pod_left(f)
     drain, resume = "", False
     if why and not slurm.drained:
         drain = why
@@ -98,6 +102,29 @@ def decide(f: NodeFacts) -> Plan:
         resume = True
     show = _shown(f, slurm, drain, resume)
     return Plan(drain, resume, show)
+
+
+def killwait_pod_left(f: NodeFacts) -> bool:
+    """Whether the Slurm node is drained at KillWait for a Pod that no longer runs there: gone,
+    finished, or a new Pod of the same name (another job's, not on this Node)."""
+    if f.slurm is None or not f.slurm.drained:
+        return False
+    named = keys.killwait_drain_of(f.slurm.reason)
+    if named is None:
+        return False
+    pod = f.killwait_pod
+    if pod is None or pod_finished(pod):
+        return True
+    recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
+    on_this_node = bool(f.kube_node_name) and (pod.get("spec") or {}).get("nodeName") == f.kube_node_name
+    return recorded != str(named[2]) and not on_this_node
+
+
+def drained_for(nodes: Iterable[Node], pod: JSON) -> list[str]:
+    """The Slurm nodes drained at KillWait for this Pod (to look at again when it goes)."""
+    meta = pod.get("metadata") or {}
+    who = (meta.get("namespace"), meta.get("name"))
+    return [n.name for n in nodes if n.drained and (keys.killwait_drain_of(n.reason) or ())[:2] == who]
 
 
 def _shown(f: NodeFacts, slurm: Node, drain: str, resume: bool) -> tuple[str, bool] | None:
@@ -137,9 +164,10 @@ class CacheFacts:
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
         name = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
-        return NodeFacts(
-            slurm_node, self.mirror.node(slurm_node), name, self.cluster.node(name) if name else None, pod
-        )
+        slurm = self.mirror.node(slurm_node)
+        named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
+        stuck = self.cluster.pod(named[0], named[1]) if named else None
+        return NodeFacts(slurm_node, slurm, name, self.cluster.node(name) if name else None, pod, stuck)
 
 
 class NodeSync:

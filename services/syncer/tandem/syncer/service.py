@@ -190,9 +190,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         drained = []
         for node, pod in targets.items():
             meta = pod.get("metadata") or {}
-            reason = (
-                f"k8s: pod {meta.get('namespace')}/{meta.get('name')} still running at KillWait "
-                f"(job {status.job_id})"
+            reason = keys.killwait_drain_reason(
+                str(meta.get("namespace")), str(meta.get("name")), status.job_id
             )
             try:
                 self.slurm.drain_node(node, reason)
@@ -206,7 +205,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                     "Warning",
                     "SlurmNodeDrained",
                     f"Slurm job {status.job_id} ended but this Pod is still running on {node} at KillWait; "
-                    f"the Slurm node is drained ({reason}) so no other job gets it until an admin resumes it",
+                    f"the Slurm node is drained ({reason}) so no other job gets it until this Pod is gone; "
+                    "Tandem then resumes it",
                 )
         return drained
 
