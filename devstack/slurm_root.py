@@ -53,14 +53,14 @@ class Release:
 
     major: str
     suite: str
-    # sid's slurmdbd 26.05 fatals with sid's libmariadb3 11.8.9 (error 5027 in
-    # _check_mysql_concat_is_sane). Trixie's worked until trixie moved to 11.8.9 too (November
-    # 2026); bookworm's 10.11 (Connector/C 3.3) works. Taken from this suite when set.
+    # slurmdbd fatals with libmariadb3 11.8.9 (error 5027 in _check_mysql_concat_is_sane): sid had
+    # it first, then trixie as a stable update (11.8.9-0+deb13u1, November 2026) under 24.11 too.
+    # Bookworm's 10.11 (Connector/C 3.3) works with both. Taken from this suite when set.
     mariadb_client_from: str = ""
 
 
 RELEASES = {
-    "24.11": Release("24.11", "trixie"),
+    "24.11": Release("24.11", "trixie", mariadb_client_from="bookworm"),
     "26.05": Release("26.05", "sid", mariadb_client_from="bookworm"),
 }
 # Where a release's compat libmariadb3 is unpacked inside its root (on slurmdbd's LD_LIBRARY_PATH).
