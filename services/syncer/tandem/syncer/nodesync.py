@@ -196,7 +196,10 @@ class NodeSync:
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
-            log.info("resumed: its Kubernetes cause cleared", extra={"node": slurm_node})
+            log.info(
+                "resumed: the cause of its drain cleared",
+                extra={"node": slurm_node, "reason": f.slurm.reason if f.slurm is not None else ""},
+            )
             if f.slurm is not None:
                 flags = tuple(x for x in f.slurm.flags if x != "DRAIN")
                 self.wrote(replace(f.slurm, flags=flags, reason=""))
