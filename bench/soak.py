@@ -46,7 +46,7 @@ from devstack.procs import Daemon
 from devstack.slurm import slurm_env
 from devstack.table import format_table
 from tandem import keys
-from tandem.kube import KubeClient, KubeError, pod_finished
+from tandem.kube import KubeClient, KubeError, object_key, pod_finished
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
@@ -249,7 +249,7 @@ class Soak:
                 for n in j["nodes"]:
                     running_on.setdefault(n, set()).add(j["id"])
         counts = Counter[str]()
-        running = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in live_pods}
+        running = {object_key(p) for p in live_pods}
         for j in placeholder:
             owner = j["name"].split("/")
             uid, pod_name = owner[-1], owner[-2]

@@ -175,21 +175,17 @@ def squeue_ids(cfg: StackConfig) -> set[int]:
     return {int(x) for x in out.split()}
 
 
-def scontrol(cfg: StackConfig, *args: str) -> str:
+def scontrol(cfg: StackConfig, *args: str, check: bool = True) -> str:
     return subprocess.run(
-        ["scontrol", *args], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
+        ["scontrol", *args], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=check
     ).stdout
 
 
 def resume_if_drained(cfg: StackConfig, node: str) -> None:
     """A test's clean-up: bring a node it drained back, unless something did already."""
     if "drain" in node_state(cfg, node)[0]:
-        subprocess.run(
-            ["scontrol", "update", f"nodename={node}", "state=resume"],
-            env=slurm.slurm_env(cfg),
-            capture_output=True,
-            check=False,  # resumed meanwhile: Slurm refuses, which is fine
-        )
+        # Resumed meanwhile (Tandem does, once the cause is gone): Slurm refuses, which is fine.
+        scontrol(cfg, "update", f"nodename={node}", "state=resume", check=False)
 
 
 def node_state(cfg: StackConfig, node: str) -> tuple[str, str]:
