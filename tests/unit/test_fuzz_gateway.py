@@ -21,7 +21,7 @@ from tandem.v1 import lock_pb2, syncer_pb2
 
 TOKEN = "s3cret"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
-DOCUMENTED = {200, 400, 401, 404, 405, 408, 409, 411, 413, 503, 504}
+DOCUMENTED = {200, 400, 401, 404, 405, 408, 409, 411, 413, 431, 503, 504}
 ROUTES = ["/v1/lock", "/v1/unlock", "/v1/started", "/v1/terminating", "/v1/drain", "/healthz", "/metrics"]
 
 

@@ -7,26 +7,31 @@ gRPC call to the syncer. Every request must carry `Authorization: Bearer <token>
     POST /v1/terminating  {"node", "job", "timeout"?}  placeholder got SIGTERM: 200 once the Pod
                                             is gone, 408 if it is still there at the deadline
     POST /v1/drain        {"node", "reason"}  drain a Slurm node ("k8s:" reasons)
+
+The token is checked from the request head, before any body is read; `node` is one Slurm node's
+name (tandem.slurm.names), never a hostlist or a path. Connections, workers and timeouts are
+bounded by tandem.hooks.server.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
 from opentelemetry.trace import SpanKind
 
 from tandem import tracing
+from tandem.hooks.server import BoundedHTTPServer, Limits, Request, Response, json_response
+from tandem.hooks.tokens import BearerTokens
 from tandem.metrics import REGISTRY
 from tandem.settings import split_host_port
+from tandem.slurm.names import node_name_problem
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -54,13 +59,12 @@ class HooksGateway:
     def __init__(
         self,
         address: str,
-        token: str,
+        token: str | BearerTokens,
         syncer: syncer_pb2_grpc.SyncerServiceStub | None,
         call_timeout: float = 55.0,
+        limits: Limits | None = None,
     ) -> None:
-        if not token:
-            raise ValueError("the hooks API needs a bearer token; anonymous calls are never served")
-        self.token = token
+        self.tokens = token if isinstance(token, BearerTokens) else BearerTokens(token)
         self.syncer = syncer
         self.call_timeout = call_timeout
         self.routes: dict[str, Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]]] = {
@@ -70,136 +74,77 @@ class HooksGateway:
             "/v1/terminating": self.terminating,
             "/v1/drain": self.drain,
         }
-        gateway = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                if self.path == "/healthz":
-                    self._reply(HTTPStatus.OK, {"status": "ok"})
-                elif self.path == "/metrics":
-                    data = REGISTRY.render().encode()
-                    self.send_response(HTTPStatus.OK)
-                    self.send_header("Content-Type", "text/plain; version=0.0.4")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                elif not gateway.authorized(self.headers.get("Authorization", "")):
-                    self._unauthorized()
-                else:
-                    self._reply(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "hook routes take POST"})
-
-            def __getattr__(self, name: str) -> Any:
-                # PUT, DELETE, BREW...: a JSON 405 naming what works, not http.server's HTML 501.
-                if name.startswith("do_"):
-                    return self._not_allowed
-                raise AttributeError(name)
-
-            def _not_allowed(self) -> None:
-                self.close_connection = True
-                self._reply(
-                    HTTPStatus.METHOD_NOT_ALLOWED,
-                    {"error": f"{self.command} is not served: hook routes take POST, probes GET"},
-                    {"Allow": "GET, POST"},
-                )
-
-            def do_POST(self) -> None:
-                declared = (self.headers.get("Content-Length") or "0").strip()
-                if not declared.isdigit():
-                    # Unreadable or negative: we cannot know where the body ends, so no keep-alive.
-                    self.close_connection = True
-                    self._reply(
-                        HTTPStatus.BAD_REQUEST, {"error": f"Content-Length {declared!r} is not a byte count"}
-                    )
-                    return
-                length = int(declared)
-                if length > MAX_BODY:
-                    self.close_connection = True  # the body stays unread
-                    self._reply(
-                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body larger than {MAX_BODY} bytes"}
-                    )
-                    return
-                raw = self.rfile.read(length) if length else b""
-                path = self.path.split("?", 1)[0]
-                # Bounded label values: a scanner's made-up paths must not grow the metrics.
-                route_name = path if path in gateway.routes else "unknown"
-                if not gateway.authorized(self.headers.get("Authorization", "")):
-                    HOOK_CALLS.inc(route=route_name, code="401")
-                    self._unauthorized()
-                    return
-                route = gateway.routes.get(path)
-                if route is None:
-                    self._reply(
-                        HTTPStatus.NOT_FOUND,
-                        {"error": f"no route {self.path}", "routes": sorted(gateway.routes)},
-                    )
-                    return
-                started = time.monotonic()
-                caller = {tracing.TRACEPARENT: self.headers.get(tracing.TRACEPARENT, "")}
-                with tracing.span(
-                    f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
-                ) as span:
-                    status, body = gateway.serve(route, raw)
-                    span.set_attribute("http.response.status_code", int(status))
-                    if status >= 400:
-                        tracing.mark_error(span, str(body.get("error", "")))
-                HOOK_CALLS.inc(route=route_name, code=str(int(status)))
-                HOOK_SECONDS.observe(time.monotonic() - started, route=route_name)
-                log.info(
-                    "hook",
-                    extra={
-                        "route": self.path,
-                        "status": int(status),
-                        "job": body.get("job"),
-                        "node": body.get("node"),
-                        "ms": round((time.monotonic() - started) * 1000, 1),
-                    },
-                )
-                self._reply(status, body)
-
-            def _unauthorized(self) -> None:
-                self.send_response(HTTPStatus.UNAUTHORIZED)
-                data = b'{"error": "missing or wrong bearer token"}\n'
-                self.send_header("WWW-Authenticate", 'Bearer realm="tandem-hooks"')
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _reply(
-                self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None
-            ) -> None:
-                data = (json.dumps(body) + "\n").encode()
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
         host, port = split_host_port(address)
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="hooks-http", daemon=True)
+        limits = replace(limits or Limits(), max_body=MAX_BODY)
+        self.httpd = BoundedHTTPServer(host, port, self.screen, self.handle, limits)
+        self.port = self.httpd.port
+
+    def start(self) -> None:
+        self.httpd.start()
+
+    def stop(self) -> None:
+        self.httpd.stop()
 
     def authorized(self, header: str) -> bool:
         scheme, _, presented = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode(), self.token.encode()
+        return scheme.lower() == "bearer" and self.tokens.accepts(presented.strip())
+
+    def screen(self, head: Request) -> Response | None:
+        """Answers what needs neither a body nor the syncer, before any body is read: probes,
+        methods we do not serve, a missing or wrong token, unknown routes. None: read the body and
+        hand the call to `handle`."""
+        if head.method == "GET" and head.path == "/healthz":
+            return json_response(HTTPStatus.OK, {"status": "ok"})
+        if head.method == "GET" and head.path == "/metrics":
+            return Response(HTTPStatus.OK, REGISTRY.render().encode(), "text/plain; version=0.0.4")
+        if head.method not in ("GET", "POST"):
+            return json_response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                {"error": f"{head.method} is not served: hook routes take POST, probes GET"},
+                {"Allow": "GET, POST"},
+            )
+        if not self.authorized(head.headers.get("Authorization", "")):
+            if head.method == "POST":
+                # Bounded label values: a scanner's made-up paths must not grow the metrics.
+                HOOK_CALLS.inc(route=head.path if head.path in self.routes else "unknown", code="401")
+            return json_response(
+                HTTPStatus.UNAUTHORIZED,
+                {"error": "missing or wrong bearer token"},
+                {"WWW-Authenticate": 'Bearer realm="tandem-hooks"'},
+            )
+        if head.method == "GET":
+            return json_response(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "hook routes take POST"})
+        if head.path not in self.routes:
+            return json_response(
+                HTTPStatus.NOT_FOUND, {"error": f"no route {head.target}", "routes": sorted(self.routes)}
+            )
+        return None
+
+    def handle(self, request: Request) -> Response:
+        """An authorized POST to a route, its body read: one syncer call (in a worker thread)."""
+        path = request.path
+        started = time.monotonic()
+        caller = {tracing.TRACEPARENT: request.headers.get(tracing.TRACEPARENT, "")}
+        with tracing.span(
+            f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
+        ) as span:
+            status, body = self.serve(self.routes[path], request.body)
+            span.set_attribute("http.response.status_code", int(status))
+            if status >= 400:
+                tracing.mark_error(span, str(body.get("error", "")))
+        HOOK_CALLS.inc(route=path, code=str(int(status)))
+        HOOK_SECONDS.observe(time.monotonic() - started, route=path)
+        log.info(
+            "hook",
+            extra={
+                "route": request.target,
+                "status": int(status),
+                "job": body.get("job"),
+                "node": body.get("node"),
+                "ms": round((time.monotonic() - started) * 1000, 1),
+            },
         )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return json_response(status, body)
 
     def serve(
         self, route: Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]], raw: bytes
@@ -247,7 +192,7 @@ class HooksGateway:
     def started(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
         self._stub().JobStarted(
-            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=str(body.get("node", ""))),
+            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body)),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )
@@ -257,7 +202,7 @@ class HooksGateway:
         job = _job(body)
         timeout = _timeout(body, self.call_timeout)
         reply = self._stub().JobTerminating(
-            syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=str(body.get("node", ""))),
+            syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=_optional_node(body)),
             # The answer must reach the caller before it gives up (curl --max-time = timeout).
             timeout=max(1.0, timeout - 0.5),
             wait_for_ready=True,
@@ -298,9 +243,15 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 
 def _node(body: dict[str, Any]) -> str:
     node = body.get("node")
-    if not isinstance(node, str) or not node or len(node) > 253 or any(c.isspace() for c in node):
-        raise BadRequest("node must be a Slurm node name")
+    problem = node_name_problem(node)
+    if problem is not None or not isinstance(node, str):
+        raise BadRequest(problem or "node must be a string")
     return node
+
+
+def _optional_node(body: dict[str, Any]) -> str:
+    """The node of a placeholder's call, when it names one (the syncer falls back to the job's)."""
+    return "" if body.get("node") in (None, "") else _node(body)
 
 
 def _job(body: dict[str, Any]) -> int:

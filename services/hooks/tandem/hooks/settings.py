@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tandem.hooks.server import Limits
+from tandem.hooks.tokens import DEFAULT_GRACE, BearerTokens
 from tandem.settings import Seconds, ServiceSettings, option
 
 
@@ -39,8 +41,41 @@ class HooksSettings(ServiceSettings):
         help="longest a hook call waits for the syncer",
     )
 
-    def bearer_token(self) -> str:
+    token_grace: Seconds = option(
+        Seconds(DEFAULT_GRACE),
+        flag="--hooks-token-grace-period",
+        env="TANDEM_HOOKS_TOKEN_GRACE_PERIOD",
+        help="how long the previous token is still accepted after the token file changes "
+        "(the Slurm nodes get the new one at their own pace); 0 = refused at once",
+    )
+    workers: int = option(
+        Limits.workers,
+        flag="--hooks-workers",
+        env="TANDEM_HOOKS_WORKERS",
+        help="hook calls served at once (a prolog's lock call holds one until its Node is locked); "
+        "beyond them a call gets 503 at once and the scripts ask again",
+    )
+    request_timeout: Seconds = option(
+        Seconds(Limits.request_timeout),
+        flag="--hooks-request-timeout",
+        env="TANDEM_HOOKS_REQUEST_TIMEOUT",
+        help="longest a client may take to send its whole request (headers and body)",
+    )
+    max_connections: int = option(
+        Limits.max_connections,
+        flag="--hooks-max-connections",
+        env="TANDEM_HOOKS_MAX_CONNECTIONS",
+        help="connections still sending their request; past it the oldest is closed",
+    )
+
+    def bearer_token(self) -> BearerTokens:
+        """What callers must present: the token file's, re-read when the file changes (the
+        previous token accepted for `token_grace`), else the fixed token."""
         if self.token_file:
-            with open(self.token_file) as f:
-                return f.read().strip()
-        return self.token
+            return BearerTokens.from_file(self.token_file, grace=self.token_grace)
+        return BearerTokens(self.token)
+
+    def limits(self) -> Limits:
+        return Limits(
+            workers=self.workers, request_timeout=self.request_timeout, max_connections=self.max_connections
+        )

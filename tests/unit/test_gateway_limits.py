@@ -1,0 +1,273 @@
+"""The hooks gateway under clients that do not play along (issue 18): slow or silent connections,
+a flood beyond its workers, a body sent with the wrong token, node names that are not one node.
+Prologs must keep getting answers: a prolog without one fails and Slurm drains its node."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+
+from tandem.hooks.gateway import HooksGateway
+from tandem.hooks.server import Limits
+from tandem.v1 import lock_pb2, syncer_pb2
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class Syncer:
+    """Answers lock calls (after `hold` is set, when one is given) and records every call."""
+
+    def __init__(self, hold: threading.Event | None = None) -> None:
+        self.hold = hold
+        self.calls: list[tuple[str, Any]] = []
+
+    def _answer(self, name: str, request: Any, reply: Any) -> Any:
+        self.calls.append((name, request))
+        if self.hold is not None:
+            self.hold.wait(10)
+        return reply
+
+    def AcquireNodeLock(self, request: Any, **_: Any) -> Any:
+        return self._answer("lock", request, syncer_pb2.AcquireNodeLockResponse(lock=lock_pb2.NodeLock()))
+
+    def ReleaseNodeLock(self, request: Any, **_: Any) -> Any:
+        return self._answer("unlock", request, syncer_pb2.ReleaseNodeLockResponse(lock=lock_pb2.NodeLock()))
+
+    def JobStarted(self, request: Any, **_: Any) -> Any:
+        return self._answer("started", request, syncer_pb2.JobStartedResponse())
+
+    def JobTerminating(self, request: Any, **_: Any) -> Any:
+        return self._answer("terminating", request, syncer_pb2.JobTerminatingResponse(pod_gone=True))
+
+    def DrainNode(self, request: Any, **_: Any) -> Any:
+        return self._answer("drain", request, syncer_pb2.DrainNodeResponse())
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """serve(syncer, **limits) -> a started gateway, stopped after the test."""
+    with ExitStack() as stack:
+
+        def start(syncer: Syncer | None = None, **limits: Any) -> HooksGateway:
+            g = HooksGateway("127.0.0.1:0", TOKEN, syncer or Syncer(), 5, Limits(**limits))  # type: ignore[arg-type]
+            g.start()
+            stack.callback(g.stop)
+            return g
+
+        yield start
+
+
+def _lock(gateway: HooksGateway, node: str = "gpu-001", timeout: float = 5) -> httpx.Response:
+    return httpx.post(
+        f"http://127.0.0.1:{gateway.port}/v1/lock",
+        json={"node": node, "job": 42},
+        headers=AUTH,
+        timeout=timeout,
+    )
+
+
+def _exchange(port: int, raw: bytes, timeout: float = 3) -> bytes:
+    """Send raw bytes, read until the gateway closes (a timeout here is the defect)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(raw)
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return data
+
+
+def _status(reply: bytes) -> int:
+    return int(reply.split(b" ", 2)[1])
+
+
+# -- the token before the body ------------------------------------------------------------------
+
+
+def test_a_wrong_token_is_refused_before_the_body_is_read(serve: Any) -> None:
+    """Headers promising 60 KiB and no body at all: a server that reads the body first waits for
+    it (here: until the client gives up); the gateway answers 401 from the head and closes."""
+    syncer = Syncer()
+    gateway = serve(syncer)
+    started = time.monotonic()
+    reply = _exchange(
+        gateway.port,
+        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n",
+    )
+    assert _status(reply) == 401 and b"bearer token" in reply
+    assert time.monotonic() - started < 1
+    assert not syncer.calls
+
+
+def test_no_token_and_a_body_far_over_the_limit_is_401_not_413(serve: Any) -> None:
+    """Whoever has no token learns nothing about the body limits: it is refused first."""
+    gateway = serve()
+    head = b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n"
+    reply = _exchange(gateway.port, head)
+    assert _status(reply) == 401
+
+
+def test_expect_100_continue_gets_401_and_never_a_go_ahead_without_the_token(serve: Any) -> None:
+    gateway = serve()
+    reply = _exchange(
+        gateway.port,
+        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 20\r\n\r\n",
+    )
+    assert _status(reply) == 401 and b"100 Continue" not in reply
+
+
+def test_expect_100_continue_with_the_token_gets_the_go_ahead_then_the_answer(serve: Any) -> None:
+    gateway = serve()
+    body = b'{"node": "gpu-001", "job": 42}'
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=3) as s:
+        s.sendall(
+            b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    assert _status(reply) == 200 and b'"lock"' in reply
+
+
+# -- node names ---------------------------------------------------------------------------------
+
+
+BAD_NODES = ["gpu-[000-999]", "ALL", "../job/5", "a b", "x" * 300, "gpu-001,gpu-002", "gpu-001\n"]
+
+
+@pytest.mark.parametrize("node", BAD_NODES)
+@pytest.mark.parametrize("route", ["lock", "unlock", "drain", "started", "terminating"])
+def test_a_node_name_that_is_not_one_node_is_400_and_never_reaches_the_syncer(
+    serve: Any, route: str, node: str
+) -> None:
+    syncer = Syncer()
+    gateway = serve(syncer)
+    r = httpx.post(
+        f"http://127.0.0.1:{gateway.port}/v1/{route}",
+        json={"node": node, "job": 42, "reason": "k8s: test"},
+        headers=AUTH,
+        timeout=5,
+    )
+    assert r.status_code == 400, r.text
+    assert "node name" in r.json()["error"]
+    assert not syncer.calls
+
+
+def test_a_placeholder_call_may_leave_its_node_out(serve: Any) -> None:
+    syncer = Syncer()
+    gateway = serve(syncer)
+    r = httpx.post(f"http://127.0.0.1:{gateway.port}/v1/started", json={"job": 42}, headers=AUTH, timeout=5)
+    assert r.status_code == 200
+    assert syncer.calls[0][1].slurm_node == ""
+
+
+# -- slow clients and floods --------------------------------------------------------------------
+
+
+def _open_slow(port: int, n: int) -> list[socket.socket]:
+    """n connections: a third send nothing, a third half a request head, a third a head whose
+    body never comes (all without a token, as an attacker has none)."""
+    parts = [b"", b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nContent-Le", b"GET /healthz HTTP/1.1\r\nHo"]
+    slow = []
+    for i in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if parts[i % 3]:
+            s.sendall(parts[i % 3])
+        slow.append(s)
+    return slow
+
+
+def test_200_slow_unauthenticated_connections_do_not_keep_a_prolog_waiting(serve: Any) -> None:
+    gateway = serve(workers=8)  # fewer workers than slow clients: they must hold none
+    slow = _open_slow(gateway.port, 200)
+    try:
+        time.sleep(0.3)
+        for s in slow[:50]:  # the trickle goes on while the prolog calls
+            s.send(b"X")
+        started = time.monotonic()
+        r = _lock(gateway, timeout=2)
+        took = time.monotonic() - started
+        assert r.status_code == 200 and took < 1, (r.status_code, took)
+        assert httpx.get(f"http://127.0.0.1:{gateway.port}/healthz", timeout=2).status_code == 200
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_a_request_not_complete_within_the_timeout_gets_408_and_is_closed(serve: Any) -> None:
+    gateway = serve(request_timeout=0.5)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as s:
+        s.sendall(b"POST /v1/lock HTTP/1.1\r\n")
+        started = time.monotonic()
+        for _ in range(3):  # trickling does not move the deadline
+            time.sleep(0.1)
+            s.sendall(b"X-Slow: 1\r\n")
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    assert _status(reply) == 408
+    assert time.monotonic() - started < 2
+
+
+def test_past_max_connections_the_oldest_unfinished_one_makes_room(serve: Any) -> None:
+    gateway = serve(max_connections=20)
+    slow = _open_slow(gateway.port, 100)
+    try:
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert _lock(gateway, timeout=2).status_code == 200
+        assert time.monotonic() - started < 1
+        slow[0].settimeout(2)
+        assert slow[0].recv(100) == b""  # closed to make room
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_calls_beyond_the_workers_get_a_quick_503_and_probes_still_answer(serve: Any) -> None:
+    hold = threading.Event()
+    syncer = Syncer(hold)
+    gateway = serve(syncer, workers=2)
+    waiting = [threading.Thread(target=_lock, args=(gateway,)) for _ in range(2)]
+    for t in waiting:
+        t.start()
+    try:
+        deadline = time.monotonic() + 3
+        while len(syncer.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        r = _lock(gateway, timeout=2)
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert "workers are busy" in r.json()["error"]
+        assert time.monotonic() - started < 0.5
+        assert httpx.get(f"http://127.0.0.1:{gateway.port}/healthz", timeout=2).status_code == 200
+    finally:
+        hold.set()
+        for t in waiting:
+            t.join()
+    assert _lock(gateway).status_code == 200  # a worker free again: served
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_request_head_over_16_kib_is_431(serve: Any, whole: bool) -> None:
+    """Whole: its end is there, past the limit; else no end in sight, and the limit is reached."""
+    gateway = serve()
+    head = b"GET /healthz HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20_000 + b"\r\n\r\n"
+    if whole:
+        reply = _exchange(gateway.port, head)
+    else:
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=3) as s:
+            s.sendall(head[:17_000])
+            reply = s.recv(4096)
+    assert _status(reply) == 431
