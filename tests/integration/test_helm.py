@@ -1,7 +1,9 @@
 """Issue 5: the umbrella chart lints, renders for both scopes, rejects bad values, and what it
 renders is accepted by the real apiserver (server-side dry run). Issue 13: its monitoring objects
 (PodMonitors, Grafana dashboard, PrometheusRule), against the Prometheus Operator's CRDs the stack
-installs."""
+installs. Issue 18: its TLS Secrets and NetworkPolicies are accepted, and the certificates and the
+token it generated are found and kept by the next render against the cluster (an upgrade).
+(What the chart renders for TLS and NetworkPolicies, without a cluster: tests/unit/test_helm_chart.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devstack import kube
+from devstack import config, kube
 from devstack.config import StackConfig
 
 pytestmark = pytest.mark.integration
@@ -180,3 +182,78 @@ def test_the_apiserver_accepts_the_monitoring_objects(stack_cfg: StackConfig) ->
     ):
         assert name in out, out
     assert out.count("(server dry run)") == len(objects), out
+
+
+def test_the_apiserver_accepts_the_tls_secrets_and_network_policies(stack_cfg: StackConfig) -> None:
+    out = _server_dry_run(stack_cfg, _render(stack_cfg, f"global.slurmdNamespace={config.SLURM_NAMESPACE}"))
+    for name in (
+        "secret/tandem-grpc-ca",
+        "secret/tandem-scheduler-tls",
+        "secret/tandem-syncer-tls",
+        "secret/tandem-hooks-tls",
+        "secret/tandem-operator-tls",
+        "networkpolicy.networking.k8s.io/tandem-scheduler",
+        "networkpolicy.networking.k8s.io/tandem-syncer",
+        "networkpolicy.networking.k8s.io/tandem-hooks",
+    ):
+        assert f"{name} created (server dry run)" in out or f"{name} configured (server dry run)" in out, (
+            name,
+            out,
+        )
+
+
+def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg: StackConfig) -> None:
+    """`helm upgrade` renders with lookup against the cluster: `helm template --dry-run=server` does
+    the same. What the first render made, once in the cluster, comes out again unchanged, and so do
+    the Pods' checksums (no restart)."""
+    ns = "tandem-chart-keep"
+    kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
+
+    def render() -> list[dict[str, Any]]:
+        res = _helm(
+            stack_cfg, "template", "keep", CHART, "-n", ns, "--dry-run=server",
+            f"--kubeconfig={stack_cfg.kubeconfig}", "--set", f"global.slurmdNamespace={ns}",
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return _docs(res.stdout)
+
+    def secrets(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+        return {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
+
+    def checksums(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+        return {
+            d["metadata"]["name"]: {
+                k: v
+                for k, v in d["spec"]["template"]["metadata"]["annotations"].items()
+                if k.startswith("checksum/")
+            }
+            for d in docs
+            if d["kind"] == "Deployment"
+        }
+
+    try:
+        kube.kubectl(stack_cfg, "delete", "secret", "--all", "-n", ns, "--wait=true")
+        first = render()
+        made = [d for d in first if d["kind"] == "Secret"]
+        assert {d["metadata"]["name"] for d in made} >= {"keep-tandem-grpc-ca", "keep-tandem-syncer-tls"}
+        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(made))
+        second = render()
+        assert secrets(second) == secrets(first)
+        assert checksums(second) == checksums(first)
+        assert all(checksums(first).values())
+        # A certificate deleted by hand is made again, signed by the kept CA.
+        kube.kubectl(stack_cfg, "delete", "secret", "keep-tandem-syncer-tls", "-n", ns)
+        third = render()
+        assert secrets(third)["keep-tandem-grpc-ca"] == secrets(first)["keep-tandem-grpc-ca"]
+        assert (
+            secrets(third)["keep-tandem-syncer-tls"]["tls.crt"]
+            != secrets(first)["keep-tandem-syncer-tls"]["tls.crt"]
+        )
+        assert (
+            secrets(third)["keep-tandem-syncer-tls"]["ca.crt"]
+            == secrets(first)["keep-tandem-syncer-tls"]["ca.crt"]
+        )
+        assert checksums(third)["keep-tandem-syncer"] != checksums(first)["keep-tandem-syncer"]
+        assert checksums(third)["keep-tandem-scheduler"] == checksums(first)["keep-tandem-scheduler"]
+    finally:
+        kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")

@@ -197,12 +197,19 @@ jwt_hs256.key
   value: /tmp
 {{- end -}}
 
-{{/* Pod annotations: the component's podAnnotations plus Prometheus scrape hints. Call with (dict "root" $ "metrics" <bool> "port" <int>). */}}
+{{/*
+Pod annotations: the component's podAnnotations, Prometheus scrape hints and the checksum/* of
+the secrets the chart makes for it (tandem.checksumAnnotations). Call with (dict "root" $
+"component" "scheduler" "metrics" <bool> "port" <int>), optionally "checksums" (dict name hash).
+*/}}
 {{- define "tandem.podAnnotations" -}}
 {{- if .metrics }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
+{{- end }}
+{{- if .component }}
+{{- include "tandem.checksumAnnotations" (dict "root" .root "component" .component "extra" .checksums) }}
 {{- end }}
 {{- with .root.Values.podAnnotations }}
 {{ toYaml . }}
@@ -270,6 +277,9 @@ topologySpreadConstraints:
 - --slurm-jwt-key-file={{ include "tandem.slurmJwtFile" . }}
 - --slurm-user={{ .Values.global.slurm.user | default "root" }}
 - --slurmd-namespace={{ include "tandem.slurmdNamespace" . }}
+{{- if include "tandem.slurmApiCa.source" . }}
+- --slurm-api-ca-file={{ include "tandem.slurmApiCa.dir" . }}/ca.crt
+{{- end }}
 {{- end -}}
 
 {{/* Volume and mount of the Slurm JWT key (scheduler, syncer). */}}
@@ -287,4 +297,261 @@ topologySpreadConstraints:
 - name: slurm-jwt-key
   mountPath: {{ include "tandem.slurmJwtDir" . }}
   readOnly: true
+{{- end -}}
+
+{{/* ---------------------------------------------------------------------------------------------
+Mutual TLS between the services (global.tls). Every service presents a certificate whose Common
+Name is its identity; the scheduler and the syncer serve with theirs too. Three sources:
+
+  generated   (default) the chart makes a CA (Secret <fullname>-grpc-ca) and one certificate per
+              identity (Secret <fullname>-<component>-tls) with genCA/genSignedCert; kept across
+              upgrades by `lookup`, re-issued when its names change or it is within
+              generated.renewDays of expiry.
+  existing    global.tls.existingSecrets.<component>: Secrets the operator made; the chart makes none.
+  certManager global.tls.certManager.enabled: cert-manager Certificates write the same Secrets.
+
+Each service mounts its Secret (ca.crt, tls.crt, tls.key) at /etc/tandem/tls.
+--------------------------------------------------------------------------------------------- */}}
+
+{{- define "tandem.tls.components" -}}scheduler syncer hooks operator{{- end -}}
+
+{{/* The identity (certificate Common Name) of a component: "tandem-<component>". */}}
+{{- define "tandem.tls.identity" -}}tandem-{{ . }}{{- end -}}
+
+{{/* "generated", "existing" or "certManager"; fails on a contradiction. Call with the root context. */}}
+{{- define "tandem.tls.mode" -}}
+{{- $tls := .Values.global.tls | default dict -}}
+{{- $existing := false -}}
+{{- range $c, $name := ($tls.existingSecrets | default dict) -}}
+{{- if $name -}}{{- $existing = true -}}{{- end -}}
+{{- end -}}
+{{- $cm := (($tls.certManager | default dict).enabled) | default false -}}
+{{- if and $cm $existing -}}
+{{- fail "global.tls: set either certManager.enabled or existingSecrets, not both" -}}
+{{- else if $cm -}}certManager
+{{- else if $existing -}}existing
+{{- else -}}generated
+{{- end -}}
+{{- end -}}
+
+{{/* Name of a component's TLS Secret. Call with (dict "root" $ "component" "syncer"). */}}
+{{- define "tandem.tls.secretName" -}}
+{{- $tls := .root.Values.global.tls | default dict -}}
+{{- if eq (include "tandem.tls.mode" .root) "existing" -}}
+{{- $name := index ($tls.existingSecrets | default dict) .component -}}
+{{- if not $name -}}
+{{- fail (printf "global.tls.existingSecrets.%s is required: once one existing Secret is named, the chart makes no certificates, so every deployed service needs its own (keys ca.crt, tls.crt, tls.key; Common Name %s)" .component (include "tandem.tls.identity" .component)) -}}
+{{- end -}}
+{{- $name -}}
+{{- else -}}
+{{- printf "%s-%s-tls" (include "tandem.fullname" .root) .component -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tandem.tls.caSecretName" -}}
+{{- printf "%s-grpc-ca" (include "tandem.fullname" .) -}}
+{{- end -}}
+
+{{/*
+DNS names a component's server certificate carries, as a JSON list: its Service in the short,
+.<ns>, .<ns>.svc and .<ns>.svc.<clusterDomain> forms (clients dial "<fullname>-syncer:50052"),
+plus global.tls.extraDnsNames. Only the scheduler and the syncer serve gRPC; the gateway and the
+operator are clients and get none. Call with (dict "root" $ "component" "syncer").
+*/}}
+{{- define "tandem.tls.dnsNames" -}}
+{{- $tls := .root.Values.global.tls | default dict -}}
+{{- $out := list -}}
+{{- if has .component (list "scheduler" "syncer") -}}
+{{- $svc := include "tandem.componentName" . -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $domain := $tls.clusterDomain | default "cluster.local" -}}
+{{- $out = list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain) -}}
+{{- range ($tls.extraDnsNames | default list) -}}
+{{- if not (has . $out) -}}{{- $out = append $out . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+The generated CA and certificates, as JSON: {"ca": {...}, "<component>": {"ca.crt", "tls.crt",
+"tls.key", "notAfter", "spec"}}. Each is the one already in the cluster (lookup) while it is
+still good, else a new one.
+
+Worked out once per render and kept in a cache on .Release, the one object Helm hands to the
+umbrella's templates and the subcharts' alike: the Secrets (umbrella) and the checksum annotations
+(subcharts' Deployments) must see the same certificates, and a second genCA would make new ones.
+Under `helm template` (no cluster) every render makes new ones: GitOps users take
+existingSecrets or cert-manager instead.
+*/}}
+{{- define "tandem.tls.generated" -}}
+{{- $cache := .Release -}}
+{{- if not (hasKey $cache "tandemGeneratedTls") -}}
+{{- $tls := .Values.global.tls | default dict -}}
+{{- $gen := $tls.generated | default dict -}}
+{{- $caDays := int ($gen.caValidityDays | default 3650) -}}
+{{- $certDays := int ($gen.certValidityDays | default 365) -}}
+{{- $renewSeconds := mul (int ($gen.renewDays | default 30)) 86400 -}}
+{{- $now := now | unixEpoch | int64 -}}
+{{- $ns := .Release.Namespace -}}
+{{- $notAfterKey := "tandem.coreweave.com/not-after" -}}
+{{- $specKey := "tandem.coreweave.com/tls-spec" -}}
+{{- $out := dict -}}
+{{- /* The CA: kept while its key is there and it has more than renewDays left. */ -}}
+{{- $caName := include "tandem.tls.caSecretName" . -}}
+{{- $old := lookup "v1" "Secret" $ns $caName | default dict -}}
+{{- $oldCrt := dig "data" "tls.crt" "" $old -}}
+{{- $oldKey := dig "data" "tls.key" "" $old -}}
+{{- $oldNotAfter := dig "metadata" "annotations" $notAfterKey "" $old -}}
+{{- $ca := dict -}}
+{{- if and $oldCrt $oldKey (or (not $oldNotAfter) (gt (sub (int64 $oldNotAfter) $now) $renewSeconds)) -}}
+{{- $ca = buildCustomCert $oldCrt $oldKey -}}
+{{- $_ := set $out "ca" (dict "tls.crt" $ca.Cert "tls.key" $ca.Key "notAfter" (toString ($oldNotAfter | default ""))) -}}
+{{- else -}}
+{{- $ca = genCA $caName $caDays -}}
+{{- $_ := set $out "ca" (dict "tls.crt" $ca.Cert "tls.key" $ca.Key "notAfter" (toString (add $now (mul $caDays 86400)))) -}}
+{{- end -}}
+{{- /* One certificate per identity: kept while it is signed by this CA, names what it should and has time left. */ -}}
+{{- range $c := splitList " " (include "tandem.tls.components" .) -}}
+{{- $cn := include "tandem.tls.identity" $c -}}
+{{- $dns := include "tandem.tls.dnsNames" (dict "root" $ "component" $c) | fromJsonArray -}}
+{{- $spec := printf "%s|%s" $cn (join "," $dns) | sha256sum | trunc 32 -}}
+{{- $old := lookup "v1" "Secret" $ns (printf "%s-%s-tls" (include "tandem.fullname" $) $c) | default dict -}}
+{{- $oldCa := dig "data" "ca.crt" "" $old -}}
+{{- $oldCrt := dig "data" "tls.crt" "" $old -}}
+{{- $oldKey := dig "data" "tls.key" "" $old -}}
+{{- $oldNotAfter := dig "metadata" "annotations" $notAfterKey "" $old -}}
+{{- $oldSpec := dig "metadata" "annotations" $specKey "" $old -}}
+{{- if and $oldCrt $oldKey $oldNotAfter (eq $oldCa ($ca.Cert | b64enc)) (eq $oldSpec $spec) (gt (sub (int64 $oldNotAfter) $now) $renewSeconds) -}}
+{{- $_ := set $out $c (dict "ca.crt" $ca.Cert "tls.crt" ($oldCrt | b64dec) "tls.key" ($oldKey | b64dec) "notAfter" $oldNotAfter "spec" $spec) -}}
+{{- else -}}
+{{- $cert := genSignedCert $cn (list) $dns $certDays $ca -}}
+{{- $_ := set $out $c (dict "ca.crt" $ca.Cert "tls.crt" $cert.Cert "tls.key" $cert.Key "notAfter" (toString (add $now (mul $certDays 86400))) "spec" $spec) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $cache "tandemGeneratedTls" (toJson $out) -}}
+{{- end -}}
+{{- index $cache "tandemGeneratedTls" -}}
+{{- end -}}
+
+{{/* Where every service finds its certificate, and the flags that say so. */}}
+{{- define "tandem.tls.dir" -}}/etc/tandem/tls{{- end -}}
+
+{{- define "tandem.tls.args" -}}
+- --grpc-ca-file={{ include "tandem.tls.dir" . }}/ca.crt
+- --grpc-cert-file={{ include "tandem.tls.dir" . }}/tls.crt
+- --grpc-key-file={{ include "tandem.tls.dir" . }}/tls.key
+{{- end -}}
+
+{{/* The Secret as a volume source (its three keys). Call with (dict "root" $ "component" "syncer"). */}}
+{{- define "tandem.tls.secretSource" -}}
+secretName: {{ include "tandem.tls.secretName" . }}
+defaultMode: 0440
+items:
+  - {key: ca.crt, path: ca.crt}
+  - {key: tls.crt, path: tls.crt}
+  - {key: tls.key, path: tls.key}
+{{- end -}}
+
+{{- define "tandem.tls.volume" -}}
+- name: grpc-tls
+  secret:
+    {{- include "tandem.tls.secretSource" . | nindent 4 }}
+{{- end -}}
+
+{{- define "tandem.tls.volumeMount" -}}
+- name: grpc-tls
+  mountPath: {{ include "tandem.tls.dir" . }}
+  readOnly: true
+{{- end -}}
+
+{{/* ---------------------------------------------------------------------------------------------
+slurmrestd's CA (https:// apiBase): global.slurm.apiCa (PEM; the chart makes ConfigMap
+<fullname>-slurm-api-ca), or an existing Secret (apiCaSecret) or ConfigMap (apiCaConfigMap) with
+key apiCaKey. Mounted and passed as --slurm-api-ca-file only when one is set.
+--------------------------------------------------------------------------------------------- */}}
+
+{{/* "value", "secret", "configMap" or "" (none: the system's CAs). */}}
+{{- define "tandem.slurmApiCa.source" -}}
+{{- $s := .Values.global.slurm -}}
+{{- $set := list -}}
+{{- if $s.apiCa }}{{ $set = append $set "apiCa" }}{{ end -}}
+{{- if $s.apiCaSecret }}{{ $set = append $set "apiCaSecret" }}{{ end -}}
+{{- if $s.apiCaConfigMap }}{{ $set = append $set "apiCaConfigMap" }}{{ end -}}
+{{- if gt (len $set) 1 -}}
+{{- fail (printf "global.slurm: set one of apiCa, apiCaSecret, apiCaConfigMap (got %s)" (join ", " $set)) -}}
+{{- end -}}
+{{- if and $set (not (hasPrefix "https://" $s.apiBase)) -}}
+{{- fail (printf "global.slurm.%s is set but apiBase (%s) is not https://" (first $set) $s.apiBase) -}}
+{{- end -}}
+{{- if $s.apiCa -}}value
+{{- else if $s.apiCaSecret -}}secret
+{{- else if $s.apiCaConfigMap -}}configMap
+{{- end -}}
+{{- end -}}
+
+{{- define "tandem.slurmApiCa.configMapName" -}}
+{{- printf "%s-slurm-api-ca" (include "tandem.fullname" .) -}}
+{{- end -}}
+
+{{- define "tandem.slurmApiCa.key" -}}
+{{- if eq (include "tandem.slurmApiCa.source" .) "value" -}}ca.crt{{- else -}}{{ .Values.global.slurm.apiCaKey | default "ca.crt" }}{{- end -}}
+{{- end -}}
+
+{{- define "tandem.slurmApiCa.dir" -}}/etc/tandem/slurm-api-ca{{- end -}}
+
+{{- define "tandem.slurmApiCa.volume" -}}
+{{- $src := include "tandem.slurmApiCa.source" . -}}
+{{- if $src -}}
+- name: slurm-api-ca
+  {{- if eq $src "secret" }}
+  secret:
+    secretName: {{ .Values.global.slurm.apiCaSecret }}
+  {{- else }}
+  configMap:
+    name: {{ if eq $src "value" }}{{ include "tandem.slurmApiCa.configMapName" . }}{{ else }}{{ .Values.global.slurm.apiCaConfigMap }}{{ end }}
+  {{- end }}
+    defaultMode: 0444
+    items:
+      - key: {{ include "tandem.slurmApiCa.key" . }}
+        path: ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "tandem.slurmApiCa.volumeMount" -}}
+{{- if include "tandem.slurmApiCa.source" . -}}
+- name: slurm-api-ca
+  mountPath: {{ include "tandem.slurmApiCa.dir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* ---------------------------------------------------------------------------------------------
+checksum/* Pod annotations: a hash of each Secret (or ConfigMap) the chart makes and the
+component reads, so a change to one rolls the Deployment. Secrets the operator made
+(existingSecrets, jwtKeySecret, apiCaSecret/apiCaConfigMap) and cert-manager's are not the
+chart's to hash; the services re-read the TLS files when they change anyway.
+Call with (dict "root" $ "component" "syncer" "extra" (dict "name" "hash")).
+--------------------------------------------------------------------------------------------- */}}
+{{- define "tandem.checksumAnnotations" -}}
+{{- $root := .root -}}
+{{- $out := dict -}}
+{{- if eq (include "tandem.tls.mode" $root) "generated" -}}
+{{- $m := index (include "tandem.tls.generated" $root | fromJson) .component -}}
+{{- $_ := set $out "checksum/grpc-tls" (printf "%s%s%s" (index $m "ca.crt") (index $m "tls.crt") (index $m "tls.key") | sha256sum) -}}
+{{- end -}}
+{{- if has .component (list "scheduler" "syncer") -}}
+{{- if $root.Values.global.slurm.jwtKey -}}
+{{- $_ := set $out "checksum/slurm-jwt-key" ($root.Values.global.slurm.jwtKey | replace "\n" "" | sha256sum) -}}
+{{- end -}}
+{{- if eq (include "tandem.slurmApiCa.source" $root) "value" -}}
+{{- $_ := set $out "checksum/slurm-api-ca" ($root.Values.global.slurm.apiCa | sha256sum) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := (.extra | default dict) -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- range $k := keys $out | sortAlpha }}
+{{ $k }}: {{ index $out $k | quote }}
+{{- end }}
 {{- end -}}

@@ -1,0 +1,434 @@
+"""Issue 18: the chart's side of the trust boundary, checked on `helm template` output (no cluster).
+
+Mutual TLS: every Deployment passes --grpc-ca-file/--grpc-cert-file/--grpc-key-file and mounts
+its own Secret; the generated certificates verify against the generated CA with the right Common
+Name and DNS names (checked by openssl, not by the chart's own helpers); cert-manager and
+existing Secrets replace generation; checksums follow what the chart generates. NetworkPolicies
+select the Pods the Deployments make and admit only Tandem's own callers. A render with every
+secret supplied is the same twice (GitOps). Needs the lab's helm (`make tools`); skipped without.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from base64 import b64decode
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devstack.config import REPO_ROOT, default_state_dir
+
+HELM = default_state_dir() / "bin" / "helm"
+CHART = REPO_ROOT / "helm" / "tandem"
+RELEASE, NS = "t", "tandem"
+FULLNAME = "t-tandem"
+SERVICES = ("scheduler", "syncer", "hooks")
+IDENTITIES = (*SERVICES, "operator")
+TLS_DIR = "/etc/tandem/tls"
+EXISTING = tuple(f"global.tls.existingSecrets.{c}=my-{c}-tls" for c in SERVICES)
+ALL_SUPPLIED = (*EXISTING, "hooks.existingSecret=my-hooks-token")
+
+pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: `make tools` builds it")
+
+Doc = dict[str, Any]
+
+
+def _helm_template(*sets: str, release: str = RELEASE) -> subprocess.CompletedProcess[str]:
+    args = [str(HELM), "template", release, str(CHART), "-n", NS]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+def render(*sets: str) -> list[Doc]:
+    res = _helm_template(*sets)
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def of_kind(docs: list[Doc], kind: str) -> dict[str, Doc]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def deployment(docs: list[Doc], component: str) -> Doc:
+    return of_kind(docs, "Deployment")[f"{FULLNAME}-{component}"]
+
+
+def container(dep: Doc) -> Doc:
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert isinstance(c, dict)
+    return c
+
+
+def tls_secrets(docs: list[Doc]) -> dict[str, Doc]:
+    return {n: d for n, d in of_kind(docs, "Secret").items() if d.get("type") == "kubernetes.io/tls"}
+
+
+def decoded(secret: Doc) -> dict[str, str]:
+    return {k: b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def service_names(component: str) -> set[str]:
+    svc = f"{FULLNAME}-{component}"
+    return {svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cluster.local"}
+
+
+def openssl(*args: str) -> str:
+    res = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+@pytest.fixture(scope="module")
+def default_docs() -> list[Doc]:
+    return render()
+
+
+@pytest.fixture(scope="module")
+def pem_dir(default_docs: list[Doc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The generated Secrets as files: <name>/{ca.crt,tls.crt,tls.key}."""
+    root = tmp_path_factory.mktemp("pem")
+    for name, secret in tls_secrets(default_docs).items():
+        (root / name).mkdir()
+        for key, value in decoded(secret).items():
+            (root / name / key).write_text(value)
+    yield root
+
+
+# --- mutual TLS: what each Deployment is given --------------------------------------------------
+
+
+@pytest.mark.parametrize("component", SERVICES)
+def test_each_deployment_passes_the_three_tls_flags_and_mounts_its_own_secret(
+    default_docs: list[Doc], component: str
+) -> None:
+    dep = deployment(default_docs, component)
+    c = container(dep)
+    for flag, file in (("ca", "ca.crt"), ("cert", "tls.crt"), ("key", "tls.key")):
+        assert f"--grpc-{flag}-file={TLS_DIR}/{file}" in c["args"], (component, c["args"])
+    secret = f"{FULLNAME}-{component}-tls"
+    files = {}
+    for vol in dep["spec"]["template"]["spec"]["volumes"]:
+        mounts = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]]
+        sources = [vol["secret"] | {"name": vol["secret"]["secretName"]}] if "secret" in vol else []
+        sources += [s["secret"] for s in vol.get("projected", {}).get("sources", []) if "secret" in s]
+        for src in sources:
+            for item in src["items"]:
+                for mount in mounts:
+                    files[f"{mount}/{item['path']}"] = (src["name"], item["key"])
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        assert files[f"{TLS_DIR}/{key}"] == (secret, key), (component, files)
+
+
+def test_the_chart_generates_a_ca_and_one_certificate_per_identity(default_docs: list[Doc]) -> None:
+    secrets = tls_secrets(default_docs)
+    assert set(secrets) == {f"{FULLNAME}-grpc-ca"} | {f"{FULLNAME}-{c}-tls" for c in IDENTITIES}
+    ca = decoded(secrets[f"{FULLNAME}-grpc-ca"])
+    for c in IDENTITIES:
+        data = decoded(secrets[f"{FULLNAME}-{c}-tls"])
+        assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+        assert data["ca.crt"] == ca["tls.crt"], c
+
+
+@pytest.mark.parametrize("component", IDENTITIES)
+def test_generated_certificates_verify_against_the_ca_with_the_identity_and_service_names(
+    pem_dir: Path, component: str
+) -> None:
+    ca = pem_dir / f"{FULLNAME}-grpc-ca" / "tls.crt"
+    d = pem_dir / f"{FULLNAME}-{component}-tls"
+    crt = str(d / "tls.crt")
+    assert openssl("verify", "-CAfile", str(ca), "-purpose", "sslclient", crt).strip().endswith("OK")
+    subject = openssl("x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", crt).strip()
+    assert subject == f"subject=CN=tandem-{component}"
+    sans = openssl("x509", "-noout", "-ext", "subjectAltName", "-in", crt)
+    names = {part.strip().removeprefix("DNS:") for part in sans.splitlines()[1:] for part in part.split(",")}
+    names.discard("")
+    if component in ("scheduler", "syncer"):
+        # A server: every name a client dials, the address --syncer-address names included.
+        assert names == service_names(component)
+        openssl("verify", "-CAfile", str(ca), "-purpose", "sslserver", crt)
+    else:
+        assert names == set()
+    # The key is the certificate's.
+    pub_crt = openssl("x509", "-noout", "-pubkey", "-in", crt)
+    pub_key = openssl("pkey", "-pubout", "-in", str(d / "tls.key"))
+    assert pub_crt == pub_key
+
+
+def test_clients_dial_a_name_the_server_certificate_carries(default_docs: list[Doc]) -> None:
+    services = of_kind(default_docs, "Service")
+    for component in ("scheduler", "hooks"):
+        (address,) = [
+            a
+            for a in container(deployment(default_docs, component))["args"]
+            if a.startswith("--syncer-address=")
+        ]
+        host, port = address.removeprefix("--syncer-address=").rsplit(":", 1)
+        assert host in service_names("syncer") and host in services
+        assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}
+
+
+def test_checksums_are_of_the_secrets_the_chart_writes(default_docs: list[Doc]) -> None:
+    secrets = of_kind(default_docs, "Secret")
+    for component in SERVICES:
+        annotations = deployment(default_docs, component)["spec"]["template"]["metadata"]["annotations"]
+        data = decoded(secrets[f"{FULLNAME}-{component}-tls"])
+        want = hashlib.sha256((data["ca.crt"] + data["tls.crt"] + data["tls.key"]).encode()).hexdigest()
+        assert annotations["checksum/grpc-tls"] == want, component
+    token = decoded(secrets[f"{FULLNAME}-hooks-token"])["hooks-token"]
+    hooks = deployment(default_docs, "hooks")["spec"]["template"]["metadata"]["annotations"]
+    assert hooks["checksum/hooks-token"] == hashlib.sha256(token.encode()).hexdigest()
+
+
+def test_a_jwt_key_and_an_api_ca_given_as_values_restart_the_pods_that_read_them() -> None:
+    one = render("global.slurm.jwtKey=a2V5MQ==")
+    two = render("global.slurm.jwtKey=a2V5Mg==")
+    for component in ("scheduler", "syncer"):
+        a = deployment(one, component)["spec"]["template"]["metadata"]["annotations"]
+        b = deployment(two, component)["spec"]["template"]["metadata"]["annotations"]
+        assert a["checksum/slurm-jwt-key"] != b["checksum/slurm-jwt-key"]
+    assert (
+        "checksum/slurm-jwt-key"
+        not in deployment(one, "hooks")["spec"]["template"]["metadata"]["annotations"]
+    )
+
+
+# --- cert-manager and existing Secrets -------------------------------------------------------
+
+
+def test_cert_manager_makes_certificates_and_no_tls_secrets() -> None:
+    docs = render("global.tls.certManager.enabled=true")
+    assert tls_secrets(docs) == {}
+    issuers = of_kind(docs, "Issuer")
+    assert issuers[f"{FULLNAME}-selfsigned"]["spec"] == {"selfSigned": {}}
+    assert issuers[f"{FULLNAME}-grpc-ca"]["spec"] == {"ca": {"secretName": f"{FULLNAME}-grpc-ca"}}
+    certs = of_kind(docs, "Certificate")
+    assert certs[f"{FULLNAME}-grpc-ca"]["spec"]["isCA"] is True
+    for c in IDENTITIES:
+        spec = certs[f"{FULLNAME}-{c}-tls"]["spec"]
+        assert spec["secretName"] == f"{FULLNAME}-{c}-tls"
+        assert spec["commonName"] == f"tandem-{c}"
+        assert spec["issuerRef"]["name"] == f"{FULLNAME}-grpc-ca"
+        assert "client auth" in spec["usages"]
+        if c in ("scheduler", "syncer"):
+            assert set(spec["dnsNames"]) == service_names(c)
+            assert "server auth" in spec["usages"]
+    for component in SERVICES:
+        dep = deployment(docs, component)
+        assert "checksum/grpc-tls" not in dep["spec"]["template"]["metadata"].get("annotations", {})
+
+
+def test_cert_manager_with_an_issuer_of_your_own_makes_no_ca() -> None:
+    docs = render(
+        "global.tls.certManager.enabled=true",
+        "global.tls.certManager.issuerRef.name=corp-ca",
+        "global.tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert of_kind(docs, "Issuer") == {}
+    certs = of_kind(docs, "Certificate")
+    assert set(certs) == {f"{FULLNAME}-{c}-tls" for c in IDENTITIES}
+    for cert in certs.values():
+        assert cert["spec"]["issuerRef"] == {
+            "name": "corp-ca",
+            "kind": "ClusterIssuer",
+            "group": "cert-manager.io",
+        }
+
+
+def test_existing_secrets_are_mounted_and_nothing_is_generated() -> None:
+    docs = render(*ALL_SUPPLIED)
+    assert [n for n, d in of_kind(docs, "Secret").items()] == []
+    assert of_kind(docs, "Certificate") == {}
+    for component in SERVICES:
+        dep = deployment(docs, component)
+        names = [
+            v["secret"]["secretName"] for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v
+        ]
+        names += [
+            s["secret"]["name"]
+            for v in dep["spec"]["template"]["spec"]["volumes"]
+            for s in v.get("projected", {}).get("sources", [])
+        ]
+        assert f"my-{component}-tls" in names
+        assert not any(k.startswith("checksum/") for k in dep["spec"]["template"]["metadata"]["annotations"])
+    assert "my-hooks-token" in names
+
+
+def test_one_existing_secret_needs_the_others() -> None:
+    res = _helm_template("global.tls.existingSecrets.syncer=mine")
+    assert res.returncode != 0
+    assert "global.tls.existingSecrets.scheduler is required" in res.stderr
+
+
+def test_cert_manager_and_existing_secrets_do_not_mix() -> None:
+    res = _helm_template("global.tls.certManager.enabled=true", *EXISTING)
+    assert res.returncode != 0 and "not both" in res.stderr
+
+
+def test_with_every_secret_supplied_two_renders_are_the_same() -> None:
+    one, two = _helm_template(*ALL_SUPPLIED), _helm_template(*ALL_SUPPLIED)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == two.stdout
+
+
+# --- slurmrestd over HTTPS -------------------------------------------------------------------
+
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def test_an_api_ca_given_as_pem_is_a_configmap_mounted_and_passed() -> None:
+    res = subprocess.run(
+        [str(HELM), "template", RELEASE, str(CHART), "-n", NS, "--set", "global.slurm.apiBase=https://slurm:6820",
+         "--set-string", f"global.slurm.apiCa={PEM}"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert of_kind(docs, "ConfigMap")[f"{FULLNAME}-slurm-api-ca"]["data"]["ca.crt"] == PEM
+    for component in ("scheduler", "syncer"):
+        dep = deployment(docs, component)
+        c = container(dep)
+        assert "--slurm-api-ca-file=/etc/tandem/slurm-api-ca/ca.crt" in c["args"]
+        assert {"name": "slurm-api-ca", "mountPath": "/etc/tandem/slurm-api-ca", "readOnly": True} in c[
+            "volumeMounts"
+        ]
+        assert "checksum/slurm-api-ca" in dep["spec"]["template"]["metadata"]["annotations"]
+    assert not any("slurm-api-ca" in a for a in container(deployment(docs, "hooks"))["args"])
+
+
+def test_without_an_api_ca_no_flag_is_passed(default_docs: list[Doc]) -> None:
+    for component in ("scheduler", "syncer"):
+        assert not any(
+            "--slurm-api-ca-file" in a for a in container(deployment(default_docs, component))["args"]
+        )
+
+
+def test_an_existing_api_ca_secret_is_mounted() -> None:
+    docs = render("global.slurm.apiBase=https://slurm:6820", "global.slurm.apiCaSecret=slurm-ca")
+    vols = deployment(docs, "syncer")["spec"]["template"]["spec"]["volumes"]
+    (vol,) = [v for v in vols if v["name"] == "slurm-api-ca"]
+    assert vol["secret"]["secretName"] == "slurm-ca"
+    assert vol["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("global.slurm.apiCaSecret=a", "global.slurm.apiCaConfigMap=b"), "set one of apiCa"),
+        (("global.slurm.apiCaSecret=a",), "is not https://"),
+        (("global.tls.certManager.issuerRef.kind=Vault",), "issuerRef/kind"),
+        (("networkPolicy.operatorFrom[0].nodeSelector.x=y",), "operatorFrom/0"),
+        (("global.tls.generated.renewDays=0",), "renewDays"),
+    ],
+)
+def test_bad_values_are_refused(sets: tuple[str, ...], message: str) -> None:
+    res = _helm_template(*sets)
+    assert res.returncode != 0
+    assert message in res.stderr, res.stderr
+
+
+# --- NetworkPolicies -------------------------------------------------------------------------
+
+
+def _selects(selector: Doc, labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # the chart selects by labels only
+    return bool(selector.get("matchLabels", {}).items() <= labels.items())
+
+
+def _pod_labels(docs: list[Doc], component: str) -> dict[str, str]:
+    labels: dict[str, str] = deployment(docs, component)["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def _ports(dep: Doc) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container(dep)["ports"]}
+
+
+def _rules_by_port(policy: Doc) -> dict[int, list[list[Doc] | None]]:
+    out: dict[int, list[list[Doc] | None]] = {}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            out.setdefault(port["port"], []).append(rule.get("from"))
+    return out
+
+
+def test_each_policy_selects_its_own_pods_and_no_other(default_docs: list[Doc]) -> None:
+    policies = of_kind(default_docs, "NetworkPolicy")
+    assert set(policies) == {f"{FULLNAME}-{c}" for c in SERVICES}
+    for component in SERVICES:
+        spec = policies[f"{FULLNAME}-{component}"]["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        for other in SERVICES:
+            assert _selects(spec["podSelector"], _pod_labels(default_docs, other)) == (other == component)
+
+
+def test_the_syncer_takes_grpc_only_from_the_scheduler_and_the_gateway(default_docs: list[Doc]) -> None:
+    policy = of_kind(default_docs, "NetworkPolicy")[f"{FULLNAME}-syncer"]
+    ports = _ports(deployment(default_docs, "syncer"))
+    rules = _rules_by_port(policy)
+    assert set(rules) == {ports["grpc"], ports["health"]}
+    (peers,) = rules[ports["grpc"]]
+    assert peers is not None
+    assert peers and all(set(p) == {"podSelector"} for p in peers)
+    admitted = {
+        c for c in SERVICES for p in peers if _selects(p["podSelector"], _pod_labels(default_docs, c))
+    }
+    assert admitted == {"scheduler", "hooks"}
+    assert rules[ports["health"]] == [None]  # probes and scrapes: the health port only
+
+
+def test_the_scheduler_takes_grpc_only_from_the_syncer_and_listed_operators() -> None:
+    ops = "networkPolicy.operatorFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=ops"
+    for sets, operators in (((), 0), ((ops,), 1)):
+        docs = render(*sets)
+        policy = of_kind(docs, "NetworkPolicy")[f"{FULLNAME}-scheduler"]
+        (peers,) = _rules_by_port(policy)[_ports(deployment(docs, "scheduler"))["grpc"]]
+        assert peers is not None
+        pods = [p for p in peers if "podSelector" in p]
+        assert [c for c in SERVICES for p in pods if _selects(p["podSelector"], _pod_labels(docs, c))] == [
+            "syncer"
+        ]
+        assert [p for p in peers if "namespaceSelector" in p] == (
+            [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}] * operators
+        )
+
+
+def test_the_gateway_takes_calls_only_from_the_slurmd_namespace() -> None:
+    docs = render("global.slurmdNamespace=slurm")
+    policy = of_kind(docs, "NetworkPolicy")[f"{FULLNAME}-hooks"]
+    rules = _rules_by_port(policy)
+    assert list(rules) == [_ports(deployment(docs, "hooks"))["http"]]
+    (peers,) = next(iter(rules.values()))
+    assert peers == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "slurm"}}, "podSelector": {}}
+    ]
+
+
+def test_monitoring_peers_replace_anyone_on_the_health_ports() -> None:
+    prom = "networkPolicy.monitoringFrom[0].namespaceSelector.matchLabels.team=monitoring"
+    docs = render(prom)
+    want = [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}]
+    for component in ("scheduler", "syncer"):
+        rules = _rules_by_port(of_kind(docs, "NetworkPolicy")[f"{FULLNAME}-{component}"])
+        assert rules[_ports(deployment(docs, component))["health"]] == [want]
+    hooks = _rules_by_port(of_kind(docs, "NetworkPolicy")[f"{FULLNAME}-hooks"])
+    assert want in hooks[_ports(deployment(docs, "hooks"))["http"]]
+
+
+def test_no_rule_ever_admits_everyone_by_an_empty_peer_list() -> None:
+    """`from: []` would mean anyone: a disabled caller must drop the rule, not empty it."""
+    docs = render("scheduler.enabled=false", "hooks.enabled=false")
+    (policy,) = of_kind(docs, "NetworkPolicy").values()
+    grpc = _ports(deployment(docs, "syncer"))["grpc"]
+    assert grpc not in _rules_by_port(policy)
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("from", None) != []
+
+
+def test_network_policies_can_be_turned_off() -> None:
+    assert of_kind(render("networkPolicy.enabled=false"), "NetworkPolicy") == {}
