@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 # Slurm itself refuses a range of more than 64k names ("Too many hosts in range": MAX_RANGE in its
 # hostlist.c), and no cluster Tandem serves comes near that many nodes. At this cap an expansion
-# costs a few MiB, not the scheduler's whole memory limit.
+# costs 4 MiB (`gpu-[00000-65535]`) to 20 MiB (names of 253 characters), not the scheduler's whole
+# memory limit.
 MAX_NAMES = 64 * 1024
 # A Slurm node here is a Kubernetes Node and a slurmd Pod: its name is a DNS subdomain, at most
 # 253 characters. Bounding it bounds each expanded name (zero padding could make one huge).
