@@ -35,7 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 from kubernetes import client as k8s
 
@@ -80,7 +79,7 @@ def wait_until_quiet(cfg: StackConfig, timeout: float = 180.0, settle: float = 5
     Returns the seconds waited."""
     started = time.monotonic()
     slurm = slurm_client(cfg)
-    channel = grpc.insecure_channel(services.grpc_addresses(cfg)["tandem-syncer"])
+    channel = services.operator_channel(cfg, services.grpc_addresses(cfg)["tandem-syncer"])
     syncer = syncer_pb2_grpc.SyncerServiceStub(channel)
     try:
         while time.monotonic() - started < timeout:

@@ -7,7 +7,6 @@ import copy
 import time
 from typing import Any
 
-import grpc
 import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
@@ -189,8 +188,8 @@ def _first_warning(core: k8s.CoreV1Api, uid: str, timeout: float = 15) -> str:
 def placement_table(cfg: StackConfig, namespace: str = NAMESPACE) -> str:
     addr = services.grpc_addresses(cfg)
     with (
-        grpc.insecure_channel(addr["tandem-scheduler"]) as sch,
-        grpc.insecure_channel(addr["tandem-syncer"]) as syn,
+        services.operator_channel(cfg, addr["tandem-scheduler"]) as sch,
+        services.operator_channel(cfg, addr["tandem-syncer"]) as syn,
     ):
         placements = (
             scheduler_pb2_grpc.SchedulerServiceStub(sch)

@@ -62,12 +62,40 @@ def ensure_pki(pki: Path) -> None:
         tokens.write_text("\n".join(lines) + "\n")
 
 
-def _serving_cert(pki: Path, name: str, san: str) -> None:
-    """`name`.crt and `name`.key for a TLS server on 127.0.0.1, signed by the stack's CA."""
+# Tandem's gRPC identities (tandem.mtls): the two servers are also clients of each other; the
+# gateway and the operator (grpcurl, kubectl tandem) only call.
+GRPC_SERVERS = ("tandem-syncer", "tandem-scheduler")
+GRPC_CLIENTS = ("tandem-hooks", "tandem-operator")
+
+
+def grpc_dir(pki: Path) -> Path:
+    return pki / "grpc"
+
+
+def ensure_grpc_pki(pki: Path) -> None:
+    """A CA of Tandem's own (not the apiserver's: it signs identities, nothing else) and a
+    certificate per identity, its Common Name the identity: what the chart makes in a cluster."""
+    grpc = grpc_dir(pki)
+    grpc.mkdir(parents=True, exist_ok=True)
+    grpc.chmod(0o700)
+    if not (grpc / "ca.crt").exists():
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+            "-keyout", grpc / "ca.key", "-out", grpc / "ca.crt", "-subj", "/CN=tandem-grpc-ca",
+        )  # fmt: skip
+    for name in GRPC_SERVERS:
+        _serving_cert(grpc, name, "IP:127.0.0.1,DNS:localhost", usage="serverAuth,clientAuth")
+    for name in GRPC_CLIENTS:
+        _serving_cert(grpc, name, "", usage="clientAuth")
+
+
+def _serving_cert(pki: Path, name: str, san: str, usage: str = "serverAuth") -> None:
+    """`name`.crt and `name`.key (CN `name`) signed by the CA in `pki`: a TLS server on 127.0.0.1
+    (`san`), or with `usage` clientAuth only, a client."""
     if (pki / f"{name}.crt").exists():
         return
     ext = pki / f"{name}.ext"
-    ext.write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
+    ext.write_text((f"subjectAltName={san}\n" if san else "") + f"extendedKeyUsage={usage}\n")
     _openssl(
         "req",
         "-newkey",

@@ -11,9 +11,10 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from devstack import config, slurm
+from devstack import config, pki, slurm
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
+from tandem import mtls
 
 SERVICES = ("tandem-syncer", "tandem-scheduler", "tandem-hooks")
 # REPLICAS=2: a second scheduler and syncer, each pair electing a leader on its Lease as the
@@ -94,6 +95,28 @@ def _publish(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def grpc_tls(cfg: StackConfig, identity: str) -> mtls.TlsFiles:
+    """The certificate files of a Tandem gRPC identity in the lab (devstack.pki)."""
+    d = pki.grpc_dir(cfg.pki_dir)
+    return mtls.TlsFiles(str(d / "ca.crt"), str(d / f"{identity}.crt"), str(d / f"{identity}.key"))
+
+
+def operator_tls_env(cfg: StackConfig) -> dict[str, str]:
+    """What grpcurl's -cacert/-cert/-key and kubectl tandem read (TANDEM_GRPC_CA, _CERT, _KEY)."""
+    tls = grpc_tls(cfg, mtls.OPERATOR)
+    return {"TANDEM_GRPC_CA": tls.ca, "TANDEM_GRPC_CERT": tls.cert, "TANDEM_GRPC_KEY": tls.key}
+
+
+def operator_channel(cfg: StackConfig, address: str) -> grpc.Channel:
+    """A channel to a Tandem service as the operator (what the demo, tests and benchmarks read as)."""
+    return grpc.secure_channel(address, mtls.channel_credentials(grpc_tls(cfg, mtls.OPERATOR)))
+
+
+def _tls_args(cfg: StackConfig, identity: str) -> list[str]:
+    tls = grpc_tls(cfg, identity)
+    return [f"--grpc-ca-file={tls.ca}", f"--grpc-cert-file={tls.cert}", f"--grpc-key-file={tls.key}"]
+
+
 def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
     p = cfg.ports
     return {
@@ -147,6 +170,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
         return [
             exe,
             *elect,
+            *_tls_args(cfg, name),
             f"--grpc-bind-address={_own_address(cfg, name + (SECOND if second else ''))}",
             f"--health-probe-bind-address=127.0.0.1:{p.syncer_health_b if second else p.syncer_health}",
             kubeconfig_arg,
@@ -158,6 +182,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
         return [
             exe,
             *elect,
+            *_tls_args(cfg, name),
             f"--grpc-bind-address={_own_address(cfg, name + (SECOND if second else ''))}",
             f"--health-probe-bind-address=127.0.0.1:{p.scheduler_health_b if second else p.scheduler_health}",
             kubeconfig_arg,
@@ -173,6 +198,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     if name == "tandem-hooks":
         return [
             exe,
+            *_tls_args(cfg, name),
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
             f"--syncer-address={addr['tandem-syncer']}",
             f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}",
@@ -203,8 +229,8 @@ def serving(cfg: StackConfig, name: str) -> bool:
             return False
     try:
         if name == SYNCER_ROUTER:
-            return health_status(grpc_addresses(cfg)["tandem-syncer"]) == "SERVING"
-        status = health_status(_own_address(cfg, name))
+            return health_status(cfg, grpc_addresses(cfg)["tandem-syncer"]) == "SERVING"
+        status = health_status(cfg, _own_address(cfg, name))
     except grpc.RpcError:
         return False
     standby_ok = cfg.replicas > 1 and name.startswith("tandem-syncer")
@@ -216,8 +242,8 @@ def _lease(component: str) -> str:
     return f"{config.TANDEM_RELEASE}-{component}"
 
 
-def health_status(address: str, service: str = "") -> str:
-    with grpc.insecure_channel(address) as channel:
+def health_status(cfg: StackConfig, address: str, service: str = "") -> str:
+    with operator_channel(cfg, address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))

@@ -31,6 +31,7 @@ def up(cfg: StackConfig) -> float:
     tools.ensure_tools(cfg.bin_dir)
     slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
+    pki.ensure_grpc_pki(cfg.pki_dir)
     kube.write_kubeconfigs(cfg)
     services.write_hooks_env(cfg)
     slurm.ensure_files(cfg, prolog=hook_wrapper(cfg, "prolog.sh"), epilog=hook_wrapper(cfg, "epilog.sh"))
@@ -159,6 +160,8 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_SYNCER_ADDR": addr["tandem-syncer"],
         "TANDEM_HOOKS_URL": cfg.hooks_url,
         "TANDEM_HOOKS_TOKEN": services.hooks_token(cfg),
+        # An operator's client certificate: grpcurl -cacert ... -cert ... -key ..., kubectl tandem.
+        **services.operator_tls_env(cfg),
         "TANDEM_SCHEDULER_NAME": cfg.scheduler_name,
         "TANDEM_SLURMD_NAMESPACE": config.SLURM_NAMESPACE,
         "TANDEM_SLURMRESTD_URL": cfg.slurmrestd_url,
@@ -188,7 +191,7 @@ def summary(cfg: StackConfig) -> str:
     addr = services.grpc_addresses(cfg)
     out.append("== Tandem")
     for name, address in addr.items():
-        out.append(f"{name:18} gRPC {address:22} {services.health_status(address)}")
+        out.append(f"{name:18} gRPC {address:22} {services.health_status(cfg, address)}")
     hooks = "SERVING" if services.serving(cfg, "tandem-hooks") else "NOT SERVING"
     out.append(f"{'tandem-hooks':18} HTTP {cfg.hooks_url:22} {hooks}")
     out.append(f"\nshell: . {cfg.env_file}")

@@ -1,5 +1,6 @@
-"""What every Tandem service serves: gRPC with reflection and grpc.health.v1, and a small HTTP
-server for `/healthz`, `/readyz` and `/metrics`; and a clean stop on SIGTERM."""
+"""What every Tandem service serves: gRPC over mutual TLS with reflection and grpc.health.v1, and
+a small plain HTTP server for `/healthz`, `/readyz` and `/metrics` (probes carry no certificate);
+and a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from tandem import tracing
+from tandem import mtls, tracing
 from tandem.settings import split_host_port
 
 log = logging.getLogger(__name__)
@@ -34,25 +35,32 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def channel(address: str) -> grpc.Channel:
-    """A channel whose calls carry the caller's trace context."""
-    return tracing.intercept_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+def channel(address: str, tls: mtls.TlsFiles | None) -> grpc.Channel:
+    """A channel whose calls carry the caller's trace context, over mutual TLS with this process's
+    certificate (`tls=None`, plaintext, only for tests of this module's users)."""
+    if tls is None:
+        return tracing.intercept_channel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+    return tracing.intercept_channel(mtls.ReloadingChannel(address, tls, CHANNEL_OPTIONS))
 
 
 class GrpcServer:
-    """A gRPC server whose health service reports SERVING once `set_serving(True)` is called."""
+    """A gRPC server whose health service reports SERVING once `set_serving(True)` is called.
+    With `tls`, every caller presents a certificate from Tandem's CA and may make only the calls
+    `mtls.ACCESS` grants its identity; `tls=None` (plaintext, anyone) is for tests only."""
 
     def __init__(
         self,
         address: str,
         registrars: Iterable[Registrar],
         service_names: Iterable[str],
+        tls: mtls.TlsFiles | None,
         max_workers: int = 64,
         interceptors: Iterable[Any] = (),
     ) -> None:
+        guard = [mtls.AuthorizationInterceptor()] if tls is not None else []
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-            interceptors=[tracing.ServerInterceptor(), *interceptors],
+            interceptors=[*guard, tracing.ServerInterceptor(), *interceptors],
             options=[("grpc.so_reuseport", 0)],
         )
         self.health = health.HealthServicer(experimental_non_blocking=True)
@@ -69,7 +77,11 @@ class GrpcServer:
             self.server,
         )
         host, port = split_host_port(address)
-        self.port = self.server.add_insecure_port(f"{host or '[::]'}:{port}")
+        bind = f"{host or '[::]'}:{port}"
+        if tls is None:
+            self.port = self.server.add_insecure_port(bind)
+        else:
+            self.port = self.server.add_secure_port(bind, mtls.server_credentials(tls))
         if self.port == 0:
             raise OSError(f"cannot listen for gRPC on {address}")
         self.set_serving(False)

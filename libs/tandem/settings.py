@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tandem.mtls import TlsFiles
+
 T = TypeVar("T")
 
 _DURATION = re.compile(r"^(?P<num>\d+(\.\d+)?)(?P<unit>ms|s|m|h)?$")
@@ -39,7 +41,7 @@ def option(default: Any, *, flag: str, env: str, help: str) -> Any:
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    """What every Tandem service takes: logging and tracing."""
+    """What every Tandem service takes: logging, tracing and its gRPC identity."""
 
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
     otlp_endpoint: str = option(
@@ -48,6 +50,25 @@ class ServiceSettings:
         env="OTEL_EXPORTER_OTLP_ENDPOINT",
         help="OTLP/gRPC endpoint for traces, e.g. http://otel-collector:4317; empty = tracing off",
     )
+    grpc_ca_file: str = option(
+        "",
+        flag="--grpc-ca-file",
+        env="TANDEM_GRPC_CA_FILE",
+        help="CA certificate (PEM) that signs every Tandem service's and operator's certificate",
+    )
+    grpc_cert_file: str = option(
+        "",
+        flag="--grpc-cert-file",
+        env="TANDEM_GRPC_CERT_FILE",
+        help="this service's certificate (PEM; its Common Name is its identity), to serve and to call",
+    )
+    grpc_key_file: str = option(
+        "", flag="--grpc-key-file", env="TANDEM_GRPC_KEY_FILE", help="the private key of --grpc-cert-file"
+    )
+
+    def grpc_tls(self, service: str) -> TlsFiles:
+        """The mutual-TLS files; a service without them does not start (there is no plaintext)."""
+        return TlsFiles.required(self.grpc_ca_file, self.grpc_cert_file, self.grpc_key_file, service)
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,12 @@ class ClusterSettings(ServiceSettings):
         flag="--slurm-api-base",
         env="TANDEM_SLURM_API_BASE",
         help="slurmrestd base URL",
+    )
+    slurm_api_ca_file: str = option(
+        "",
+        flag="--slurm-api-ca-file",
+        env="TANDEM_SLURM_API_CA_FILE",
+        help="CA certificate (PEM) of an https:// slurmrestd; empty = the system's CAs",
     )
     slurm_user: str = option(
         "root",

@@ -27,7 +27,11 @@ PIN = {h.PREFIX + "required-nodes": "cpu-001", h.PREFIX + "exclusive": "none"}
 
 def kubectl_tandem(cfg: StackConfig, *args: str) -> str:
     """As a user runs it: kubectl finds the kubectl-tandem plugin on the PATH."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        **services.operator_tls_env(cfg),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     out = subprocess.run(
         [str(cfg.bin_dir / "kubectl"), "tandem", f"--kubeconfig={cfg.kubeconfig}", *args],
         capture_output=True,
@@ -130,7 +134,11 @@ def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
 
 
 def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        **services.operator_tls_env(stack_cfg),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     out = subprocess.run(
         ["kubectl-tandem", f"--kubeconfig={stack_cfg.kubeconfig}", "--syncer-address=127.0.0.1:1", "nodes"],
         capture_output=True,
@@ -140,3 +148,18 @@ def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None
     )
     assert out.returncode == 1
     assert out.stderr.startswith("error: cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE")
+
+
+def test_without_an_operator_certificate_the_cli_says_how_to_get_one(stack_cfg: StackConfig) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_GRPC_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    syncer = services.grpc_addresses(stack_cfg)["tandem-syncer"]
+    out = subprocess.run(
+        ["kubectl-tandem", f"--kubeconfig={stack_cfg.kubeconfig}", f"--syncer-address={syncer}", "nodes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "answers only certified callers" in out.stderr and "TANDEM_GRPC_CERT" in out.stderr

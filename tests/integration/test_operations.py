@@ -16,7 +16,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import demo, identities
+from devstack import demo, identities, services
 from devstack.config import StackConfig
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tests.integration import helpers as h
@@ -204,9 +204,9 @@ def two_syncers(
         yield list(zip(procs, addresses, strict=True))
 
 
-def _answers(address: str) -> bool:
+def _answers(cfg: StackConfig, address: str) -> bool:
     """The replica serves the syncer API (a standby answers UNAVAILABLE)."""
-    with grpc.insecure_channel(address) as channel:
+    with services.operator_channel(cfg, address) as channel:
         try:
             syncer_pb2_grpc.SyncerServiceStub(channel).ListNodeLocks(
                 syncer_pb2.ListNodeLocksRequest(), timeout=2
@@ -220,17 +220,17 @@ def test_killing_the_leading_syncer_hands_over_within_the_lease(
     stack_cfg: StackConfig, two_syncers: list[tuple[subprocess.Popen[bytes], str]]
 ) -> None:
     leader = h.wait_until(
-        "one syncer leads", lambda: next((r for r in two_syncers if _answers(r[1])), None), 40
+        "one syncer leads", lambda: next((r for r in two_syncers if _answers(stack_cfg, r[1])), None), 40
     )
     standby = next(r for r in two_syncers if r is not leader)
-    assert not _answers(standby[1]), "both replicas serve: two syncers would race on the locks"
+    assert not _answers(stack_cfg, standby[1]), "both replicas serve: two syncers would race on the locks"
     leader[0].send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    h.wait_until("the standby serves", lambda: _answers(standby[1]), 40)
+    h.wait_until("the standby serves", lambda: _answers(stack_cfg, standby[1]), 40)
     handed_over = time.monotonic() - killed_at
     print(f"\n[measure] syncer leader killed -> standby serves after {handed_over:.1f}s (lease 15s)")
     assert handed_over <= 15 + 2 + 5  # lease + retry period + the new leader's first Slurm sync
-    with grpc.insecure_channel(standby[1]) as channel:
+    with services.operator_channel(stack_cfg, standby[1]) as channel:
         locks = syncer_pb2_grpc.SyncerServiceStub(channel).ListNodeLocks(
             syncer_pb2.ListNodeLocksRequest(), timeout=5
         )

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from devstack import pki
 from tandem import keys
 from tandem.cli import facts as f
 from tandem.cli import main, output, views
 from tandem.kube import JSON
+from tandem.mtls import TlsFiles
 from tandem.slurm.models import Job, JobStatus, Node
 
 NOW = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
@@ -239,9 +241,17 @@ def test_a_missing_kubeconfig_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     assert "nope does not exist" in capsys.readouterr().err
 
 
-def test_an_unreachable_syncer_is_named() -> None:
+def test_an_unreachable_syncer_is_named(tmp_path: Path) -> None:
+    pki.ensure_grpc_pki(tmp_path)
+    d = pki.grpc_dir(tmp_path)
+    operator = TlsFiles(str(d / "ca.crt"), str(d / "tandem-operator.crt"), str(d / "tandem-operator.key"))
     with pytest.raises(f.Unreachable, match=r"cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE"):
-        f.read_syncer("127.0.0.1:1")
+        f.read_syncer("127.0.0.1:1", operator)
+
+
+def test_without_an_operator_certificate_the_syncer_is_not_asked() -> None:
+    with pytest.raises(f.Unreachable, match=r"answers only certified callers: pass --grpc-ca"):
+        f.read_syncer("127.0.0.1:1", None)
 
 
 @pytest.mark.parametrize("command", [["get"], ["describe", "p"], ["nodes"]])

@@ -50,10 +50,10 @@ class FakeSyncer(syncer_pb2_grpc.SyncerServiceServicer):
 def gateway_to_fake_syncer(exporter: InMemorySpanExporter) -> Iterator[tuple[HooksGateway, FakeSyncer]]:
     fake = FakeSyncer()
     server = serving.GrpcServer(
-        "127.0.0.1:0", [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(fake, s)], []
+        "127.0.0.1:0", [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(fake, s)], [], None
     )
     server.start()
-    channel = serving.channel(f"127.0.0.1:{server.port}")
+    channel = serving.channel(f"127.0.0.1:{server.port}", None)
     gateway = HooksGateway("127.0.0.1:0", "t0ken", syncer_pb2_grpc.SyncerServiceStub(channel))
     gateway.start()
     exporter.clear()

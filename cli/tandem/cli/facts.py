@@ -10,6 +10,7 @@ import grpc
 
 from tandem import keys
 from tandem.kube import JSON, KubeClient
+from tandem.mtls import TlsFiles, channel_credentials
 from tandem.scheduler import decide, decide_group
 from tandem.slurm import wire
 from tandem.slurm.models import JobStatus, Node
@@ -73,7 +74,11 @@ def is_tandems(pod: JSON, scheduler_names: set[str]) -> bool:
 
 
 def gather(
-    kube: KubeClient, namespace: str | None, scheduler_name: str = "", syncer_address: str = ""
+    kube: KubeClient,
+    namespace: str | None,
+    scheduler_name: str = "",
+    syncer_address: str = "",
+    tls: TlsFiles | None = None,
 ) -> Facts:
     """`namespace` None: every namespace."""
     pods_path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
@@ -93,7 +98,7 @@ def gather(
         if (p.get("spec") or {}).get("nodeName")
     }
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
-    slurm = read_syncer(syncer_address) if syncer_address else None
+    slurm = read_syncer(syncer_address, tls) if syncer_address else None
     return Facts(pods, slurmd, slurm_node_of, nodes, slurm)
 
 
@@ -105,11 +110,21 @@ def events_of(kube: KubeClient, kind: str, name: str, namespace: str | None) -> 
     return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
-def read_syncer(address: str) -> SlurmView:
-    """The syncer's snapshot of Slurm (every job, every node)."""
+def read_syncer(address: str, tls: TlsFiles | None) -> SlurmView:
+    """The syncer's snapshot of Slurm (every job, every node), asked as an operator."""
+    if tls is None:
+        raise Unreachable(
+            f"the syncer at {address} answers only certified callers: pass --grpc-ca, --grpc-cert and "
+            "--grpc-key (or set TANDEM_GRPC_CA, TANDEM_GRPC_CERT, TANDEM_GRPC_KEY) to an operator "
+            "certificate from Tandem's CA (the chart's Secret <fullname>-operator-tls)"
+        )
     view = SlurmView()
     try:
-        with grpc.insecure_channel(address) as channel:
+        credentials = channel_credentials(tls)
+    except OSError as e:
+        raise Unreachable(f"cannot read the operator certificate: {e}") from e
+    try:
+        with grpc.secure_channel(address, credentials) as channel:
             stream = syncer_pb2_grpc.SyncerServiceStub(channel).WatchSlurm(
                 syncer_pb2.WatchSlurmRequest(), timeout=SYNCER_TIMEOUT_S
             )

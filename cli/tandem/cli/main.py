@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 from tandem.cli import facts as f
 from tandem.cli import output, views
 from tandem.kube import KubeClient, KubeError
+from tandem.mtls import TlsFiles
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,6 +32,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     p.add_argument("--syncer-address", default=os.environ.get("TANDEM_SYNCER_ADDRESS", ""), help="host:port")
+    # The syncer serves only certified callers: an operator's certificate from Tandem's CA.
+    for name, what in (("ca", "CA certificate"), ("cert", "operator certificate"), ("key", "its key")):
+        env = f"TANDEM_GRPC_{name.upper()}"
+        p.add_argument(f"--grpc-{name}", default=os.environ.get(env, ""), help=f"{what} (PEM; env {env})")
     p.add_argument(
         "--scheduler-name", default="", help="also list this scheduler's Pods Tandem has not marked yet"
     )
@@ -69,11 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
+def _grpc_tls(args: argparse.Namespace) -> TlsFiles | None:
+    if not (args.grpc_ca or args.grpc_cert or args.grpc_key):
+        return None
+    return TlsFiles(args.grpc_ca, args.grpc_cert, args.grpc_key)
+
+
 def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     now = dt.datetime.now(dt.UTC)
     if args.command == "get":
         namespace = None if args.all_namespaces else (args.namespace or default_ns)
-        facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address)
+        facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args))
         rows = views.pod_rows(facts, now)
         if args.output != "table":
             return output.structured(rows, args.output)
@@ -83,7 +94,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             return f"No Tandem Pods found in {where}."
         return output.table(columns, rows)
     if args.command == "nodes":
-        facts = f.gather(kube, None, args.scheduler_name, args.syncer_address)
+        facts = f.gather(kube, None, args.scheduler_name, args.syncer_address, _grpc_tls(args))
         rows = views.node_rows(facts)
         return (
             output.table(views.NODE_COLUMNS, rows)
@@ -97,7 +108,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         if e.not_found:
             raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
         raise
-    facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address)
+    facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args))
     facts.pods = [pod]
     node = views.node_of(pod)
     node_events = views.lock_events(f.events_of(kube, "Node", node, None)) if node else []

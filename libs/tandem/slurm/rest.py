@@ -97,7 +97,13 @@ class SlurmRestClient:
     """One slurmrestd, one OpenAPI version (detected on first use unless given)."""
 
     def __init__(
-        self, base_url: str, user: str, tokens: TokenSource, version: str = "auto", timeout: float = 30.0
+        self,
+        base_url: str,
+        user: str,
+        tokens: TokenSource,
+        version: str = "auto",
+        timeout: float = 30.0,
+        ca_file: str = "",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.user = user
@@ -107,14 +113,16 @@ class SlurmRestClient:
             base_url=self.base_url,
             timeout=timeout,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            # https:// slurmrestd: its certificate checked against the CA given, else the system's.
+            verify=ca_file or True,
         )
 
     @classmethod
     def from_settings(
-        cls, base_url: str, user: str, token: str, key_file: str, version: str = "auto"
+        cls, base_url: str, user: str, token: str, key_file: str, version: str = "auto", ca_file: str = ""
     ) -> SlurmRestClient:
         key = Path(key_file).read_bytes() if key_file else None
-        return cls(base_url, user, TokenSource(token=token, key=key), version)
+        return cls(base_url, user, TokenSource(token=token, key=key), version, ca_file=ca_file)
 
     def close(self) -> None:
         self._http.close()

@@ -17,9 +17,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(HooksSettings, argv)
     logs.setup("hooks", cfg.log_level)
     tracing.setup("tandem-hooks", cfg.otlp_endpoint)
-    channel = serving.channel(cfg.syncer_address)
+    channel = serving.channel(cfg.syncer_address, cfg.grpc_tls("tandem-hooks"))
     gateway = HooksGateway(
-        cfg.hooks_address, cfg.bearer_token(), syncer_pb2_grpc.SyncerServiceStub(channel), cfg.call_timeout
+        cfg.hooks_address,
+        cfg.bearer_token(),
+        syncer_pb2_grpc.SyncerServiceStub(channel),
+        cfg.call_timeout,
+        cfg.limits(),
     )
     gateway.start()
     log.info("serving", extra={"hooks_port": gateway.port})

@@ -30,9 +30,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(SyncerSettings, argv)
     logs.setup("syncer", cfg.log_level)
     tracing.setup("tandem-syncer", cfg.otlp_endpoint)
+    tls = cfg.grpc_tls("tandem-syncer")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.from_settings(
-        cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
+        cfg.slurm_api_base,
+        cfg.slurm_user,
+        cfg.slurm_auth_token,
+        cfg.slurm_jwt_key_file,
+        ca_file=cfg.slurm_api_ca_file,
     )
     stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
@@ -60,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.grpc_address,
         [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)],
         [name],
+        tls,
         # Every prolog holds a call while its Node empties; hundreds start at once under load.
         max_workers=512,
     )
