@@ -1,7 +1,11 @@
-"""How a placeholder job names its scheduler and its Pod. The job's name is the only link both
+"""How a placeholder job names its scheduler and its Pod. This reference is the only link both
 services can read back from Slurm after a crash, so it is built and parsed here and nowhere else:
 
     tandem:<scheduler name>/<namespace>/<pod name>/<pod uid>
+
+It is the job's name (for people: squeue shows it) and its AdminComment, which only Slurm's
+administrators can write; Tandem submits as one. A job is Tandem's placeholder by its AdminComment
+(`pod_of`), never by its name: any Slurm user may name a job like a placeholder.
 
 Several Tandem schedulers may share one Slurm cluster; each acts only on its own jobs.
 
@@ -13,6 +17,10 @@ name holds a ':'), its uid the PodGroup's uid or the LWS group's key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tandem.slurm.models import Job
 
 _PREFIX = "tandem:"
 
@@ -57,3 +65,14 @@ def scheduler_of(name: str) -> str | None:
     """The scheduler that submitted a placeholder job; None for any other job."""
     parts = _parts(name)
     return parts[0] if parts else None
+
+
+def pod_of(job: Job) -> PodRef | None:
+    """The Pod (or group) a job stands for, if Tandem submitted it; None for any other job,
+    whatever its name."""
+    return parse_job_name(job.admin_comment)
+
+
+def scheduler_of_job(job: Job) -> str | None:
+    """The scheduler that submitted a placeholder job; None for any other job, whatever its name."""
+    return scheduler_of(job.admin_comment)

@@ -22,7 +22,8 @@ class Broken(grpc.RpcError):  # type: ignore[misc]
 
 def _job(job_id: int, state: Any = slurm_pb2.JOB_STATE_RUNNING) -> Any:
     ref = placeholder.PodRef("default", f"pod-{job_id}", f"uid-{job_id}")
-    return slurm_pb2.SlurmJob(job_id=job_id, name=placeholder.job_name(ref, SCHEDULER), state=state)
+    name = placeholder.job_name(ref, SCHEDULER)
+    return slurm_pb2.SlurmJob(job_id=job_id, name=name, admin_comment=name, state=state)
 
 
 class FakeSyncer:
@@ -74,3 +75,15 @@ def test_a_job_that_vanished_while_the_stream_was_down_is_reported_gone() -> Non
 def test_jobs_still_there_after_a_reconnect_are_not_reported_gone() -> None:
     _, changes = _run([_snapshot(_job(1)), _snapshot(_job(1))])
     assert [state for _, state in changes] == ["RUNNING"] * 2
+
+
+def test_a_job_only_named_like_a_placeholder_is_not_the_pods() -> None:
+    """A Slurm user may name a job `tandem:<scheduler>/<ns>/<pod>/<uid>`; only Tandem's submit
+    (as Slurm's administrator) writes the AdminComment. Before: the name alone made it the Pod's
+    job, which the scheduler recorded, bound the Pod to, or cancelled as root."""
+    forged = _job(5)
+    forged.admin_comment = ""
+    tracker, changes = _run([_snapshot(forged, _job(6))])
+    assert tracker.get(5) is None
+    assert tracker.for_pod_key("default/pod-5") == []
+    assert changes == [(6, "RUNNING")]

@@ -442,3 +442,15 @@ def test_node_state_bodies_drain_with_a_reason_and_resume() -> None:
         "reason": "k8s: maintenance",
     }
     assert Dialect("v0.0.40").node_state_body("RESUME") == {"state": ["RESUME"]}
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_the_admin_comment_goes_out_with_the_submit_and_comes_back_with_the_job(version: str) -> None:
+    spec = JobSpec(
+        name="tandem:s/ns/p/u", admin_comment="tandem:s/ns/p/u", script="#!/bin/sh\n", environment={}, cpus=1,
+        memory_mb=1,
+    )  # fmt: skip
+    assert Dialect(version).submit_body(spec)["job"]["admin_comment"] == "tandem:s/ns/p/u"
+    job = Dialect(version).parse_job(_with(V40_JOB, admin_comment="tandem:s/ns/p/u"))
+    assert job.admin_comment == "tandem:s/ns/p/u"
+    assert Dialect(version).parse_job(V40_JOB).admin_comment == ""

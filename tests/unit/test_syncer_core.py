@@ -185,7 +185,8 @@ def test_a_nodes_lock_and_unlock_are_events_on_the_node() -> None:
 
 def _job(job_id: int, scheduler: str) -> JobStatus:
     ref = placeholder.PodRef("apps", f"pod-{job_id}", f"uid-{job_id}")
-    return JobStatus(Job(job_id, placeholder.job_name(ref, scheduler), "PENDING"))
+    name = placeholder.job_name(ref, scheduler)
+    return JobStatus(Job(job_id, name, "PENDING", admin_comment=name))
 
 
 def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
@@ -328,7 +329,8 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
         world.add_pod(_pod(name, node, annotations={keys.JOB_ID_ANNOTATION: "7"}))
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
-    allocation = Job(7, placeholder.job_name(ref, "tandem"), "RUNNING", nodes=("cpu-001", "cpu-002"))
+    name = placeholder.job_name(ref, "tandem")
+    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
     mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
     mirror.refresh_job(7)
     slurm = mock.Mock()
@@ -372,7 +374,8 @@ def test_a_group_job_started_push_publishes_its_whole_allocation() -> None:
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
-    allocation = Job(7, placeholder.job_name(ref, "tandem"), "RUNNING", nodes=("cpu-001", "cpu-002"))
+    name = placeholder.job_name(ref, "tandem")
+    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
     mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
     status = mirror.job_started(7, "cpu-001")
     assert status.started and status.job.nodes == ("cpu-001", "cpu-002")
@@ -390,3 +393,21 @@ def test_a_lock_on_a_node_that_runs_nothing_is_counted_for_the_alert() -> None:
     unread = NodeLocker(world.kube, _mirror(synced=False), world.cluster, "tandem", timeout=5)
     unread._state["cpu-001"] = LockState.LOCKED
     assert unread._count_idle() == {(): 0.0}  # not read yet is not idle
+
+
+def test_a_job_only_named_like_a_placeholder_gets_no_strict_lock_and_no_wait() -> None:
+    """Strict locks (evicting what tolerates the lock) and the terminating wait are for Tandem's
+    placeholders, known by the AdminComment only Slurm's administrators write, not by the name."""
+    ref = placeholder.PodRef("apps", "web", "uid-1")
+    name = placeholder.job_name(ref, "tandem")
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = [
+        Job(5, name, "RUNNING", nodes=("cpu-001",)),
+        Job(6, name, "RUNNING", nodes=("cpu-002",), admin_comment=name),
+    ]
+    slurm.list_nodes.return_value = []
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5)
+    assert not servicer._is_placeholder(5)
+    assert servicer._is_placeholder(6)

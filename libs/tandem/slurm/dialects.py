@@ -79,6 +79,7 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
     for key, value in (
         ("account", spec.account),
         ("comment", spec.comment),
+        ("admin_comment", spec.admin_comment),
         ("constraints", spec.constraints),
         ("partition", spec.partition),
         ("prefer", spec.prefer),
@@ -117,6 +118,7 @@ class Dialect:
             nodes=_nodes(raw.get("nodes")),
             partition=str(raw.get("partition", "")),
             comment=str(raw.get("comment") or ""),
+            admin_comment=str(raw.get("admin_comment") or ""),
             extra=str(raw.get("extra") or ""),
             user_id=_number(raw.get("user_id")) or 0,
             group_id=_number(raw.get("group_id")) or 0,

@@ -32,6 +32,8 @@ class Job:
     nodes: tuple[str, ...] = ()
     partition: str = ""
     comment: str = ""
+    # Written only by Slurm's administrators: a placeholder's Pod reference (tandem.placeholder).
+    admin_comment: str = ""
     extra: str = ""
     user_id: int = 0
     group_id: int = 0
@@ -127,6 +129,8 @@ class JobSpec:
     gpu_type: str = ""
     account: str = ""
     comment: str = ""
+    # Only a submit by Slurm's administrator (root or SlurmUser) may set it: Tandem's mark.
+    admin_comment: str = ""
     constraints: str = ""
     # Slurm's job_desc "shared" values as SUNK names them: none (whole node), ok, user, mcs, topo.
     exclusive: str = ""

@@ -149,16 +149,18 @@ class JobTracker:
 
     def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
         job = status.job
-        if job.name and placeholder.scheduler_of(job.name) != self.scheduler_name:
-            return  # another scheduler's job, or no placeholder at all
-        pod = placeholder.parse_job_name(job.name)
+        if (job.name or job.admin_comment) and placeholder.scheduler_of_job(job) != self.scheduler_name:
+            return  # another scheduler's job, or no placeholder at all (whatever its name)
+        pod = placeholder.pod_of(job)
         with self._lock:
             old = self._jobs.get(job.job_id)
             if pod is None and old is not None:
                 # A pushed start may carry no name; keep the one we know.
-                pod = placeholder.parse_job_name(old.job.name)
+                pod = placeholder.pod_of(old.job)
                 if pod is not None:
-                    status = replace(status, job=replace(job, name=old.job.name))
+                    status = replace(
+                        status, job=replace(job, name=old.job.name, admin_comment=old.job.admin_comment)
+                    )
             if status.started and (old is None or not old.started):
                 self.started_at[job.job_id] = time.monotonic()
                 if trace_context:
@@ -190,7 +192,7 @@ class JobTracker:
                 self.started_at.pop(job_id, None)
                 self.trace_context.pop(job_id, None)
                 status = self._jobs.pop(job_id, None)
-                pod = placeholder.parse_job_name(status.job.name) if status is not None else None
+                pod = placeholder.pod_of(status.job) if status is not None else None
                 if pod is not None:
                     for index, key in ((self._by_uid, pod.uid), (self._by_key, pod.key)):
                         index[key].discard(job_id)

@@ -56,9 +56,11 @@ class Subscription:
     def wants(self, change: Change) -> bool:
         """Nodes go to everyone; a job only to the scheduler whose placeholder it is (a job pushed
         before its name was known, to everyone)."""
-        if not self.scheduler_name or isinstance(change, Node) or not change.job.name:
+        if not self.scheduler_name or isinstance(change, Node):
             return True
-        return placeholder.scheduler_of(change.job.name) == self.scheduler_name
+        if not change.job.name and not change.job.admin_comment:
+            return True
+        return placeholder.scheduler_of_job(change.job) == self.scheduler_name
 
     def offer(self, item: Published) -> None:
         if self.overflowed:
@@ -159,7 +161,8 @@ class SlurmMirror:
         """A job the scheduler just submitted: known by name before any poll sees it."""
         with self._lock:
             if job_id not in self._jobs:
-                self._store(JobStatus(Job(job_id=job_id, name=name, state="PENDING")))
+                # The scheduler's word (a certified caller) that the job is its placeholder.
+                self._store(JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
 
     def job_started(self, job_id: int, node: str) -> JobStatus:
         return self._push(job_id, node, started=True)
@@ -317,7 +320,7 @@ class SlurmMirror:
 
 
 def _is_group(job: Job) -> bool:
-    ref = placeholder.parse_job_name(job.name)
+    ref = placeholder.pod_of(job)
     return ref is not None and ref.is_group
 
 

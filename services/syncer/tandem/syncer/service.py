@@ -133,7 +133,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, request.job_id, "job_id is required")
         status = self.mirror.job_terminating(request.job_id, request.slurm_node)
-        ref = placeholder.parse_job_name(status.job.name) if status else None
+        ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
 
@@ -277,7 +277,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 status = self.mirror.refresh_job(job_id)
             except SlurmApiError as e:
                 log.warning("cannot look up job for its lock", extra={"job": job_id, "error": str(e)})
-        return status is not None and placeholder.parse_job_name(status.job.name) is not None
+        return status is not None and placeholder.pod_of(status.job) is not None
 
     def _change(
         self, change: JobStatus | Node, caused_by: dict[str, str] | None = None
