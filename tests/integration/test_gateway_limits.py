@@ -1,0 +1,148 @@
+"""Issue 18 on the lab's own hooks gateway: it keeps answering prologs while 200 slow
+unauthenticated connections are open (before: a thread each, no timeout, the body read before the
+token), it closes them itself, and a token rotated in its file is taken without a restart."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devstack import services
+from devstack.config import StackConfig
+
+pytestmark = pytest.mark.integration
+
+SLOW_CONNECTIONS = 200
+# Valid as a name, known to neither Slurm nor Kubernetes: the call goes gateway -> syncer ->
+# slurmrestd and the slurmd Pods and is refused there, and no real node is locked.
+NO_SUCH_NODE = "tandem-no-such-node-999"
+NO_SUCH_JOB = 4_000_000_000
+
+
+def _auth(cfg: StackConfig) -> dict[str, str]:
+    return {"Authorization": f"Bearer {services.hooks_token(cfg)}"}
+
+
+def _lock(cfg: StackConfig, timeout: float = 10) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    r = httpx.post(
+        f"{cfg.hooks_url}/v1/lock",
+        json={"node": NO_SUCH_NODE, "job": NO_SUCH_JOB, "timeout": 10},
+        headers=_auth(cfg),
+        timeout=timeout,
+    )
+    return r, time.monotonic() - started
+
+
+@pytest.fixture
+def slow_clients(stack_cfg: StackConfig) -> Iterator[list[socket.socket]]:
+    """Connections without a token: some silent, some with half a head, some with a head whose
+    body never comes (Content-Length promised, nothing sent)."""
+    host, port = stack_cfg.hooks_url.removeprefix("http://").rsplit(":", 1)
+    starts = [
+        b"",
+        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nContent-Le",
+        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n{",
+    ]
+    opened: list[socket.socket] = []
+    try:
+        for i in range(SLOW_CONNECTIONS):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            opened.append(s)
+            if starts[i % 3]:
+                s.sendall(starts[i % 3])
+        yield opened
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_a_prolog_call_is_answered_while_200_slow_connections_are_open(
+    stack_cfg: StackConfig, slow_clients: list[socket.socket]
+) -> None:
+    # The 401 for the promised body comes from the head alone: those connections are answered.
+    for s in slow_clients[2::3][:5]:
+        s.settimeout(2)
+        assert s.recv(64).split(b" ", 2)[1] == b"401"
+    for s in slow_clients[:60]:  # trickling: bytes keep coming, but never a whole request
+        s.send(b"X")
+    r, took = _lock(stack_cfg)
+    assert r.status_code in (400, 404, 409), r.text  # refused by the syncer, for the missing node
+    assert r.json()["error"]
+    assert took < 2, f"the lock call took {took:.2f}s with {SLOW_CONNECTIONS} slow connections open"
+    assert httpx.get(f"{stack_cfg.hooks_url}/healthz", timeout=2).status_code == 200
+    bad = httpx.post(
+        f"{stack_cfg.hooks_url}/v1/lock",
+        json={"node": "../job/5", "job": NO_SUCH_JOB},
+        headers=_auth(stack_cfg),
+        timeout=2,
+    )
+    assert bad.status_code == 400 and "node name" in bad.json()["error"]
+
+
+def test_the_gateway_closes_slow_connections_itself(
+    stack_cfg: StackConfig, slow_clients: list[socket.socket]
+) -> None:
+    """Within its request timeout (10 s): a slow client cannot keep a connection for ever."""
+    deadline = time.monotonic() + 15
+    for s in slow_clients:
+        s.settimeout(max(0.1, deadline - time.monotonic()))
+        reply = b""
+        try:
+            while chunk := s.recv(4096):
+                reply += chunk
+        except ConnectionResetError:
+            pass  # closed with bytes of ours unread: closed all the same
+        except TimeoutError:
+            pytest.fail("a slow connection is still open 15 s after it was made")
+        assert reply == b"" or reply.split(b" ", 2)[1] in (b"401", b"408"), reply[:80]
+
+
+def _replace(path: Path, text: str) -> None:
+    """As a Secret's mount does it: the new file whole, in one rename."""
+    tmp = path.with_name(f".{path.name}.rotating")
+    tmp.write_text(text)
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+
+
+def test_a_rotated_token_is_taken_without_a_restart_and_the_old_one_kept_for_a_grace(
+    stack_cfg: StackConfig,
+) -> None:
+    """The lab's gateway reads pki/hooks.token; the Slurm nodes read their own copy, which this
+    test leaves alone: the original token stays accepted throughout (current, then the previous
+    one within the grace), so no prolog running meanwhile is refused."""
+    path = stack_cfg.pki_dir / "hooks.token"
+    original = services.hooks_token(stack_cfg)
+    rotated = original[::-1] + "r"
+
+    def status(token: str) -> int:
+        r = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/lock",
+            json={"node": "gpu-[000-001]", "job": NO_SUCH_JOB},  # 400 once past the token
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=5,
+        )
+        return r.status_code
+
+    assert (status(original), status(rotated)) == (400, 401)
+    try:
+        _replace(path, rotated)
+        deadline = time.monotonic() + 5
+        while status(rotated) != 400:
+            assert time.monotonic() < deadline, "the rotated token was not taken within 5 s"
+            time.sleep(0.2)
+        assert status(original) == 400  # the previous token, within its grace
+    finally:
+        _replace(path, original)
+        services.write_hooks_env(stack_cfg)  # the nodes' copy, should anything have republished it
+    deadline = time.monotonic() + 5
+    while status(original) != 400:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
