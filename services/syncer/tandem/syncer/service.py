@@ -13,6 +13,7 @@ from tandem import keys, placeholder
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeError, pod_finished
 from tandem.slurm.models import JobStatus, Node
+from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
 from tandem.syncer import convert
@@ -22,6 +23,10 @@ from tandem.syncer.mirror import SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
+# Node names arrive from the gateway (and any caller with a certificate); one that is a hostlist,
+# `ALL` or a path would reach slurmrestd's URLs and Slurm's drains as more than one node.
+ONE_NODE_AND_JOB = "slurm_node (one Slurm node's name) and job_id are required"
+ONE_NODE_AND_REASON = "slurm_node (one Slurm node's name) and reason are required"
 
 
 # What JobTerminating keeps of its deadline to drain the nodes its Pods still run on.
@@ -57,7 +62,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.AcquireNodeLockRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.AcquireNodeLockResponse:
         self._require_active(context)
-        _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
+        _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         strict = request.strict or self._is_placeholder(request.job_id)
         # The caller's deadline bounds the wait: a second is kept to drain the node and answer.
         timeout = min(self.locker.timeout, _remaining(context) - 1)
@@ -93,7 +98,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.ReleaseNodeLockRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.ReleaseNodeLockResponse:
         self._require_active(context)
-        _require(context, request.slurm_node and request.job_id, "slurm_node and job_id are required")
+        _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         try:
             view = self.locker.release(request.slurm_node, request.job_id)
         except LockError as e:
@@ -106,7 +111,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.GetNodeLockRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.GetNodeLockResponse:
         self._require_active(context)
-        _require(context, request.slurm_node, "slurm_node is required")
+        _require(context, valid_node_name(request.slurm_node), "slurm_node must name one Slurm node")
         try:
             view = self.locker.get(request.slurm_node)
         except LockError as e:
@@ -246,7 +251,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.DrainNodeResponse:
         self._require_active(context)
-        _require(context, request.slurm_node and request.reason, "slurm_node and reason are required")
+        _require(context, valid_node_name(request.slurm_node) and request.reason, ONE_NODE_AND_REASON)
         try:
             self.slurm.drain_node(request.slurm_node, request.reason)
         except SlurmApiError as e:
