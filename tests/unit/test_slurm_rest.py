@@ -908,3 +908,11 @@ def test_from_settings_with_a_token_only() -> None:
 def test_from_settings_with_neither() -> None:
     with pytest.raises(ValueError):
         SlurmRestClient.from_settings(BASE, "slurm", "", "")
+
+
+def test_an_infinite_number_in_an_answer_is_a_malformed_answer(make_client: MakeClient) -> None:
+    """Found by the fuzz test: JSON's `Infinity` as a job id escaped as OverflowError, outside
+    the callers' handling of Slurm errors."""
+    client, _ = make_client(lambda _r: httpx.Response(200, text='{"jobs": [{"job_id": Infinity}]}'))
+    with pytest.raises(SlurmApiError, match=r"GET job: slurmrestd's answer is malformed \(OverflowError"):
+        client.get_job(7)

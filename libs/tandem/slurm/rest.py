@@ -57,7 +57,7 @@ def _answer_of(operation: str) -> Iterator[None]:
         yield
     except (SlurmApiError, UnsupportedBySlurm):
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError) as e:
         raise SlurmApiError(
             f"{operation}: slurmrestd's answer is malformed ({type(e).__name__}: {e})"[:500],
             MALFORMED,
