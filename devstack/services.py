@@ -59,6 +59,17 @@ def hooks_token(cfg: StackConfig) -> str:
     return path.read_text().strip()
 
 
+def job_key_file(cfg: StackConfig) -> Path:
+    """The key the scheduler signs each placeholder's credential with and the gateway checks it
+    with (a Secret of the chart's in a cluster); nobody on the Slurm nodes has it."""
+    path = cfg.pki_dir / "job.key"
+    if not path.exists():
+        cfg.pki_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path
+
+
 def placeholder_log_dir(cfg: StackConfig) -> Path:
     """Placeholder jobs of every Pod user write here (sticky and world-writable, like /tmp)."""
     path = cfg.slurm_dir / "placeholder-logs"
@@ -73,25 +84,26 @@ def hooks_env_file(cfg: StackConfig) -> Path:
 
 def write_hooks_env(cfg: StackConfig) -> None:
     """What the prolog, epilog and placeholder scripts read on a Slurm node (a mounted Secret in a
-    cluster). Placeholder jobs run as their Pod's user, so the token file is readable by all."""
+    cluster). The token is root's (prolog, epilog): no Slurm user may read it. Placeholder jobs,
+    which run as their Pod's user, read the rest and present their own job's credential."""
     cfg.slurm_dir.mkdir(parents=True, exist_ok=True)
     token_file = cfg.slurm_dir / "hooks-token"
-    _publish(token_file, hooks_token(cfg))
+    _publish(token_file, hooks_token(cfg), mode=0o400)
     _publish(
         hooks_env_file(cfg),
         f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\nTANDEM_LOCK_TIMEOUT=50\n",
     )
 
 
-def _publish(path: Path, text: str) -> None:
+def _publish(path: Path, text: str, mode: int = 0o644) -> None:
     """Replace a file the scripts read, whole or not at all (as a Secret's mount swaps its files):
     `make up` runs again while jobs run (the soak restarts daemons through it), and a prolog that
     read a token file in the middle of its rewrite sent an empty token and failed (401)."""
-    if path.exists() and path.read_text() == text:
+    if path.exists() and path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
         return
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
-    tmp.chmod(0o644)
+    tmp.chmod(mode)
     tmp.replace(path)
 
 
@@ -193,6 +205,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",
             f"--placeholder-output={placeholder_log_dir(cfg)}/%j.out",
+            f"--job-key-file={job_key_file(cfg)}",
             f"--policy-configmap={config.TANDEM_NAMESPACE}/{config.POLICY_CONFIGMAP}",
         ]
     if name == "tandem-hooks":
@@ -202,6 +215,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
             f"--syncer-address={addr['tandem-syncer']}",
             f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}",
+            f"--job-key-file={job_key_file(cfg)}",
         ]
     raise KeyError(name)
 

@@ -16,12 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
+from tandem.hooks.tokens import BearerTokens
 from tandem.v1 import lock_pb2, syncer_pb2
 
 TOKEN = "s3cret"
+JOB_KEY = "k" * 32
+PLACEHOLDER = "tandem:tandem/default/web/uid-1"
+JOB_TOKEN = jobtoken.token(JOB_KEY.encode(), PLACEHOLDER)
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
-DOCUMENTED = {200, 400, 401, 404, 405, 408, 409, 411, 413, 431, 503, 504}
+DOCUMENTED = {200, 400, 401, 403, 404, 405, 408, 409, 411, 413, 431, 503, 504}
 ROUTES = ["/v1/lock", "/v1/unlock", "/v1/started", "/v1/terminating", "/v1/drain", "/healthz", "/metrics"]
 
 
@@ -54,7 +59,13 @@ class RecordingSyncer:
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[HooksGateway, RecordingSyncer]]:
     syncer = RecordingSyncer()
-    gateway = HooksGateway("127.0.0.1:0", TOKEN, syncer, call_timeout=2)  # type: ignore[arg-type]
+    gateway = HooksGateway(
+        "127.0.0.1:0",
+        TOKEN,
+        syncer,  # type: ignore[arg-type]
+        call_timeout=2,
+        job_keys=BearerTokens(JOB_KEY),
+    )
     gateway.start()
     yield gateway, syncer
     gateway.stop()
@@ -101,7 +112,9 @@ requests = st.fixed_dictionaries(
         "path": st.one_of(
             st.sampled_from(ROUTES), st.text(alphabet="/abcv1?=&%.", max_size=30).map(lambda p: "/" + p)
         ),
-        "token": st.sampled_from([TOKEN, "wrong", "", TOKEN + " "]),
+        "token": st.sampled_from([TOKEN, "wrong", "", TOKEN + " ", JOB_TOKEN]),
+        # The placeholder a job token speaks for (None: the header is not sent).
+        "placeholder": st.sampled_from([None, PLACEHOLDER, "tandem:tandem/default/other/uid-2", "../x", ""]),
         "scheme": st.sampled_from(["Bearer", "bearer", "Basic", ""]),
         "body": bodies,
         "length": st.one_of(st.none(), st.integers(-10, 70_000), st.sampled_from(["abc", "1e3", ""])),
@@ -115,6 +128,7 @@ def _raw(r: dict[str, Any]) -> bytes:
         f"{r['method']} {r['path']} HTTP/1.1",
         "Host: 127.0.0.1",
         f"Authorization: {r['scheme']} {r['token']}".rstrip(),
+        *([] if r["placeholder"] is None else [f"{jobtoken.PLACEHOLDER_HEADER}: {r['placeholder']}"]),
         "Content-Type: application/json",
         f"Content-Length: {length}",
         "Connection: close",
@@ -136,7 +150,13 @@ def test_random_requests_get_documented_answers_and_never_reach_the_syncer_unles
     before = len(syncer.calls)
     status = _exchange(gateway.port, _raw(request))
     assert status is None or status in DOCUMENTED, status
-    authorized = request["scheme"].lower() == "bearer" and request["token"].strip() == TOKEN
+    bearer = request["scheme"].lower() == "bearer"
+    if request["placeholder"] is None:
+        authorized = bearer and request["token"].strip() == TOKEN
+    else:
+        authorized = (
+            bearer and request["placeholder"] == PLACEHOLDER and request["token"].strip() == JOB_TOKEN
+        )
     if not authorized or status != 200:
         assert len(syncer.calls) == before  # refused: nothing changed anywhere
     # Still serving.

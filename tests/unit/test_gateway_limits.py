@@ -14,12 +14,25 @@ from typing import Any
 import httpx
 import pytest
 
+from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.server import Limits
+from tandem.hooks.tokens import BearerTokens
 from tandem.v1 import lock_pb2, syncer_pb2
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JOB_KEY = b"k" * 32
+PLACEHOLDER = "tandem:tandem/default/web/uid-1"
+# A placeholder's own credential (started, terminating, drain); AUTH is the prolog's and epilog's.
+PLACEHOLDER_AUTH = {
+    "Authorization": f"Bearer {jobtoken.token(JOB_KEY, PLACEHOLDER)}",
+    jobtoken.PLACEHOLDER_HEADER: PLACEHOLDER,
+}
+
+
+def auth(route: str) -> dict[str, str]:
+    return AUTH if route in ("lock", "unlock") else PLACEHOLDER_AUTH
 
 
 class Syncer:
@@ -57,7 +70,14 @@ def serve() -> Iterator[Any]:
     with ExitStack() as stack:
 
         def start(syncer: Syncer | None = None, **limits: Any) -> HooksGateway:
-            g = HooksGateway("127.0.0.1:0", TOKEN, syncer or Syncer(), 5, Limits(**limits))  # type: ignore[arg-type]
+            g = HooksGateway(
+                "127.0.0.1:0",
+                TOKEN,
+                syncer or Syncer(),  # type: ignore[arg-type]
+                5,
+                Limits(**limits),
+                job_keys=BearerTokens(JOB_KEY.decode()),
+            )
             g.start()
             stack.callback(g.stop)
             return g
@@ -156,7 +176,7 @@ def test_a_node_name_that_is_not_one_node_is_400_and_never_reaches_the_syncer(
     r = httpx.post(
         f"http://127.0.0.1:{gateway.port}/v1/{route}",
         json={"node": node, "job": 42, "reason": "k8s: test"},
-        headers=AUTH,
+        headers=auth(route),
         timeout=5,
     )
     assert r.status_code == 400, r.text
@@ -167,7 +187,9 @@ def test_a_node_name_that_is_not_one_node_is_400_and_never_reaches_the_syncer(
 def test_a_placeholder_call_may_leave_its_node_out(serve: Any) -> None:
     syncer = Syncer()
     gateway = serve(syncer)
-    r = httpx.post(f"http://127.0.0.1:{gateway.port}/v1/started", json={"job": 42}, headers=AUTH, timeout=5)
+    r = httpx.post(
+        f"http://127.0.0.1:{gateway.port}/v1/started", json={"job": 42}, headers=PLACEHOLDER_AUTH, timeout=5
+    )
     assert r.status_code == 200
     assert syncer.calls[0][1].slurm_node == ""
 

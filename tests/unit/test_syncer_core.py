@@ -228,6 +228,7 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
     world.add_pod(_pod("trainer", "node-001"))
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
     servicer = SyncerServicer(mirror, mock.Mock(), mock.Mock(), world.cluster, terminating_timeout=5)
     servicer.active = True
     threading.Timer(0.2, world.remove_pod, ["apps/trainer"]).start()
@@ -235,7 +236,10 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
     context.time_remaining.return_value = 10
     began = time.monotonic()
     answer = servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+        ),
+        context,
     )
     assert answer.pod_gone
     assert time.monotonic() - began < 1.0
@@ -262,6 +266,7 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     mirror._push(7, "cpu-001")
+    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
     slurm = mock.Mock()
     servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=2)
     servicer.active = True
@@ -269,7 +274,10 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     context = mock.Mock()
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+        ),
+        context,
     )
     assert answer.pod_gone
     slurm.drain_node.assert_not_called()
@@ -340,7 +348,10 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     context = mock.Mock()
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+        ),
+        context,
     )
     assert not answer.pod_gone
     assert list(answer.drained_slurm_nodes) == ["cpu-002"]
@@ -363,7 +374,10 @@ def test_a_group_job_whose_members_all_left_answers_gone() -> None:
     context = mock.Mock()
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001"), context
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+        ),
+        context,
     )
     assert answer.pod_gone
     slurm.drain_node.assert_not_called()
@@ -411,3 +425,36 @@ def test_a_job_only_named_like_a_placeholder_gets_no_strict_lock_and_no_wait() -
     servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5)
     assert not servicer._is_placeholder(5)
     assert servicer._is_placeholder(6)
+
+
+def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
+    """Before: JobStarted marked the job started (and so bound its Pod) on the hook's word. Now the
+    job is read from slurmrestd: it must be the placeholder the caller's credential names and hold
+    the node the caller speaks for."""
+    ref = placeholder.PodRef("apps", "web", "uid-1")
+    name = placeholder.job_name(ref, "tandem")
+    mirror = _mirror(synced=True)
+    servicer = SyncerServicer(mirror, mock.Mock(), mock.Mock(), mock.Mock(), terminating_timeout=5)
+    servicer.active = True
+
+    def started(job: Job, node: str) -> grpc.StatusCode | None:
+        mirror.slurm.get_job = mock.Mock(return_value=job)  # type: ignore[method-assign]
+        context = mock.Mock()
+        context.abort.side_effect = RuntimeError
+        try:
+            servicer.JobStarted(
+                syncer_pb2.JobStartedRequest(job_id=7, slurm_node=node, placeholder=name), context
+            )
+        except RuntimeError:
+            return context.abort.call_args.args[0]  # type: ignore[no-any-return]
+        return None
+
+    forged = Job(7, name, "RUNNING", nodes=("cpu-001",))  # named like it; no AdminComment
+    assert started(forged, "cpu-001") == grpc.StatusCode.PERMISSION_DENIED
+    real = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    assert started(real, "cpu-002") == grpc.StatusCode.PERMISSION_DENIED
+    status = mirror.job(7)
+    assert status is not None and not status.started
+    assert started(real, "cpu-001") is None
+    status = mirror.job(7)
+    assert status is not None and status.started

@@ -1,4 +1,6 @@
-"""DrainNode goes over REST only; when slurmrestd says no, the caller learns why (and whether to retry)."""
+"""DrainNode is a placeholder's drain of its own node at KillWait: checked against Slurm (the job
+is that placeholder and holds that node), with the reason the syncer writes; over REST only, and
+when slurmrestd says no, the caller learns why (and whether to retry)."""
 
 from __future__ import annotations
 
@@ -7,19 +9,26 @@ from unittest import mock
 import grpc
 import pytest
 
+from tandem import keys, placeholder
+from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2
+
+REF = placeholder.job_name(placeholder.PodRef("apps", "web", "uid-1"), "tandem")
 
 
 class Aborted(Exception):
     pass
 
 
-def _servicer(error: SlurmApiError | None = None) -> tuple[SyncerServicer, mock.Mock]:
+def _servicer(error: SlurmApiError | None = None, job: Job | None = None) -> tuple[SyncerServicer, mock.Mock]:
     slurm = mock.Mock()
     slurm.drain_node.side_effect = error
-    servicer = SyncerServicer(mock.Mock(), mock.Mock(), slurm, mock.Mock(), 30.0)
+    mirror = mock.Mock()
+    job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=REF)
+    mirror.refresh_job.return_value = JobStatus(job)
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), 30.0)
     servicer.active = True
     return servicer, slurm
 
@@ -30,10 +39,47 @@ def _context() -> mock.Mock:
     return context
 
 
-def test_the_node_is_drained_over_rest_with_the_reason() -> None:
+def _drain(
+    node: str = "cpu-001", reference: str = REF, reason: str = "anything"
+) -> syncer_pb2.DrainNodeRequest:
+    return syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=7, placeholder=reference, reason=reason)
+
+
+def test_the_node_is_drained_over_rest_with_the_reason_the_syncer_writes() -> None:
     servicer, slurm = _servicer()
-    servicer.DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), _context())
-    slurm.drain_node.assert_called_once_with("cpu-001", "k8s: test")
+    servicer.DrainNode(_drain(reason="k8s: whatever the caller says"), _context())
+    slurm.drain_node.assert_called_once_with("cpu-001", keys.killwait_drain_reason("apps", "web", 7))
+
+
+@pytest.mark.parametrize(
+    ("request_", "why"),
+    [
+        (_drain(node="cpu-002"), "is not allocated cpu-002"),
+        (
+            _drain(reference=placeholder.job_name(placeholder.PodRef("apps", "db", "uid-2"), "tandem")),
+            "is not the placeholder",
+        ),
+        (syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: no job named"), "are required"),
+    ],
+)
+def test_a_drain_for_another_job_or_node_is_refused_and_drains_nothing(
+    request_: syncer_pb2.DrainNodeRequest, why: str
+) -> None:
+    servicer, slurm = _servicer()
+    context = _context()
+    with pytest.raises(Aborted):
+        servicer.DrainNode(request_, context)
+    assert why in context.abort.call_args.args[1]
+    slurm.drain_node.assert_not_called()
+
+
+def test_a_job_only_named_like_the_placeholder_cannot_drain() -> None:
+    servicer, slurm = _servicer(job=Job(7, REF, "RUNNING", nodes=("cpu-001",)))  # no AdminComment
+    context = _context()
+    with pytest.raises(Aborted):
+        servicer.DrainNode(_drain(), context)
+    assert context.abort.call_args.args[0] == grpc.StatusCode.PERMISSION_DENIED
+    slurm.drain_node.assert_not_called()
 
 
 @pytest.mark.parametrize(
@@ -45,7 +91,7 @@ def test_a_refusal_names_the_node_and_slurmrestds_answer(status: int, code: grpc
     servicer, _ = _servicer(error)
     context = _context()
     with pytest.raises(Aborted):
-        servicer.DrainNode(syncer_pb2.DrainNodeRequest(slurm_node="cpu-001", reason="k8s: test"), context)
+        servicer.DrainNode(_drain(), context)
     got, message = context.abort.call_args.args
     assert got == code
     assert "cpu-001" in message and "Invalid node name specified" in message

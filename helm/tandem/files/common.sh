@@ -1,6 +1,8 @@
 # Shared by Tandem's prolog, epilog and placeholder scripts: where the hooks API is and how to call it.
 # The config file (TANDEM_HOOKS_ENV, default /etc/tandem/hooks.env) sets TANDEM_HOOKS_URL and
-# TANDEM_HOOKS_TOKEN or TANDEM_HOOKS_TOKEN_FILE.
+# TANDEM_HOOKS_TOKEN or TANDEM_HOOKS_TOKEN_FILE. That token is root's on the node (prolog, epilog:
+# its file is readable by root only); a placeholder presents its own job's token instead
+# (TANDEM_JOB_TOKEN and TANDEM_PLACEHOLDER, in its environment from the scheduler).
 tandem_conf="${TANDEM_HOOKS_ENV:-/etc/tandem/hooks.env}"
 # shellcheck disable=SC1090
 [ -r "$tandem_conf" ] && . "$tandem_conf"
@@ -24,12 +26,16 @@ fi
 # is final. (curl's own --retry gives up on a reply cut off mid-way.)
 tandem_call() {
   local deadline=$((SECONDS + $2)) left reply code rc
+  local credential=(-H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}")
+  if [ -n "${TANDEM_PLACEHOLDER:-}" ]; then
+    credential=(-H "Authorization: Bearer ${TANDEM_JOB_TOKEN:-}" -H "X-Tandem-Placeholder: ${TANDEM_PLACEHOLDER}")
+  fi
   while :; do
     left=$((deadline - SECONDS))
     [ "$left" -gt 0 ] || { echo "tandem: no answer from ${TANDEM_HOOKS_URL:-} within $2s" >&2; return 28; }
     rc=0
     # `timeout` as well as --max-time: the budget holds even if curl itself hangs.
-    reply=$(timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' -H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}" \
+    reply=$(timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' "${credential[@]}" \
       -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" \
       "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1") || rc=$?
     code=${reply##*$'\n'}

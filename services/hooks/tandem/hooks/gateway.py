@@ -1,16 +1,22 @@
 """The hooks HTTP API: Slurm's prolog/epilog and the placeholder script call it; each route is one
-gRPC call to the syncer. Every request must carry `Authorization: Bearer <token>`.
+gRPC call to the syncer. Each caller presents the credential of what it speaks for:
 
+    prolog, epilog (root on a Slurm node): `Authorization: Bearer <hooks token>`
     POST /v1/lock         {"node", "job"}   prolog: blocks until the Node is locked
     POST /v1/unlock       {"node", "job"}   epilog: the job no longer holds the lock
+
+    placeholder script (the Pod's user): `Authorization: Bearer <its job token>` and
+    `X-Tandem-Placeholder: <its placeholder reference>` (tandem.jobtoken)
     POST /v1/started      {"node", "job"}   placeholder script started
     POST /v1/terminating  {"node", "job", "timeout"?}  placeholder got SIGTERM: 200 once the Pod
                                             is gone, 408 if it is still there at the deadline
-    POST /v1/drain        {"node", "reason"}  drain a Slurm node ("k8s:" reasons)
+    POST /v1/drain        {"node", "job"}   drain its own node at KillWait (the syncer writes
+                                            the reason)
 
-The token is checked from the request head, before any body is read; `node` is one Slurm node's
-name (tandem.slurm.names), never a hostlist or a path. Connections, workers and timeouts are
-bounded by tandem.hooks.server.
+Credentials are checked from the request head, before any body is read; the syncer then checks a
+placeholder's call against Slurm (the job is that placeholder and holds that node). `node` is one
+Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, workers and
+timeouts are bounded by tandem.hooks.server.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import grpc
 from opentelemetry.trace import SpanKind
 
-from tandem import tracing
+from tandem import jobtoken, placeholder, tracing
 from tandem.hooks.server import BoundedHTTPServer, Limits, Request, Response, json_response
 from tandem.hooks.tokens import BearerTokens
 from tandem.metrics import REGISTRY
@@ -45,6 +51,9 @@ MAX_BODY = 64 * 1024
 _GRPC_TO_HTTP = {
     grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
     grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
+    # The syncer read the job from Slurm: it is not the placeholder the credential names, or not
+    # on that node. Final: the scripts do not ask again.
+    grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
     grpc.StatusCode.FAILED_PRECONDITION: HTTPStatus.CONFLICT,
     grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
     grpc.StatusCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
@@ -55,6 +64,13 @@ class BadRequest(ValueError):
     pass
 
 
+NODE = ""  # the caller's placeholder reference when it presented the hooks token: none
+_NODE_ROUTES = frozenset({"/v1/lock", "/v1/unlock"})
+_PLACEHOLDER_ROUTES = frozenset({"/v1/started", "/v1/terminating", "/v1/drain"})
+_MAX_REFERENCE = 512
+Route = Callable[[dict[str, Any], str], tuple[HTTPStatus, dict[str, Any]]]
+
+
 class HooksGateway:
     def __init__(
         self,
@@ -63,11 +79,13 @@ class HooksGateway:
         syncer: syncer_pb2_grpc.SyncerServiceStub | None,
         call_timeout: float = 55.0,
         limits: Limits | None = None,
+        job_keys: BearerTokens | None = None,
     ) -> None:
         self.tokens = token if isinstance(token, BearerTokens) else BearerTokens(token)
+        self.job_keys = job_keys
         self.syncer = syncer
         self.call_timeout = call_timeout
-        self.routes: dict[str, Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]]] = {
+        self.routes: dict[str, Route] = {
             "/v1/lock": self.lock,
             "/v1/unlock": self.unlock,
             "/v1/started": self.started,
@@ -89,6 +107,23 @@ class HooksGateway:
         scheme, _, presented = header.partition(" ")
         return scheme.lower() == "bearer" and self.tokens.accepts(presented.strip())
 
+    def caller(self, headers: Any) -> str | None:
+        """Who the credential in the head speaks for: NODE (the hooks token: root on a Slurm node),
+        a placeholder reference (that placeholder's own token), or None (nobody we serve)."""
+        header = headers.get("Authorization", "")
+        reference = headers.get(jobtoken.PLACEHOLDER_HEADER)
+        if reference is None:
+            return NODE if self.authorized(header) else None
+        scheme, _, presented = header.partition(" ")
+        if (
+            self.job_keys is None
+            or scheme.lower() != "bearer"
+            or len(reference) > _MAX_REFERENCE
+            or placeholder.parse_job_name(reference) is None
+        ):
+            return None
+        return reference if jobtoken.verifies(self.job_keys.values(), reference, presented.strip()) else None
+
     def screen(self, head: Request) -> Response | None:
         """Answers what needs neither a body nor the syncer, before any body is read: probes,
         methods we do not serve, a missing or wrong token, unknown routes. None: read the body and
@@ -103,7 +138,8 @@ class HooksGateway:
                 {"error": f"{head.method} is not served: hook routes take POST, probes GET"},
                 {"Allow": "GET, POST"},
             )
-        if not self.authorized(head.headers.get("Authorization", "")):
+        caller = self.caller(head.headers)
+        if caller is None:
             if head.method == "POST":
                 # Bounded label values: a scanner's made-up paths must not grow the metrics.
                 HOOK_CALLS.inc(route=head.path if head.path in self.routes else "unknown", code="401")
@@ -118,6 +154,14 @@ class HooksGateway:
             return json_response(
                 HTTPStatus.NOT_FOUND, {"error": f"no route {head.target}", "routes": sorted(self.routes)}
             )
+        allowed = _NODE_ROUTES if caller == NODE else _PLACEHOLDER_ROUTES
+        if head.path not in allowed:
+            HOOK_CALLS.inc(route=head.path, code="403")
+            who = "the hooks token (prolog, epilog)" if caller == NODE else "a placeholder's credential"
+            return json_response(
+                HTTPStatus.FORBIDDEN,
+                {"error": f"{who} speaks for {', '.join(sorted(allowed))} only, not {head.path}"},
+            )
         return None
 
     def handle(self, request: Request) -> Response:
@@ -128,7 +172,8 @@ class HooksGateway:
         with tracing.span(
             f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
         ) as span:
-            status, body = self.serve(self.routes[path], request.body)
+            reference = self.caller(request.headers) or NODE  # screened: not None
+            status, body = self.serve(self.routes[path], request.body, reference)
             span.set_attribute("http.response.status_code", int(status))
             if status >= 400:
                 tracing.mark_error(span, str(body.get("error", "")))
@@ -146,14 +191,12 @@ class HooksGateway:
         )
         return json_response(status, body)
 
-    def serve(
-        self, route: Callable[[dict[str, Any]], tuple[HTTPStatus, dict[str, Any]]], raw: bytes
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def serve(self, route: Route, raw: bytes, reference: str = NODE) -> tuple[HTTPStatus, dict[str, Any]]:
         """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
         try:
             if len(raw) > MAX_BODY:
                 raise BadRequest(f"body larger than {MAX_BODY} bytes")
-            return route(_parse_body(raw))
+            return route(_parse_body(raw), reference)
         except BadRequest as e:
             return HTTPStatus.BAD_REQUEST, {"error": str(e)}
         except grpc.RpcError as e:
@@ -168,7 +211,7 @@ class HooksGateway:
             raise BadRequest("no syncer configured")
         return self.syncer
 
-    def lock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+    def lock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         # The prolog says how long it waits; the syncer gets a second less, so its answer (a
         # lock, or why not and the node drained) arrives before the prolog gives up.
@@ -180,7 +223,7 @@ class HooksGateway:
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def unlock(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+    def unlock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().ReleaseNodeLock(
             syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job),
@@ -189,20 +232,22 @@ class HooksGateway:
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def started(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+    def started(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
         self._stub().JobStarted(
-            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body)),
+            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body), placeholder=reference),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )
         return HTTPStatus.OK, {"job": job, "started": True}
 
-    def terminating(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
+    def terminating(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
         timeout = _timeout(body, self.call_timeout)
         reply = self._stub().JobTerminating(
-            syncer_pb2.JobTerminatingRequest(job_id=job, slurm_node=_optional_node(body)),
+            syncer_pb2.JobTerminatingRequest(
+                job_id=job, slurm_node=_optional_node(body), placeholder=reference
+            ),
             # The answer must reach the caller before it gives up (curl --max-time = timeout).
             timeout=max(1.0, timeout - 0.5),
             wait_for_ready=True,
@@ -216,13 +261,10 @@ class HooksGateway:
             "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
         }
 
-    def drain(self, body: dict[str, Any]) -> tuple[HTTPStatus, dict[str, Any]]:
-        node = _node(body)
-        reason = body.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
-            raise BadRequest("reason must be a non-empty string")
+    def drain(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
         self._stub().DrainNode(
-            syncer_pb2.DrainNodeRequest(slurm_node=node, reason=reason),
+            syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )

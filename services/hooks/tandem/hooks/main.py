@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         syncer_pb2_grpc.SyncerServiceStub(channel),
         cfg.call_timeout,
         cfg.limits(),
+        job_keys=cfg.job_keys(),
     )
     gateway.start()
     log.info("serving", extra={"hooks_port": gateway.port})

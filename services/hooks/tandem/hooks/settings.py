@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tandem import jobtoken
 from tandem.hooks.server import Limits
 from tandem.hooks.tokens import DEFAULT_GRACE, BearerTokens
 from tandem.settings import Seconds, ServiceSettings, option
@@ -33,6 +34,12 @@ class HooksSettings(ServiceSettings):
     )
     token: str = option(
         "", flag="--hooks-token", env="TANDEM_HOOKS_TOKEN", help="the bearer token (when no file is given)"
+    )
+    job_key_file: str = option(
+        "",
+        flag="--job-key-file",
+        env="TANDEM_JOB_KEY_FILE",
+        help="the key (shared with the scheduler) that signs each placeholder's own credential",
     )
     call_timeout: Seconds = option(
         Seconds(55.0),
@@ -74,6 +81,12 @@ class HooksSettings(ServiceSettings):
         if self.token_file:
             return BearerTokens.from_file(self.token_file, grace=self.token_grace)
         return BearerTokens(self.token)
+
+    def job_keys(self) -> BearerTokens:
+        """The keys a placeholder's credential may be signed with: the file's, re-read when it
+        changes, the previous one still good for the jobs submitted before (they run for days)."""
+        jobtoken.read_key(self.job_key_file)  # refuse to start without one
+        return BearerTokens.from_file(self.job_key_file, grace=jobtoken.PREVIOUS_KEY_GRACE_SECONDS)
 
     def limits(self) -> Limits:
         return Limits(

@@ -63,6 +63,11 @@ class BearerTokens:
         old_ok = bool(previous) and hmac.compare_digest(given, previous)
         return now_ok or old_ok
 
+    def values(self) -> tuple[bytes, ...]:
+        """The secrets accepted now: the current one, and the previous one within its grace."""
+        current, previous = self._tokens()
+        return (current, previous) if previous else (current,)
+
     def _tokens(self) -> tuple[bytes, bytes]:
         if self.path:
             self._refresh()

@@ -50,6 +50,12 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_HOOKS_ENV",
         help="path, on the Slurm nodes, of the file naming the hooks API and token",
     )
+    job_key_file: str = option(
+        "",
+        flag="--job-key-file",
+        env="TANDEM_JOB_KEY_FILE",
+        help="the key (shared with the hooks gateway) that signs each placeholder's own credential",
+    )
     placeholder_output: str = option(
         "/dev/null",
         flag="--placeholder-output",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 from collections.abc import Iterator
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import grpc
 
@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # `ALL` or a path would reach slurmrestd's URLs and Slurm's drains as more than one node.
 ONE_NODE_AND_JOB = "slurm_node (one Slurm node's name) and job_id are required"
 ONE_NODE_AND_REASON = "slurm_node (one Slurm node's name) and reason are required"
+A_PLACEHOLDERS_CALL = (
+    "job_id and placeholder (the reference whose credential the caller presented) are required"
+)
 
 
 # What JobTerminating keeps of its deadline to drain the nodes its Pods still run on.
@@ -128,7 +131,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobStartedResponse:
         self._require_active(context)
-        _require(context, request.job_id, "job_id is required")
+        self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
         status = self.mirror.job_started(request.job_id, request.slurm_node)
         return syncer_pb2.JobStartedResponse(job=job_to_proto(status) if status else None)
 
@@ -136,7 +139,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobTerminatingResponse:
         self._require_active(context)
-        _require(context, request.job_id, "job_id is required")
+        self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
         status = self.mirror.job_terminating(request.job_id, request.slurm_node)
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
@@ -251,9 +254,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.DrainNodeResponse:
         self._require_active(context)
-        _require(context, valid_node_name(request.slurm_node) and request.reason, ONE_NODE_AND_REASON)
+        _require(context, valid_node_name(request.slurm_node), ONE_NODE_AND_REASON)
+        # Only a placeholder's drain of its own node at KillWait, with words the syncer writes.
+        status = self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
+        ref = placeholder.pod_of(status.job)
+        assert ref is not None  # verified
+        reason = keys.killwait_drain_reason(ref.namespace, ref.name, status.job_id)
         try:
-            self.slurm.drain_node(request.slurm_node, request.reason)
+            self.slurm.drain_node(request.slurm_node, reason)
         except SlurmApiError as e:
             code = grpc.StatusCode.UNAVAILABLE if e.status in (0, 502, 503, 504) else grpc.StatusCode.INTERNAL
             context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
@@ -270,6 +278,33 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         )
         self.mirror.job_submitted(request.job_id, request.job_name)
         return syncer_pb2.PlaceholderSubmittedResponse()
+
+    def _verified_placeholder(
+        self, context: grpc.ServicerContext, job_id: int, reference: str, slurm_node: str
+    ) -> JobStatus:
+        """The job as Slurm has it now, if it is the placeholder whose credential the caller
+        presented and is allocated the node the caller speaks for; otherwise the call is refused.
+        A push is a hint: what it claims is read again from slurmrestd, never taken on its word."""
+        _require(context, job_id and placeholder.parse_job_name(reference), A_PLACEHOLDERS_CALL)
+        try:
+            status = self.mirror.refresh_job(job_id)
+        except SlurmApiError as e:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot read job {job_id} from Slurm: {e}")
+        if status is None or status.job.admin_comment != reference:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Slurm job {job_id} is not the placeholder {reference}: "
+                "a placeholder's credential speaks for its own job only",
+            )
+        if slurm_node and status.job.nodes and slurm_node not in status.job.nodes:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Slurm job {job_id} is not allocated {slurm_node}: "
+                "a placeholder speaks for its own nodes only",
+            )
+        return status
 
     def _require_active(self, context: grpc.ServicerContext) -> None:
         if not self.active:
@@ -291,6 +326,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             return syncer_pb2.WatchSlurmResponse(job=job_to_proto(change), trace_context=caused_by)
         kube_node = self.cluster.kube_node_of(change.name)
         return syncer_pb2.WatchSlurmResponse(node=node_to_proto(change, kube_node), trace_context=caused_by)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("context.abort returned")  # it raises; this says so to the type checker
 
 
 def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:

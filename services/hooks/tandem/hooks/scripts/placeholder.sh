@@ -29,8 +29,9 @@ on_term() {
   # Tandem answered: it drained the nodes where a Pod of the job still runs (all of a group's).
   case "$reply" in *'"drained_slurm_nodes"'*) exit 1 ;; esac
   # No answer: drain this node, the one this script can speak for.
+  # (Tandem writes the reason itself; this one is for scontrol, which only an admin may run.)
   local reason="k8s: pod ${TANDEM_POD_NAMESPACE:-?}/${TANDEM_POD_NAME:-?} still running at KillWait (job ${job})"
-  tandem_call drain 5 "{\"node\":\"${node}\",\"reason\":\"${reason}\"}" >/dev/null 2>&1 \
+  tandem_call drain 5 "$body" >/dev/null 2>&1 \
     || timeout 5 scontrol update nodename="${node}" state=drain reason="${reason}"
   exit 1
 }
