@@ -1,8 +1,9 @@
 """Issue 5: the umbrella chart lints, renders for both scopes, rejects bad values, and what it
 renders is accepted by the real apiserver (server-side dry run). Issue 13: its monitoring objects
 (PodMonitors, Grafana dashboard, PrometheusRule), against the Prometheus Operator's CRDs the stack
-installs. Issue 18: its TLS Secrets and NetworkPolicies are accepted, and the certificates and the
-token it generated are found and kept by the next render against the cluster (an upgrade).
+installs. Issue 18: its TLS Secrets, job key and NetworkPolicies are accepted, and the
+certificates, the token and the job key it generated are found and kept by the next render
+against the cluster (an upgrade); a new job key restarts the scheduler and not the gateway.
 (What the chart renders for TLS and NetworkPolicies, without a cluster: tests/unit/test_helm_chart.py.)"""
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def test_the_apiserver_accepts_the_tls_secrets_and_network_policies(stack_cfg: S
         "secret/tandem-syncer-tls",
         "secret/tandem-hooks-tls",
         "secret/tandem-operator-tls",
+        "secret/tandem-job-key",
         "networkpolicy.networking.k8s.io/tandem-scheduler",
         "networkpolicy.networking.k8s.io/tandem-syncer",
         "networkpolicy.networking.k8s.io/tandem-hooks",
@@ -235,12 +237,17 @@ def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg
         kube.kubectl(stack_cfg, "delete", "secret", "--all", "-n", ns, "--wait=true")
         first = render()
         made = [d for d in first if d["kind"] == "Secret"]
-        assert {d["metadata"]["name"] for d in made} >= {"keep-tandem-grpc-ca", "keep-tandem-syncer-tls"}
+        assert {d["metadata"]["name"] for d in made} >= {
+            "keep-tandem-grpc-ca",
+            "keep-tandem-syncer-tls",
+            "keep-tandem-job-key",
+        }
         kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(made))
         second = render()
         assert secrets(second) == secrets(first)
         assert checksums(second) == checksums(first)
         assert all(checksums(first).values())
+        assert "checksum/job-key" in checksums(first)["keep-tandem-scheduler"]
         # A certificate deleted by hand is made again, signed by the kept CA.
         kube.kubectl(stack_cfg, "delete", "secret", "keep-tandem-syncer-tls", "-n", ns)
         third = render()
@@ -255,5 +262,15 @@ def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg
         )
         assert checksums(third)["keep-tandem-syncer"] != checksums(first)["keep-tandem-syncer"]
         assert checksums(third)["keep-tandem-scheduler"] == checksums(first)["keep-tandem-scheduler"]
+        # A job key deleted by hand (a rotation) is made again: the scheduler, which reads it at
+        # start, restarts; the gateway re-reads it and keeps the previous one, so it does not.
+        kube.kubectl(stack_cfg, "delete", "secret", "keep-tandem-job-key", "-n", ns)
+        fourth = render()
+        assert secrets(fourth)["keep-tandem-job-key"] != secrets(first)["keep-tandem-job-key"]
+        assert (
+            checksums(fourth)["keep-tandem-scheduler"]["checksum/job-key"]
+            != checksums(first)["keep-tandem-scheduler"]["checksum/job-key"]
+        )
+        assert checksums(fourth)["keep-tandem-hooks"] == checksums(first)["keep-tandem-hooks"]
     finally:
         kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")

@@ -3,9 +3,11 @@
 Mutual TLS: every Deployment passes --grpc-ca-file/--grpc-cert-file/--grpc-key-file and mounts
 its own Secret; the generated certificates verify against the generated CA with the right Common
 Name and DNS names (checked by openssl, not by the chart's own helpers); cert-manager and
-existing Secrets replace generation; checksums follow what the chart generates. NetworkPolicies
-select the Pods the Deployments make and admit only Tandem's own callers. A render with every
-secret supplied is the same twice (GitOps). Needs the lab's helm (`make tools`); skipped without.
+existing Secrets replace generation; checksums follow what the chart generates. The job key
+(placeholders' own tokens) reaches the scheduler and the gateway only, and the slurmd side is told
+to keep the hooks token root-only. NetworkPolicies select the Pods the Deployments make and admit
+only Tandem's own callers. A render with every secret supplied is the same twice (GitOps). Needs
+the lab's helm (`make tools`); skipped without.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ SERVICES = ("scheduler", "syncer", "hooks")
 IDENTITIES = (*SERVICES, "operator")
 TLS_DIR = "/etc/tandem/tls"
 EXISTING = tuple(f"global.tls.existingSecrets.{c}=my-{c}-tls" for c in SERVICES)
-ALL_SUPPLIED = (*EXISTING, "hooks.existingSecret=my-hooks-token")
+JOB_KEY_FILE = "/etc/tandem/job-key/job-key"
+JOB_KEY_SECRET = f"{FULLNAME}-job-key"
+ALL_SUPPLIED = (*EXISTING, "hooks.existingSecret=my-hooks-token", "global.jobKey.existingSecret=my-job-key")
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: `make tools` builds it")
 
@@ -72,6 +76,26 @@ def decoded(secret: Doc) -> dict[str, str]:
     return {k: b64decode(v).decode() for k, v in secret["data"].items()}
 
 
+def mounted_files(dep: Doc) -> dict[str, tuple[str, str]]:
+    """Each file the container sees from a Secret: its path -> (Secret name, key)."""
+    c = container(dep)
+    files = {}
+    for vol in dep["spec"]["template"]["spec"]["volumes"]:
+        mounts = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]]
+        sources = [vol["secret"] | {"name": vol["secret"]["secretName"]}] if "secret" in vol else []
+        sources += [s["secret"] for s in vol.get("projected", {}).get("sources", []) if "secret" in s]
+        for src in sources:
+            for item in src["items"]:
+                for mount in mounts:
+                    files[f"{mount}/{item['path']}"] = (src["name"], item["key"])
+    return files
+
+
+def pod_annotations(dep: Doc) -> dict[str, str]:
+    annotations: dict[str, str] = dep["spec"]["template"]["metadata"].get("annotations", {})
+    return annotations
+
+
 def service_names(component: str) -> set[str]:
     svc = f"{FULLNAME}-{component}"
     return {svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cluster.local"}
@@ -111,15 +135,7 @@ def test_each_deployment_passes_the_three_tls_flags_and_mounts_its_own_secret(
     for flag, file in (("ca", "ca.crt"), ("cert", "tls.crt"), ("key", "tls.key")):
         assert f"--grpc-{flag}-file={TLS_DIR}/{file}" in c["args"], (component, c["args"])
     secret = f"{FULLNAME}-{component}-tls"
-    files = {}
-    for vol in dep["spec"]["template"]["spec"]["volumes"]:
-        mounts = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]]
-        sources = [vol["secret"] | {"name": vol["secret"]["secretName"]}] if "secret" in vol else []
-        sources += [s["secret"] for s in vol.get("projected", {}).get("sources", []) if "secret" in s]
-        for src in sources:
-            for item in src["items"]:
-                for mount in mounts:
-                    files[f"{mount}/{item['path']}"] = (src["name"], item["key"])
+    files = mounted_files(dep)
     for key in ("ca.crt", "tls.crt", "tls.key"):
         assert files[f"{TLS_DIR}/{key}"] == (secret, key), (component, files)
 
@@ -275,6 +291,103 @@ def test_with_every_secret_supplied_two_renders_are_the_same() -> None:
     assert one.stdout == two.stdout
 
 
+# --- the job key: placeholders' own tokens ---------------------------------------------------
+
+
+@pytest.mark.parametrize("component", ("scheduler", "hooks"))
+def test_the_scheduler_and_the_gateway_read_the_generated_job_key(
+    default_docs: list[Doc], component: str
+) -> None:
+    dep = deployment(default_docs, component)
+    flags = [a for a in container(dep)["args"] if a.startswith("--job-key-file=")]
+    assert flags == [f"--job-key-file={JOB_KEY_FILE}"], component
+    assert mounted_files(dep)[JOB_KEY_FILE] == (JOB_KEY_SECRET, "job-key"), component
+    mounts = {m["mountPath"]: m for m in container(dep)["volumeMounts"]}
+    (mount,) = [m for path, m in mounts.items() if JOB_KEY_FILE.startswith(f"{path}/")]
+    assert mount["readOnly"] is True
+    key = decoded(of_kind(default_docs, "Secret")[JOB_KEY_SECRET])["job-key"]
+    assert len(key.encode()) >= 16  # what the services require
+
+
+def test_the_job_key_reaches_nothing_else(default_docs: list[Doc]) -> None:
+    """The syncer signs and checks nothing: it gets neither the flag nor the Secret."""
+    syncer = deployment(default_docs, "syncer")
+    assert not any("job-key" in a for a in container(syncer)["args"])
+    assert JOB_KEY_SECRET not in {name for name, _ in mounted_files(syncer).values()}
+
+
+def test_the_job_key_never_goes_to_the_slurmd_namespace() -> None:
+    docs = render("global.slurmdNamespace=slurm")
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    assert [d["metadata"]["namespace"] for d in secrets if d["metadata"]["name"] == JOB_KEY_SECRET] == [NS]
+    # (The hooks token, the prolog's and epilog's, is copied there: the job key is not.)
+    assert any(d["metadata"]["namespace"] == "slurm" for d in secrets)
+    slurmd_side = [d for d in docs if d["metadata"].get("namespace") == "slurm"]
+    assert not any("job-key" in yaml.safe_dump(d) for d in slurmd_side)
+
+
+def test_the_scheduler_restarts_on_a_new_job_key_and_the_gateway_does_not(default_docs: list[Doc]) -> None:
+    """The scheduler reads the key once; the gateway re-reads it and accepts the previous one for
+    30 days, which a restart would forget (and refuse every running job's token)."""
+    key = decoded(of_kind(default_docs, "Secret")[JOB_KEY_SECRET])["job-key"]
+    scheduler = pod_annotations(deployment(default_docs, "scheduler"))
+    assert scheduler["checksum/job-key"] == hashlib.sha256(key.encode()).hexdigest()
+    assert "checksum/job-key" not in pod_annotations(deployment(default_docs, "hooks"))
+    assert "checksum/job-key" not in pod_annotations(deployment(default_docs, "syncer"))
+
+
+def test_an_existing_job_key_secret_is_mounted_and_nothing_is_generated() -> None:
+    sets = ("global.jobKey.existingSecret=my-job-key", "global.jobKey.existingSecretKey=key")
+    one, two = _helm_template(*sets), _helm_template(*sets)
+    assert one.returncode == 0, one.stderr
+    docs = [d for d in yaml.safe_load_all(one.stdout) if d]
+    assert JOB_KEY_SECRET not in of_kind(docs, "Secret")
+    assert not any("job-key" in name for name in of_kind(docs, "Secret"))
+    for component in ("scheduler", "hooks"):
+        dep = deployment(docs, component)
+        assert f"--job-key-file={JOB_KEY_FILE}" in container(dep)["args"]
+        assert mounted_files(dep)[JOB_KEY_FILE] == ("my-job-key", "key"), component
+        assert "checksum/job-key" not in pod_annotations(dep)
+    # Everything about the job key is the same twice (the other generated secrets are not).
+    assert _job_key_parts(one.stdout) == _job_key_parts(two.stdout)
+
+
+def _job_key_parts(manifest: str) -> list[Any]:
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    out: list[Any] = []
+    for component in ("scheduler", "hooks"):
+        dep = deployment(docs, component)
+        out += [container(dep)["args"], mounted_files(dep), pod_annotations(dep).get("checksum/job-key")]
+    return out
+
+
+def test_a_generated_job_key_is_new_on_each_render_without_a_cluster() -> None:
+    """What GitOps users avoid with global.jobKey.existingSecret (README "Mutual TLS", GitOps)."""
+    keys = {decoded(of_kind(render(), "Secret")[JOB_KEY_SECRET])["job-key"] for _ in range(2)}
+    assert len(keys) == 2
+
+
+def test_the_slurmd_side_is_told_to_mount_the_hooks_token_root_only() -> None:
+    """The README's volume snippet for the slurmd Pods: the token 0400, the scripts executable;
+    the notes and the ConfigMap's comment say the same."""
+    readme = (REPO_ROOT / "helm" / "README.md").read_text()
+    (snippet,) = [b for b in readme.split("```yaml")[1:] if "hooks-token" in b.split("```")[0]]
+    pod = yaml.safe_load(snippet.split("```")[0])
+    (volume,) = pod["volumes"]
+    assert volume["projected"]["defaultMode"] == 0o400
+    modes = {
+        item["path"]: item.get("mode", volume["projected"]["defaultMode"])
+        for src in volume["projected"]["sources"]
+        for kind in ("configMap", "secret")
+        if kind in src
+        for item in src[kind]["items"]
+    }
+    assert modes["hooks-token"] == 0o400
+    assert modes["hooks.env"] & 0o004 and modes["placeholder.sh"] & 0o005 == 0o005
+    for template in ("NOTES.txt", "slurm-hooks-configmap.yaml"):  # (helm template prints no notes)
+        assert "defaultMode: 0400" in (CHART / "templates" / template).read_text(), template
+
+
 # --- slurmrestd over HTTPS -------------------------------------------------------------------
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -324,6 +437,8 @@ def test_an_existing_api_ca_secret_is_mounted() -> None:
         (("global.tls.certManager.issuerRef.kind=Vault",), "issuerRef/kind"),
         (("networkPolicy.operatorFrom[0].nodeSelector.x=y",), "operatorFrom/0"),
         (("global.tls.generated.renewDays=0",), "renewDays"),
+        (("global.jobKey.existingSecretKey=a/b",), "jobKey/existingSecretKey"),
+        (("global.jobKey.secret=x",), "jobKey"),
     ],
 )
 def test_bad_values_are_refused(sets: tuple[str, ...], message: str) -> None:

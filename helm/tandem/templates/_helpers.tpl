@@ -466,6 +466,70 @@ items:
 {{- end -}}
 
 {{/* ---------------------------------------------------------------------------------------------
+The job key (global.jobKey): the scheduler signs each placeholder's own credential with it (an
+HMAC of the job's placeholder reference, in the job's environment) and the gateway checks that
+credential with it. Only those two hold it: it never goes to the slurmd namespace. Secret
+<fullname>-job-key (key job-key), generated once and kept across upgrades by `lookup`, or
+global.jobKey.existingSecret (key existingSecretKey), and then the chart makes none. Mounted at
+/etc/tandem/job-key/job-key and passed as --job-key-file.
+--------------------------------------------------------------------------------------------- */}}
+
+{{/* Whether the chart makes the job key ("true") or the operator's Secret holds it (""). */}}
+{{- define "tandem.jobKey.generated" -}}
+{{- if not ((.Values.global.jobKey | default dict).existingSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "tandem.jobKey.secretName" -}}
+{{- ((.Values.global.jobKey | default dict).existingSecret) | default (printf "%s-job-key" (include "tandem.fullname" .)) -}}
+{{- end -}}
+
+{{/* Key of the job key in its Secret: job-key in the chart's, existingSecretKey in yours. */}}
+{{- define "tandem.jobKey.secretKey" -}}
+{{- if include "tandem.jobKey.generated" . -}}job-key{{- else -}}{{ (.Values.global.jobKey.existingSecretKey) | default "job-key" }}{{- end -}}
+{{- end -}}
+
+{{/*
+The generated key: the one already in the cluster (kept across upgrades, so running jobs' tokens
+stay good and the scheduler does not restart), else 64 random characters (also when the one there
+is shorter than the 16 bytes the services require). Worked out once per
+render and cached on .Release (as tandem.tls.generated) so the Secret (umbrella) and the
+scheduler's checksum/job-key (subchart) see the same key. Not called with existingSecret.
+*/}}
+{{- define "tandem.jobKey.value" -}}
+{{- $cache := .Release -}}
+{{- if not (hasKey $cache "tandemJobKey") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (printf "%s-job-key" (include "tandem.fullname" .)) | default dict -}}
+{{- $old := dig "data" "job-key" "" $existing | b64dec | trim -}}
+{{- $_ := set $cache "tandemJobKey" (ternary $old (randAlphaNum 64) (ge (len $old) 16)) -}}
+{{- end -}}
+{{- index $cache "tandemJobKey" -}}
+{{- end -}}
+
+{{- define "tandem.jobKey.dir" -}}/etc/tandem/job-key{{- end -}}
+{{- define "tandem.jobKey.file" -}}{{ include "tandem.jobKey.dir" . }}/job-key{{- end -}}
+
+{{- define "tandem.jobKey.arg" -}}
+- --job-key-file={{ include "tandem.jobKey.file" . }}
+{{- end -}}
+
+{{/* Volume and mount of the job key (scheduler; the gateway projects it into its /etc/tandem). */}}
+{{- define "tandem.jobKey.volume" -}}
+- name: job-key
+  secret:
+    secretName: {{ include "tandem.jobKey.secretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ include "tandem.jobKey.secretKey" . }}
+        path: job-key
+{{- end -}}
+
+{{- define "tandem.jobKey.volumeMount" -}}
+- name: job-key
+  mountPath: {{ include "tandem.jobKey.dir" . }}
+  readOnly: true
+{{- end -}}
+
+{{/* ---------------------------------------------------------------------------------------------
 slurmrestd's CA (https:// apiBase): global.slurm.apiCa (PEM; the chart makes ConfigMap
 <fullname>-slurm-api-ca), or an existing Secret (apiCaSecret) or ConfigMap (apiCaConfigMap) with
 key apiCaKey. Mounted and passed as --slurm-api-ca-file only when one is set.
@@ -529,8 +593,8 @@ key apiCaKey. Mounted and passed as --slurm-api-ca-file only when one is set.
 {{/* ---------------------------------------------------------------------------------------------
 checksum/* Pod annotations: a hash of each Secret (or ConfigMap) the chart makes and the
 component reads, so a change to one rolls the Deployment. Secrets the operator made
-(existingSecrets, jwtKeySecret, apiCaSecret/apiCaConfigMap) and cert-manager's are not the
-chart's to hash; the services re-read the TLS files when they change anyway.
+(existingSecrets, jwtKeySecret, apiCaSecret/apiCaConfigMap, jobKey.existingSecret) and
+cert-manager's are not the chart's to hash; the services re-read the TLS files when they change anyway.
 Call with (dict "root" $ "component" "syncer" "extra" (dict "name" "hash")).
 --------------------------------------------------------------------------------------------- */}}
 {{- define "tandem.checksumAnnotations" -}}
@@ -539,6 +603,12 @@ Call with (dict "root" $ "component" "syncer" "extra" (dict "name" "hash")).
 {{- if eq (include "tandem.tls.mode" $root) "generated" -}}
 {{- $m := index (include "tandem.tls.generated" $root | fromJson) .component -}}
 {{- $_ := set $out "checksum/grpc-tls" (printf "%s%s%s" (index $m "ca.crt") (index $m "tls.crt") (index $m "tls.key") | sha256sum) -}}
+{{- end -}}
+{{- /* The scheduler reads the job key once, at start. The gateway re-reads it and accepts the
+previous key for 30 days: a restart would forget that key and refuse every running job's token,
+so the gateway's Pods carry no checksum/job-key. */ -}}
+{{- if and (eq .component "scheduler") (include "tandem.jobKey.generated" $root) -}}
+{{- $_ := set $out "checksum/job-key" (include "tandem.jobKey.value" $root | sha256sum) -}}
 {{- end -}}
 {{- if has .component (list "scheduler" "syncer") -}}
 {{- if $root.Values.global.slurm.jwtKey -}}
