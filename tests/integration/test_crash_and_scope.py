@@ -18,6 +18,7 @@ from devstack.config import StackConfig
 from devstack.kube import delete_delay
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
+from tandem import jobtoken
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmRestClient
@@ -94,11 +95,13 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
 
 
 def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Path) -> int:
-    """The job the scheduler would have submitted for the Pod, with the script's hook calls going
-    to the gateway that `hooks_env` names."""
+    """The job the scheduler would have submitted for the Pod (its AdminComment and its own
+    credential included), with the script's hook calls going to the gateway `hooks_env` names."""
     slurm = SlurmRestClient.from_settings(
         cfg.slurmrestd_url, "root", "", str(cfg.slurm_dir / "jwt_hs256.key")
     )
+    name = f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
+    key = services.job_key_file(cfg).read_text().strip().encode()
     env = {
         "PATH": "/usr/bin:/bin",
         "TANDEM_HOOKS_ENV": str(hooks_env),
@@ -107,11 +110,14 @@ def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Pat
         "TANDEM_POD_NAME": pod.metadata.name,
         "TANDEM_POD_UID": pod.metadata.uid,
         "TANDEM_JOB_EXTRA": "",
+        "TANDEM_PLACEHOLDER": name,
+        "TANDEM_JOB_TOKEN": jobtoken.token(key, name),
     }
     try:
         return slurm.submit_job(
             JobSpec(
-                name=f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}",
+                name=name,
+                admin_comment=name,
                 script=placeholder_batch_script(),
                 environment=env,
                 cpus=1,
