@@ -3,7 +3,8 @@
 `helm template` renders a release; its ServiceAccounts, Roles, ClusterRoles and bindings are
 applied to the local apiserver; each service gets a token for its ServiceAccount (TokenRequest
 API) in its own kubeconfig. So a permission the code needs but the chart lacks fails a test
-instead of a production install.
+instead of a production install. The release's tenant policy ConfigMap is applied with them, as
+the chart renders it with the lab's values (LAB_POLICY).
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from pathlib import Path
 
 import yaml
 
-from devstack import config, kube, pki
+from devstack import config, kube, pki, slurm
 from devstack.config import StackConfig
 
 CHART = config.REPO_ROOT / "helm" / "tandem"
 RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"})
+# The lab's tenant policy on top of the chart's (which refuses a Pod without user-id): in every
+# namespace such a Pod runs as tandem-pods, a Slurm user with an association to account k8s
+# (devstack.slurm.ensure_accounting). Root and priorities above the chart's cap stay refused.
+LAB_POLICY = (f"scheduler.policy.default.defaultUser={slurm.POD_USER[1]}",)
 # Long enough for any test session or demo; `make up` mints fresh ones each time.
 TOKEN_DURATION = "720h"
 
@@ -49,8 +54,9 @@ class Release:
 MAIN = Release(config.TANDEM_RELEASE)
 
 
-def render_rbac(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
-    sets = [f"global.slurmdNamespace={config.SLURM_NAMESPACE}", *release.values]
+def render(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
+    """Every object of the release, as `helm template` renders it for the lab."""
+    sets = [f"global.slurmdNamespace={config.SLURM_NAMESPACE}", *LAB_POLICY, *release.values]
     out = subprocess.run(
         [
             str(cfg.bin_dir / "helm"),
@@ -66,13 +72,25 @@ def render_rbac(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
     )
     if out.returncode != 0:
         raise RuntimeError(f"helm template {release.name} failed: {out.stderr.strip()}")
-    docs = [d for d in yaml.safe_load_all(out.stdout) if isinstance(d, dict)]
-    return [d for d in docs if d.get("kind") in RBAC_KINDS]
+    return [d for d in yaml.safe_load_all(out.stdout) if isinstance(d, dict)]
+
+
+def policy_of(release: Release, docs: list[dict[str, object]]) -> dict[str, object]:
+    """The release's tenant policy ConfigMap among its rendered objects (in its namespace: the
+    template leaves that to `helm install -n`)."""
+    name = release.policy_configmap.split("/", 1)[1]
+    for doc in docs:
+        meta = doc.get("metadata")
+        if doc.get("kind") == "ConfigMap" and isinstance(meta, dict) and meta.get("name") == name:
+            return {**doc, "metadata": {**meta, "namespace": release.namespace}}
+    raise RuntimeError(f"helm template {release.name} renders no ConfigMap {name}")
 
 
 def ensure_release_rbac(cfg: StackConfig, release: Release) -> None:
-    """Apply the release's ServiceAccounts and RBAC (idempotent: `kubectl apply`)."""
-    docs = render_rbac(cfg, release)
+    """Apply the release's ServiceAccounts and RBAC, and the tenant policy its scheduler reads
+    (idempotent: `kubectl apply`; the policy as LAB_POLICY writes it, whatever a test left)."""
+    rendered = render(cfg, release)
+    docs = [*(d for d in rendered if d.get("kind") in RBAC_KINDS), policy_of(release, rendered)]
     namespaces = {release.namespace} | {
         str(meta["namespace"])
         for d in docs

@@ -10,6 +10,8 @@ included):
     Pod deleting or finished          -> cancel its job
     a live job besides the recorded   -> cancel it (a submit retried after a lost answer)
     bound, job stopped/ended/moved    -> delete the Pod
+    bound, would now be refused       -> a Warning Event; never evicted by a policy change
+    refused, its job still live       -> cancel the job (refused after submit, before bound)
     invalid (condition says so)       -> nothing, until the Pod is recreated
     invalid                           -> reject: PodScheduled=False, one Warning Event
     valid, no job, no node fits       -> Unschedulable (kube-scheduler's message), one Event
@@ -34,7 +36,7 @@ from tandem.kube import JSON, pod_finished
 from tandem.scheduler import validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.podapi import condition
-from tandem.scheduler.policy import OPEN, Policy
+from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.slurm import queue
 from tandem.slurm.hostlist import compress, expand
 from tandem.slurm.models import JobStatus
@@ -50,6 +52,8 @@ REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_CANNOT_FIT = "GroupCannotFit"
 # Set by this scheduler when it refused a Pod: no retry until the Pod is recreated.
 REFUSED_REASONS = (REASON_INVALID, REASON_SUBMIT_FAILED, REASON_CANNOT_FIT)
+# A Warning Event on a bound Pod the policy (or validation) would now refuse: it keeps running.
+REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class Observed:
     # --reject-static-cpu: a Pod the kubelet would pin CPUs for is refused, not only warned about.
     reject_static_cpu: bool = False
     # What the Pod's namespace may ask of Slurm (tandem.scheduler.policy).
-    policy: Policy = OPEN
+    policy: Policy = BUILTIN
 
 
 @dataclass(frozen=True)
@@ -151,13 +155,34 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class Warn:
+    """A Warning Event on the Pod and nothing else (the recorder posts each distinct one once)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Wait:
     """Nothing can be done yet and no change will announce when: look again after a backoff."""
 
     why: str
 
 
-Action = Nothing | Reject | Submit | Record | Bind | SetPending | Cancel | Delete | Wait | Exclude | Nominate
+Action = (
+    Nothing
+    | Reject
+    | Submit
+    | Record
+    | Bind
+    | SetPending
+    | Cancel
+    | Delete
+    | Wait
+    | Warn
+    | Exclude
+    | Nominate
+)
 
 
 def decide(o: Observed) -> Action:
@@ -179,6 +204,14 @@ def decide(o: Observed) -> Action:
     if spec.get("nodeName"):
         return _bound(o, str(spec["nodeName"]), job)
     if refused(pod):
+        # Never to be bound: a job it still has would only hold nodes (the policy changed after
+        # the submit, or a crash came between the refusal and this cancel).
+        if job is not None:
+            unwanted = None if job.ended or job.terminating else job.job_id
+        else:
+            unwanted = o.submitted_job_id
+        if unwanted is not None and unwanted not in o.cancel_sent:
+            return Cancel((unwanted,), "the Pod was refused before it was bound")
         return Nothing()
     result = validation.validate(pod, o.kill_wait, o.reject_static_cpu, o.policy)
     if not result.ok:
@@ -238,9 +271,26 @@ def _bound(o: Observed, node: str, job: JobStatus | None) -> Action:
         hosted_on = o.kube_node(job.job.nodes[0])
         if hosted_on is not None and hosted_on != node:
             why = f"now runs on {job.job.nodes[0]}, not on this Pod's Node"
-    if not why:
+    if why:
+        return Delete("Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
+    assert o.pod is not None  # bound: there is a Pod
+    return would_be_refused(o.pod, o)
+
+
+def would_be_refused(pod: JSON, o: Observed) -> Action:
+    """A bound Pod is judged again (a policy change, an edited annotation) but only told: evicting
+    running work because a rule changed would be worse than the rule being late."""
+    result = validation.validate(pod, o.kill_wait, o.reject_static_cpu, o.policy)
+    if result.ok:
         return Nothing()
-    return Delete("Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
+    return Warn(REASON_WOULD_BE_REFUSED, would_be_refused_message(result))
+
+
+def would_be_refused_message(result: validation.Validation) -> str:
+    return (
+        f"this Pod would now be refused ({result.message()}); it keeps running: "
+        "a bound Pod is never evicted by a policy change"
+    )
 
 
 def excluded_nodes(pod: JSON, unfit: tuple[str, ...]) -> frozenset[str]:

@@ -9,7 +9,10 @@ leaves a state this table maps to the rest of the work (tests/unit/test_decide_g
     job live, group gone (every member gone, or its PodGroup deleted) -> cancel the job
     no live member                                 -> nothing
     job stopped/ended/requeued, members carry it   -> delete those members
+    a member refused, the job live, none bound     -> cancel the job (refused after submit)
     a member refused (invalid, cannot fit)         -> nothing, until the members are recreated
+    a member invalid, some member bound            -> a Warning Event on each bound member;
+                                                      never evicted by a policy change
     a member invalid, or members disagree          -> reject every member
     no job, fewer than minCount members            -> each member: how many are missing
     no job, more members than Slurm has nodes      -> refuse the group: one Warning Event
@@ -30,7 +33,7 @@ from tandem.kube import JSON, pod_finished
 from tandem.scheduler import decide as d
 from tandem.scheduler import groups, validation
 from tandem.scheduler.eligibility import Eligibility
-from tandem.scheduler.policy import OPEN, Policy
+from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 
@@ -60,7 +63,7 @@ class ObservedGroup:
     kill_wait: float = 0.0
     # Which Slurm nodes' Nodes would take this member (tandem.scheduler.eligibility).
     fit: Callable[[JSON, Mapping[str, int]], Eligibility] | None = None
-    policy: Policy = OPEN
+    policy: Policy = BUILTIN
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,15 @@ class RejectMembers:
     pods: tuple[JSON, ...]
     message: str
     problems: tuple[validation.Problem, ...]
+
+
+@dataclass(frozen=True)
+class WarnMembers:
+    """A Warning Event on each of these members and nothing else."""
+
+    pods: tuple[JSON, ...]
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ GroupAction = (
     | d.Wait
     | d.Cancel
     | RejectMembers
+    | WarnMembers
     | RefuseGroup
     | SubmitGroup
     | RecordMembers
@@ -163,6 +176,13 @@ def decide_group(o: ObservedGroup) -> GroupAction:
         if job.ended:
             job = None  # over, and none of the live members was part of it: a new job
     if any(d.refused(m) for m in live):
+        # Never to be bound: its job would only hold nodes (unless part of it runs already).
+        if job is not None:
+            live_job = job.job_id if job_live and not job.terminating else None
+        else:
+            live_job = o.submitted_job_id
+        if live_job is not None and live_job not in o.cancel_sent and not any(_bound(m) for m in live):
+            return d.Cancel((live_job,), "a member was refused before the group was bound")
         return d.Nothing()
     if group.waiting_for:
         return PendMembers(live, REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
@@ -180,6 +200,15 @@ def decide_group(o: ObservedGroup) -> GroupAction:
                 *(f"invalid for Slurm: {p}" for p in disagree),
             ]
         )
+        bound = tuple(m for m in live if _bound(m))
+        if bound:
+            # Placed already: told, never evicted (tandem.scheduler.decide.would_be_refused).
+            return WarnMembers(
+                bound,
+                d.REASON_WOULD_BE_REFUSED,
+                f"{group.title} would now be refused ({message}); its bound members keep running: "
+                "a bound Pod is never evicted by a policy change",
+            )
         return RejectMembers(
             live, f"{group.title} cannot be one Slurm job: {message}", (*problems, *disagree)
         )
@@ -224,6 +253,10 @@ def decide_group(o: ObservedGroup) -> GroupAction:
     if job.pending and job.job.state_reason not in ("", "None"):
         return PendMembers(live, d.REASON_PENDING, queue.pending_message(job))
     return d.Nothing()
+
+
+def _bound(pod: JSON) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
 
 
 def _stopped(job: JobStatus, carrying: tuple[JSON, ...]) -> str:
