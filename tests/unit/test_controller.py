@@ -19,6 +19,7 @@ from tandem.scheduler import controller as ctl
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
+from tandem.scheduler.policy import parse
 from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import slurm_pb2
@@ -48,13 +49,22 @@ class FakePodCache:
 def _controller(pods: FakePodCache, jobs: JobTracker) -> tuple[Controller, mock.Mock, mock.Mock]:
     slurm, kube = mock.Mock(), mock.Mock()
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
-    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0)
+    # The lab's policy: Pods without user-id run as tandem-pods.
+    lab = parse("default: {defaultUser: 1001}")
+    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, policy=lambda: lab)
     return controller, slurm, kube
 
 
 def _status(state: str = "RUNNING", started: bool = False, node: str = "cpu-001") -> JobStatus:
     return JobStatus(
-        Job(job_id=7, name=placeholder.job_name(POD, SCHEDULER), state=state, nodes=(node,)), started=started
+        Job(
+            job_id=7,
+            name=placeholder.job_name(POD, SCHEDULER),
+            admin_comment=placeholder.job_name(POD, SCHEDULER),
+            state=state,
+            nodes=(node,),
+        ),
+        started=started,
     )
 
 
@@ -278,7 +288,10 @@ def _gang(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, mock.Mock]:
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
     podgroups = {f"{POD.namespace}/train": PODGROUP}
-    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups)
+    lab = parse("default: {defaultUser: 1001}")  # Pods without user-id run as tandem-pods
+    controller = Controller(
+        kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups, policy=lambda: lab
+    )
     return controller, slurm, kube
 
 
@@ -310,6 +323,7 @@ def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
             Job(
                 job_id=9,
                 name=placeholder.job_name(ref, SCHEDULER),
+                admin_comment=placeholder.job_name(ref, SCHEDULER),
                 state="RUNNING",
                 nodes=("cpu-001", "cpu-002"),
             ),
@@ -380,7 +394,8 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
     pods.pods[POD.key] = {**_pod(job_id="9"), "metadata": {**_pod(job_id="9")["metadata"], "uid": POD.uid}}
     jobs = _tracker()
     for job_id in (9, 12):
-        jobs._apply(JobStatus(Job(job_id=job_id, name=placeholder.job_name(POD, SCHEDULER), state="PENDING")))
+        name = placeholder.job_name(POD, SCHEDULER)
+        jobs._apply(JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
     controller, _, _ = _controller(pods, jobs)
     observed = controller.observe(POD.key)
     assert observed.job is not None and observed.job.job_id == 9

@@ -10,11 +10,14 @@ import pytest
 
 from tandem import keys, placeholder
 from tandem.scheduler import decide as d
+from tandem.scheduler import policy
 from tandem.slurm.models import Job, JobStatus
 
 SCHEDULER = "tandem-test"
 REF = placeholder.PodRef("default", "trainer", "uid-1")
 HOSTS = {"cpu-001": "node-001", "cpu-002": "node-002"}
+# The lab's: Pods without user-id run as tandem-pods.
+POLICY = policy.parse("default: {defaultUser: 1001}")
 
 
 def pod(
@@ -65,6 +68,7 @@ def job(
         Job(
             job_id=job_id,
             name=placeholder.job_name(REF, SCHEDULER),
+            admin_comment=placeholder.job_name(REF, SCHEDULER),
             state=state,
             state_reason=reason,
             nodes=(node,) if node and state != "PENDING" else (),
@@ -85,9 +89,12 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.O
         recorded_job_id=kw.pop("recorded", recorded),
         kube_node=HOSTS.get,
         kill_wait=30,
+        policy=kw.pop("policy", POLICY),
         **kw,
     )
 
+
+REFUSED = (d.REASON_INVALID, "invalid for Slurm: sunk.coreweave.com/user-id: 0 is not allowed")
 
 ROWS: list[tuple[str, d.Observed, Any]] = [
     # Pod gone from the cache
@@ -163,6 +170,17 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
         d.Nothing(),
     ),
     ("bound Pod, job not in the stream", seen(pod(7, node="node-001")), d.Nothing()),
+    (
+        "bound Pod the policy would now refuse: told, never evicted",
+        seen(pod(7, node="node-001"), job(started=True), policy=policy.BUILTIN),
+        d.Warn(
+            d.REASON_WOULD_BE_REFUSED,
+            "this Pod would now be refused (invalid for Slurm: sunk.coreweave.com/user-id: not set, and "
+            "namespace default has no default user: set the annotation, or a defaultUser for the "
+            "namespace in the tenant policy); it keeps running: a bound Pod is never evicted by a "
+            "policy change",
+        ),
+    ),
     # Refused earlier
     (
         "refused Pod stays refused",
@@ -170,6 +188,34 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
         d.Nothing(),
     ),
     ("Pod Slurm refused stays refused", seen(pod(condition=(d.REASON_SUBMIT_FAILED, "no"))), d.Nothing()),
+    # Refused after its job was submitted, before it was bound: the job would only hold nodes
+    (
+        "refused, its job pending: cancelled",
+        seen(pod(7, condition=REFUSED), job("PENDING", reason="Priority")),
+        d.Cancel((7,), "the Pod was refused before it was bound"),
+    ),
+    (
+        "refused, its job allocated (prolog running): cancelled",
+        seen(pod(7, condition=REFUSED), job()),
+        d.Cancel((7,), "the Pod was refused before it was bound"),
+    ),
+    (
+        "refused, its job's script started: cancelled",
+        seen(pod(7, condition=REFUSED), job(started=True)),
+        d.Cancel((7,), "the Pod was refused before it was bound"),
+    ),
+    (
+        "refused right after this life submitted, the stream not there yet: cancelled",
+        seen(pod(condition=REFUSED), submitted_job_id=7),
+        d.Cancel((7,), "the Pod was refused before it was bound"),
+    ),
+    (
+        "refused, its job's cancel already sent",
+        seen(pod(7, condition=REFUSED), job("PENDING"), cancel_sent=frozenset({7})),
+        d.Nothing(),
+    ),
+    ("refused, its job stopping", seen(pod(7, condition=REFUSED), job(terminating=True)), d.Nothing()),
+    ("refused, its job ended", seen(pod(7, condition=REFUSED), job("CANCELLED")), d.Nothing()),
     # Not yet submitted
     ("valid Pod without a job: submit", seen(pod()), "Submit"),
     (
@@ -254,6 +300,26 @@ def test_decide(observed: d.Observed, expected: Any) -> None:
         assert type(action).__name__ == expected
     else:
         assert action == expected
+
+
+def test_a_pod_refused_after_its_job_was_submitted_gets_its_job_cancelled() -> None:
+    # The policy changes while the job is pending: rejected, then (the condition written) its job
+    # cancelled, once.
+    pending = job("PENDING", reason="Priority")
+    assert isinstance(d.decide(seen(pod(7), pending)), d.SetPending)
+    rejected = d.decide(seen(pod(7), pending, policy=policy.BUILTIN))
+    assert isinstance(rejected, d.Reject)
+    refused = pod(7, condition=(d.REASON_INVALID, rejected.validation.message()))
+    assert d.decide(seen(refused, pending)) == d.Cancel((7,), "the Pod was refused before it was bound")
+    assert d.decide(seen(refused, pending, cancel_sent=frozenset({7}))) == d.Nothing()
+
+
+def test_a_bound_pod_is_never_deleted_by_a_policy_change() -> None:
+    bound = seen(pod(7, node="node-001"), job(started=True), policy=policy.BUILTIN)
+    action = d.decide(bound)
+    assert isinstance(action, d.Warn)
+    assert d.placement_state(bound, action) == "BOUND"
+    assert d.decide(replace(bound, policy=POLICY)) == d.Nothing()
 
 
 def test_the_reject_carries_what_a_person_reads() -> None:

@@ -11,7 +11,7 @@ import pytest
 from tandem import keys, placeholder
 from tandem.scheduler import decide as d
 from tandem.scheduler import decide_group as dg
-from tandem.scheduler import groups
+from tandem.scheduler import groups, policy
 from tandem.slurm.models import Job, JobStatus
 
 SCHEDULER = "tandem-test"
@@ -76,6 +76,7 @@ def job(
         Job(
             job_id=7,
             name=placeholder.job_name(GROUP.ref, SCHEDULER),
+            admin_comment=placeholder.job_name(GROUP.ref, SCHEDULER),
             state=state,
             state_reason=reason,
             nodes=NODES if state != "PENDING" else (),
@@ -84,6 +85,10 @@ def job(
         started=started,
         terminating=terminating,
     )
+
+
+# The lab's: Pods without user-id run as tandem-pods.
+POLICY = policy.parse("default: {defaultUser: 1001}")
 
 
 def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -> dg.ObservedGroup:
@@ -95,6 +100,7 @@ def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -
         kube_node=HOSTS.get,
         slurm_nodes=kw.pop("slurm_nodes", 8),
         kill_wait=30,
+        policy=kw.pop("policy", POLICY),
         **kw,
     )
 
@@ -154,6 +160,35 @@ ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
     ("job ended before binding", seen(three(job_id=7), job(state="CANCELLED")), dg.DeleteMembers),
     ("job requeued after binding", seen([member(0, 7, "node-001")], job(state="PENDING")), dg.DeleteMembers),
     ("a member refused earlier", seen([member(0, refused=d.REASON_INVALID), member(1)]), d.Nothing),
+    (
+        "a member refused after the group's job was submitted: the job is cancelled",
+        seen([member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)], job(state="PENDING")),
+        d.Cancel,
+    ),
+    (
+        "refused right after this life submitted, the stream not there yet: cancelled",
+        seen([member(0, refused=d.REASON_INVALID), member(1), member(2)], submitted_job_id=7),
+        d.Cancel,
+    ),
+    (
+        "a member refused, the group's job cancel sent",
+        seen([member(0, 7, refused=d.REASON_INVALID), member(1, 7)], job(), cancel_sent=frozenset({7})),
+        d.Nothing,
+    ),
+    (
+        "a member refused, but part of the group is bound: never evicted",
+        seen([member(0, 7, "node-001"), member(1, 7, refused=d.REASON_INVALID)], job(started=True)),
+        d.Nothing,
+    ),
+    (
+        "bound members the policy would now refuse: told, never evicted",
+        seen(
+            [member(i, 7, f"node-00{i + 1}") for i in range(3)],
+            job(started=True),
+            policy=policy.BUILTIN,
+        ),
+        dg.WarnMembers,
+    ),
     ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), dg.PendMembers),
     ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), dg.RejectMembers),
     (
@@ -204,6 +239,18 @@ def test_each_line_of_the_group_table(why: str, observed: dg.ObservedGroup, expe
     assert isinstance(dg.decide_group(observed), expected), why
 
 
+def test_a_refused_groups_job_is_cancelled_once_and_a_bound_group_is_only_told() -> None:
+    refused = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
+    assert dg.decide_group(seen(refused, job(state="PENDING"))) == d.Cancel(
+        (7,), "a member was refused before the group was bound"
+    )
+    bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
+    told = dg.decide_group(seen(bound, job(started=True), policy=policy.BUILTIN))
+    assert isinstance(told, dg.WarnMembers) and told.reason == d.REASON_WOULD_BE_REFUSED
+    assert [p["metadata"]["name"] for p in told.pods] == ["train-0", "train-1", "train-2"]
+    assert "user-id: not set" in told.message and "never evicted by a policy change" in told.message
+
+
 def test_missing_members_are_counted_on_each_member() -> None:
     action = dg.decide_group(seen(three()[:2]))
     assert isinstance(action, dg.PendMembers) and len(action.pods) == 2
@@ -247,7 +294,13 @@ def test_an_extra_member_waits_when_every_node_of_the_job_is_taken() -> None:
 def test_no_bind_before_every_node_of_the_job_is_known() -> None:
     action = dg.decide_group(
         dg.ObservedGroup(
-            KEY, GROUP, tuple(three(job_id=7)), job=job(started=True), kube_node=lambda _: None, kill_wait=30
+            KEY,
+            GROUP,
+            tuple(three(job_id=7)),
+            job=job(started=True),
+            kube_node=lambda _: None,
+            kill_wait=30,
+            policy=POLICY,
         )
     )
     assert isinstance(action, d.Wait)

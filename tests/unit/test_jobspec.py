@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from tandem import keys
+from tandem import jobtoken, keys
 from tandem.placeholder import PodRef, parse_job_name
 from tandem.scheduler.jobspec import (
     PlaceholderConfig,
@@ -29,9 +29,10 @@ def make_pod(
     requests: dict[str, str] | None = None,
     node_selector: dict[str, str] | None = None,
     gpu_terms: list[list[dict[str, Any]]] | None = None,
+    user: str | None = "1001",
 ) -> dict[str, Any]:
     """A Pod as the API server returns it. `gpu_terms`: nodeSelectorTerms, each a list of
-    matchExpressions."""
+    matchExpressions. `user`: its user-id (a job is never built without one)."""
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "resources": {"requests": requests or {"cpu": "1", "memory": "1Gi"}}}
@@ -53,7 +54,7 @@ def make_pod(
             "name": "infer-0",
             "namespace": "team-a",
             "uid": "8f1c",
-            "annotations": annotations or {},
+            "annotations": ({keys.USER_ID: user} if user is not None else {}) | (annotations or {}),
         },
         "spec": spec,
     }
@@ -185,8 +186,8 @@ def test_a_plain_pod_becomes_a_plain_job() -> None:
         "TANDEM_POD_UID": "8f1c",
         "TANDEM_JOB_EXTRA": "",
     }
-    # Root unless the Pod says otherwise, sent explicitly: the scheduler's token is root's.
-    assert (spec.user_id, spec.group_id, spec.extra) == (0, 0, "")
+    # The Pod's user, sent explicitly: the scheduler's token is root's.
+    assert (spec.user_id, spec.group_id, spec.extra) == (1001, 1001, "")
     assert (spec.cpus, spec.memory_mb, spec.gpus, spec.gpu_type) == (1, 1024, 0, "")
     assert spec.working_dir == "/tmp"
     assert (spec.account, spec.partition, spec.exclusive, spec.priority, spec.time_limit_minutes) == (
@@ -310,26 +311,40 @@ def test_default_working_dir_comes_from_config() -> None:
 @pytest.mark.parametrize(
     ("annotations", "user"),
     [
-        ({}, (0, 0)),
         ({keys.USER_ID: "1001"}, (1001, 1001)),
         ({keys.USER_ID: "1001", keys.GROUP_ID: "1002"}, (1001, 1002)),
-        ({keys.GROUP_ID: "1002"}, (0, 1002)),
         ({keys.USER_ID: "1001", keys.GROUP_ID: "0"}, (1001, 0)),
         ({keys.USER_ID: "0"}, (0, 0)),
     ],
 )
 def test_job_user_defaults(annotations: dict[str, str], user: tuple[int, int]) -> None:
-    assert job_user(make_pod(annotations)) == user
+    assert job_user(make_pod(annotations, user=None)) == user
+
+
+@pytest.mark.parametrize("annotations", [{}, {keys.GROUP_ID: "1002"}])
+def test_a_job_is_never_root_by_default(annotations: dict[str, str]) -> None:
+    # Validation refuses a Pod without user-id where the policy has no default user; one that
+    # gets here anyway must not run as whoever submits (root).
+    with pytest.raises(ValueError, match="user-id is not set"):
+        job_user(make_pod(annotations, user=None))
+    assert job_user(make_pod(annotations, user=None), {keys.USER_ID: "1001"})[0] == 1001
 
 
 @pytest.mark.parametrize(
     ("annotations", "user"),
     [
-        ({}, (0, 0)),
         ({keys.USER_ID: "1001"}, (1001, 1001)),
         ({keys.USER_ID: "1001", keys.GROUP_ID: "1002"}, (1001, 1002)),
     ],
 )
 def test_the_job_runs_as_the_pods_user_and_group(annotations: dict[str, str], user: tuple[int, int]) -> None:
-    spec = build_job_spec(make_pod(annotations), CFG)
+    spec = build_job_spec(make_pod(annotations, user=None), CFG)
     assert (spec.user_id, spec.group_id) == user
+
+
+def test_a_placeholder_carries_its_own_credential_and_tandems_mark() -> None:
+    cfg = PlaceholderConfig(script="x", environment={}, gpu_types={}, job_key=b"k" * 32)
+    spec = build_job_spec(make_pod(), cfg)
+    assert spec.admin_comment == spec.name  # only Slurm's administrators write it
+    assert spec.environment["TANDEM_PLACEHOLDER"] == spec.name
+    assert jobtoken.verifies([b"k" * 32], spec.name, spec.environment["TANDEM_JOB_TOKEN"])

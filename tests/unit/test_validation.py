@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import pytest
 
 from tandem import keys
-from tandem.scheduler.validation import Problem, Validation, effective_requests, validate
+from tandem.scheduler.validation import MAX_BYTES, Problem, Validation, effective_requests, validate
 
 KILL_WAIT = 30.0
 
@@ -203,6 +204,76 @@ def test_node_lists_reject_malformed_hostlists(key: str, value: str, says: str) 
     assert problem.field == annotation_field(key)
     assert says in problem.rule
     assert f'got "{value}"' in problem.rule
+
+
+# --- bounds: hostlists are counted, never expanded; every annotation has a length --------------------
+
+
+@pytest.mark.parametrize("key", [keys.EXCLUDED_NODES, keys.REQUIRED_NODES])
+def test_a_hostlist_naming_a_hundred_million_nodes_is_refused_without_expanding_it(key: str) -> None:
+    pod = make_pod({key: "gpu-[0-99999999]"})
+    tracemalloc.start()
+    try:
+        problem = only_error(validate(pod, KILL_WAIT))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert problem.field == annotation_field(key)
+    assert problem.rule == (
+        'must name at most 65536 nodes (Slurm\'s own limit for a range), got 100000000 in "gpu-[0-99999999]"'
+    )
+    # Expanded, those names took several GiB (a MemoryError under the chart's 1 GiB limit).
+    assert peak < 256 * 1024
+
+
+@pytest.mark.parametrize("key", [keys.EXCLUDED_NODES, keys.REQUIRED_NODES])
+def test_a_hostlist_of_exactly_the_cap_passes_and_one_more_node_is_refused(key: str) -> None:
+    assert validate(make_pod({key: "gpu-[00000-65535]"}), KILL_WAIT).ok
+    assert validate(make_pod({key: "r[1-256]n[1-256]"}), KILL_WAIT).ok
+    for over in ("gpu-[00000-65536]", "gpu-[00000-65535],login", "r[1-256]n[1-257]"):
+        problem = only_error(validate(make_pod({key: over}), KILL_WAIT))
+        assert problem.rule.startswith("must name at most 65536 nodes"), problem.rule
+        assert "got 65537 in" in problem.rule or "got 65792 in" in problem.rule
+
+
+def test_a_hostlist_whose_padding_makes_names_too_long_is_refused() -> None:
+    problem = only_error(validate(make_pod({keys.EXCLUDED_NODES: "n[" + "0" * 300 + "-1]"}), KILL_WAIT))
+    assert "must name nodes of at most 253 characters" in problem.rule
+    assert "got one of 301" in problem.rule
+
+
+def test_every_job_annotation_has_a_length_bound() -> None:
+    assert set(MAX_BYTES) == keys.JOB_ANNOTATIONS
+
+
+@pytest.mark.parametrize("key", sorted(keys.JOB_ANNOTATIONS))
+def test_an_annotation_over_its_length_bound_is_refused_naming_the_bound(key: str) -> None:
+    bound = MAX_BYTES[key]
+    problem = only_error(validate(make_pod({key: "1" * (bound + 1)}), KILL_WAIT))
+    assert problem.field == annotation_field(key)
+    assert problem.rule.startswith(f"must be at most {bound} bytes long, got {bound + 1}: "), problem.rule
+    assert len(str(problem)) < 250  # the value is shortened in the Event
+    at_bound = validate(make_pod({key: "1" * bound}), KILL_WAIT)
+    assert not any("bytes long" in p.rule for p in at_bound.errors)
+
+
+def test_the_length_bound_counts_utf8_bytes() -> None:
+    assert validate(make_pod({keys.COMMENT: "é" * 512}), KILL_WAIT).ok
+    problem = only_error(validate(make_pod({keys.COMMENT: "é" * 513}), KILL_WAIT))
+    assert problem.rule.startswith("must be at most 1024 bytes long, got 1026: ")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (keys.PRIORITY, "0" * 5000 + "1"),  # int() refuses more than 4300 digits
+        (keys.EXCLUDED_NODES, "gpu-[" + "0" * 5000 + "1-2]"),
+        (keys.REQUIRED_NODES, "gpu-[0-1]" + ",gpu-1" * 50_000),
+    ],
+)
+def test_huge_values_are_refused_by_length_not_by_an_exception(key: str, value: str) -> None:
+    problem = only_error(validate(make_pod({key: value}), KILL_WAIT))
+    assert problem.rule.startswith(f"must be at most {MAX_BYTES[key]} bytes long, got {len(value)}")
 
 
 # --- working directory ---------------------------------------------------------------------------

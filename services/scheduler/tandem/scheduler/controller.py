@@ -23,7 +23,7 @@ from tandem.scheduler import decide_group as dg
 from tandem.scheduler import eligibility, groups, jobspec
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.podapi import PodApi, condition
-from tandem.scheduler.policy import OPEN, Policy
+from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.scheduler.validation import Validation
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.hostlist import expand
@@ -159,7 +159,7 @@ class Controller:
         podgroups: ObjectCache | None = None,
         cluster: ClusterCaches | None = None,
         reject_static_cpu: bool = False,
-        policy: Callable[[], Policy] = lambda: OPEN,
+        policy: Callable[[], Policy] = lambda: BUILTIN,
     ) -> None:
         self.reject_static_cpu = reject_static_cpu
         self.policy = policy
@@ -230,10 +230,10 @@ class Controller:
                 self.queue.add(groups.group_key(pod) or object_key(pod))
 
     def on_policy_changed(self) -> None:
-        """The tenant policy changed: every Pod not placed yet is judged again."""
+        """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
+        now (and its job cancelled); a bound one is only told (decide.would_be_refused)."""
         for pod in self.pods.items():
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(groups.group_key(pod) or object_key(pod))
+            self.queue.add(groups.group_key(pod) or object_key(pod))
 
     def on_podgroup(self, key: str, old: JSON | None, new: JSON | None) -> None:
         pg = new or old
@@ -432,6 +432,8 @@ class Controller:
             case d.SetPending(reason=reason, message=message, event=event):
                 if self.api.set_unscheduled(pod, reason, message) and event:
                     self._event(pod, "Warning", event, message)
+            case d.Warn(reason=reason, message=message):
+                self._event(pod, "Warning", reason, message)
             case d.Delete(event_type=type_, event_reason=reason, message=message):
                 self._event(pod, type_, reason, message)
                 self.api.delete(pod)
@@ -459,6 +461,9 @@ class Controller:
                 self._group_status(
                     group, False, "Unschedulable", message, event=("Warning", "FailedValidation")
                 )
+            case dg.WarnMembers(pods=pods, reason=reason, message=message):
+                for pod in pods:
+                    self._event(pod, "Warning", reason, message)
             case dg.RefuseGroup(pods=pods, message=message):
                 for pod in pods:
                     self.api.set_unscheduled(pod, d.REASON_CANNOT_FIT, message)
@@ -678,7 +683,7 @@ class Controller:
             self._submitted.forget(key)
         elif why == "Pod deleted":
             for job in self.jobs.for_pod_key(key):
-                ref = placeholder.parse_job_name(job.job.name)
+                ref = placeholder.pod_of(job.job)
                 if ref is not None:
                     self._submitted.forget(ref.uid)  # deleted before its annotation was seen
                     self._recorded.forget(ref.uid)

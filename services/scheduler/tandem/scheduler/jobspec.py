@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem import keys
+from tandem import jobtoken, keys
 from tandem.placeholder import PodRef, job_name
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
 from tandem.slurm.hostlist import compress, expand
@@ -32,6 +32,8 @@ class PlaceholderConfig:
     # The placeholder script's own output (it only says when a hook call failed).
     output: str = "/dev/null"
     default_working_dir: str = "/tmp"
+    # Signs each placeholder's own credential (tandem.jobtoken); empty: the job gets none.
+    job_key: bytes = b""
 
 
 def parse_gpu_types(text: str) -> dict[str, str]:
@@ -136,8 +138,14 @@ def build_job_spec(
         "TANDEM_JOB_EXTRA": "",
     }
     uid, gid = job_user(pod, defaults)
+    name = job_name(ref, cfg.scheduler_name)
+    if cfg.job_key:
+        # What its script presents to the hooks API: good for this placeholder and nothing else.
+        environment["TANDEM_PLACEHOLDER"] = name
+        environment["TANDEM_JOB_TOKEN"] = jobtoken.token(cfg.job_key, name)
     return JobSpec(
-        name=job_name(ref, cfg.scheduler_name),
+        name=name,
+        admin_comment=name,
         script=cfg.script,
         environment=environment,
         cpus=max(1, math.ceil(requests.get(CPU, 0) / 1000)),
@@ -173,13 +181,15 @@ def _excluded(named: str, unfit: Sequence[str]) -> str:
 
 
 def job_user(pod: Pod, defaults: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """(uid, gid) the job runs as: root by default (or the tenant policy's first allowed ids), and
-    the user's own id as group when only `user-id` is given (SUNK's rule)."""
+    """(uid, gid) the job runs as: the Pod's `user-id`, else the tenant policy's default user for
+    its namespace (`defaults`, from validation), and the user's own id as group when no group is
+    given (SUNK's rule). Never root by default: a Pod with neither was refused by validation, and
+    one that reaches here anyway raises rather than run as whoever submits (root)."""
     found = {**(defaults or {}), **pod_annotations(pod)}
     uid = _optional_int(found.get(keys.USER_ID))
     gid = _optional_int(found.get(keys.GROUP_ID))
     if uid is None:
-        return 0, gid if gid is not None else 0
+        raise ValueError(f"{keys.USER_ID} is not set and the tenant policy gave no default user")
     return uid, gid if gid is not None else uid
 
 

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from tandem import keys, leader, logs, serving, settings, tracing
+from tandem import jobtoken, keys, leader, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -45,11 +45,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         gpu_types = jobspec.parse_gpu_types(cfg.gpu_types)
     except ValueError as e:
         raise SystemExit(f"--gpu-types: {e}") from e
+    tls = cfg.grpc_tls("tandem-scheduler")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.from_settings(
-        cfg.slurm_api_base, cfg.slurm_user, cfg.slurm_auth_token, cfg.slurm_jwt_key_file
+        cfg.slurm_api_base,
+        cfg.slurm_user,
+        cfg.slurm_auth_token,
+        cfg.slurm_jwt_key_file,
+        ca_file=cfg.slurm_api_ca_file,
     )
-    channel = serving.channel(cfg.syncer_address)
+    channel = serving.channel(cfg.syncer_address, tls)
     stop = threading.Event()
     queue = WorkQueue()
     placeholder_cfg = jobspec.PlaceholderConfig(
@@ -62,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         gpu_types=gpu_types,
         scheduler_name=cfg.scheduler_name,
         output=cfg.placeholder_output,
+        job_key=jobtoken.read_key(cfg.job_key_file),
     )
     paths = (
         [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]
@@ -150,10 +156,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.grpc_address,
         [lambda s: scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, s)],
         [name],
+        tls,
     )
 
     def ready() -> bool:
-        return pods.synced and jobs.synced and jobs.connected
+        # A policy ConfigMap it may not read (403) stops every reconcile: not ready, and
+        # `policy.stale` (logged, and tandem_policy_stale{reason="unread"}) says why.
+        return pods.synced and jobs.synced and jobs.connected and policy.synced
 
     http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
     threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()

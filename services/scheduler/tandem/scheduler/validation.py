@@ -19,8 +19,8 @@ from typing import Any
 
 from tandem import keys
 from tandem.quantity import parse_quantity
-from tandem.scheduler.policy import OPEN, Policy, Verdict, check
-from tandem.slurm.hostlist import split_items
+from tandem.scheduler.policy import Policy, Verdict, check
+from tandem.slurm import hostlist
 
 # A raw Pod as the API server returns it (camelCase JSON).
 Pod = Mapping[str, Any]
@@ -44,6 +44,31 @@ _INTEGER_RANGES: dict[str, tuple[int, int]] = {
 _SINGLE_NAMES = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION)
 _FREE_TEXT = (keys.COMMENT, keys.CONSTRAINTS, keys.PREFER)
 _NODE_LISTS = (keys.EXCLUDED_NODES, keys.REQUIRED_NODES)
+# The longest value each annotation may have, in UTF-8 bytes (what Slurm and memory count). Checked
+# before anything else reads the value, so no rule (int(), a regex, a hostlist) sees more than this.
+MAX_BYTES: dict[str, int] = {
+    # Slurm names: far beyond any real account, partition, QOS or reservation name.
+    keys.ACCOUNT: 255,
+    keys.PARTITION: 255,
+    keys.QOS: 255,
+    keys.RESERVATION: 255,
+    # Slurm refuses a job whose comment or feature expression is longer (ESLURM_PATHNAME_TOO_LONG).
+    keys.COMMENT: 1024,
+    keys.CONSTRAINTS: 1024,
+    keys.PREFER: 1024,
+    # Hostlists: ranges keep real ones short; hostlist.MAX_NAMES bounds what they name.
+    keys.EXCLUDED_NODES: 4096,
+    keys.REQUIRED_NODES: 4096,
+    # Linux's PATH_MAX (4096) counts the terminating NUL.
+    keys.CURRENT_WORKING_DIR: 4095,
+    # 4294967294 is ten digits; room for a sign and zero padding, never a number int() is slow on.
+    keys.PRIORITY: 32,
+    keys.USER_ID: 32,
+    keys.GROUP_ID: 32,
+    keys.TIMEOUT: 32,
+    # One of a handful of short words.
+    keys.EXCLUSIVE: 32,
+}
 # Pod-level requests (spec.resources) replace the containers' sum only for these.
 _POD_LEVEL_RESOURCES = (CPU, MEMORY)
 
@@ -112,8 +137,10 @@ def effective_requests(pod: Pod) -> dict[str, int]:
 
 
 def validate(
-    pod: Pod, kill_wait_seconds: float, reject_static_cpu: bool = False, policy: Policy = OPEN
+    pod: Pod, kill_wait_seconds: float, reject_static_cpu: bool = False, policy: Policy | None = None
 ) -> Validation:
+    """`policy`: the tenant policy (the scheduler always passes its own); None checks only that
+    Slurm can be handed the Pod."""
     errors: list[Problem] = []
     warnings: list[str] = []
     found = pod_annotations(pod)
@@ -130,7 +157,7 @@ def validate(
     errors.extend(_grace_problems(pod, kill_wait_seconds))
     requests = {} if request_problems else {name: _to_units(name, value) for name, value in total.items()}
     verdict = Verdict()
-    if not any(p.field.startswith("metadata.annotations[") for p in errors):
+    if policy is not None and not any(p.field.startswith("metadata.annotations[") for p in errors):
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
         verdict = check(policy, namespace, {k: v for k, v in found.items() if k in keys.JOB_ANNOTATIONS})
         errors.extend(Problem(key, rule) for key, rule in verdict.problems)
@@ -197,6 +224,8 @@ def disagreements(members: list[Pod]) -> tuple[Problem, ...]:
 
 def _annotation_rule(key: str, value: str) -> str:
     """What is wrong with the value of a known annotation; "" when it is fine (or not ours)."""
+    if key in MAX_BYTES and len(value.encode()) > MAX_BYTES[key]:
+        return f"must be at most {MAX_BYTES[key]} bytes long, got {len(value.encode())}: {_quote(value)}"
     if key in _INTEGER_RANGES:
         return _integer_rule(value, *_INTEGER_RANGES[key])
     if key == keys.EXCLUSIVE:
@@ -230,7 +259,7 @@ def _node_list_rule(value: str) -> str:
     """Slurm hostlist syntax: `a100-092-01,gpu-[001-004,007]`. An empty value names no node."""
     if not value:
         return ""
-    for item in split_items(value):
+    for item in hostlist.split_items(value):
         if not item:
             return f"must be comma-separated Slurm node names with no empty items, got {_quote(value)}"
         if not _NODE_NAME.fullmatch(item):
@@ -242,6 +271,21 @@ def _node_list_rule(value: str) -> str:
             for lo, hi in _RANGE.findall(body):
                 if int(lo) > int(hi):
                     return f"has a backwards node range {lo}-{hi}, got {_quote(value)}"
+    # Counted from the ranges, never expanded: `gpu-[0-99999999]` is short and names 100 M nodes.
+    try:
+        size = hostlist.measure(value)
+    except ValueError as e:
+        return f"is not a hostlist Slurm can read ({e}), got {_quote(value)}"
+    if size.names > hostlist.MAX_NAMES:
+        return (
+            f"must name at most {hostlist.MAX_NAMES} nodes (Slurm's own limit for a range), "
+            f"got {hostlist.shown_count(size.names)} in {_quote(value)}"
+        )
+    if size.longest > hostlist.MAX_NAME_LENGTH:
+        return (
+            f"must name nodes of at most {hostlist.MAX_NAME_LENGTH} characters (a Kubernetes Node name), "
+            f"got one of {size.longest} in {_quote(value)}"
+        )
     return ""
 
 
