@@ -19,7 +19,19 @@ from devstack import config, kube, pki, slurm
 from devstack.config import StackConfig
 
 CHART = config.REPO_ROOT / "helm" / "tandem"
-RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"})
+# What a release gets from the chart before its services start: identities, their RBAC, and the
+# admission policy that holds the syncer's writes to what locking needs.
+RBAC_KINDS = frozenset(
+    {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+)
 # The lab's tenant policy on top of the chart's (which refuses a Pod without user-id): in every
 # namespace such a Pod runs as tandem-pods, a Slurm user with an association to account k8s
 # (devstack.slurm.ensure_accounting). Root and priorities above the chart's cap stay refused.

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 DEFAULT_PREFIX = "sunk.coreweave.com/"
 # A DNS subdomain and a slash, as Kubernetes wants the prefix of a qualified name.
@@ -73,6 +75,18 @@ NODE_UNLOCKED_EVENT = "NodeUnlocked"
 
 # Written by the scheduler on the Pods it owns.
 JOB_ID_ANNOTATION = PREFIX + "job-id"
+
+
+def recorded_job_id(pod: Mapping[str, Any]) -> int | None:
+    """The Slurm job id a Pod's annotation records; None when absent or not a job id. A tenant can
+    write any text there: only ASCII digits of a 32-bit id count (Python's int() would take '²',
+    and raise on 5,000 digits)."""
+    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(JOB_ID_ANNOTATION) or "")
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
+        return None
+    value = int(raw)
+    return value if 0 < value < 2**32 else None
+
 
 # Pod annotations mapped to the placeholder job's fields.
 ACCOUNT = PREFIX + "account"

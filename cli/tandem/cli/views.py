@@ -48,8 +48,7 @@ def scheduled_condition(pod: JSON) -> JSON:
 
 
 def job_id(pod: JSON) -> int | None:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
-    return int(value) if value and str(value).isdigit() else None
+    return keys.recorded_job_id(pod)
 
 
 def node_of(pod: JSON) -> str:

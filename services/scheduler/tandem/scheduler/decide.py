@@ -306,8 +306,7 @@ def refused(pod: JSON) -> bool:
 
 
 def recorded_job_id(pod: JSON) -> int | None:
-    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION, ""))
-    return int(raw) if raw.isdigit() else None
+    return keys.recorded_job_id(pod)
 
 
 def placement_state(o: Observed, action: Action) -> str:

@@ -15,11 +15,12 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from tandem import keys
+from tandem import keys, placeholder
 from tandem.events import EventRecorder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, KubeError, pod_finished, pod_path, tolerates
 from tandem.metrics import REGISTRY
+from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.mirror import SlurmMirror
 
@@ -284,18 +285,47 @@ class NodeLocker:
             if (p.get("metadata") or {}).get("uid") == slurmd_uid:
                 continue
             if not tolerates(p, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT) or (
-                strict and not self._may_share_strict_lock(p)
+                strict and not self.may_share_strict_lock(p, kube_node)
             ):
                 blocking.append(p)
         return blocking
 
-    def _may_share_strict_lock(self, pod: JSON) -> bool:
+    def may_share_strict_lock(self, pod: JSON, kube_node: str) -> bool:
+        """Who stays under a placeholder's strict lock: DaemonSet Pods, the slurmd Pods (known by
+        their namespace, which tenants cannot write to, not by a label any Pod can carry), and
+        Tandem's own Pods: each placed for a placeholder job that runs on this Node, as Slurm says
+        (a scheduler name or a job-id annotation alone is what any tenant can write)."""
         meta = pod.get("metadata") or {}
         if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
             return True
-        if (meta.get("labels") or {}).get(keys.SLURMD_POD_LABEL) == keys.SLURMD_POD_LABEL_VALUE:
+        labels = meta.get("labels") or {}
+        if (
+            meta.get("namespace") == self.slurmd_namespace
+            and labels.get(keys.SLURMD_POD_LABEL) == keys.SLURMD_POD_LABEL_VALUE
+        ):
             return True
-        return bool((pod.get("spec") or {}).get("schedulerName") == self.scheduler_name)
+        return self._placed_by_tandem_here(pod, kube_node)
+
+    def _placed_by_tandem_here(self, pod: JSON, kube_node: str) -> bool:
+        meta = pod.get("metadata") or {}
+        if (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name:
+            return False
+        recorded = keys.recorded_job_id(pod)
+        if recorded is None:
+            return False
+        status = self.mirror.job(recorded)
+        if status is None:
+            try:
+                status = self.mirror.refresh_job(recorded)
+            except SlurmApiError:
+                return False  # not known to be Tandem's: it may not stay
+        ref = placeholder.pod_of(status.job) if status is not None else None
+        if status is None or ref is None or ref.namespace != meta.get("namespace"):
+            return False
+        # A Pod's own job names its uid; a group's job names the group (members share it).
+        if not ref.is_group and ref.uid != meta.get("uid"):
+            return False
+        return any(self.cluster.kube_node_of(n) == kube_node for n in status.job.nodes)
 
     def _evict(self, pod: JSON, slurm_node: str, job_id: int, strict: bool) -> str:
         """Evict through the Eviction API, which honours PodDisruptionBudgets. Returns why the
