@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent import futures
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -102,9 +102,12 @@ class GrpcServer:
 
 
 class HealthHttpServer:
-    """`/healthz` (the process is alive), `/readyz` (`ready()` is true), `/metrics`."""
+    """`/healthz` (the process is alive), `/readyz` (`waiting_for()` is empty; else 503 and what
+    the service still waits for, one line each, for `kubectl describe`'s probe message), `/metrics`."""
 
-    def __init__(self, address: str, ready: Callable[[], bool], metrics: Callable[[], str]) -> None:
+    def __init__(
+        self, address: str, waiting_for: Callable[[], Sequence[str]], metrics: Callable[[], str]
+    ) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,10 +116,10 @@ class HealthHttpServer:
                 if path == "/healthz":
                     self._reply(HTTPStatus.OK, "ok\n")
                 elif path == "/readyz":
-                    ok = outer.ready()
+                    waiting = list(outer.waiting_for())
                     self._reply(
-                        HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE,
-                        "ok\n" if ok else "not ready\n",
+                        HTTPStatus.SERVICE_UNAVAILABLE if waiting else HTTPStatus.OK,
+                        "".join(f"not ready: {why}\n" for why in waiting) or "ok\n",
                     )
                 elif path == "/metrics":
                     self._reply(HTTPStatus.OK, outer.metrics(), "text/plain; version=0.0.4")
@@ -134,7 +137,7 @@ class HealthHttpServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.ready = ready
+        self.waiting_for = waiting_for
         self.metrics = metrics
         host, port = split_host_port(address)
         self.httpd = ThreadingHTTPServer((host, port), Handler)

@@ -159,12 +159,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         tls,
     )
 
-    def ready() -> bool:
-        # A policy ConfigMap it may not read (403) stops every reconcile: not ready, and
-        # `policy.stale` (logged, and tandem_policy_stale{reason="unread"}) says why.
-        return pods.synced and jobs.synced and jobs.connected and policy.synced
+    def waiting_for() -> list[str]:
+        waiting = [
+            what
+            for what, done in (
+                ("the Pods are not listed yet", pods.synced),
+                ("the Slurm jobs are not read yet", jobs.synced),
+                ("the syncer's stream is not connected", jobs.connected),
+            )
+            if not done
+        ]
+        # A policy ConfigMap it may not read (403) stops every reconcile: not ready, and why.
+        if not policy.synced:
+            waiting.append(f"tenant policy: {policy.stale or 'not read yet'}")
+        return waiting
 
-    http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
+    http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)
     threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()
     pods.start(stop)
     podgroups.start(stop)

@@ -86,9 +86,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     leadership = Leadership(kube, synced, serve, stop)
 
-    def ready() -> bool:
+    def waiting_for() -> list[str]:
         # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
-        return kube.reachable() and (mirror.synced or not leadership.leading.is_set())
+        if not kube.reachable():
+            return ["the Kubernetes API is unreachable"]
+        if leadership.leading.is_set() and not mirror.synced:
+            return ["leading, and Slurm is not read yet"]
+        return []
 
     def sync_every_node() -> None:
         for node in mirror.nodes():
@@ -100,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         node_runner.start(stop, on_started=sync_every_node)
         leadership.lead()
 
-    http = serving.HealthHttpServer(cfg.health_address, ready, REGISTRY.render)
+    http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)
     leadership.standby()
     grpc_server.start()
     http.start()
