@@ -39,8 +39,8 @@ ACCESS: Mapping[str, frozenset[str]] = {
     _SYNCER + "DrainNode": frozenset({HOOKS}),
     _SYNCER + "PlaceholderSubmitted": frozenset({SCHEDULER}),
     _SYNCER + "WatchSlurm": frozenset({SCHEDULER, OPERATOR}),
-    _SYNCER + "GetNodeLock": frozenset({SCHEDULER, HOOKS, OPERATOR}),
-    _SYNCER + "ListNodeLocks": frozenset({SCHEDULER, HOOKS, OPERATOR}),
+    _SYNCER + "GetNodeLock": frozenset({OPERATOR}),
+    _SYNCER + "ListNodeLocks": frozenset({OPERATOR}),
     _SCHEDULER + "GetPlacement": frozenset({SYNCER, OPERATOR}),
     _SCHEDULER + "ListPlacements": frozenset({SYNCER, OPERATOR}),
 }

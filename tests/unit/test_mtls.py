@@ -190,6 +190,8 @@ def test_a_service_without_its_certificate_does_not_start() -> None:
         ("/tandem.v1.SyncerService/JobTerminating", mtls.OPERATOR, False),
         ("/tandem.v1.SyncerService/PlaceholderSubmitted", mtls.SCHEDULER, True),
         ("/tandem.v1.SyncerService/PlaceholderSubmitted", mtls.HOOKS, False),
+        ("/tandem.v1.SyncerService/ListNodeLocks", mtls.OPERATOR, True),
+        ("/tandem.v1.SyncerService/ListNodeLocks", mtls.HOOKS, False),
         ("/tandem.v1.SchedulerService/ListPlacements", mtls.OPERATOR, True),
         ("/tandem.v1.SchedulerService/ListPlacements", mtls.HOOKS, False),
         ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", mtls.HOOKS, True),

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # Node names arrive from the gateway (and any caller with a certificate); one that is a hostlist,
 # `ALL` or a path would reach slurmrestd's URLs and Slurm's drains as more than one node.
 ONE_NODE_AND_JOB = "slurm_node (one Slurm node's name) and job_id are required"
-ONE_NODE_AND_REASON = "slurm_node (one Slurm node's name) and reason are required"
+ONE_NODE = "slurm_node must be one Slurm node's name"
 A_PLACEHOLDERS_CALL = (
     "job_id and placeholder (the reference whose credential the caller presented) are required"
 )
@@ -254,7 +254,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.DrainNodeResponse:
         self._require_active(context)
-        _require(context, valid_node_name(request.slurm_node), ONE_NODE_AND_REASON)
+        _require(context, valid_node_name(request.slurm_node), ONE_NODE)
         # Only a placeholder's drain of its own node at KillWait, with words the syncer writes.
         status = self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
         ref = placeholder.pod_of(status.job)
