@@ -95,7 +95,7 @@ class ClusterSettings(ServiceSettings):
         "root",
         flag="--slurm-user",
         env="TANDEM_SLURM_USER",
-        help="Slurm user for slurmrestd calls (it submits on behalf of the Pods' users; never a job's default)",
+        help="Slurm user for slurmrestd calls (it submits for the Pods' users; never a job's default)",
     )
     slurm_auth_token: str = option(
         "",
