@@ -3,18 +3,24 @@
 #   docker build -t registry.example.com/tandem:0.1.0 .
 # The gRPC stubs are generated while the wheel is built (hatch_build.py), so nothing generated
 # needs to be in the context. tests/unit/test_packaging.py checks that such a wheel is complete.
-FROM python:3.12-slim AS wheel
+# Python 3.11: the release the tests run on. Pin the base by digest in your registry
+# (--build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...): this lab reaches no image registry.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml hatch_build.py ./
 COPY proto proto
 COPY libs libs
 COPY services services
 COPY cli cli
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Only Tandem's own wheel here: its dependencies come from the lock below, hashes checked.
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.12-slim
+FROM ${PYTHON_IMAGE}
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock && rm /tmp/requirements.lock
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-deps /wheels/*.whl && rm -rf /wheels
 # The chart's securityContext: non-root 65532, read-only root filesystem (it mounts /tmp).
 USER 65532:65532
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
