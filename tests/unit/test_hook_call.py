@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,45 @@ def test_no_gateway_at_all_gives_up_within_the_budget() -> None:
         port = s.getsockname()[1]
     out = _call(port, budget=3)
     assert out.returncode != 0
+
+
+@pytest.mark.parametrize("gateway", [(OK,)], indirect=True)
+@pytest.mark.parametrize(
+    ("env", "sent"),
+    [
+        ({"TANDEM_HOOKS_TOKEN": "root-s3cret"}, [b"Authorization: Bearer root-s3cret"]),
+        (
+            {"TANDEM_JOB_TOKEN": "job-s3cret", "TANDEM_PLACEHOLDER": "tandem:t/ns/p/u"},
+            [b"Authorization: Bearer job-s3cret", b"X-Tandem-Placeholder: tandem:t/ns/p/u"],
+        ),
+    ],
+    ids=["hooks token", "job token"],
+)
+def test_the_credential_never_shows_in_a_command_line(
+    gateway: tuple[int, list[bytes]], tmp_path: Any, env: dict[str, str], sent: list[bytes]
+) -> None:
+    """Any user on a Slurm node can read every process's arguments (ps). Before: the token was a
+    `curl -H` argument, so a Slurm user could read root's hooks token, or a placeholder's, off a
+    running call. It now reaches curl on its stdin."""
+    port, seen = gateway
+    argv_log = tmp_path / "argv"
+    spy = tmp_path / "bin" / "curl"
+    spy.parent.mkdir()
+    spy.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{argv_log}"\nexec /usr/bin/curl "$@"\n')
+    spy.chmod(0o755)
+    out = subprocess.run(
+        ["bash", "-c", f'. "{scripts.DIR / "common.sh"}"; tandem_call started 8 \'{{"job":1}}\''],
+        env={
+            "PATH": f"{spy.parent}:/usr/bin:/bin",
+            "TANDEM_HOOKS_ENV": "/nonexistent",
+            "TANDEM_HOOKS_URL": f"http://127.0.0.1:{port}",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "s3cret" not in argv_log.read_text()
+    for header in sent:
+        assert header in seen[0]

@@ -26,16 +26,18 @@ fi
 # is final. (curl's own --retry gives up on a reply cut off mid-way.)
 tandem_call() {
   local deadline=$((SECONDS + $2)) left reply code rc
-  local credential=(-H "Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}")
+  # The credential goes to curl on its stdin (-H @-), never in its arguments: any user on the node
+  # can read a process's command line (ps, /proc/PID/cmdline).
+  local credential="Authorization: Bearer ${TANDEM_HOOKS_TOKEN:-}"
   if [ -n "${TANDEM_PLACEHOLDER:-}" ]; then
-    credential=(-H "Authorization: Bearer ${TANDEM_JOB_TOKEN:-}" -H "X-Tandem-Placeholder: ${TANDEM_PLACEHOLDER}")
+    credential="Authorization: Bearer ${TANDEM_JOB_TOKEN:-}"$'\n'"X-Tandem-Placeholder: ${TANDEM_PLACEHOLDER}"
   fi
   while :; do
     left=$((deadline - SECONDS))
     [ "$left" -gt 0 ] || { echo "tandem: no answer from ${TANDEM_HOOKS_URL:-} within $2s" >&2; return 28; }
     rc=0
     # `timeout` as well as --max-time: the budget holds even if curl itself hangs.
-    reply=$(timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' "${credential[@]}" \
+    reply=$(printf '%s\n' "$credential" | timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' -H @- \
       -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" \
       "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1") || rc=$?
     code=${reply##*$'\n'}
