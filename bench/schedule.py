@@ -40,6 +40,7 @@ from kubernetes import client as k8s
 
 from bench import cpu
 from devstack import config, kube, services, stack
+from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from devstack.table import format_table
 from tandem.kube import KubeClient, KubeError
@@ -59,7 +60,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def slurm_client(cfg: StackConfig) -> SlurmRestClient:
-    return SlurmRestClient.from_settings(cfg.slurmrestd_url, "root", "", str(cfg.slurm_dir / "jwt_hs256.key"))
+    return devstack_slurm.admin_client(cfg)
 
 
 def wait_for_no_jobs(slurm: SlurmRestClient, prefix: str, timeout: float = 120.0) -> None:

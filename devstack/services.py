@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -15,6 +16,7 @@ from devstack import config, pki, slurm
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import mtls
+from tandem.slurm import jwt
 
 SERVICES = ("tandem-syncer", "tandem-scheduler", "tandem-hooks")
 # REPLICAS=2: a second scheduler and syncer, each pair electing a leader on its Lease as the
@@ -68,6 +70,26 @@ def job_key_file(cfg: StackConfig) -> Path:
         path.write_text(secrets.token_hex(32))
         path.chmod(0o600)
     return path
+
+
+def slurm_token_file(cfg: StackConfig, service: str) -> Path:
+    """Where a service's own Slurm JWT lives (a Secret's mounted file in a cluster)."""
+    return cfg.pki_dir / "slurm" / f"{service}.jwt"
+
+
+def ensure_slurm_token(cfg: StackConfig, service: str) -> None:
+    """A service's own Slurm JWT, as an operator makes it with `scontrol token` and keeps in a
+    Secret: the services never see slurmctld's key. Minted again when it has less than a week left."""
+    user = slurm.SERVICE_USERS[service]
+    path = slurm_token_file(cfg, service)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        current = jwt.claims(path.read_text().strip())
+        fresh = current.user == user and current.expires - time.time() > 7 * 86400
+    except (OSError, ValueError):
+        fresh = False
+    if not fresh:
+        _publish(path, slurm.rest_token(cfg, user=user), mode=0o400)
 
 
 def placeholder_log_dir(cfg: StackConfig) -> Path:
@@ -172,10 +194,15 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
         if cfg.replicas > 1
         else []
     )
-    slurm_args = [
-        f"--slurm-api-base={cfg.slurmrestd_url}",
-        f"--slurm-jwt-key-file={slurm.paths(cfg)['jwt_key']}",
-    ]
+    slurm_args = (
+        [
+            f"--slurm-api-base={cfg.slurmrestd_url}",
+            f"--slurm-user={slurm.SERVICE_USERS[name]}",
+            f"--slurm-token-file={slurm_token_file(cfg, name)}",
+        ]
+        if name in slurm.SERVICE_USERS
+        else []
+    )
     kubeconfig_arg = f"--kubeconfig={kubeconfig(cfg, name)}"
     addr = grpc_addresses(cfg)
     if name == "tandem-syncer":
@@ -222,6 +249,9 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
 
 def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str] | None = None) -> None:
     hooks_token(cfg)
+    service = name.removesuffix(SECOND)
+    if service in slurm.SERVICE_USERS:
+        ensure_slurm_token(cfg, service)
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("TANDEM_", "OTEL_")) and k != "KUBECONFIG"
     }

@@ -16,13 +16,20 @@ from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem.hooks import scripts
 from tandem.slurm import jwt
-from tandem.slurm.rest import SlurmRestClient
+from tandem.slurm.rest import SlurmRestClient, TokenSource
 
 REST_USER = "root"
 # A Slurm user for Pods that set sunk.coreweave.com/user-id (the reference's "dedicated user"),
 # with a second group for group-id.
 POD_USER = ("tandem-pods", 1001, 1001)
 POD_EXTRA_GROUP = ("tandem-gpu", 1002)
+# The syncer's own Slurm user, AdminLevel=Administrator: slurmctld lets no lesser level update a
+# node (an Operator's drain is a "Security violation, UPDATE_NODE RPC"). A user of its own, so a
+# drain's `reason_set_by_user` tells Tandem's drains from anyone else's.
+SYNCER_USER = ("tandem", 990, 990)
+# Whom each service acts as in Slurm. The scheduler submits on behalf of the Pods' users, which
+# only SlurmUser or root may do (the lab's SlurmUser is root).
+SERVICE_USERS = {"tandem-scheduler": REST_USER, "tandem-syncer": SYNCER_USER[0]}
 # Accounting: the accounts and QOS a platform team would have (lab/SLURM.md "Accounting").
 ACCOUNTS = ("root", "k8s")
 QOS = {"normal": 0, "high": 1000}
@@ -37,7 +44,10 @@ def ensure_root(cfg: StackConfig) -> Path:
     r = slurm_root.ensure_root(cfg.slurm_version)
     name, _, gid = POD_USER
     group, extra_gid = POD_EXTRA_GROUP
-    slurm_root.ensure_users(r, users=[POD_USER], groups=[(name, gid), (group, extra_gid)])
+    syncer, _, syncer_gid = SYNCER_USER
+    slurm_root.ensure_users(
+        r, users=[POD_USER, SYNCER_USER], groups=[(name, gid), (group, extra_gid), (syncer, syncer_gid)]
+    )
     slurm_root.add_supplementary_group(r, name, group)
     return r
 
@@ -404,6 +414,9 @@ def ensure_accounting(cfg: StackConfig) -> None:
         sacctmgr(
             "modify", "user", user, "set", f"defaultaccount={default}", f"qos={qos_list}", "defaultqos=normal"
         )
+    if f"{SYNCER_USER[0]}|root" not in existing_users:
+        sacctmgr("add", "user", SYNCER_USER[0], "account=root", "cluster=tandem")
+    sacctmgr("modify", "user", SYNCER_USER[0], "set", "adminlevel=admin")
 
 
 def start_slurmctld(cfg: StackConfig, daemon: Daemon) -> None:
@@ -461,11 +474,17 @@ def version(cfg: StackConfig) -> str:
 
 def rest_api_version(cfg: StackConfig) -> str:
     """The data-parser version Tandem's client chose to speak to this slurmrestd."""
-    client = SlurmRestClient.from_settings(cfg.slurmrestd_url, REST_USER, "", str(paths(cfg)["jwt_key"]))
+    client = admin_client(cfg)
     try:
         return client.dialect.version
     finally:
         client.close()
+
+
+def admin_client(cfg: StackConfig, version: str = "auto") -> SlurmRestClient:
+    """slurmrestd as the lab's Slurm administrator (root, tokens minted from slurmctld's key)."""
+    tokens = TokenSource(key=paths(cfg)["jwt_key"].read_bytes())
+    return SlurmRestClient(cfg.slurmrestd_url, REST_USER, tokens, version)
 
 
 def rest_token(cfg: StackConfig, user: str = REST_USER, lifespan: int = 30 * 86400) -> str:

@@ -95,19 +95,13 @@ class ClusterSettings(ServiceSettings):
         "root",
         flag="--slurm-user",
         env="TANDEM_SLURM_USER",
-        help="Slurm user for slurmrestd calls (it submits for the Pods' users; never a job's default)",
+        help="this service's own Slurm user, whom --slurm-token-file speaks for (never a job's default user)",
     )
-    slurm_auth_token: str = option(
+    slurm_token_file: str = option(
         "",
-        flag="--slurm-auth-token",
-        env="TANDEM_SLURM_TOKEN",
-        help="Slurm JWT (used when no key file is given)",
-    )
-    slurm_jwt_key_file: str = option(
-        "",
-        flag="--slurm-jwt-key-file",
-        env="TANDEM_SLURM_JWT_KEY_FILE",
-        help="slurmctld's jwt_key, to mint tokens (needed for user-id)",
+        flag="--slurm-token-file",
+        env="TANDEM_SLURM_TOKEN_FILE",
+        help="a JWT for --slurm-user (scontrol token), read again when the file changes",
     )
     slurmd_namespace: str = option(
         "slurm",

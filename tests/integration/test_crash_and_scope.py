@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client as k8s
 
 from devstack import identities, services, stack
+from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from devstack.kube import delete_delay
 from devstack.procs import Daemon
@@ -21,7 +22,6 @@ from devstack.slurm import slurm_env
 from tandem import jobtoken
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.slurm.models import JobSpec
-from tandem.slurm.rest import SlurmRestClient
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
@@ -97,9 +97,7 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
 def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Path) -> int:
     """The job the scheduler would have submitted for the Pod (its AdminComment and its own
     credential included), with the script's hook calls going to the gateway `hooks_env` names."""
-    slurm = SlurmRestClient.from_settings(
-        cfg.slurmrestd_url, "root", "", str(cfg.slurm_dir / "jwt_hs256.key")
-    )
+    slurm = devstack_slurm.admin_client(cfg)
     name = f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
     key = services.job_key_file(cfg).read_text().strip().encode()
     env = {

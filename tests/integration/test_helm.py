@@ -31,6 +31,7 @@ ALERTS = {
     "TandemDrainedNodes",
     "TandemSubmitErrors",
     "TandemSlurmApiErrors",
+    "TandemSlurmTokenExpiring",
     "TandemHookErrors",
 }
 # Every metric the services export for operators has a panel.
@@ -47,6 +48,7 @@ DASHBOARD_METRICS = (
     "tandem_slurm_api_errors_total",
     "tandem_jobs_submitted_total",
     "tandem_leader{",
+    "tandem_slurm_token_expiry_timestamp_seconds",
 )
 
 

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client as k8s
 
 from devstack import kube as devkube
+from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
@@ -168,6 +169,8 @@ def test_cordoning_drains_at_once_and_uncordoning_resumes(
     )
     took = time.monotonic() - began
     assert reason == f"k8s: Node {target} is cordoned"
+    # Slurm records the syncer's own user as the one who drained: what makes the drain Tandem's.
+    assert _drained_by(stack_cfg, slurm_node) == devstack_slurm.SYNCER_USER[0]
     # The target (within a second) is bench/cordon.py's to measure; a timed assert flakes on CI.
     print(f"\n[measure] drained {took:.3f}s after the cordon")
     wanted = (reason, reason)
@@ -195,6 +198,37 @@ def test_an_admins_drain_is_shown_and_never_resumed(stack_cfg: StackConfig, node
         _cordon(nodes, target, False)
         time.sleep(1.5)
         assert _drain_state(stack_cfg, slurm_node) == (True, "maintenance")
+    finally:
+        h.resume_if_drained(stack_cfg, slurm_node)
+    h.wait_until("the Node cleared once resumed", lambda: _node_shows(nodes, target) == (None, None), 15)
+
+
+def _drained_by(cfg: StackConfig, slurm_node: str) -> str:
+    client = devstack_slurm.admin_client(cfg)
+    try:
+        return next(n.reason_set_by for n in client.list_nodes() or [] if n.name == slurm_node)
+    finally:
+        client.close()
+
+
+def test_an_admins_drain_in_tandems_words_is_not_resumed(
+    stack_cfg: StackConfig, nodes: k8s.CoreV1Api
+) -> None:
+    """Before: any drain whose reason read like Tandem's was resumed once its cause was absent,
+    whoever made it (issue 18: "a drain is resumed only if Tandem recorded it")."""
+    slurm_node = "cpu-001"
+    target = h.kube_node_of(slurm_node)
+    words = f"k8s: Node {target} is cordoned"  # the Node is not cordoned: Tandem's cause is absent
+    h.scontrol(stack_cfg, "update", f"nodename={slurm_node}", "state=drain", f"reason={words}")
+    try:
+        h.wait_until(
+            "the Node shows the admin's drain",
+            lambda: _node_shows(nodes, target) == (words, words) or None,
+            15,
+        )
+        assert _drained_by(stack_cfg, slurm_node) == "root"
+        time.sleep(3)  # several polls and syncs: the sync has seen it and left it
+        assert _drain_state(stack_cfg, slurm_node) == (True, words)
     finally:
         h.resume_if_drained(stack_cfg, slurm_node)
     h.wait_until("the Node cleared once resumed", lambda: _node_shows(nodes, target) == (None, None), 15)

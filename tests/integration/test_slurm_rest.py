@@ -22,9 +22,7 @@ NEWEST = {"24.11": "v0.0.42", "26.05": "v0.0.45"}
 
 @pytest.fixture
 def client(stack_cfg: StackConfig) -> Iterator[SlurmRestClient]:
-    c = SlurmRestClient.from_settings(
-        stack_cfg.slurmrestd_url, "root", "", str(slurm.paths(stack_cfg)["jwt_key"])
-    )
+    c = slurm.admin_client(stack_cfg)
     yield c
     c.close()
 

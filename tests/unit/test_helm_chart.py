@@ -200,17 +200,24 @@ def test_checksums_are_of_the_secrets_the_chart_writes(default_docs: list[Doc]) 
     assert hooks["checksum/hooks-token"] == hashlib.sha256(token.encode()).hexdigest()
 
 
-def test_a_jwt_key_and_an_api_ca_given_as_values_restart_the_pods_that_read_them() -> None:
-    one = render("global.slurm.jwtKey=a2V5MQ==")
-    two = render("global.slurm.jwtKey=a2V5Mg==")
-    for component in ("scheduler", "syncer"):
-        a = deployment(one, component)["spec"]["template"]["metadata"]["annotations"]
-        b = deployment(two, component)["spec"]["template"]["metadata"]["annotations"]
-        assert a["checksum/slurm-jwt-key"] != b["checksum/slurm-jwt-key"]
-    assert (
-        "checksum/slurm-jwt-key"
-        not in deployment(one, "hooks")["spec"]["template"]["metadata"]["annotations"]
-    )
+def test_each_service_mounts_only_its_own_slurm_token_and_acts_as_its_own_user(
+    default_docs: list[Doc],
+) -> None:
+    for component, user in (("scheduler", "slurm"), ("syncer", "tandem")):
+        spec = deployment(default_docs, component)["spec"]["template"]["spec"]
+        args = spec["containers"][0]["args"]
+        assert f"--slurm-user={user}" in args
+        assert "--slurm-token-file=/etc/tandem/slurm-token/token" in args
+        assert not any("jwt-key" in a for a in args)
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "slurm-token"]
+        assert volume["secret"]["secretName"] == "tandem-slurm-tokens"
+        # Only its own key; mounted whole (no subPath), so a renewed Secret reaches the Pod.
+        assert volume["secret"]["items"] == [{"key": component, "path": "token"}]
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "slurm-token"]
+        assert "subPath" not in mount
+    assert "slurm-token" not in str(deployment(default_docs, "hooks")["spec"]["template"]["spec"])
+    # No Secret of the chart's holds a Slurm key or token.
+    assert not [n for n in of_kind(default_docs, "Secret") if "slurm" in n]
 
 
 # --- cert-manager and existing Secrets -------------------------------------------------------

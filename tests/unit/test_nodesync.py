@@ -49,8 +49,11 @@ def app_pod(node: str = "node-001", job: str = "7", phase: str = "Running") -> d
     }
 
 
-def drained(reason: str) -> Node:
-    return Node("cpu-001", "IDLE", ("DRAIN",), reason)
+SYNCER = "tandem"  # the syncer's own Slurm user
+
+
+def drained(reason: str, by: str = SYNCER) -> Node:
+    return Node("cpu-001", "IDLE", ("DRAIN",), reason, by)
 
 
 def facts(
@@ -67,6 +70,7 @@ def facts(
         node if node is not None else kube_node(),
         pod if pod is not None else slurmd(),
         stuck,
+        SYNCER,
     )
 
 
@@ -163,6 +167,29 @@ ROWS = [
         ns.Plan(show=("k8s: pod ?/? still running at KillWait (job 7)", True)),
     ),
     (
+        "our words in an admin's drain: uncordoned, it is still not resumed",
+        facts(
+            drained("k8s: Node node-001 is cordoned", by="root"),
+            kube_node(shown="k8s: Node node-001 is cordoned"),
+        ),
+        ns.Plan(),
+    ),
+    (
+        "a KillWait drain someone else made is not resumed when its Pod goes",
+        facts(drained(KILLWAIT, by="alice"), kube_node(shown=KILLWAIT), stuck=None),
+        ns.Plan(),
+    ),
+    (
+        "a Slurm that does not say who drained: nothing is resumed",
+        facts(drained(KILLWAIT, by=""), kube_node(shown=KILLWAIT), stuck=None),
+        ns.Plan(),
+    ),
+    (
+        "our own cause, drained by an admin first: the admin's drain is shown, not taken over",
+        facts(drained("maintenance", by="root"), kube_node(cordoned=True, shown="maintenance")),
+        ns.Plan(),
+    ),
+    (
         "down shows on the Node",
         facts(Node("cpu-001", "DOWN", (), "Not responding")),
         ns.Plan(show=("Not responding", True)),
@@ -214,7 +241,8 @@ def test_the_killwait_reason_names_the_pod_and_job() -> None:
 
 
 def test_the_placeholder_script_drains_with_the_same_words() -> None:
-    """Its drain, made when Tandem cannot answer, must be one the node sync recognises."""
+    """Its drain, made when Tandem cannot answer (and only by a Pod user Slurm lets drain), says
+    the same; it is that user's, so the node sync leaves it to an admin."""
     script = (scripts.DIR / "placeholder.sh").read_text()
     shell = (
         'reason="k8s: pod ${TANDEM_POD_NAMESPACE:-?}/${TANDEM_POD_NAME:-?} '
@@ -232,7 +260,7 @@ def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
     for good (30-minute two-replica soak: gpu-000 `k8s: pod bench/soak-pod-570 ...`)."""
     slurm = mock.Mock()
     slurm.list_jobs.return_value = []
-    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE", ("DRAIN",), KILLWAIT), Node("cpu-002", "IDLE")]
+    slurm.list_nodes.return_value = [drained(KILLWAIT), Node("cpu-002", "IDLE")]
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
     kube = mock.Mock()
@@ -246,13 +274,13 @@ def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
         view.pods.on_change("a/b", old, pod)
 
     informer_sees(app_pod())
-    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror), mirror.expect_node)
+    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_not_called()  # no slurmd Pod known, but the stuck Pod still runs
     informer_sees({**app_pod(), "metadata": {**app_pod()["metadata"], "labels": {"x": "y"}}})
     assert woken == []  # still running: nothing to look at
     informer_sees(None)
     assert woken == ["cpu-001"]
-    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror), mirror.expect_node)
+    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_called_once_with("cpu-001")

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tandem import settings
+from tandem.metrics import REGISTRY
+from tandem.settings import ClusterSettings
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
-from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenSource
+from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenFile, TokenFileError, TokenSource
 
 BASE = "http://slurmrestd.test:6820"
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -51,7 +55,7 @@ def make_client() -> Iterator[MakeClient]:
         respond: Respond,
         *,
         version: str = "v0.0.40",
-        tokens: TokenSource | None = None,
+        tokens: TokenSource | TokenFile | None = None,
         user: str = "slurm",
     ) -> tuple[SlurmRestClient, Recorder]:
         recorder = Recorder(respond)
@@ -592,13 +596,15 @@ def test_other_warnings_do_not_hide_the_list(make_client: MakeClient) -> None:
 
 def test_list_nodes(make_client: MakeClient) -> None:
     nodes = [
-        {"name": "gpu-000", "state": ["IDLE", "DRAIN"], "reason": "k8s: x"},
+        {"name": "gpu-000", "state": ["IDLE", "DRAIN"], "reason": "k8s: x", "reason_set_by_user": "tandem"},
         {"name": "gpu-001", "state": ["MIXED"], "reason": ""},
     ]
     client, slurm = make_client(lambda request: _ok({"nodes": nodes}))
     got = client.list_nodes(changed_since=77)
     assert got is not None
     assert [(n.name, n.drained, n.busy) for n in got] == [("gpu-000", True, False), ("gpu-001", False, True)]
+    # Who drained: what tells Tandem's drains from anyone's worded alike.
+    assert [n.reason_set_by for n in got] == ["tandem", ""]
     assert slurm.requests[0].url.path == "/slurm/v0.0.40/nodes"
     assert slurm.requests[0].url.params["update_time"] == "77"
 
@@ -823,17 +829,14 @@ def test_token_source_needs_a_token_or_a_key() -> None:
         TokenSource(token="")
 
 
-def test_fixed_token_cannot_impersonate() -> None:
+def test_fixed_token_is_the_same_for_every_user() -> None:
     tokens = TokenSource(token="fixed")
     assert tokens.token("alice") == "fixed"
     assert tokens.token("bob") == "fixed"
-    assert not tokens.can_impersonate
 
 
 def test_an_empty_key_still_mints() -> None:
-    tokens = TokenSource(key=b"")
-    assert tokens.can_impersonate
-    assert _claims(tokens.token("alice"))["sun"] == "alice"
+    assert _claims(TokenSource(key=b"").token("alice"))["sun"] == "alice"
 
 
 class Clock:
@@ -885,29 +888,94 @@ def test_lifespan_is_honoured(clock: Clock) -> None:
     assert jwt.expires_at(token) - _claims(token)["iat"] == 120
 
 
-def test_from_settings_with_a_key_file(tmp_path: Path) -> None:
-    key_file = tmp_path / "jwt_hs256.key"
-    key_file.write_bytes(KEY)
-    client = SlurmRestClient.from_settings(BASE, "slurm", "", str(key_file), version="v0.0.40")
+# --- TokenFile: a service's own token, never the key -------------------------------------------
+
+
+def _token_file(tmp_path: Path, user: str = "tandem", lifespan: int = 3600, text: str = "") -> Path:
+    path = tmp_path / "slurm.jwt"
+    path.write_text(text or jwt.mint(KEY, user, lifespan) + "\n")
+    return path
+
+
+def test_a_token_file_is_sent_as_the_services_own_token(tmp_path: Path, make_client: MakeClient) -> None:
+    path = _token_file(tmp_path)
+    client, slurm = make_client(lambda request: _ok({"jobs": []}), tokens=TokenFile(str(path), "tandem"))
+    client.list_jobs()
+    assert slurm.requests[0].headers["X-SLURM-USER-NAME"] == "slurm"
+    assert slurm.requests[0].headers["X-SLURM-USER-TOKEN"] == path.read_text().strip()
+
+
+def test_scontrols_own_words_are_taken(tmp_path: Path) -> None:
+    token = jwt.mint(KEY, "tandem", 3600)
+    path = _token_file(tmp_path, text=f"SLURM_JWT={token}\n")
+    assert TokenFile(str(path), "tandem").token("tandem") == token
+
+
+def test_a_renewed_token_is_read_without_a_restart(tmp_path: Path) -> None:
+    path = _token_file(tmp_path, lifespan=600)
+    tokens = TokenFile(str(path), "tandem")
+    first = tokens.token("tandem")
+    # A Secret's new version: the kubelet swaps the mounted file.
+    renewed = jwt.mint(KEY, "tandem", 7200)
+    new = tmp_path / "new.jwt"
+    new.write_text(renewed)
+    new.replace(path)
+    assert renewed != first
+    assert tokens.token("tandem") == renewed
+    # What the chart's alert reads to say a token is about to expire.
+    assert f"tandem_slurm_token_expiry_timestamp_seconds {jwt.expires_at(renewed)}" in REGISTRY.render()
+
+
+def test_a_bad_new_version_keeps_the_last_good_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _token_file(tmp_path)
+    tokens = TokenFile(str(path), "tandem")
+    good = tokens.token("tandem")
+    path.write_text("not a token at all")
+    assert tokens.token("tandem") == good
+    assert "kept the last good Slurm token" in caplog.text
+    path.unlink()
+    assert tokens.token("tandem") == good
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "holds no JWT"),
+        ("eyJhbGciOiJIUzI1NiJ9.e30.sig", "holds no JWT"),  # no sun, no exp
+        (jwt.mint(KEY, "root", 3600), "for Slurm user 'root', but this service acts as 'tandem'"),
+        (jwt.mint(KEY, "tandem", 3600, now=1_000_000), "expired at 1970-01-12"),
+    ],
+)
+def test_a_token_that_cannot_serve_stops_the_service_at_start_with_why(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    path = tmp_path / "slurm.jwt"
+    path.write_text(text)
+    with pytest.raises(TokenFileError, match=re.escape(says)):
+        TokenFile(str(path), "tandem")
+
+
+def test_a_missing_token_file_says_which(tmp_path: Path) -> None:
+    with pytest.raises(TokenFileError, match=r"gone\.jwt"):
+        TokenFile(str(tmp_path / "gone.jwt"), "tandem")
+
+
+def test_a_service_needs_its_token_file(tmp_path: Path) -> None:
+    cfg = settings.load(ClusterSettings, ["--slurm-user=tandem"], {})
+    with pytest.raises(SystemExit, match="scontrol token username=tandem"):
+        SlurmRestClient.for_service(cfg)
+    path = _token_file(tmp_path, user="root")
+    cfg = settings.load(ClusterSettings, ["--slurm-user=tandem", f"--slurm-token-file={path}"], {})
+    with pytest.raises(SystemExit, match="for Slurm user 'root'"):
+        SlurmRestClient.for_service(cfg)
+    path = _token_file(tmp_path, user="tandem")
+    client = SlurmRestClient.for_service(cfg)
     try:
-        assert client.tokens.can_impersonate
-        assert _signed_with(client.tokens.token("alice"), KEY)
+        assert client.user == "tandem"
     finally:
         client.close()
-
-
-def test_from_settings_with_a_token_only() -> None:
-    client = SlurmRestClient.from_settings(BASE, "slurm", "tok", "", version="v0.0.40")
-    try:
-        assert not client.tokens.can_impersonate
-        assert client.tokens.token("alice") == "tok"
-    finally:
-        client.close()
-
-
-def test_from_settings_with_neither() -> None:
-    with pytest.raises(ValueError):
-        SlurmRestClient.from_settings(BASE, "slurm", "", "")
 
 
 def test_an_infinite_number_in_an_answer_is_a_malformed_answer(make_client: MakeClient) -> None:

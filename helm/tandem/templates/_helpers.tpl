@@ -120,26 +120,8 @@ string (the reference's format) or a list; blank means the release namespace.
 {{- printf "%s-slurm-hooks" (include "tandem.fullname" .) -}}
 {{- end -}}
 
-{{/* Secret holding slurmctld's JWT key: the chart's own when global.slurm.jwtKey is set, else global.slurm.jwtKeySecret. */}}
-{{- define "tandem.slurmJwtSecretName" -}}
-{{- if .Values.global.slurm.jwtKey -}}
-{{- printf "%s-slurm-jwt-key" (include "tandem.fullname" .) -}}
-{{- else -}}
-{{- required "set global.slurm.jwtKeySecret (an existing Secret with slurmctld's JWT key) or global.slurm.jwtKey" .Values.global.slurm.jwtKeySecret -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "tandem.slurmJwtSecretKey" -}}
-{{- if .Values.global.slurm.jwtKey -}}
-jwt_hs256.key
-{{- else -}}
-{{- .Values.global.slurm.jwtKeySecretKey | default "jwt_hs256.key" -}}
-{{- end -}}
-{{- end -}}
-
-{{/* Where the JWT key file is mounted in the scheduler and syncer containers. */}}
-{{- define "tandem.slurmJwtDir" -}}/etc/tandem/slurm-jwt{{- end -}}
-{{- define "tandem.slurmJwtFile" -}}{{ include "tandem.slurmJwtDir" . }}/jwt.key{{- end -}}
+{{/* Where a service's own Slurm JWT (key scheduler or syncer of global.slurm.tokenSecret) is mounted. */}}
+{{- define "tandem.slurmTokenDir" -}}/etc/tandem/slurm-token{{- end -}}
 
 {{/* Image reference. Call with (dict "root" $ "image" <the component's .Values.image>). */}}
 {{- define "tandem.image" -}}
@@ -274,28 +256,29 @@ topologySpreadConstraints:
 {{/* The Slurm connection flags the scheduler and the syncer share. */}}
 {{- define "tandem.slurmArgs" -}}
 - --slurm-api-base={{ required "global.slurm.apiBase (the slurmrestd URL) is required" .Values.global.slurm.apiBase }}
-- --slurm-jwt-key-file={{ include "tandem.slurmJwtFile" . }}
-- --slurm-user={{ .Values.global.slurm.user | default "root" }}
+- --slurm-token-file={{ include "tandem.slurmTokenDir" . }}/token
+- --slurm-user={{ index .Values.global.slurm (printf "%sUser" .Chart.Name) }}
 - --slurmd-namespace={{ include "tandem.slurmdNamespace" . }}
 {{- if include "tandem.slurmApiCa.source" . }}
 - --slurm-api-ca-file={{ include "tandem.slurmApiCa.dir" . }}/ca.crt
 {{- end }}
 {{- end -}}
 
-{{/* Volume and mount of the Slurm JWT key (scheduler, syncer). */}}
-{{- define "tandem.slurmJwtVolume" -}}
-- name: slurm-jwt-key
+{{/* Volume and mount of the component's own Slurm JWT (scheduler, syncer): only its own key of
+the Secret, mounted whole (no subPath) so that the Secret's new version reaches the running Pod. */}}
+{{- define "tandem.slurmTokenVolume" -}}
+- name: slurm-token
   secret:
-    secretName: {{ include "tandem.slurmJwtSecretName" . }}
+    secretName: {{ required "global.slurm.tokenSecret (an existing Secret with the services' Slurm JWTs) is required" .Values.global.slurm.tokenSecret }}
     defaultMode: 0440
     items:
-      - key: {{ include "tandem.slurmJwtSecretKey" . }}
-        path: jwt.key
+      - key: {{ .Chart.Name }}
+        path: token
 {{- end -}}
 
-{{- define "tandem.slurmJwtVolumeMount" -}}
-- name: slurm-jwt-key
-  mountPath: {{ include "tandem.slurmJwtDir" . }}
+{{- define "tandem.slurmTokenVolumeMount" -}}
+- name: slurm-token
+  mountPath: {{ include "tandem.slurmTokenDir" . }}
   readOnly: true
 {{- end -}}
 
@@ -593,8 +576,9 @@ key apiCaKey. Mounted and passed as --slurm-api-ca-file only when one is set.
 {{/* ---------------------------------------------------------------------------------------------
 checksum/* Pod annotations: a hash of each Secret (or ConfigMap) the chart makes and the
 component reads, so a change to one rolls the Deployment. Secrets the operator made
-(existingSecrets, jwtKeySecret, apiCaSecret/apiCaConfigMap, jobKey.existingSecret) and
-cert-manager's are not the chart's to hash; the services re-read the TLS files when they change anyway.
+(existingSecrets, slurm.tokenSecret, apiCaSecret/apiCaConfigMap, jobKey.existingSecret) and
+cert-manager's are not the chart's to hash; the services re-read the TLS and token files when they
+change anyway.
 Call with (dict "root" $ "component" "syncer" "extra" (dict "name" "hash")).
 --------------------------------------------------------------------------------------------- */}}
 {{- define "tandem.checksumAnnotations" -}}
@@ -611,9 +595,6 @@ so the gateway's Pods carry no checksum/job-key. */ -}}
 {{- $_ := set $out "checksum/job-key" (include "tandem.jobKey.value" $root | sha256sum) -}}
 {{- end -}}
 {{- if has .component (list "scheduler" "syncer") -}}
-{{- if $root.Values.global.slurm.jwtKey -}}
-{{- $_ := set $out "checksum/slurm-jwt-key" ($root.Values.global.slurm.jwtKey | replace "\n" "" | sha256sum) -}}
-{{- end -}}
 {{- if eq (include "tandem.slurmApiCa.source" $root) "value" -}}
 {{- $_ := set $out "checksum/slurm-api-ca" ($root.Values.global.slurm.apiCa | sha256sum) -}}
 {{- end -}}

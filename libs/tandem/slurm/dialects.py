@@ -130,7 +130,13 @@ class Dialect:
 
     def parse_node(self, raw: dict[str, Any]) -> Node:
         state, flags = _states(raw.get("state"))
-        return Node(name=str(raw["name"]), state=state, flags=flags, reason=str(raw.get("reason") or ""))
+        return Node(
+            name=str(raw["name"]),
+            state=state,
+            flags=flags,
+            reason=str(raw.get("reason") or ""),
+            reason_set_by=str(raw.get("reason_set_by_user") or ""),
+        )
 
     def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
         """One element of GET /jobs/state: (job id, base state, flags); None for an element of an

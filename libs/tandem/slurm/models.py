@@ -102,6 +102,8 @@ class Node:
     state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...
     flags: tuple[str, ...] = ()
     reason: str = ""
+    # The Slurm user who set the reason (slurmctld records it; nobody else can write it).
+    reason_set_by: str = ""
 
     @property
     def drained(self) -> bool:

@@ -15,6 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from tandem import tracing
 from tandem.metrics import REGISTRY
+from tandem.settings import ClusterSettings
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.hostlist import split_items
@@ -66,7 +67,9 @@ def _answer_of(operation: str) -> Iterator[None]:
 
 
 class TokenSource:
-    """A fixed token, or tokens minted from slurmctld's jwt_key and renewed before they expire."""
+    """A fixed token, or tokens minted from slurmctld's jwt_key and renewed before they expire: for
+    the lab and its tests, which stand where a Slurm administrator stands. The services never hold
+    the key; they read their own token from a file (TokenFile)."""
 
     def __init__(self, token: str = "", key: bytes | None = None, lifespan: int = 3600) -> None:
         if not token and key is None:
@@ -88,9 +91,75 @@ class TokenSource:
             self._minted[user] = (token, time.time() + self._lifespan)
             return token
 
-    @property
-    def can_impersonate(self) -> bool:
-        return self._key is not None
+
+TOKEN_EXPIRES = REGISTRY.gauge(
+    "tandem_slurm_token_expiry_timestamp_seconds",
+    "when the service's Slurm JWT (--slurm-token-file) expires (unix seconds)",
+    [],
+)
+
+
+class TokenFileError(ValueError):
+    """The token file is missing, empty, not a JWT, for another user, or expired."""
+
+
+class TokenFile:
+    """This service's own Slurm JWT, from a file an operator keeps fresh (a Secret made with
+    `scontrol token username=<user> lifespan=<s>`). The file is read again whenever it changes (a
+    Secret's new version swaps the mounted file), so a renewed token needs no restart; a bad new
+    version is logged and the last good token kept."""
+
+    def __init__(self, path: str, user: str) -> None:
+        self._path = path
+        self._user = user
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None
+        self._token = ""
+        self._load()
+
+    def token(self, user: str) -> str:
+        with self._lock:
+            try:
+                if self._stat() != self._seen:
+                    self._load()
+            except (OSError, TokenFileError) as e:
+                log.error("kept the last good Slurm token: %s", e)
+            return self._token
+
+    def _stat(self) -> tuple[int, int, int]:
+        st = Path(self._path).stat()
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _load(self) -> None:
+        try:
+            seen = self._stat()
+            text = Path(self._path).read_text().strip()
+        except OSError as e:
+            raise TokenFileError(f"Slurm token file {self._path}: {e.strerror or e}") from e
+        # The file may hold scontrol's own words: "SLURM_JWT=eyJ...".
+        token = text.removeprefix("SLURM_JWT=")
+        try:
+            claims = jwt.claims(token)
+        except ValueError as e:
+            raise TokenFileError(f"Slurm token file {self._path} holds no JWT ({e})") from e
+        if claims.user != self._user:
+            raise TokenFileError(
+                f"Slurm token file {self._path} holds a token for Slurm user {claims.user!r}, but"
+                f" this service acts as {self._user!r} (--slurm-user)"
+            )
+        if claims.expires <= time.time():
+            raise TokenFileError(
+                f"Slurm token file {self._path}: the token expired at"
+                f" {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(claims.expires))}"
+            )
+        self._token, self._seen = token, seen
+        TOKEN_EXPIRES.set(claims.expires)
+        log.info(
+            "Slurm token for %s read from %s (expires %s)",
+            claims.user,
+            self._path,
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(claims.expires)),
+        )
 
 
 class SlurmRestClient:
@@ -100,7 +169,7 @@ class SlurmRestClient:
         self,
         base_url: str,
         user: str,
-        tokens: TokenSource,
+        tokens: TokenSource | TokenFile,
         version: str = "auto",
         timeout: float = 30.0,
         ca_file: str = "",
@@ -118,11 +187,19 @@ class SlurmRestClient:
         )
 
     @classmethod
-    def from_settings(
-        cls, base_url: str, user: str, token: str, key_file: str, version: str = "auto", ca_file: str = ""
-    ) -> SlurmRestClient:
-        key = Path(key_file).read_bytes() if key_file else None
-        return cls(base_url, user, TokenSource(token=token, key=key), version, ca_file=ca_file)
+    def for_service(cls, cfg: ClusterSettings) -> SlurmRestClient:
+        """A service's client: it acts as its own Slurm user, with the token its file holds; a
+        service without a good one does not start."""
+        if not cfg.slurm_token_file:
+            raise SystemExit(
+                "--slurm-token-file (TANDEM_SLURM_TOKEN_FILE) is required: a JWT for"
+                f" --slurm-user {cfg.slurm_user!r}, made with `scontrol token username={cfg.slurm_user}`"
+            )
+        try:
+            tokens = TokenFile(cfg.slurm_token_file, cfg.slurm_user)
+        except TokenFileError as e:
+            raise SystemExit(str(e)) from e
+        return cls(cfg.slurm_api_base, cfg.slurm_user, tokens, ca_file=cfg.slurm_api_ca_file)
 
     def close(self) -> None:
         self._http.close()

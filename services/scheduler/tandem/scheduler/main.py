@@ -47,13 +47,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"--gpu-types: {e}") from e
     tls = cfg.grpc_tls("tandem-scheduler")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
-    slurm = SlurmRestClient.from_settings(
-        cfg.slurm_api_base,
-        cfg.slurm_user,
-        cfg.slurm_auth_token,
-        cfg.slurm_jwt_key_file,
-        ca_file=cfg.slurm_api_ca_file,
-    )
+    slurm = SlurmRestClient.for_service(cfg)
     channel = serving.channel(cfg.syncer_address, tls)
     stop = threading.Event()
     queue = WorkQueue()

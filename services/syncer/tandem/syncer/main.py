@@ -32,13 +32,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tracing.setup("tandem-syncer", cfg.otlp_endpoint)
     tls = cfg.grpc_tls("tandem-syncer")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
-    slurm = SlurmRestClient.from_settings(
-        cfg.slurm_api_base,
-        cfg.slurm_user,
-        cfg.slurm_auth_token,
-        cfg.slurm_jwt_key_file,
-        ca_file=cfg.slurm_api_ca_file,
-    )
+    slurm = SlurmRestClient.for_service(cfg)
     stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
@@ -48,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
     # and by the Slurm poll; it works only while this replica leads.
     node_queue = WorkQueue()
-    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror), mirror.expect_node)
+    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror, cfg.slurm_user), mirror.expect_node)
     node_runner = Runner(
         "node-sync", node_queue, node_sync.reconcile, [lambda: cluster.synced, lambda: mirror.synced], 1
     )

@@ -4,8 +4,9 @@ Kubernetes -> Slurm: a Node cordoned, not Ready, being deleted or gone, or its s
 not ready, drains the Slurm node with the reason `k8s: <why>` (again if someone resumes it while
 the cause holds); when the cause clears, a drain of ours is resumed. So is a KillWait drain (a job
 ended while its Pod still ran) once that Pod is gone or finished: nothing is left to keep off the
-node. An admin's drain, and a lock-timeout drain (a Pod its PodDisruptionBudget kept), are never
-touched.
+node. A drain is ours only if Slurm says the syncer's own Slurm user made it (`reason_set_by_user`)
+with one of those reasons: an admin's drain, even worded like ours, and a lock-timeout drain (a Pod
+its PodDisruptionBudget kept) are never touched.
 
 Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
 `<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
@@ -52,6 +53,8 @@ class NodeFacts:
     slurmd_pod: JSON | None
     # When the Slurm node is drained at KillWait: the Pod the reason names, as cached (None: gone).
     killwait_pod: JSON | None = None
+    # The Slurm user this syncer acts as: the only one whose drains it resumes.
+    own_user: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def decide(f: NodeFacts) -> Plan:
     if slurm is None:
         return Plan()
     why = cause(f)
-    ours = slurm.reason.startswith(CAUSE_PREFIXES) or killwait_pod_left(f)
+    ours = drained_by_us(f) and (slurm.reason.startswith(CAUSE_PREFIXES) or killwait_pod_left(f))
     drain, resume = "", False
     if why and not slurm.drained:
         drain = why
@@ -102,6 +105,12 @@ def decide(f: NodeFacts) -> Plan:
         resume = True
     show = _shown(f, slurm, drain, resume)
     return Plan(drain, resume, show)
+
+
+def drained_by_us(f: NodeFacts) -> bool:
+    """Whether Slurm records this syncer's own user as the one who set the reason: words alone
+    can be anyone's (an admin's copy, a script's)."""
+    return f.slurm is not None and bool(f.own_user) and f.slurm.reason_set_by == f.own_user
 
 
 def killwait_pod_left(f: NodeFacts) -> bool:
@@ -158,8 +167,8 @@ class FactsSource(Protocol):
 class CacheFacts:
     """The facts of one Slurm node, read from the syncer's caches (no API call)."""
 
-    def __init__(self, cluster: ClusterView, mirror: SlurmMirror) -> None:
-        self.cluster, self.mirror = cluster, mirror
+    def __init__(self, cluster: ClusterView, mirror: SlurmMirror, own_user: str) -> None:
+        self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
 
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
@@ -167,7 +176,8 @@ class CacheFacts:
         slurm = self.mirror.node(slurm_node)
         named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
         stuck = self.cluster.pod(named[0], named[1]) if named else None
-        return NodeFacts(slurm_node, slurm, name, self.cluster.node(name) if name else None, pod, stuck)
+        kube_node = self.cluster.node(name) if name else None
+        return NodeFacts(slurm_node, slurm, name, kube_node, pod, stuck, self.own_user)
 
 
 class NodeSync:
@@ -192,7 +202,7 @@ class NodeSync:
             log.info("drained for Kubernetes", extra={"node": slurm_node, "reason": plan.drain})
             if f.slurm is not None:
                 flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
-                self.wrote(replace(f.slurm, flags=flags, reason=plan.drain))
+                self.wrote(replace(f.slurm, flags=flags, reason=plan.drain, reason_set_by=f.own_user))
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
@@ -202,7 +212,7 @@ class NodeSync:
             )
             if f.slurm is not None:
                 flags = tuple(x for x in f.slurm.flags if x != "DRAIN")
-                self.wrote(replace(f.slurm, flags=flags, reason=""))
+                self.wrote(replace(f.slurm, flags=flags, reason="", reason_set_by=""))
         if plan.show is not None and f.kube_node_name:
             self._show(f.kube_node_name, *plan.show)
         return None
