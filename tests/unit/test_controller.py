@@ -315,6 +315,22 @@ def test_a_complete_group_is_one_job_of_a_node_per_member_recorded_on_each() -> 
     slurm.submit_job.assert_called_once()
 
 
+def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
+    """Before: a group's job was submitted without the UnknownAnnotation and StaticCPU Events a
+    Pod alone gets, so a gang member's owner never heard of a misspelt annotation (issue 19)."""
+    first, second = _member(0), _member(1)
+    first["metadata"]["annotations"][keys.PREFIX + "partiton"] = "batch"  # misspelt
+    resources = second["spec"]["containers"][0]["resources"]
+    resources["limits"] = dict(resources["requests"])  # Guaranteed, whole CPUs
+    controller, slurm, _ = _gang(first, second)
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_called_once()
+    controller._background.shutdown(wait=True)
+    posted = [(c.args[0]["metadata"]["name"], c.args[2]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    assert ("train-0", "UnknownAnnotation") in posted
+    assert ("train-1", "StaticCPU") in posted
+
+
 def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
     controller, _, kube = _gang(_member(0, "9"), _member(1, "9"))
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")

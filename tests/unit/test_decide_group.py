@@ -323,3 +323,27 @@ def test_disagreement_is_named_on_every_member() -> None:
     assert isinstance(action, dg.RejectMembers) and len(action.pods) == 3
     assert f"metadata.annotations[{keys.PARTITION}]: must be the same on every member" in action.message
     assert 'train-0="a"' in action.message and "train-1=(unset)" in action.message
+
+
+def _guaranteed(pod: dict[str, Any]) -> dict[str, Any]:
+    """Requests equal limits in whole CPUs: a kubelet with the static CPU manager pins them."""
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["limits"] = dict(resources["requests"])
+    return pod
+
+
+def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
+    """Before: the group path validated without --reject-static-cpu, so a gang member the kubelet
+    would pin CPUs for was submitted while the same Pod alone was refused (issue 19)."""
+    members = [_guaranteed(m) for m in three()]
+    action = dg.decide_group(seen(members, reject_static_cpu=True))
+    assert isinstance(action, dg.RejectMembers), action
+    assert "--reject-static-cpu" in action.message
+    alone = d.decide(
+        d.Observed("default/train-0", members[0], kill_wait=30, reject_static_cpu=True, policy=POLICY)
+    )
+    assert isinstance(alone, d.Reject)
+    # Without the flag: submitted, each member's validation carrying the warning to post.
+    submit = dg.decide_group(seen(members))
+    assert isinstance(submit, dg.SubmitGroup)
+    assert all(v.static_cpu for v in submit.validations)

@@ -385,6 +385,7 @@ class Controller:
             slurm_nodes=self.jobs.slurm_node_count(),
             kill_wait=self.kill_wait,
             fit=self._member_fit(),
+            reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
         )
 
@@ -507,6 +508,8 @@ class Controller:
         with tracing.span(
             "submit group job", attributes={"k8s.group": group.key, "members": len(members)}
         ) as span:
+            for pod, result in zip(members, validations, strict=True):
+                self._warn_before_submit(pod, result)
             spec = jobspec.build_group_job_spec(
                 group.ref,
                 members,
@@ -589,13 +592,17 @@ class Controller:
         self._event(pod, "Warning", "FailedValidation", message)
         log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
 
+    def _warn_before_submit(self, pod: JSON, result: Validation) -> None:
+        """What validation let through but the Pod's owner should hear: a Pod alone or a member."""
+        for warning in result.warnings:
+            self._event(pod, "Warning", "UnknownAnnotation", warning)
+        if result.static_cpu:
+            self._event(pod, "Warning", "StaticCPU", result.static_cpu)
+
     def _submit(self, pod: JSON, result: Validation, excluded: tuple[str, ...] = ()) -> None:
         key = object_key(pod)
         with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
-            for warning in result.warnings:
-                self._event(pod, "Warning", "UnknownAnnotation", warning)
-            if result.static_cpu:
-                self._event(pod, "Warning", "StaticCPU", result.static_cpu)
+            self._warn_before_submit(pod, result)
             spec = jobspec.build_job_spec(
                 pod, self.placeholder_cfg, result.requests, unfit=excluded, defaults=result.defaults
             )

@@ -63,6 +63,8 @@ class ObservedGroup:
     kill_wait: float = 0.0
     # Which Slurm nodes' Nodes would take this member (tandem.scheduler.eligibility).
     fit: Callable[[JSON, Mapping[str, int]], Eligibility] | None = None
+    # --reject-static-cpu, as for a Pod alone (tandem.scheduler.decide.Observed).
+    reject_static_cpu: bool = False
     policy: Policy = BUILTIN
 
 
@@ -186,7 +188,7 @@ def decide_group(o: ObservedGroup) -> GroupAction:
         return d.Nothing()
     if group.waiting_for:
         return PendMembers(live, REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
-    results = tuple(validation.validate(m, o.kill_wait, policy=o.policy) for m in live)
+    results = tuple(validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy) for m in live)
     disagree = validation.disagreements(list(live))
     if disagree or not all(r.ok for r in results):
         problems = [p for r in results for p in r.errors]
