@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devstack import config, services
 from devstack import kube as devkube
-from devstack import services
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
@@ -30,6 +30,8 @@ def kubectl_tandem(cfg: StackConfig, *args: str) -> str:
     env = {
         **os.environ,
         **services.operator_tls_env(cfg),
+        # As an operator's shell has it from .tandem/env: where the slurmd Pods are.
+        "TANDEM_SLURMD_NAMESPACE": config.SLURM_NAMESPACE,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     out = subprocess.run(

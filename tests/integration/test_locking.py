@@ -214,3 +214,21 @@ def test_a_failed_lock_fails_the_prolog_and_slurm_drains_the_node(
     finally:
         h.scancel(stack_cfg, job)
         h.resume_if_drained(stack_cfg, slurm_node)
+
+
+def test_a_lock_taint_on_a_node_without_a_slurmd_pod_is_removed(core: k8s.CoreV1Api) -> None:
+    """A Node left tainted when its slurmd Pod moved or was deleted while its node was locked:
+    no Slurm node maps to it, and the syncer's resync takes the taint off (issue 19)."""
+    name = h.unique("orphan")
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"taints": [{"key": h.PREFIX + "lock", "value": "true", "effect": "NoExecute"}]},
+        }
+    )
+    try:
+        h.wait_until("the stale lock taint removed", lambda: not h.node_has_lock_taint(core, name), 20)
+    finally:
+        core.delete_node(name)

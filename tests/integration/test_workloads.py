@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config, kube
+from devstack import config, kube, services
 from devstack.config import StackConfig
 from tandem import placeholder
 from tests.integration import helpers as h
@@ -333,6 +333,74 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
     finally:
         policy.delete_namespaced_pod_disruption_budget(pdb, NAMESPACE)
         h.scancel(stack_cfg, job)
+        h.resume_if_drained(stack_cfg, blocked)
+
+
+def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, policy: k8s.PolicyV1Api
+) -> None:
+    """Issue 19: the syncer's safety net waited on each node's mutex in turn, and a prolog holds
+    its node's while a PodDisruptionBudget keeps a Pod there (up to the lock timeout): a node
+    whose epilog was lost stayed locked that long."""
+    blocked, lost = "cpu-001", "cpu-007"
+    name = h.unique("guarded")
+    pod = h.tandem_pod(stack_cfg, name, labels={"app": name})
+    del pod["spec"]["schedulerName"]
+    pod["spec"]["nodeName"] = h.kube_node_of(blocked)
+    pod["spec"]["tolerations"] = [
+        {"key": h.PREFIX + "lock", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}
+    ]
+    h.create(core, pod)
+    pdb = h.unique("guarded-pdb")
+    policy.create_namespaced_pod_disruption_budget(
+        NAMESPACE,
+        {"metadata": {"name": pdb}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}}},
+    )
+    env_file = services.hooks_env_file(stack_cfg)
+    original = env_file.read_text()
+    marker = stack_cfg.state_dir / f"epilog-test-{h.unique('m')}"
+    stuck = finished = 0
+    try:
+        h.wait_until(
+            "budget allows none",
+            lambda: (
+                (s := policy.read_namespaced_pod_disruption_budget(pdb, NAMESPACE).status)
+                and s.disruptions_allowed == 0
+                and s.current_healthy == 1
+            ),
+            30,
+        )
+        stuck = h.sbatch(stack_cfg, "--exclusive", f"--nodelist={blocked}")
+        h.wait_until(
+            "its prolog waiting for the guarded Pod",
+            lambda: (
+                h.rest_job(stack_cfg, stuck)["state_reason"] == "Prolog"
+                and h.lock_annotation(core, blocked) == "pending"
+            ),
+            20,
+        )
+        finished = h.sbatch(stack_cfg, f"--nodelist={lost}", script=f"#!/bin/sh\ntouch {marker}\nsleep 2\n")
+        h.wait_until("the other job's script started", marker.exists, 30)
+        assert h.lock_annotation(core, lost) == "locked"
+        # Its epilog cannot reach Tandem: only the safety net can unlock the node.
+        env_file.write_text(
+            original.replace("TANDEM_HOOKS_TOKEN_FILE", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
+        )
+        h.wait_until(
+            "the other job done", lambda: h.rest_job(stack_cfg, finished)["job_state"] == "COMPLETED", 20
+        )
+        env_file.write_text(original)
+        h.wait_until("the lost epilog's lock released", lambda: h.lock_annotation(core, lost) == "false", 15)
+        # ... while the first prolog still waits behind the budget.
+        assert h.rest_job(stack_cfg, stuck)["state_reason"] == "Prolog"
+        assert not h.node_has_lock_taint(core, h.kube_node_of(lost))
+    finally:
+        env_file.write_text(original)
+        marker.unlink(missing_ok=True)
+        policy.delete_namespaced_pod_disruption_budget(pdb, NAMESPACE)
+        if stuck:
+            h.scancel(stack_cfg, stuck)
+        h.wait_until("the guarded node settled", lambda: h.lock_annotation(core, blocked) == "false", 90)
         h.resume_if_drained(stack_cfg, blocked)
 
 

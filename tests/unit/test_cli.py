@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -258,3 +259,34 @@ def test_without_an_operator_certificate_the_syncer_is_not_asked() -> None:
 def test_the_output_flag_goes_before_or_after_the_subcommand(command: list[str]) -> None:
     assert main.parser().parse_args([*command, "-o", "yaml"]).output == "yaml"
     assert main.parser().parse_args(["-o", "json", *command]).output == "json"
+
+
+def test_the_cli_reads_slurmd_pods_only_in_the_slurmd_namespace() -> None:
+    """Before: every Pod labelled app.kubernetes.io/name=slurmd, in any namespace, was taken for a
+    Slurm node; a tenant's Pod of the same name replaced the real one (issue 19)."""
+    asked: list[str] = []
+    impostor = {**slurmd("gpu-000", "node-009"), "metadata": {"name": "gpu-000", "namespace": "tenant"}}
+
+    def get(path: str, params: dict[str, str] | None = None) -> JSON:
+        asked.append(path)
+        if path == "/api/v1/namespaces/tandem-slurm/pods":
+            return {
+                "items": [
+                    impostor,
+                    {
+                        **slurmd("gpu-000", "node-000"),
+                        "metadata": {
+                            "name": "gpu-000",
+                            "namespace": "tandem-slurm",
+                            "labels": {keys.SLURMD_POD_LABEL: keys.SLURMD_POD_LABEL_VALUE},
+                        },
+                    },
+                ]
+            }
+        return {"items": []}
+
+    kube = mock.Mock()
+    kube.get.side_effect = get
+    found = f.gather(kube, "default", slurmd_namespace="tandem-slurm")
+    assert "/api/v1/pods" not in asked  # no Pod of any other namespace is read as a slurmd
+    assert found.slurm_node_of == {"node-000": "gpu-000"}

@@ -118,6 +118,59 @@ def test_a_read_slurm_with_nothing_running_unlocks_the_node() -> None:
     assert len(world.taint_writes()) == 1
 
 
+def test_a_lock_taint_on_a_node_no_slurmd_pod_is_on_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the safety net visited only Nodes hosting a slurmd Pod, so a Node whose slurmd Pod
+    moved or was deleted while it was locked kept the NoExecute lock taint forever (issue 19)."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-002"))  # moved from node-001
+    world.add_node("node-001", tainted=True)  # left behind
+    world.add_node("node-002")
+    world.add_node("node-003", tainted=False)
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    locker.reconcile_all()
+    assert world.taint_writes() == []  # a slurmd Pod being re-created is on no Node for a moment
+    monkeypatch.setattr("tandem.syncer.locks.ORPHAN_GRACE_SECONDS", 0.0)
+    locker.reconcile_all()
+    (write,) = world.taint_writes()
+    assert write.args[0] == "/api/v1/nodes/node-001"
+    assert write.args[1][1]["value"] == []
+    # A locked Node that does host a slurmd Pod keeps its taint while Slurm runs a job there.
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED))
+    world.add_node("node-001", tainted=True)
+    job = Job(job_id=5, name="train", state="RUNNING", nodes=("cpu-001",))
+    locker = NodeLocker(world.kube, _mirror(synced=True, jobs=(job,)), world.cluster, "tandem", timeout=5)
+    locker.reconcile_all()
+    assert world.taint_writes() == []
+
+
+def test_a_prolog_holding_its_node_does_not_delay_the_safety_net_of_another() -> None:
+    """Before: reconcile_all waited on each node's mutex in turn, and a prolog holds its node's
+    for as long as a PodDisruptionBudget keeps a Pod (up to the lock timeout): another node
+    whose epilog was lost stayed locked that long (issue 19)."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.PENDING))
+    world.add_pod(_slurmd("cpu-002", "node-002", LockState.LOCKED))
+    world.add_node("node-001", tainted=True)
+    world.add_node("node-002", tainted=True)
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = []
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE"), Node("cpu-002", "IDLE")]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    locker = NodeLocker(world.kube, mirror, world.cluster, "tandem", timeout=5)
+    with locker._mutex("cpu-001"):  # cpu-001's prolog, stuck behind a PodDisruptionBudget
+        began = time.monotonic()
+        done = threading.Thread(target=locker.reconcile_all)
+        done.start()
+        done.join(timeout=3)
+        assert not done.is_alive(), "the safety net waited for another node's prolog"
+    assert time.monotonic() - began < 1.0
+    unlocked = [c.args[0] for c in world.kube.merge_patch.call_args_list]
+    assert unlocked == [f"/api/v1/namespaces/{SLURMD_NS}/pods/cpu-002"]
+    assert [w.args[0] for w in world.taint_writes()] == ["/api/v1/nodes/node-002"]
+
+
 def test_locking_reads_the_caches_and_wakes_when_the_pod_leaves() -> None:
     world = World()
     world.add_pod(_slurmd("cpu-001", "node-001"))

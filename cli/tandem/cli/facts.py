@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tandem import keys
+from tandem import keys, slurmd
 from tandem.kube import JSON, KubeClient
 from tandem.mtls import TlsFiles, channel_credentials
 from tandem.scheduler import decide, decide_group
@@ -31,6 +31,8 @@ TANDEM_REASONS = frozenset(
     }
 )
 SYNCER_TIMEOUT_S = 10.0
+# The services' own default (tandem.settings.ClusterSettings.slurmd_namespace).
+DEFAULT_SLURMD_NAMESPACE = "slurm"
 
 
 class Unreachable(RuntimeError):
@@ -56,9 +58,7 @@ class Facts:
 
     def lock_of(self, slurm_node: str) -> str:
         pod = self.slurmd.get(slurm_node)
-        if pod is None:
-            return ""
-        return str(((pod.get("metadata") or {}).get("annotations") or {}).get(keys.LOCK_KEY, "false"))
+        return "" if pod is None else slurmd.lock_state_of(pod).value
 
 
 def is_tandems(pod: JSON, scheduler_names: set[str]) -> bool:
@@ -79,8 +79,10 @@ def gather(
     scheduler_name: str = "",
     syncer_address: str = "",
     tls: TlsFiles | None = None,
+    slurmd_namespace: str = DEFAULT_SLURMD_NAMESPACE,
 ) -> Facts:
-    """`namespace` None: every namespace."""
+    """`namespace` None: every namespace. The slurmd Pods are read only in `slurmd_namespace`,
+    as the syncer reads them: a labelled Pod elsewhere is a tenant's, not a Slurm node."""
     pods_path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
     candidates = _items(kube, pods_path)
     # A scheduler name is learnt from the Pods Tandem marked: its Pods it has not touched yet
@@ -88,18 +90,16 @@ def gather(
     names = {scheduler_name} if scheduler_name else set()
     names |= {str((p.get("spec") or {}).get("schedulerName")) for p in candidates if is_tandems(p, set())}
     pods = [p for p in candidates if is_tandems(p, names)]
-    slurmd_pods = _items(
-        kube, "/api/v1/pods", {"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"}
+    listed = _items(
+        kube,
+        f"/api/v1/namespaces/{slurmd_namespace}/pods",
+        {"labelSelector": f"{keys.SLURMD_POD_LABEL}={keys.SLURMD_POD_LABEL_VALUE}"},
     )
-    slurmd = {p["metadata"]["name"]: p for p in slurmd_pods}
-    slurm_node_of = {
-        str(p["spec"]["nodeName"]): p["metadata"]["name"]
-        for p in slurmd_pods
-        if (p.get("spec") or {}).get("nodeName")
-    }
+    hosted = {name: dict(pod) for name, pod in slurmd.hosting(listed, slurmd_namespace).items()}
+    slurm_node_of = {slurmd.host_of(p): name for name, p in hosted.items() if slurmd.host_of(p)}
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
     slurm = read_syncer(syncer_address, tls) if syncer_address else None
-    return Facts(pods, slurmd, slurm_node_of, nodes, slurm)
+    return Facts(pods, hosted, slurm_node_of, nodes, slurm)
 
 
 def events_of(kube: KubeClient, kind: str, name: str, namespace: str | None) -> list[JSON]:

@@ -39,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scheduler-name", default="", help="also list this scheduler's Pods Tandem has not marked yet"
     )
+    p.add_argument(
+        "--slurmd-namespace",
+        default=os.environ.get("TANDEM_SLURMD_NAMESPACE", f.DEFAULT_SLURMD_NAMESPACE),
+        help="namespace of the slurmd Pods, as the services are told (env TANDEM_SLURMD_NAMESPACE)",
+    )
     p.add_argument("-o", "--output", choices=output.FORMATS, default="table")
     sub = p.add_subparsers(dest="command", required=True)
     get = sub.add_parser("get", help="Tandem's Pods")
@@ -84,7 +89,9 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     now = dt.datetime.now(dt.UTC)
     if args.command == "get":
         namespace = None if args.all_namespaces else (args.namespace or default_ns)
-        facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args))
+        facts = f.gather(
+            kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+        )
         rows = views.pod_rows(facts, now)
         if args.output != "table":
             return output.structured(rows, args.output)
@@ -94,7 +101,9 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             return f"No Tandem Pods found in {where}."
         return output.table(columns, rows)
     if args.command == "nodes":
-        facts = f.gather(kube, None, args.scheduler_name, args.syncer_address, _grpc_tls(args))
+        facts = f.gather(
+            kube, None, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+        )
         rows = views.node_rows(facts)
         return (
             output.table(views.NODE_COLUMNS, rows)
@@ -108,7 +117,9 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         if e.not_found:
             raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
         raise
-    facts = f.gather(kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args))
+    facts = f.gather(
+        kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+    )
     facts.pods = [pod]
     node = views.node_of(pod)
     node_events = views.lock_events(f.events_of(kube, "Node", node, None)) if node else []

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 from opentelemetry.trace import SpanKind
 
-from tandem import jobtoken, placeholder, tracing
+from tandem import budget, jobtoken, placeholder, tracing
 from tandem.hooks.server import BoundedHTTPServer, Limits, Request, Response, json_response
 from tandem.hooks.tokens import BearerTokens
 from tandem.metrics import REGISTRY
@@ -213,12 +213,12 @@ class HooksGateway:
 
     def lock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
-        # The prolog says how long it waits; the syncer gets a second less, so its answer (a
-        # lock, or why not and the node drained) arrives before the prolog gives up.
-        waits = _timeout(body, self.call_timeout)
+        # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
+        # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
+        waits = _timeout(body, budget.LOCK_SECONDS)
         reply = self._stub().AcquireNodeLock(
             syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job),
-            timeout=max(1.0, min(self.call_timeout, waits - 1)),
+            timeout=budget.below(waits),
             wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
@@ -314,6 +314,12 @@ def _lock_name(state: int) -> str:
 def _timeout(body: dict[str, Any], default: float) -> float:
     """How long the caller waits (`timeout` in the body, seconds)."""
     timeout = body.get("timeout", default)
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-        raise BadRequest("timeout must be a positive number of seconds")
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or not 0 < timeout <= budget.MAX_CALL_SECONDS
+    ):
+        raise BadRequest(
+            f"timeout must be a number of seconds above 0, at most {budget.MAX_CALL_SECONDS:.0f}"
+        )
     return float(timeout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tandem import keys
+from tandem import keys, slurmd
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 
@@ -141,8 +141,11 @@ class ClusterView:
 
     def kube_node_of(self, slurm_node: str) -> str:
         """The Node hosting this Slurm node's slurmd Pod; "" when unknown."""
-        pod = self.slurmd_pod(slurm_node)
-        return str((pod or {}).get("spec", {}).get("nodeName") or "")
+        return slurmd.host_of(self.slurmd_pod(slurm_node))
+
+    def slurm_nodes_on(self, kube_node: str) -> list[str]:
+        """The Slurm nodes whose slurmd Pods run on this Node."""
+        return sorted(n for p in self.pods_on(kube_node) for n in self._slurm_node_of(p))
 
     def node(self, name: str) -> JSON | None:
         return self.nodes.get(name)
@@ -154,12 +157,8 @@ class ClusterView:
     # -- indexes ---------------------------------------------------------------------------------
 
     def _slurm_node_of(self, pod: JSON) -> list[str]:
-        meta = pod.get("metadata") or {}
-        if meta.get("namespace") != self.slurmd_namespace:
-            return []
-        if (meta.get("labels") or {}).get(keys.SLURMD_POD_LABEL) != keys.SLURMD_POD_LABEL_VALUE:
-            return []
-        return [str(meta["name"])]
+        name = slurmd.slurm_node_of(pod, self.slurmd_namespace)
+        return [name] if name is not None else []
 
     def _on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
         if old is not None and not pod_finished(old) and (new is None or pod_finished(new)):

@@ -15,7 +15,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from tandem import keys, placeholder
+from tandem import budget, keys, placeholder, slurmd
 from tandem.events import EventRecorder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, KubeError, pod_finished, pod_path, tolerates
@@ -33,6 +33,8 @@ EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a N
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
+# How long a Node keeps a lock taint while no slurmd Pod is on it before the taint is removed.
+ORPHAN_GRACE_SECONDS = 4.0
 # A Pod whose eviction was refused (its PodDisruptionBudget allows no disruption now) is asked
 # again this much later, not on every round: the budget changes on the scale of seconds.
 EVICTION_RETRY_SECONDS = 2.0
@@ -105,6 +107,8 @@ class NodeLocker:
         self._slurmd: dict[str, tuple[str, str]] = {}
         self._state: dict[str, LockState] = {}
         self._tainted: dict[str, bool] = {}
+        # Nodes with the lock taint and no slurmd Pod on them, and since when (monotonic).
+        self._orphaned: dict[str, float] = {}
         # The job a node was last locked for (named in the unlock Event).
         self._locked_for: dict[str, int] = {}
         REGISTRY.gauge(
@@ -149,7 +153,7 @@ class NodeLocker:
         name = pod["metadata"]["name"]
         kube_node = _node_name(pod, name)
         self._slurmd[name] = (kube_node, str(pod["metadata"].get("uid", "")))
-        self._state[name] = _lock_state(pod)
+        self._state[name] = slurmd.lock_state_of(pod)
         return kube_node, self._state[name]
 
     def _known(self, slurm_node: str) -> tuple[str, str, LockState]:
@@ -174,7 +178,7 @@ class NodeLocker:
         and then find the lock already taken, instead of repeating the work."""
         target = LockState.LOCKED_STRICT if strict else LockState.LOCKED
         began = time.monotonic()
-        timeout = self.timeout if timeout is None else max(0.0, timeout)
+        timeout = budget.lock_wait(None, cap=self.timeout) if timeout is None else max(0.0, timeout)
         deadline = began + timeout
         with self._mutex(slurm_node):
             waited = time.monotonic() - began
@@ -298,11 +302,7 @@ class NodeLocker:
         meta = pod.get("metadata") or {}
         if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
             return True
-        labels = meta.get("labels") or {}
-        if (
-            meta.get("namespace") == self.slurmd_namespace
-            and labels.get(keys.SLURMD_POD_LABEL) == keys.SLURMD_POD_LABEL_VALUE
-        ):
+        if slurmd.slurm_node_of(pod, self.slurmd_namespace) is not None:
             return True
         return self._placed_by_tandem_here(pod, kube_node)
 
@@ -369,31 +369,35 @@ class NodeLocker:
     def reconcile_node(self, slurm_node: str, ignore_job: int | None = None) -> NodeLockView:
         """Make the node's lock what its jobs say: released if nothing holds it, else tainted."""
         with self._mutex(slurm_node):
-            kube_node, _, state = self._known(slurm_node)
-            if not self.mirror.synced:
-                # An empty mirror (a restart before the first poll answered) knows no job: that
-                # is not "the node runs nothing". The lock stays until Slurm has been read.
-                log.info("lock kept: Slurm not read yet", extra={"node": slurm_node, "job": ignore_job})
-                return self._view(slurm_node, kube_node, state)
-            if self._holders(slurm_node, ignore_job):
-                if state != LockState.FALSE:
-                    self._ensure_taint(kube_node, present=True)
-                return self._view(slurm_node, kube_node, state)
-            # Taint first, annotation last (as when locking): whoever reads `false` finds the
-            # Node untainted.
-            self._ensure_taint(kube_node, present=False)
+            return self._reconcile(slurm_node, ignore_job)
+
+    def _reconcile(self, slurm_node: str, ignore_job: int | None = None) -> NodeLockView:
+        """reconcile_node's work, under the node's mutex."""
+        kube_node, _, state = self._known(slurm_node)
+        if not self.mirror.synced:
+            # An empty mirror (a restart before the first poll answered) knows no job: that
+            # is not "the node runs nothing". The lock stays until Slurm has been read.
+            log.info("lock kept: Slurm not read yet", extra={"node": slurm_node, "job": ignore_job})
+            return self._view(slurm_node, kube_node, state)
+        if self._holders(slurm_node, ignore_job):
             if state != LockState.FALSE:
-                self._set_state(slurm_node, LockState.FALSE)
-                log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
-                last = self._locked_for.pop(slurm_node, None)
-                self._event(
-                    node_ref(kube_node),
-                    "Normal",
-                    keys.NODE_UNLOCKED_EVENT,
-                    f"Unlocked: Slurm node {slurm_node} runs no job"
-                    + (f" (locked for Slurm job {last})" if last is not None else ""),
-                )
-            return self._view(slurm_node, kube_node, LockState.FALSE)
+                self._ensure_taint(kube_node, present=True)
+            return self._view(slurm_node, kube_node, state)
+        # Taint first, annotation last (as when locking): whoever reads `false` finds the
+        # Node untainted.
+        self._ensure_taint(kube_node, present=False)
+        if state != LockState.FALSE:
+            self._set_state(slurm_node, LockState.FALSE)
+            log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
+            last = self._locked_for.pop(slurm_node, None)
+            self._event(
+                node_ref(kube_node),
+                "Normal",
+                keys.NODE_UNLOCKED_EVENT,
+                f"Unlocked: Slurm node {slurm_node} runs no job"
+                + (f" (locked for Slurm job {last})" if last is not None else ""),
+            )
+        return self._view(slurm_node, kube_node, LockState.FALSE)
 
     def reconcile_all(self) -> None:
         """The safety net: re-read every lock and taint, release those of idle nodes, restore taints."""
@@ -402,20 +406,50 @@ class NodeLocker:
         tainted = self._tainted_nodes()
         for pod in self.cluster.slurmd_pods():
             name = pod["metadata"]["name"]
-            with self._mutex(name):
-                try:
-                    if not self._holds[name]:
-                        # Nobody is locking it right now, so the listing is as new as our cache.
-                        kube_node, _ = self._learn(pod)
-                        self._tainted[kube_node] = kube_node in tainted
-                    kube_node, _, state = self._known(name)
-                except LockError:
-                    continue
-            if state != LockState.FALSE or self._tainted.get(kube_node):
-                try:
-                    self.reconcile_node(name)
-                except (KubeError, LockError) as e:
-                    log.warning("cannot reconcile lock", extra={"node": name, "error": str(e)})
+            mutex = self._mutex(name)
+            # A node whose prolog or epilog holds its mutex is being settled by that call; waiting
+            # here (up to a whole lock timeout behind a PodDisruptionBudget) would hold up every
+            # other node's safety net. The next pass looks again.
+            if not mutex.acquire(blocking=False):
+                continue
+            try:
+                if not self._holds[name]:
+                    # Nobody is locking it right now, so the listing is as new as our cache.
+                    kube_node, _ = self._learn(pod)
+                    self._tainted[kube_node] = kube_node in tainted
+                kube_node, _, state = self._known(name)
+                if state != LockState.FALSE or self._tainted.get(kube_node):
+                    self._reconcile(name)
+            except LockError:
+                continue
+            except KubeError as e:
+                log.warning("cannot reconcile lock", extra={"node": name, "error": str(e)})
+            finally:
+                mutex.release()
+        self._remove_stale_taints(tainted)
+
+    def _remove_stale_taints(self, tainted: set[str]) -> None:
+        """A lock taint on a Node that hosts no slurmd Pod: its slurmd Pod moved or was deleted
+        while its node was locked (perhaps under another leader), and no Slurm node maps there now,
+        so no release would ever reach it."""
+        hosting = {slurmd.host_of(p) for p in self.cluster.slurmd_pods()} - {""}
+        now = time.monotonic()
+        # Orphaned on passes at least ORPHAN_GRACE_SECONDS apart: a slurmd Pod being re-created
+        # on the same Node is on no Node for a moment.
+        self._orphaned = {n: self._orphaned.get(n, now) for n in tainted - hosting}
+        stale = sorted(n for n, since in self._orphaned.items() if now - since >= ORPHAN_GRACE_SECONDS)
+        for kube_node in stale:
+            self._tainted.pop(kube_node, None)  # the cache of what we wrote knows nothing of it
+            try:
+                self._ensure_taint(kube_node, present=False)
+            except (KubeError, LockError) as e:
+                log.warning(
+                    "cannot remove a stale lock taint", extra={"kube_node": kube_node, "error": str(e)}
+                )
+            else:
+                log.info(
+                    "removed a lock taint from a Node no Slurm node maps to", extra={"kube_node": kube_node}
+                )
 
     def _holders(self, slurm_node: str, ignore_job: int | None) -> set[int]:
         now = time.monotonic()
@@ -438,11 +472,11 @@ class NodeLocker:
 
     def get(self, slurm_node: str) -> NodeLockView:
         pod = self.slurmd_pod(slurm_node)
-        return self._view(slurm_node, _node_name(pod, slurm_node), _lock_state(pod))
+        return self._view(slurm_node, _node_name(pod, slurm_node), slurmd.lock_state_of(pod))
 
     def list(self) -> list[NodeLockView]:
         return [
-            self._view(p["metadata"]["name"], _node_name(p, p["metadata"]["name"]), _lock_state(p))
+            self._view(p["metadata"]["name"], _node_name(p, p["metadata"]["name"]), slurmd.lock_state_of(p))
             for p in sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
         ]
 
@@ -519,14 +553,6 @@ def node_ref(kube_node: str) -> JSON:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": kube_node, "uid": kube_node}}
 
 
-def _lock_state(pod: JSON) -> LockState:
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.LOCK_KEY, LockState.FALSE.value)
-    try:
-        return LockState(value)
-    except ValueError:
-        return LockState.FALSE
-
-
 def _satisfies(current: LockState, target: LockState) -> bool:
     if current == LockState.LOCKED_STRICT:
         return True
@@ -534,10 +560,10 @@ def _satisfies(current: LockState, target: LockState) -> bool:
 
 
 def _node_name(slurmd_pod: JSON, slurm_node: str) -> str:
-    node = (slurmd_pod.get("spec") or {}).get("nodeName")
+    node = slurmd.host_of(slurmd_pod)
     if not node:
         raise LockError(f"slurmd Pod for {slurm_node} is not on a Node")
-    return str(node)
+    return node
 
 
 def _versions(pods: list[JSON]) -> dict[str, str]:

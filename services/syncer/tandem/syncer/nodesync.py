@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from tandem import keys
+from tandem import keys, slurmd
 from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
@@ -172,7 +172,7 @@ class CacheFacts:
 
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
-        name = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        name = slurmd.host_of(pod)
         slurm = self.mirror.node(slurm_node)
         named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
         stuck = self.cluster.pod(named[0], named[1]) if named else None

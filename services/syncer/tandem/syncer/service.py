@@ -9,7 +9,7 @@ from typing import NoReturn, Protocol
 
 import grpc
 
-from tandem import keys, placeholder
+from tandem import budget, keys, placeholder
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeError, pod_finished
 from tandem.slurm.models import JobStatus, Node
@@ -67,8 +67,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         strict = request.strict or self._is_placeholder(request.job_id)
-        # The caller's deadline bounds the wait: a second is kept to drain the node and answer.
-        timeout = min(self.locker.timeout, _remaining(context) - 1)
+        # The caller's deadline bounds the wait (tandem.budget): a margin is kept to drain the
+        # node and answer.
+        timeout = budget.lock_wait(context.time_remaining(), cap=self.locker.timeout)
         try:
             view = self.locker.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
         except LockTimeout as e:

@@ -27,10 +27,10 @@ class SyncerSettings(ClusterSettings):
         help="safety-net poll of slurmrestd",
     )
     lock_timeout: Seconds = option(
-        Seconds(50.0),
+        Seconds(0.0),
         flag="--lock-timeout",
-        env="TANDEM_LOCK_TIMEOUT",
-        help="longest a lock call waits for Pods to leave",
+        env="TANDEM_SYNCER_LOCK_TIMEOUT",
+        help="cap on a lock call's wait for Pods to leave (0: the prolog's budget, less a margin)",
     )
     reconcile_interval: Seconds = option(
         Seconds(5.0),

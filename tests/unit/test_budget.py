@@ -1,0 +1,54 @@
+"""One lock budget: set at the top (the prolog), passed down with the call, each hop a margin
+shorter, so no operator has to keep three timeouts in order by hand."""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+
+from tandem import budget
+from tandem.hooks import gateway, scripts
+from tandem.v1 import syncer_pb2
+
+REPO = scripts.DIR.parents[4]
+
+
+@pytest.mark.parametrize(
+    "path", [scripts.DIR / "prolog.sh", REPO / "helm" / "tandem" / "files" / "prolog.sh"]
+)
+def test_the_prologs_default_is_the_budgets(path: object) -> None:
+    text = path.read_text()  # type: ignore[attr-defined]
+    (default,) = re.findall(r"budget=\$\{TANDEM_LOCK_TIMEOUT:-(\d+)\}", text)
+    assert float(default) == budget.LOCK_SECONDS
+
+
+def test_each_hop_answers_before_its_caller_gives_up() -> None:
+    prolog = budget.LOCK_SECONDS
+    gateway_deadline = budget.below(prolog)
+    syncer_wait = budget.lock_wait(gateway_deadline)
+    assert syncer_wait < gateway_deadline < prolog
+    # An operator's shorter prolog budget travels down as it is.
+    assert budget.lock_wait(budget.below(20)) == 18
+    # A cap below that wins; none above it does.
+    assert budget.lock_wait(budget.below(20), cap=10) == 10
+    assert budget.lock_wait(budget.below(20), cap=99) == 18
+    # No deadline (an operator's grpcurl): what a default prolog's call would have left.
+    assert budget.lock_wait(None) == budget.below(budget.below(budget.LOCK_SECONDS))
+
+
+def test_the_gateway_gives_the_syncer_the_prologs_budget_less_a_margin() -> None:
+    stub = mock.Mock()
+    stub.AcquireNodeLock.return_value = syncer_pb2.AcquireNodeLockResponse()
+    gw = gateway.HooksGateway("127.0.0.1:0", "t" * 32, stub, call_timeout=5)
+    gw.start()
+    try:
+        gw.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")
+        assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == 39  # not capped by --call-timeout
+        gw.lock({"node": "gpu-001", "job": 7}, "")
+        assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == budget.below(budget.LOCK_SECONDS)
+        with pytest.raises(gateway.BadRequest, match="at most 600"):
+            gw.lock({"node": "gpu-001", "job": 7, "timeout": 10**6}, "")
+    finally:
+        gw.stop()
