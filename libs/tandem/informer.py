@@ -52,6 +52,8 @@ class Informer:
         self._changed = threading.Condition(threading.RLock())
         self._lock = self._changed
         self._synced = [threading.Event() for _ in paths]
+        # Why the last list or watch failed ("" once a list succeeds): what readiness quotes.
+        self.trouble = ""
 
     def get(self, key: str) -> JSON | None:
         with self._lock:
@@ -115,6 +117,7 @@ class Informer:
             try:
                 version = self._list(path)
                 self._synced[index].set()
+                self.trouble = ""
                 backoff = 0.5
                 current: str | None = version
                 while current is not None and not stop.is_set():
@@ -127,11 +130,13 @@ class Informer:
                     stop.wait(ABSENT_RETRY_SECONDS)
                     continue
                 log.warning("watch failed; listing again", extra={"path": path, "error": str(e)})
-                time.sleep(backoff)
+                self.trouble = f"{path}: {e}"
+                stop.wait(backoff)  # a stop ends the wait: a shutdown never sits out a backoff
                 backoff = min(backoff * 2, 10.0)
-            except Exception:
+            except Exception as e:
                 log.exception("informer error", extra={"path": path})
-                time.sleep(backoff)
+                self.trouble = f"{path}: {type(e).__name__}: {e}"
+                stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
     def _list(self, path: str) -> str:

@@ -65,6 +65,8 @@ class JobTracker:
         # parent span).
         self.trace_context: dict[int, dict[str, str]] = {}
         self.connected = False
+        # Why the stream is down ("" while it flows): what readiness quotes.
+        self.trouble = ""
 
     @property
     def synced(self) -> bool:
@@ -118,6 +120,7 @@ class JobTracker:
                 request = syncer_pb2.WatchSlurmRequest(fresh=True, scheduler_name=self.scheduler_name)
                 for msg in self.syncer.WatchSlurm(request, wait_for_ready=True):
                     self.connected = True
+                    self.trouble = ""
                     backoff = 0.5
                     if msg.HasField("job"):
                         if in_snapshot is not None:
@@ -135,8 +138,10 @@ class JobTracker:
                         return
             except grpc.RpcError as e:
                 self.connected = False
+                details = e.details() if hasattr(e, "details") else ""  # an RpcError that is no Call
+                self.trouble = f"{e.code().name}: {details}" if details else e.code().name
                 log.warning("syncer stream broken; reconnecting", extra={"error": str(e.code())})
-            time.sleep(backoff)
+            stop.wait(backoff)  # a stop ends the wait: a shutdown never sits out a backoff
             backoff = min(backoff * 2, 5.0)
 
     def _apply_node(self, msg: slurm_pb2.SlurmNode) -> None:

@@ -29,6 +29,7 @@ from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.slurm.rest import SlurmRestClient
+from tandem.sources import Source, Sources
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
 
@@ -130,20 +131,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.reject_static_cpu,
         policy.current,
     )
-    runner = Runner(
-        "scheduler",
-        queue,
-        controller.reconcile,
+    # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
+    sources = Sources(
         [
-            lambda: pods.synced,
-            lambda: podgroups.synced,
-            lambda: nodes.synced,
-            lambda: bound.synced,
-            lambda: policy.synced,
-            lambda: jobs.synced,
-        ],
-        cfg.workers,
+            Source.of("Pods", pods),
+            Source.of("PodGroups", podgroups),
+            Source.of("Nodes", nodes),
+            Source.of("bound Pods", bound),
+            Source.of("the tenant policy", policy),
+            Source.of("Slurm jobs (the syncer's stream)", jobs),
+        ]
     )
+    runner = Runner("scheduler", queue, controller.reconcile, [sources.synced], cfg.workers)
     servicer = SchedulerServicer(controller)
     name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     grpc_server = serving.GrpcServer(
@@ -154,18 +153,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
 
     def waiting_for() -> list[str]:
-        waiting = [
-            what
-            for what, done in (
-                ("the Pods are not listed yet", pods.synced),
-                ("the Slurm jobs are not read yet", jobs.synced),
-                ("the syncer's stream is not connected", jobs.connected),
-            )
-            if not done
-        ]
-        # A policy ConfigMap it may not read (403) stops every reconcile: not ready, and why.
-        if not policy.synced:
-            waiting.append(f"tenant policy: {policy.stale or 'not read yet'}")
+        waiting = sources.waiting_for()
+        if jobs.synced and not jobs.connected:
+            waiting.append(f"the syncer's stream is not connected ({jobs.trouble or 'reconnecting'})")
         return waiting
 
     http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)

@@ -89,6 +89,11 @@ class PolicySource:
             return self._policy
 
     @property
+    def trouble(self) -> str:
+        """Why it has not been read (tandem.sources): the ConfigMap's trouble, or the listing's."""
+        return self.stale or (self.informer.trouble if self.informer is not None else "")
+
+    @property
     def stale(self) -> str:
         """Why the policy in force is not the ConfigMap's text, for a person ("" when it is)."""
         with self._lock:

@@ -13,6 +13,7 @@ from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.metrics import REGISTRY
 from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
+from tandem.sources import Source, Sources
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.locks import NodeLocker
 from tandem.syncer.mirror import SlurmMirror
@@ -43,9 +44,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     # and by the Slurm poll; it works only while this replica leads.
     node_queue = WorkQueue()
     node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror, cfg.slurm_user), mirror.expect_node)
-    node_runner = Runner(
-        "node-sync", node_queue, node_sync.reconcile, [lambda: cluster.synced, lambda: mirror.synced], 1
+    # Everything a node sync or a lock reads: the workers wait for all of it, and a leader's
+    # readiness names what is missing.
+    sources = Sources(
+        [
+            Source.of("Pods", cluster.pods),
+            Source.of("Nodes", cluster.nodes),
+            Source.of("Slurm (slurmrestd)", mirror),
+        ]
     )
+    node_runner = Runner("node-sync", node_queue, node_sync.reconcile, [sources.synced], 1)
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
 
@@ -84,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
         if not kube.reachable():
             return ["the Kubernetes API is unreachable"]
-        if leadership.leading.is_set() and not mirror.synced:
-            return ["leading, and Slurm is not read yet"]
+        if leadership.leading.is_set():
+            return [f"leading, and {why}" for why in sources.waiting_for()]
         return []
 
     def sync_every_node() -> None:

@@ -90,6 +90,8 @@ class SlurmMirror:
         self._jobs_since: int | None = None
         self._nodes_since: int | None = None
         self._synced = threading.Event()
+        # Why the last poll failed ("" once one succeeds): what readiness quotes.
+        self.trouble = ""
         # When each job entered the mirror: a poll answer older than that says nothing about it.
         self._seen_at: dict[int, float] = {}
         # When the hooks last told us about each job: newer than any poll answer asked before it.
@@ -211,8 +213,10 @@ class SlurmMirror:
         while not stop.is_set():
             try:
                 self.poll_once()
+                self.trouble = ""
             except SlurmApiError as e:
                 log.warning("slurm poll failed", extra={"error": str(e)})
+                self.trouble = e.summary
             stop.wait(self.poll_interval)
 
     def poll_once(self) -> None:
