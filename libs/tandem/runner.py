@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 RECONCILES = REGISTRY.counter(
     "tandem_reconcile_total",
-    "reconciles by controller and outcome (success, requeue_after, error, terminal)",
+    "reconciles by controller and outcome (success, requeue_after, not_yet, error, terminal)",
     ["controller", "result"],
 )
 RECONCILE_SECONDS = REGISTRY.histogram("tandem_reconcile_seconds", "time one reconcile took", ["controller"])
@@ -30,6 +30,11 @@ Requeue = float | None
 
 class TerminalError(Exception):
     """What the reconciler found cannot be fixed by trying again (the object must change first)."""
+
+
+class NotYet(Exception):
+    """Nothing can be done yet and no event is sure to announce when: not an error, but the key
+    comes back after its own backoff, as a failed one does (the runner owns every retry)."""
 
 
 class Runner:
@@ -85,6 +90,10 @@ class Runner:
         began = time.monotonic()
         try:
             after = self.reconcile(key)
+        except NotYet as e:
+            RECONCILES.inc(controller=self.name, result="not_yet")
+            delay = self.queue.add_rate_limited(key)
+            log.info("waiting", extra={"key": key, "why": str(e), "retry_in_s": delay})
         except TerminalError as e:
             RECONCILES.inc(controller=self.name, result="terminal")
             log.error("reconcile failed; not retried", extra={"key": key, "error": str(e)})

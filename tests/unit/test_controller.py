@@ -14,7 +14,7 @@ import pytest
 
 from tandem import keys, placeholder
 from tandem.metrics import REGISTRY
-from tandem.runner import Runner, TerminalError
+from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import controller as ctl
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
@@ -252,6 +252,23 @@ def test_a_key_that_succeeds_starts_its_backoff_over() -> None:
     runner.handle("a")
     runner.handle("a")
     assert queue.failures("a") == 0
+
+
+def test_not_yet_comes_back_after_the_keys_own_growing_backoff() -> None:
+    """Before: a Pod waiting for the syncer to say where its Slurm node runs was looked at again
+    every second, forever, whatever the runner's backoff said (issue 19)."""
+    queue = WorkQueue()
+
+    def reconcile(key: str) -> None:
+        raise NotYet("no Node known to host Slurm node cpu-009 yet")
+
+    runner = Runner("test-not-yet", queue, reconcile, [], 1)
+    runner.handle("a")
+    runner.handle("a")
+    runner.handle("a")
+    delays = sorted(at for at, _ in queue._delayed)
+    assert queue.failures("a") == 3
+    assert len(delays) == 3 and delays[0] < delays[1] < delays[2]  # 0.25 s, 0.5 s, 1 s from now
 
 
 def test_a_terminal_error_is_never_retried() -> None:

@@ -17,7 +17,7 @@ from tandem import placeholder, tracing
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
 from tandem.metrics import REGISTRY
-from tandem.runner import Requeue
+from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import decide_group as dg
 from tandem.scheduler import eligibility, groups, jobspec
@@ -51,8 +51,6 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
-# How often a Bind waits for the syncer to publish where a Slurm node's slurmd Pod runs.
-WAIT_SECONDS = 1.0
 # Pods whose submitted/recorded job id this process remembers until its cache shows it.
 _REMEMBERED = 10_000
 
@@ -407,8 +405,7 @@ class Controller:
             case d.Nothing():
                 return None
             case d.Wait(why=why):
-                log.info("waiting", extra={"pod": o.key, "why": why})
-                return WAIT_SECONDS
+                raise NotYet(why)
             case d.Cancel(job_ids=job_ids, why=why):
                 self._cancel(o.key, job_ids, why)
                 return None
@@ -446,8 +443,7 @@ class Controller:
             case d.Nothing():
                 return None
             case d.Wait(why=why):
-                log.info("waiting", extra={"group": o.key, "why": why})
-                return WAIT_SECONDS
+                raise NotYet(why)
             case d.Cancel(job_ids=job_ids, why=why):
                 self._cancel(o.key, job_ids, why)
                 return None
