@@ -87,3 +87,16 @@ def test_a_job_only_named_like_a_placeholder_is_not_the_pods() -> None:
     assert tracker.get(5) is None
     assert tracker.for_pod_key("default/pod-5") == []
     assert changes == [(6, "RUNNING")]
+
+
+def test_a_slurm_node_whose_node_becomes_known_wakes_the_pods_waiting_to_bind_there() -> None:
+    """A Pod whose job started on a Slurm node the syncer had not mapped yet waits (runner.NotYet,
+    a growing backoff); before, only a move woke it, not the mapping first becoming known."""
+    stop = threading.Event()
+    woken: list[str] = []
+    node = slurm_pb2.SlurmNode(name="cpu-009", kube_node="node-009")
+    streams = [[*_snapshot(_job(1)), syncer_pb2.WatchSlurmResponse(node=node)]]
+    tracker = JobTracker(SCHEDULER, FakeSyncer(streams, stop), lambda pod, job: None, woken.append)
+    tracker.run(stop)
+    assert woken == ["cpu-009"]
+    assert tracker.kube_node("cpu-009") == "node-009"

@@ -149,7 +149,11 @@ class JobTracker:
         with self._lock:
             before = self._kube_nodes.get(node.name)
             self._kube_nodes[node.name] = kube_node
-        if before is not None and before != kube_node and self.on_node_moved is not None:
+        # Moved, or known at last: a Pod waiting to bind there looks again now (in the first
+        # snapshot every node is new, and the runner looks at every Pod once it starts anyway).
+        known_at_last = before is None and bool(kube_node) and self._synced.is_set()
+        moved = before is not None and before != kube_node
+        if (moved or known_at_last) and self.on_node_moved is not None:
             self.on_node_moved(node.name)
 
     def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
