@@ -511,3 +511,57 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     assert started(real, "cpu-001") is None
     status = mirror.job(7)
     assert status is not None and status.started
+
+
+def test_a_slurmd_pod_on_no_node_yet_does_not_fail_the_listing() -> None:
+    """Before: ListNodeLocks answered UNKNOWN for every node when one slurmd Pod was not on a Node."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED))
+    unscheduled = _slurmd("cpu-002", "")
+    world.add_pod(unscheduled)
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    views = {v.slurm_node: (v.kube_node, v.state) for v in locker.list()}
+    assert views == {"cpu-001": ("node-001", LockState.LOCKED), "cpu-002": ("", LockState.FALSE)}
+
+
+def test_unlocking_one_slurm_node_keeps_the_taint_another_on_the_same_node_needs() -> None:
+    """The lock taint is the Node's: two Slurm nodes hosted on one Node share it. Before, the
+    first to unlock removed it from under the other's running job."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED))
+    world.add_pod(_slurmd("cpu-002", "node-001", LockState.LOCKED))
+    world.add_node("node-001", tainted=True)
+    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=5)
+    assert locker.release("cpu-002", 8).state == LockState.FALSE
+    assert world.taint_writes() == []
+    world.kube.merge_patch.assert_called_once()  # cpu-002's annotation, and nothing else
+
+
+def test_whether_a_pod_may_stay_is_never_asked_of_slurm_under_the_informers_lock() -> None:
+    """Before: the wait for Pods to leave re-judged them under the Pod informer's lock, and a
+    Tandem-looking Pod whose job the mirror did not know sent a slurmrestd call from there, which
+    held up every Pod event of the cluster for as long as slurmrestd took (issue 19)."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    impostor = _pod(
+        "lookalike",
+        "node-001",
+        annotations={keys.JOB_ID_ANNOTATION: "77"},
+    )
+    impostor["spec"]["schedulerName"] = "tandem"
+    impostor["spec"]["tolerations"] = [{"key": keys.LOCK_KEY, "operator": "Exists", "effect": "NoExecute"}]
+    world.add_pod(impostor)
+    world.add_pod(_pod("web", "node-001"))  # leaves after its eviction, waking the wait
+    world.add_node("node-001")
+    mirror = _mirror(synced=True)
+    under_lock: list[bool] = []
+
+    def refresh(job_id: int) -> None:
+        under_lock.append(world.cluster.pods._lock._is_owned())  # type: ignore[attr-defined]
+        return None  # Slurm knows no job 77: not Tandem's, it may not stay
+
+    mirror.refresh_job = refresh  # type: ignore[method-assign]
+    locker = NodeLocker(world.kube, mirror, world.cluster, "tandem", timeout=5)
+    view = locker.acquire("cpu-001", 42, strict=True, timeout=3)
+    assert view.state == LockState.LOCKED_STRICT
+    assert under_lock and not any(under_lock)

@@ -258,11 +258,13 @@ class NodeLocker:
                 if why:
                     refused[_uid(p)] = (why, now + EVICTION_RETRY_SECONDS)
             # Until a Pod of this Node changes, a refused eviction is due again, or time is up.
-            seen = _versions(blocking)
+            # The test runs under the Pod informer's lock: it compares versions only. Whether a
+            # Pod may stay can ask slurmrestd, which must never hold up the informer.
+            seen = _versions(self._pods_here(kube_node, slurmd_uid))
             due = min([deadline, *(at for _, at in refused.values() if at > now)])
 
             def changed(seen: dict[str, str] = seen) -> bool:
-                return _versions(self.blocking_pods(kube_node, strict, slurmd_uid)) != seen
+                return _versions(self._pods_here(kube_node, slurmd_uid)) != seen
 
             self.cluster.wait_for(changed, max(0.0, due - time.monotonic()))
 
@@ -281,13 +283,17 @@ class NodeLocker:
                 "and the job runs elsewhere",
             )
 
+    def _pods_here(self, kube_node: str, slurmd_uid: str) -> list[JSON]:
+        """The Pods on a Node a lock may have to move: not finished, not the Node's slurmd Pod."""
+        return [
+            p
+            for p in self.cluster.pods_on(kube_node)
+            if not pod_finished(p) and (p.get("metadata") or {}).get("uid") != slurmd_uid
+        ]
+
     def blocking_pods(self, kube_node: str, strict: bool, slurmd_uid: str) -> list[JSON]:
         blocking = []
-        for p in self.cluster.pods_on(kube_node):
-            if pod_finished(p):
-                continue
-            if (p.get("metadata") or {}).get("uid") == slurmd_uid:
-                continue
+        for p in self._pods_here(kube_node, slurmd_uid):
             if not tolerates(p, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT) or (
                 strict and not self.may_share_strict_lock(p, kube_node)
             ):
@@ -384,8 +390,10 @@ class NodeLocker:
                 self._ensure_taint(kube_node, present=True)
             return self._view(slurm_node, kube_node, state)
         # Taint first, annotation last (as when locking): whoever reads `false` finds the
-        # Node untainted.
-        self._ensure_taint(kube_node, present=False)
+        # Node untainted. The taint is the Node's, and every Slurm node hosted there shares it: it
+        # stays while another of them is locked.
+        if not self._locked_neighbours(slurm_node, kube_node):
+            self._ensure_taint(kube_node, present=False)
         if state != LockState.FALSE:
             self._set_state(slurm_node, LockState.FALSE)
             log.info("node unlocked", extra={"node": slurm_node, "kube_node": kube_node})
@@ -398,6 +406,14 @@ class NodeLocker:
                 + (f" (locked for Slurm job {last})" if last is not None else ""),
             )
         return self._view(slurm_node, kube_node, LockState.FALSE)
+
+    def _locked_neighbours(self, slurm_node: str, kube_node: str) -> list[str]:
+        """The other Slurm nodes on this Node whose lock is not false."""
+        return [
+            name
+            for name in self.cluster.slurm_nodes_on(kube_node)
+            if name != slurm_node and slurmd.lock_state_of(self.cluster.slurmd_pod(name)) != LockState.FALSE
+        ]
 
     def reconcile_all(self) -> None:
         """The safety net: re-read every lock and taint, release those of idle nodes, restore taints."""
@@ -475,8 +491,10 @@ class NodeLocker:
         return self._view(slurm_node, _node_name(pod, slurm_node), slurmd.lock_state_of(pod))
 
     def list(self) -> list[NodeLockView]:
+        """Every Slurm node's lock; one whose slurmd Pod is on no Node yet shows no Node (before,
+        that one Pod failed the whole listing)."""
         return [
-            self._view(p["metadata"]["name"], _node_name(p, p["metadata"]["name"]), slurmd.lock_state_of(p))
+            self._view(p["metadata"]["name"], slurmd.host_of(p), slurmd.lock_state_of(p))
             for p in sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
         ]
 
