@@ -347,7 +347,9 @@ def test_the_callers_deadline_bounds_the_lock_wait() -> None:
         429, "TooManyRequests", "Cannot evict pod", ("disruption budget web-pdb",)
     )
     slurm = mock.Mock()
-    locker = NodeLocker(world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=50)
+    locker = NodeLocker(
+        world.kube, _mirror(synced=True), world.cluster, "tandem", timeout=50, drain=slurm.drain_node
+    )
     servicer = SyncerServicer(_mirror(synced=True), locker, slurm, world.cluster, terminating_timeout=5)
     servicer.active = True
     context = mock.Mock()

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -88,7 +89,10 @@ class NodeLocker:
         scheduler_name: str,
         timeout: float,
         events: EventRecorder | None = None,
+        drain: Callable[[str, str], None] = lambda slurm_node, reason: None,
     ) -> None:
+        # `drain`: drain a Slurm node with a reason (SlurmRestClient.drain_node).
+        self.drain = drain
         self.kube = kube
         self.mirror = mirror
         self.cluster = cluster
@@ -246,7 +250,9 @@ class NodeLocker:
             if now >= deadline:
                 blockers = [Blocker(p, refused.get(_uid(p), ("", 0.0))[0]) for p in blocking]
                 self._report_blockers(blockers, slurm_node, kube_node, job_id, deadline - began)
-                raise LockTimeout(kube_node, deadline - began, blockers)
+                timeout = LockTimeout(kube_node, deadline - began, blockers)
+                self._drain_blocked(slurm_node, job_id, timeout)
+                raise timeout
             for p in blocking:
                 # A Pod already on its way out (the taint manager deletes those that do not
                 # tolerate the NoExecute taint; an earlier eviction) only has to finish leaving.
@@ -267,6 +273,23 @@ class NodeLocker:
                 return _versions(self._pods_here(kube_node, slurmd_uid)) != seen
 
             self.cluster.wait_for(changed, max(0.0, due - time.monotonic()))
+
+    def _drain_blocked(self, slurm_node: str, job_id: int, e: LockTimeout) -> None:
+        """The prolog fails and Slurm drains the node as "Prolog error"; drained first with the
+        Pods' names (and their PodDisruptionBudgets), the reason says what to fix. Slurm keeps
+        the first reason."""
+        blockers = ", ".join(str(b) for b in e.blockers)
+        reason = f"k8s: job {job_id} could not lock {e.kube_node}: {blockers} did not leave"
+        try:
+            self.drain(slurm_node, reason)
+        except SlurmApiError as err:
+            log.warning(
+                "cannot drain a node whose lock timed out", extra={"node": slurm_node, "error": str(err)}
+            )
+        else:
+            log.warning(
+                "node drained: lock timed out", extra={"node": slurm_node, "job": job_id, "reason": reason}
+            )
 
     def _report_blockers(
         self, blockers: list[Blocker], slurm_node: str, kube_node: str, job_id: int, waited: float

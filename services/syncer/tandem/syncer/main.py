@@ -38,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
     events = EventRecorder(kube, "tandem-syncer")
-    locker = NodeLocker(kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events)
+    locker = NodeLocker(
+        kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events, drain=slurm.drain_node
+    )
     servicer = SyncerServicer(mirror, locker, slurm, cluster, cfg.terminating_timeout, events)
     # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
     # and by the Slurm poll; it works only while this replica leads.

@@ -11,14 +11,14 @@ import grpc
 
 from tandem import budget, keys, placeholder
 from tandem.events import EventRecorder
-from tandem.kube import JSON, KubeError, pod_finished
+from tandem.kube import JSON, KubeError
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
-from tandem.syncer import convert
+from tandem.syncer import convert, killwait
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.locks import LockError, LockTimeout, NodeLocker
+from tandem.syncer.locks import LockError, NodeLocker
 from tandem.syncer.mirror import SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
@@ -72,31 +72,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         timeout = budget.lock_wait(context.time_remaining(), cap=self.locker.timeout)
         try:
             view = self.locker.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
-        except LockTimeout as e:
-            self._drain_blocked(request.slurm_node, request.job_id, e)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except LockError as e:
+        except LockError as e:  # a timeout too: the locker drained the node with the Pods' names
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except KubeError as e:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
-
-    def _drain_blocked(self, slurm_node: str, job_id: int, e: LockTimeout) -> None:
-        """The prolog fails and Slurm drains the node as "Prolog error"; drained first with the
-        Pods' names (and their PodDisruptionBudgets), the reason says what to fix. Slurm keeps
-        the first reason."""
-        blockers = ", ".join(str(b) for b in e.blockers)
-        reason = f"k8s: job {job_id} could not lock {e.kube_node}: {blockers} did not leave"
-        try:
-            self.slurm.drain_node(slurm_node, reason)
-        except SlurmApiError as err:
-            log.warning(
-                "cannot drain a node whose lock timed out", extra={"node": slurm_node, "error": str(err)}
-            )
-        else:
-            log.warning(
-                "node drained: lock timed out", extra={"node": slurm_node, "job": job_id, "reason": reason}
-            )
 
     def ReleaseNodeLock(
         self, request: syncer_pb2.ReleaseNodeLockRequest, context: grpc.ServicerContext
@@ -165,43 +145,20 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
 
     def _job_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
-        """The job's Pods that still run: its Pod (deleted: a Pod of that name now is another
-        Pod), or every member of a group's job."""
-        if ref.is_group:
-            return [p for p in self.cluster.pods_of_job(status.job_id) if not pod_finished(p)]
-        current = self.cluster.pod_by_uid(ref.uid)
-        if current is None or pod_finished(current) or not self._runs_on(current, status):
-            return []
-        return [current]
-
-    def _runs_on(self, pod: JSON, status: JobStatus) -> bool:
-        """Whether the Pod is this job's: a submit retried after its answer was lost leaves a
-        second job of the same Pod, which the scheduler cancels; the Pod, recorded on the other
-        job or bound to another job's Node, is not in this one's way."""
-        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
-        if recorded and recorded != str(status.job_id):
-            return False
-        node = (pod.get("spec") or {}).get("nodeName")
-        hosts = {self.cluster.kube_node_of(n) for n in status.job.nodes}
-        return not (node and status.job.nodes and node not in hosts)
+        return killwait.job_pods(
+            status,
+            ref,
+            self.cluster.pods_of_job(status.job_id) if ref.is_group else (),
+            None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
+            self.cluster.kube_node_of,
+        )
 
     def _drain_occupied(self, status: JobStatus, slurm_node: str, pods: list[JSON]) -> list[str]:
-        """Just before KillWait: drain each of the job's nodes where one of its Pods still runs,
-        so Slurm gives it to no other job while the Pod does."""
-        on_node = {str(p["spec"]["nodeName"]): p for p in pods if (p.get("spec") or {}).get("nodeName")}
-        targets: dict[str, JSON] = {}
-        for node in status.job.nodes or (slurm_node,):
-            pod = on_node.get(self.cluster.kube_node_of(node))
-            if pod is not None:
-                targets[node] = pod
-        if not targets and pods and slurm_node:
-            targets[slurm_node] = pods[0]  # not bound (yet): the node its script ran on
+        """Just before KillWait: drain each node killwait.drain_targets names (Slurm gives it to
+        no other job while the Pod runs there)."""
         drained = []
-        for node, pod in targets.items():
-            meta = pod.get("metadata") or {}
-            reason = keys.killwait_drain_reason(
-                str(meta.get("namespace")), str(meta.get("name")), status.job_id
-            )
+        for node, pod in killwait.drain_targets(status, slurm_node, pods, self.cluster.kube_node_of).items():
+            reason = killwait.drain_reason(pod, status.job_id)
             try:
                 self.slurm.drain_node(node, reason)
                 drained.append(node)
@@ -210,12 +167,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 continue
             if self.events is not None:
                 self.events.record(
-                    pod,
-                    "Warning",
-                    "SlurmNodeDrained",
-                    f"Slurm job {status.job_id} ended but this Pod is still running on {node} at KillWait; "
-                    f"the Slurm node is drained ({reason}) so no other job gets it until this Pod is gone; "
-                    "Tandem then resumes it",
+                    pod, "Warning", "SlurmNodeDrained", killwait.drained_event(status.job_id, node, reason)
                 )
         return drained
 
