@@ -254,6 +254,20 @@ def test_a_key_that_succeeds_starts_its_backoff_over() -> None:
     assert queue.failures("a") == 0
 
 
+def test_a_placement_read_changes_nothing_a_reconcile_relies_on() -> None:
+    """Before: the read-only gRPC placement() observed the Pod the way a reconcile does, and
+    observing forgot the job ids this process had written (issue 19)."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod("7")
+    controller, _, _ = _controller(pods, _tracker())
+    controller._submitted.put(POD.uid, 7)
+    controller.placement(pods.pods[POD.key])
+    assert controller._submitted.get(POD.uid) == 7
+    controller.reconcile(POD.key)
+    assert controller._submitted.get(POD.uid) is None  # the reconcile saw the cache carry it
+
+
 def test_not_yet_comes_back_after_the_keys_own_growing_backoff() -> None:
     """Before: a Pod waiting for the syncer to say where its Slurm node runs was looked at again
     every second, forever, whatever the runner's backoff said (issue 19)."""

@@ -265,9 +265,20 @@ class Controller:
         pod = self.pods.get(key)
         if pod is not None and self._in_gang(pod):
             return None  # its group's reconcile places it
+        if pod is not None:
+            self._forget_what_the_cache_shows(pod)
         observed = self.observe(key)
         action = d.decide(observed)
         return self._act(observed, action)
+
+    def _forget_what_the_cache_shows(self, pod: JSON) -> None:
+        """A job id this process wrote that the cached Pod carries now: a scheduler that runs for
+        months must not keep every job id it ever submitted. Done by a reconcile only: observing
+        (which the read-only placement() does too) changes nothing."""
+        uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
+        if annotated is not None and annotated in (self._submitted.get(uid), self._recorded.get(uid)):
+            self._submitted.forget(uid)
+            self._recorded.forget(uid)
 
     def _in_gang(self, pod: JSON) -> bool:
         gkey = groups.group_key(pod)
@@ -287,11 +298,7 @@ class Controller:
         annotated = d.recorded_job_id(pod)
         submitted, recorded = self._submitted.get(uid), self._recorded.get(uid)
         if annotated is not None and annotated in (submitted, recorded):
-            # The cached Pod carries it now; a scheduler that runs for months must not keep
-            # every job id it ever submitted.
-            self._submitted.forget(uid)
-            self._recorded.forget(uid)
-            submitted = recorded = None
+            submitted = recorded = None  # the cached Pod carries it now
         own = recorded or annotated
         job = self._job_of(uid, own or submitted)
         duplicates: tuple[int, ...] = ()
