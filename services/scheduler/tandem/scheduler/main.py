@@ -36,23 +36,16 @@ from tandem.workqueue import WorkQueue
 log = logging.getLogger("tandem.scheduler")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    cfg = settings.load(SchedulerSettings, argv)
-    logs.setup("scheduler", cfg.log_level)
-    tracing.setup("tandem-scheduler", cfg.otlp_endpoint)
+def placeholder_config(cfg: SchedulerSettings) -> jobspec.PlaceholderConfig:
+    """What every placeholder job gets: the script, its environment, its credential's key. A
+    service whose flags cannot make one does not start."""
     if not cfg.scheduler_name:
         raise SystemExit("--scheduler-name (TANDEM_SCHEDULER_NAME) is required")
     try:
         gpu_types = jobspec.parse_gpu_types(cfg.gpu_types)
     except ValueError as e:
         raise SystemExit(f"--gpu-types: {e}") from e
-    tls = cfg.grpc_tls("tandem-scheduler")
-    kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
-    slurm = SlurmRestClient.for_service(cfg)
-    channel = serving.channel(cfg.syncer_address, tls)
-    stop = threading.Event()
-    queue = WorkQueue()
-    placeholder_cfg = jobspec.PlaceholderConfig(
+    return jobspec.PlaceholderConfig(
         script=placeholder_batch_script(),
         environment={
             "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
@@ -64,6 +57,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         output=cfg.placeholder_output,
         job_key=jobtoken.read_key(cfg.job_key_file),
     )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cfg = settings.load(SchedulerSettings, argv)
+    logs.setup("scheduler", cfg.log_level)
+    tracing.setup("tandem-scheduler", cfg.otlp_endpoint)
+    placeholder_cfg = placeholder_config(cfg)
+    tls = cfg.grpc_tls("tandem-scheduler")
+    kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
+    slurm = SlurmRestClient.for_service(cfg)
+    channel = serving.channel(cfg.syncer_address, tls)
+    stop = threading.Event()
+    queue = WorkQueue()
     paths = (
         [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]
         if cfg.watch_namespaces
