@@ -43,9 +43,11 @@ class Runner:
         name: str,
         queue: WorkQueue,
         reconcile: Callable[[Key], Requeue],
-        synced: Sequence[Callable[[], bool]],
-        workers: int,
+        synced: Sequence[Callable[[], bool]] = (),
+        workers: int = 1,
     ) -> None:
+        """`synced`: what `start` waits for (a manager waits for its sources itself and calls
+        `start_workers`)."""
         self.name = name
         self.queue = queue
         self.reconcile = reconcile
@@ -59,7 +61,8 @@ class Runner:
         )
 
     def start(self, stop: threading.Event, on_started: Callable[[], None] = lambda: None) -> None:
-        """In the background: wait for the caches, then start the workers and call `on_started`."""
+        """In the background: wait for the caches, then start the workers and call `on_started`
+        (tandem.manager does the waiting for the services, with a cache-sync timeout)."""
         threading.Thread(
             target=self._start, args=(stop, on_started), name=f"{self.name}-start", daemon=True
         ).start()
@@ -74,6 +77,10 @@ class Runner:
             waited += 0.1
             if waited >= 30 and waited % 30 < 0.1:
                 log.warning("caches not synced yet; workers wait", extra={"controller": self.name})
+        self.start_workers(on_started)
+
+    def start_workers(self, on_started: Callable[[], None] = lambda: None) -> None:
+        """Start the workers now (they end when the queue shuts down), then call `on_started`."""
         for i in range(self.workers):
             threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True).start()
         log.info("workers started", extra={"controller": self.name, "workers": self.workers})

@@ -32,6 +32,15 @@ class Source:
     def of(cls, name: str, what: Syncing) -> Source:
         return cls(name, lambda: what.synced, lambda: what.trouble)
 
+    def waiting(self) -> str:
+        """What readiness says while it has not synced: what, and the last error if there was one."""
+        trouble = self.trouble()
+        return f"{self.name}: not read yet" + (f" ({trouble})" if trouble else "")
+
+    def timed_out(self, after: float) -> str:
+        """What readiness says once it has not synced for `after` seconds (a cache-sync timeout)."""
+        return f"caches not synced after {after:g}s: {self.name}: {self.trouble() or 'no answer yet'}"
+
 
 class Sources:
     def __init__(self, sources: Sequence[Source]) -> None:
@@ -42,9 +51,4 @@ class Sources:
 
     def waiting_for(self) -> list[str]:
         """One line per source not synced yet: what, and the last error if there was one."""
-        lines = []
-        for s in self.sources:
-            if not s.synced():
-                trouble = s.trouble()
-                lines.append(f"{s.name}: not read yet" + (f" ({trouble})" if trouble else ""))
-        return lines
+        return [s.waiting() for s in self.sources if not s.synced()]
