@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tandem import leader
+from tandem import leader, serving
 from tandem.kube import KubeClient
 from tandem.runner import Runner
 from tandem.sources import Source, Syncing
@@ -141,10 +141,10 @@ class Manager:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def start(self, stop: threading.Event) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         """Start the sources and, while leading (now when there is no election), the rest. Returns
-        at once; `stop` (set, or `stop()`) ends everything."""
-        self._stop = stop
+        at once; `stop()` (or setting `stop`) ends everything."""
+        stop = self._stop = stop or threading.Event()
         self._threads.spawn("manager-stop", self._on_stop)
         self._start_sources(leader_only=False)
         for r in self._runnables:
@@ -157,11 +157,24 @@ class Manager:
         elector = self._make_elector()
         self._threads.spawn("leader", elector.run, stop, self._lead_in_thread, self._on_lost)
 
-    def stop(self, grace: float = 5.0) -> bool:
-        """Stop everything; wait up to `grace` for what the manager started. True if all ended."""
+    def stop(self) -> None:
+        """Stop everything: every backoff and wait ends now (a watch ends when its client closes)."""
         self._stop.set()
         self._halt_leader_work()
-        return self._threads.join(time.monotonic() + grace)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` for what the manager started to end; True if all has."""
+        return self._threads.join(time.monotonic() + timeout)
+
+    def run_until_signal(self, *closers: Callable[[], None]) -> None:
+        """Block until SIGTERM or SIGINT or a lost lease; then stop and call `closers` in order. A
+        lost lease ends the process with an error: a fresh start rejoins the election."""
+        serving.wait_for_stop_signal(self.lost)
+        self.stop()
+        for close in closers:
+            close()
+        if self.lost.is_set():
+            raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 
     def _on_stop(self) -> None:
         self._stop.wait()
