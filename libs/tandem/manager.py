@@ -104,7 +104,8 @@ class Manager:
         self._controllers: list[_Controller] = []
         self._runnables: list[_Runnable] = []
         self._threads = _Threads()
-        self._stop = threading.Event()
+        # Set by `stop()`: every source, backoff and wait the manager started ends on it.
+        self.stopping = threading.Event()
         # Set on a stop or when the lease is lost: what leader-only work waits on.
         self._leader_stop = threading.Event()
         # This replica holds the lease (or needs none).
@@ -141,10 +142,10 @@ class Manager:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def start(self, stop: threading.Event | None = None) -> None:
+    def start(self) -> None:
         """Start the sources and, while leading (now when there is no election), the rest. Returns
-        at once; `stop()` (or setting `stop`) ends everything."""
-        stop = self._stop = stop or threading.Event()
+        at once; `stop()` ends everything."""
+        stop = self.stopping
         self._threads.spawn("manager-stop", self._on_stop)
         self._start_sources(leader_only=False)
         for r in self._runnables:
@@ -159,7 +160,7 @@ class Manager:
 
     def stop(self) -> None:
         """Stop everything: every backoff and wait ends now (a watch ends when its client closes)."""
-        self._stop.set()
+        self.stopping.set()
         self._halt_leader_work()
 
     def join(self, timeout: float) -> bool:
@@ -177,7 +178,7 @@ class Manager:
             raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
 
     def _on_stop(self) -> None:
-        self._stop.wait()
+        self.stopping.wait()
         self._halt_leader_work()
 
     def _halt_leader_work(self) -> None:
@@ -186,7 +187,7 @@ class Manager:
             c.runner.queue.shutdown()
 
     def _start_sources(self, leader_only: bool) -> None:
-        stop = self._leader_stop if leader_only else self._stop
+        stop = self._leader_stop if leader_only else self.stopping
         for s in self._sources:
             if s.leader_only == leader_only:
                 s.started_at = time.monotonic()
@@ -236,7 +237,7 @@ class Manager:
         deadline = time.monotonic() + timeout
         while not self.synced():
             left = deadline - time.monotonic()
-            if left <= 0 or self._stop.wait(min(SYNC_POLL_SECONDS, left)):
+            if left <= 0 or self.stopping.wait(min(SYNC_POLL_SECONDS, left)):
                 return self.synced()
         return True
 

@@ -54,21 +54,24 @@ def wait(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 
 @pytest.fixture
-def stop() -> Iterator[threading.Event]:
-    event = threading.Event()
-    yield event
-    event.set()
+def managers() -> Iterator[list[Manager]]:
+    """Managers a test made, stopped after it."""
+    made: list[Manager] = []
+    yield made
+    for manager in made:
+        manager.stop()
 
 
 def test_readiness_names_a_source_that_has_not_synced_then_says_the_timeout_passed(
-    stop: threading.Event,
+    managers: list[Manager],
 ) -> None:
     policy = Stream()
     pods = mock.Mock(synced=True, trouble="")
     manager = Manager(mock.Mock(), SOLO, cache_sync_timeout=0.5)
     manager.add_source("Pods", pods, lambda stop: None)
     manager.add_source("the tenant policy", policy, policy.run)
-    manager.start(stop)
+    managers.append(manager)
+    manager.start()
     assert policy.in_backoff.wait(2)
     assert manager.waiting_for() == ["the tenant policy: not read yet (UNAVAILABLE: connection refused)"]
     assert wait(lambda: manager.waiting_for()[0].startswith("caches"))
@@ -80,7 +83,7 @@ def test_readiness_names_a_source_that_has_not_synced_then_says_the_timeout_pass
 
 
 def test_workers_start_only_once_every_source_has_synced_even_after_the_timeout(
-    stop: threading.Event,
+    managers: list[Manager],
 ) -> None:
     nodes = Stream(backoff=0.05)
     reconciled: list[str] = []
@@ -89,14 +92,15 @@ def test_workers_start_only_once_every_source_has_synced_even_after_the_timeout(
     manager = Manager(mock.Mock(), SOLO, cache_sync_timeout=0.1)
     manager.add_source("Nodes", nodes, nodes.run)
     manager.add_controller(Runner("test-manager", queue, lambda key: reconciled.append(key)))
-    manager.start(stop)
+    managers.append(manager)
+    manager.start()
     time.sleep(0.4)  # past the timeout: the workers still wait ("not cached" is not "gone")
     assert reconciled == []
     nodes.answers.set()
     assert wait(lambda: reconciled == ["default/a"])
 
 
-def test_a_stop_ends_a_sources_backoff_and_the_wait_for_the_caches_at_once(stop: threading.Event) -> None:
+def test_a_stop_ends_a_sources_backoff_and_the_wait_for_the_caches_at_once(managers: list[Manager]) -> None:
     """No sleep a stop cannot end: a source 10 s into its backoff, an informer in its own, and
     the controller waiting for both end within half a second."""
     stream = Stream(backoff=10.0)
@@ -107,7 +111,8 @@ def test_a_stop_ends_a_sources_backoff_and_the_wait_for_the_caches_at_once(stop:
     manager.add_source("Slurm jobs", stream, stream.run)
     manager.add_source("Nodes", nodes, nodes.run)
     manager.add_controller(Runner("test-manager-stop", WorkQueue(), lambda key: None))
-    manager.start(stop)
+    managers.append(manager)
+    manager.start()
     assert stream.in_backoff.wait(2)
     assert wait(lambda: bool(nodes.trouble))
     manager.stop()
@@ -145,7 +150,7 @@ class Lease:
         )
 
 
-def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(stop: threading.Event) -> None:
+def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(managers: list[Manager]) -> None:
     lease = Lease()
     steps: list[str] = []
     running = threading.Event()
@@ -161,7 +166,8 @@ def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(stop: t
     manager = Manager(mock.Mock(), Election(True, "ns", "tandem"), elector=lease.elector)
     manager.add_source("Slurm", slurm, slurm.run, leader_only=True)
     manager.add_runnable("lock-reconcile", lock_reconcile, on_lost=lambda: steps.append("on_lost"))
-    manager.start(stop)
+    managers.append(manager)
+    manager.start()
     time.sleep(0.3)
     assert not running.is_set() and not manager.leading.is_set()
     assert not slurm.synced, "a leader-only source ran on a standby"
@@ -179,13 +185,14 @@ def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(stop: t
     assert not manager.leading.is_set()
 
 
-def test_without_election_this_replica_leads_at_once_and_says_so(stop: threading.Event) -> None:
+def test_without_election_this_replica_leads_at_once_and_says_so(managers: list[Manager]) -> None:
     """Summed over a component's replicas, 0 means nobody leads (the TandemLeaderMissing alert)."""
     from tandem.metrics import REGISTRY
 
     started = threading.Event()
     manager = Manager(mock.Mock(), Election(False, "", "solo-lease"))
     manager.add_runnable("work", lambda leader_stop: started.set())
-    manager.start(stop)
+    managers.append(manager)
+    manager.start()
     assert started.wait(2)
     assert 'tandem_leader{lease="solo-lease"} 1' in REGISTRY.render()

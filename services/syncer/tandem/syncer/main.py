@@ -7,13 +7,16 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
-from tandem import leader, logs, serving, settings, tracing
+import grpc
+
+from tandem import logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
+from tandem.manager import Election, Manager, Run
 from tandem.metrics import REGISTRY
+from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
-from tandem.sources import Source, Sources
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.locks import NodeLocker
 from tandem.syncer.mirror import SlurmMirror
@@ -34,28 +37,54 @@ def main(argv: Sequence[str] | None = None) -> None:
     tls = cfg.grpc_tls("tandem-syncer")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
-    stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
+    node_queue = WorkQueue()
+    servicer, locker, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
+    manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
+    # Everything a node sync or a lock reads. Standbys keep their Kubernetes caches warm (a new
+    # leader locks without listing first); only the leader polls Slurm.
+    manager.add_source("Pods", cluster.pods, cluster.pods.run)
+    manager.add_source("Nodes", cluster.nodes, cluster.nodes.run)
+    manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
+    # The rest works only while this replica leads, once all of that is read.
+    runner = Runner("node-sync", node_queue, node_sync.reconcile)
+    manager.add_controller(runner, on_started=lambda: sync_every_node(mirror, node_queue))
+    manager.add_runnable("lock-reconcile", reconcile_locks(locker, cfg.reconcile_interval))
+    grpc_server = grpc_service(cfg.grpc_address, tls, servicer)
+    leadership = Leadership(
+        kube, manager.wait_synced, serve_as_leader(servicer, grpc_server), manager.stopping
+    )
+    manager.add_runnable("leadership", lambda _stop: leadership.lead(), on_lost=leadership.on_lost)
+    http = serving.HealthHttpServer(cfg.health_address, readiness(kube, manager), REGISTRY.render)
+    leadership.standby()
+    grpc_server.start()
+    http.start()
+    manager.start()
+    log.info(
+        "serving",
+        extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
+    )
+    manager.run_until_signal(grpc_server.stop, http.stop, slurm.close, kube.close, tracing.shutdown)
+
+
+def _lock_and_sync(
+    cfg: SyncerSettings,
+    kube: KubeClient,
+    slurm: SlurmRestClient,
+    mirror: SlurmMirror,
+    cluster: ClusterView,
+    node_queue: WorkQueue,
+) -> tuple[SyncerServicer, NodeLocker, NodeSync]:
+    """The locks the hooks ask for, the calls they make, and the node sync, on the shared caches."""
     events = EventRecorder(kube, "tandem-syncer")
     locker = NodeLocker(
         kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events, drain=slurm.drain_node
     )
     servicer = SyncerServicer(mirror, locker, slurm, cluster, cfg.terminating_timeout, events)
     # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
-    # and by the Slurm poll; it works only while this replica leads.
-    node_queue = WorkQueue()
+    # and by the Slurm poll.
     node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror, cfg.slurm_user), mirror.expect_node)
-    # Everything a node sync or a lock reads: the workers wait for all of it, and a leader's
-    # readiness names what is missing.
-    sources = Sources(
-        [
-            Source.of("Pods", cluster.pods),
-            Source.of("Nodes", cluster.nodes),
-            Source.of("Slurm (slurmrestd)", mirror),
-        ]
-    )
-    node_runner = Runner("node-sync", node_queue, node_sync.reconcile, [sources.synced], 1)
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
 
@@ -64,79 +93,58 @@ def main(argv: Sequence[str] | None = None) -> None:
             node_queue.add(slurm_node)
 
     cluster.on_pod_gone = pod_gone
-    name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
-    grpc_server = serving.GrpcServer(
-        cfg.grpc_address,
-        [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)],
-        [name],
-        tls,
-        # Every prolog holds a call while its Node empties; hundreds start at once under load.
-        max_workers=512,
-    )
+    return servicer, locker, node_sync
 
-    def reconcile_locks() -> None:
-        while not stop.wait(cfg.reconcile_interval):
+
+def reconcile_locks(locker: NodeLocker, interval: float) -> Run:
+    """The safety net: every `interval`, release the locks of idle Slurm nodes."""
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval):
             try:
                 locker.reconcile_all()
             except KubeError as e:
                 log.warning("lock reconcile failed", extra={"error": str(e)})
 
+    return run
+
+
+def sync_every_node(mirror: SlurmMirror, node_queue: WorkQueue) -> None:
+    for node in mirror.nodes():
+        node_queue.add(node.name)
+
+
+def grpc_service(address: str, tls: TlsFiles, servicer: SyncerServicer) -> serving.GrpcServer:
+    name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
+
+    def register(server: grpc.Server) -> None:
+        syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, server)
+
+    # Every prolog holds a call while its Node empties; hundreds start at once under load.
+    return serving.GrpcServer(address, [register], [name], tls, max_workers=512)
+
+
+def serve_as_leader(servicer: SyncerServicer, grpc_server: serving.GrpcServer) -> Callable[[bool], None]:
     def serve(active: bool) -> None:
         servicer.active = active
         grpc_server.set_serving(active)
 
-    def synced(timeout: float) -> bool:
-        return cluster.wait_synced(timeout) and mirror.wait_synced(timeout)
+    return serve
 
-    leadership = Leadership(kube, synced, serve, stop)
+
+def readiness(kube: KubeClient, manager: Manager) -> Callable[[], list[str]]:
+    """What /readyz says. A standby is healthy and ready: the Service sends calls only to the Pod
+    labelled leader. A leader is ready once it has read Slurm and Kubernetes; past the cache-sync
+    timeout, it says which source is missing and why."""
 
     def waiting_for() -> list[str]:
-        # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
         if not kube.reachable():
             return ["the Kubernetes API is unreachable"]
-        if leadership.leading.is_set():
-            return [f"leading, and {why}" for why in sources.waiting_for()]
+        if manager.leading.is_set():
+            return [f"leading, and {why}" for why in manager.waiting_for()]
         return []
 
-    def sync_every_node() -> None:
-        for node in mirror.nodes():
-            node_queue.add(node.name)
-
-    def lead() -> None:
-        threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
-        threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
-        node_runner.start(stop, on_started=sync_every_node)
-        leadership.lead()
-
-    http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)
-    leadership.standby()
-    grpc_server.start()
-    http.start()
-    # Standbys keep their Kubernetes caches warm too: a new leader locks without listing first.
-    cluster.start(stop)
-    leader.lead_when_elected(
-        kube,
-        cfg.leader_elect,
-        cfg.leader_election_namespace,
-        cfg.leader_election_id,
-        stop,
-        lead,
-        leadership.on_lost,
-    )
-    log.info(
-        "serving",
-        extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
-    )
-    serving.wait_for_stop_signal(leadership.lost)
-    stop.set()
-    node_queue.shutdown()
-    grpc_server.stop()
-    http.stop()
-    slurm.close()
-    kube.close()
-    tracing.shutdown()
-    if leadership.lost.is_set():
-        raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
+    return waiting_for
 
 
 def label_self_leader(kube: KubeClient, leader: bool) -> None:
