@@ -5,7 +5,6 @@ failures come back (backoff, never for a terminal error), what is counted and wh
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 from unittest import mock
@@ -13,6 +12,7 @@ from unittest import mock
 import pytest
 
 from tandem import keys, placeholder
+from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import controller as ctl
@@ -34,6 +34,7 @@ class FakePodCache:
 
     def __init__(self) -> None:
         self.synced = False
+        self.trouble = ""
         self.pods: dict[str, Any] = {}
 
     def get(self, key: str) -> Any | None:
@@ -98,14 +99,13 @@ def _pod(job_id: str = "", requests: dict[str, str] | None = None) -> dict[str, 
     }
 
 
-def _runner(controller: Controller, pods: FakePodCache) -> Runner:
-    return Runner(
-        "test",
-        controller.queue,
-        controller.reconcile,
-        [lambda: pods.synced, lambda: controller.jobs.synced],
-        1,
-    )
+def _manager(controller: Controller, pods: FakePodCache) -> Manager:
+    """The controller's runner under a manager that waits for the Pods and the Slurm jobs."""
+    manager = Manager(mock.Mock(), Election(enabled=False, namespace="", lease="test"))
+    manager.add_source("Pods", pods, lambda stop: None)
+    manager.add_source("Slurm jobs", controller.jobs, lambda stop: None)
+    manager.add_controller(Runner("test", controller.queue, controller.reconcile))
+    return manager
 
 
 def _wait(predicate: Any, timeout: float = 5.0) -> bool:
@@ -121,15 +121,14 @@ def test_no_worker_runs_before_the_pods_are_listed() -> None:
     pods = FakePodCache()
     controller, slurm, _ = _controller(pods, _tracker(_status()))
     controller.queue.add(POD.key)
-    stop = threading.Event()
-    _runner(controller, pods).start(stop)
+    manager = _manager(controller, pods)
+    manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()  # the Pod is not gone: it is not listed yet
     pods.synced = True
     assert _wait(lambda: slurm.cancel_job.called)  # listed, and really not there
     slurm.cancel_job.assert_called_once_with(7)
-    stop.set()
-    controller.queue.shutdown()
+    manager.stop()
 
 
 def test_no_worker_runs_before_the_job_list_arrives() -> None:
@@ -139,12 +138,11 @@ def test_no_worker_runs_before_the_job_list_arrives() -> None:
     jobs._synced.clear()
     controller, slurm, _ = _controller(pods, jobs)
     controller.queue.add(POD.key)
-    stop = threading.Event()
-    _runner(controller, pods).start(stop)
+    manager = _manager(controller, pods)
+    manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()
-    stop.set()
-    controller.queue.shutdown()
+    manager.stop()
 
 
 def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None:
@@ -229,7 +227,7 @@ def test_a_failing_key_comes_back_later_each_time() -> None:
         calls.append(time.monotonic())
         raise SlurmApiError("slurmrestd down", 503)
 
-    runner = Runner("test-backoff", queue, reconcile, [], 1)
+    runner = Runner("test-backoff", queue, reconcile)
     for _ in range(5):
         runner.handle("a")
     assert queue.failures("a") == 5
@@ -248,7 +246,7 @@ def test_a_key_that_succeeds_starts_its_backoff_over() -> None:
         if outcome is not None:
             raise outcome
 
-    runner = Runner("test-forget", queue, reconcile, [], 1)
+    runner = Runner("test-forget", queue, reconcile)
     runner.handle("a")
     runner.handle("a")
     assert queue.failures("a") == 0
@@ -276,7 +274,7 @@ def test_not_yet_comes_back_after_the_keys_own_growing_backoff() -> None:
     def reconcile(key: str) -> None:
         raise NotYet("no Node known to host Slurm node cpu-009 yet")
 
-    runner = Runner("test-not-yet", queue, reconcile, [], 1)
+    runner = Runner("test-not-yet", queue, reconcile)
     runner.handle("a")
     runner.handle("a")
     runner.handle("a")
@@ -291,7 +289,7 @@ def test_a_terminal_error_is_never_retried() -> None:
     def reconcile(key: str) -> None:
         raise TerminalError("the Pod must change first")
 
-    Runner("test-terminal", queue, reconcile, [], 1).handle("a")
+    Runner("test-terminal", queue, reconcile).handle("a")
     assert queue._delayed == [] and len(queue) == 0
 
 
