@@ -104,7 +104,7 @@ class Manager:
         self._controllers: list[_Controller] = []
         self._runnables: list[_Runnable] = []
         self._threads = _Threads()
-        # Set by `stop()`: every source, backoff and wait the manager started ends on it.
+        # Set by `stop()` (only): every source, backoff and wait the manager started ends on it.
         self.stopping = threading.Event()
         # Set on a stop or when the lease is lost: what leader-only work waits on.
         self._leader_stop = threading.Event()
@@ -146,7 +146,6 @@ class Manager:
         """Start the sources and, while leading (now when there is no election), the rest. Returns
         at once; `stop()` ends everything."""
         stop = self.stopping
-        self._threads.spawn("manager-stop", self._on_stop)
         self._start_sources(leader_only=False)
         for r in self._runnables:
             if not r.leader_only:
@@ -176,10 +175,6 @@ class Manager:
             close()
         if self.lost.is_set():
             raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
-
-    def _on_stop(self) -> None:
-        self.stopping.wait()
-        self._halt_leader_work()
 
     def _halt_leader_work(self) -> None:
         self._leader_stop.set()

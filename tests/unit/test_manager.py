@@ -67,7 +67,7 @@ def test_readiness_names_a_source_that_has_not_synced_then_says_the_timeout_pass
 ) -> None:
     policy = Stream()
     pods = mock.Mock(synced=True, trouble="")
-    manager = Manager(mock.Mock(), SOLO, cache_sync_timeout=0.5)
+    manager = Manager(mock.Mock(), SOLO, cache_sync_timeout=1.0)
     manager.add_source("Pods", pods, lambda stop: None)
     manager.add_source("the tenant policy", policy, policy.run)
     managers.append(manager)
@@ -76,7 +76,7 @@ def test_readiness_names_a_source_that_has_not_synced_then_says_the_timeout_pass
     assert manager.waiting_for() == ["the tenant policy: not read yet (UNAVAILABLE: connection refused)"]
     assert wait(lambda: manager.waiting_for()[0].startswith("caches"))
     assert manager.waiting_for() == [
-        "caches not synced after 0.5s: the tenant policy: UNAVAILABLE: connection refused"
+        "caches not synced after 1s: the tenant policy: UNAVAILABLE: connection refused"
     ]
     policy.synced = True
     assert manager.waiting_for() == []
@@ -154,6 +154,8 @@ def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(manager
     lease = Lease()
     steps: list[str] = []
     running = threading.Event()
+    reconciled: list[str] = []
+    queue = WorkQueue()
 
     def lock_reconcile(leader_stop: threading.Event) -> None:
         running.set()
@@ -164,18 +166,21 @@ def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(manager
     slurm = Stream()
     slurm.answers.set()
     manager = Manager(mock.Mock(), Election(True, "ns", "tandem"), elector=lease.elector)
-    manager.add_source("Slurm", slurm, slurm.run, leader_only=True)
-    manager.add_runnable("lock-reconcile", lock_reconcile, on_lost=lambda: steps.append("on_lost"))
     managers.append(manager)
+    manager.add_source("Slurm", slurm, slurm.run, leader_only=True)
+    manager.add_controller(Runner("test-manager-lease", queue, lambda key: reconciled.append(key)))
+    manager.add_runnable("lock-reconcile", lock_reconcile, on_lost=lambda: steps.append("on_lost"))
     manager.start()
+    queue.add("a")
     time.sleep(0.3)
-    assert not running.is_set() and not manager.leading.is_set()
+    assert not running.is_set() and not manager.leading.is_set() and reconciled == []
     assert not slurm.synced, "a leader-only source ran on a standby"
     assert manager.waiting_for() == []
 
     lease.release()
     assert running.wait(2)
     assert manager.leading.is_set() and slurm.synced
+    assert wait(lambda: reconciled == ["a"])
 
     lease.api.fail = True  # renewals fail: the lease is lost after renew_seconds
     assert manager.lost.wait(3)
@@ -183,6 +188,9 @@ def test_leader_only_work_starts_on_leadership_and_stops_when_it_is_lost(manager
     assert wait(lambda: not running.is_set())
     assert sorted(steps) == ["on_lost", "runnable stopped"]
     assert not manager.leading.is_set()
+    queue.add("b")
+    time.sleep(0.1)
+    assert reconciled == ["a"], "a replica that lost its lease still reconciles"
 
 
 def test_without_election_this_replica_leads_at_once_and_says_so(managers: list[Manager]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -84,3 +86,55 @@ def test_a_stop_ends_an_informers_backoff_at_once() -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert time.monotonic() - began < 0.5
+
+
+def _failing_source(trouble: str) -> Any:
+    return mock.Mock(synced=False, trouble=trouble)
+
+
+def test_a_scheduler_whose_policy_is_refused_says_so_once_the_cache_sync_timeout_passed() -> None:
+    """Before: such a scheduler said only that it had not read the policy yet, for ever; now
+    /readyz says the wait timed out, and why (issue 19)."""
+    from tandem.manager import Election, Manager
+    from tandem.scheduler import main as scheduler_main
+
+    manager = Manager(mock.Mock(), Election(False, "", "test-readiness"), cache_sync_timeout=1.0)
+    trouble = "tenant policy ConfigMap tandem/p cannot be read (HTTP 403 Forbidden)"
+    manager.add_source("the tenant policy", _failing_source(trouble), lambda stop: None)
+    jobs = mock.Mock(synced=True, connected=True)
+    server = serving.HealthHttpServer("127.0.0.1:0", scheduler_main.readiness(manager, jobs), lambda: "")
+    server.start()
+    manager.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/readyz"
+        assert httpx.get(url, timeout=5).text == f"not ready: the tenant policy: not read yet ({trouble})\n"
+        time.sleep(1.05)
+        r = httpx.get(url, timeout=5)
+        assert (r.status_code, r.text) == (
+            503,
+            f"not ready: caches not synced after 1s: the tenant policy: {trouble}\n",
+        )
+    finally:
+        manager.stop()
+        server.stop()
+
+
+def test_a_syncer_leader_that_has_not_read_slurm_is_not_ready_and_a_standby_is() -> None:
+    """Before: an elected syncer that could not read Slurm said ready while it could not serve a
+    lock (issue 19). A standby stays ready: the Service routes only to the labelled leader."""
+    from tandem.manager import Election, Manager
+    from tandem.syncer import main as syncer_main
+
+    kube = mock.Mock()
+    manager = Manager(kube, Election(False, "", "test-readiness-syncer"))
+    manager.add_source("Slurm (slurmrestd)", _failing_source("slurmrestd is unreachable"), lambda stop: None)
+    waiting_for = syncer_main.readiness(kube, manager)
+    assert waiting_for() == []  # not leading yet
+    manager.start()
+    try:
+        assert manager.leading.wait(2)
+        assert waiting_for() == ["leading, and Slurm (slurmrestd): not read yet (slurmrestd is unreachable)"]
+        kube.reachable.return_value = False
+        assert waiting_for() == ["the Kubernetes API is unreachable"]
+    finally:
+        manager.stop()
