@@ -43,28 +43,26 @@ def test_a_ready_service_says_ok(waiting: tuple[list[str], str]) -> None:
 def test_every_source_the_workers_wait_for_is_named_with_its_last_error() -> None:
     """Before: the scheduler's workers waited for six caches but readiness named three, so a
     scheduler its RBAC kept from listing Nodes never scheduled and still said ready (issue 19)."""
-    from unittest import mock
-
     from tandem.informer import Informer
     from tandem.kube import KubeError
-    from tandem.sources import Source, Sources
+    from tandem.manager import Election, Manager
 
     kube = mock.Mock()
     kube.get.side_effect = KubeError(403, "Forbidden", 'nodes is forbidden: User "tandem" cannot list')
     nodes = Informer(kube, ["/api/v1/nodes"], {})
-    listed = mock.Mock(synced=True, trouble="")
-    sources = Sources([Source.of("Pods", listed), Source.of("Nodes", nodes)])
-    stop = threading.Event()
-    nodes.start(stop)
+    manager = Manager(kube, Election(False, "", "test-readiness-sources"))
+    manager.add_source("Pods", mock.Mock(synced=True, trouble=""), lambda stop: None)
+    manager.add_source("Nodes", nodes, nodes.run)
+    manager.start()
     try:
         deadline = time.monotonic() + 5
         while not nodes.trouble and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not sources.synced()
-        (line,) = sources.waiting_for()
+        assert not manager.synced()
+        (line,) = manager.waiting_for()
         assert line.startswith("Nodes: not read yet (/api/v1/nodes: HTTP 403 Forbidden: nodes is forbidden")
     finally:
-        stop.set()
+        manager.stop()
 
 
 def test_a_stop_ends_an_informers_backoff_at_once() -> None:
