@@ -5,8 +5,8 @@ replica leads; one stop Event ends every backoff and wait at once.
 
 A source that has not synced within `cache_sync_timeout` does not end the process (a fixed RBAC
 rule or a returning apiserver lets it sync later, and the workers start then), but readiness says
-so with the source's last error: before, a scheduler whose tenant policy could not be read stayed
-ready and never scheduled."""
+the wait timed out, with the source's last error: a scheduler whose tenant policy is refused then
+reads as stuck, not as still starting."""
 
 from __future__ import annotations
 
