@@ -204,3 +204,20 @@ def test_without_election_this_replica_leads_at_once_and_says_so(managers: list[
     manager.start()
     assert started.wait(2)
     assert 'tandem_leader{lease="solo-lease"} 1' in REGISTRY.render()
+
+
+def test_a_lost_lease_closes_everything_in_order_and_ends_the_process_with_an_error() -> None:
+    import signal
+
+    closed: list[str] = []
+    manager = Manager(mock.Mock(), SOLO)
+    manager.lost.set()
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit, match="lost the leader lease"):
+            manager.run_until_signal(lambda: closed.append("grpc"), lambda: closed.append("kube"))
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    assert closed == ["grpc", "kube"]
+    assert manager.stopping.is_set()
