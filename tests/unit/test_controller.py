@@ -156,7 +156,7 @@ def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None
     controller.reconcile(POD.key)
     slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
     controller.on_job(POD, _status("CANCELLED"))
-    assert controller._cancelled == set()
+    assert len(controller._cancelled) == 0
 
 
 def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
@@ -178,7 +178,7 @@ def test_a_pod_deleted_before_its_annotation_was_seen_leaves_nothing_behind() ->
     pods = FakePodCache()
     pods.synced = True
     controller, _, _ = _controller(pods, _tracker(_status()))
-    controller._submitted.put(POD.uid, 7)
+    controller._submitted.assume(POD.uid, 7)
     controller.reconcile(POD.key)
     assert controller._submitted.get(POD.uid) is None
 
@@ -261,7 +261,7 @@ def test_a_placement_read_changes_nothing_a_reconcile_relies_on() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod("7")
     controller, _, _ = _controller(pods, _tracker())
-    controller._submitted.put(POD.uid, 7)
+    controller._submitted.assume(POD.uid, 7)
     controller.placement(pods.pods[POD.key])
     assert controller._submitted.get(POD.uid) == 7
     controller.reconcile(POD.key)
@@ -447,3 +447,44 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
     observed = controller.observe(POD.key)
     assert observed.job is not None and observed.job.job_id == 9
     assert observed.duplicates == (12,)
+
+
+def test_a_recorded_job_id_is_trusted_only_until_the_cache_shows_the_write() -> None:
+    """The job id written on the Pod is the truth while the informer's copy is older than the
+    write's resourceVersion; once the cache shows that version, the cache says (here: someone
+    removed the annotation, so it is written again)."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, kube = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    kube.merge_patch.return_value = {"metadata": {"resourceVersion": "5"}}
+    controller.reconcile(POD.key)
+    assert controller.observe(POD.key).recorded_job_id == 7  # the copy (version 1) lags
+    pods.pods[POD.key] = {**_pod(), "metadata": {**_pod()["metadata"], "resourceVersion": "5"}}
+    assert controller.observe(POD.key).recorded_job_id is None
+    controller.reconcile(POD.key)
+    assert kube.merge_patch.call_count == 2  # recorded again
+    slurm.submit_job.assert_called_once()
+
+
+def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod("7")
+    pending = _status("PENDING")
+    controller, _, _ = _controller(pods, _tracker(pending))
+    controller._remember_excludes(7, "cpu-002")
+    assert controller.observe(POD.key).job_excludes == frozenset({"cpu-002"})
+    reported = JobStatus(
+        Job(
+            job_id=7,
+            name=pending.job.name,
+            admin_comment=pending.job.name,
+            state="PENDING",
+            excluded_nodes=("cpu-002",),
+        )
+    )
+    controller.jobs._apply(reported)
+    controller.reconcile(POD.key)
+    assert len(controller._excludes) == 0

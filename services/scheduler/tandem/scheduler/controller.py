@@ -5,15 +5,14 @@ again in N seconds" or raises."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tandem import placeholder, tracing
+from tandem.assume import AssumeCache, version_of
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
 from tandem.metrics import REGISTRY
@@ -51,8 +50,6 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
-# Pods whose submitted/recorded job id this process remembers until its cache shows it.
-_REMEMBERED = 10_000
 
 
 class JobSubmitter(Protocol):
@@ -120,29 +117,6 @@ def group_index(pod: JSON) -> list[str]:
     return [key] if key else []
 
 
-class _Memory:
-    """Pod uid -> job id, bounded: what this process wrote that its caches do not show yet."""
-
-    def __init__(self) -> None:
-        self._ids: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, uid: str) -> int | None:
-        with self._lock:
-            return self._ids.get(uid)
-
-    def put(self, uid: str, job_id: int) -> None:
-        with self._lock:
-            self._ids[uid] = job_id
-            self._ids.move_to_end(uid)
-            while len(self._ids) > _REMEMBERED:
-                self._ids.popitem(last=False)
-
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._ids.pop(uid, None)
-
-
 class Controller:
     def __init__(
         self,
@@ -164,8 +138,10 @@ class Controller:
         self.slurm = slurm
         self.podgroups: ObjectCache = podgroups or _NoPodGroups()
         self.cluster = cluster
+        # What this process wrote that its caches do not show yet (tandem.assume). Slurm writes
+        # carry no resourceVersion: each is forgotten when the job stream shows it.
         # Job id -> the nodes this process last told Slurm to exclude (Slurm's own report wins).
-        self._excludes: OrderedDict[int, frozenset[str]] = OrderedDict()
+        self._excludes: AssumeCache[frozenset[str]] = AssumeCache()
         self.jobs = jobs
         self.events = events
         self.queue = queue
@@ -173,13 +149,13 @@ class Controller:
         self.api = PodApi(kube)
         self.placeholder_cfg = placeholder_cfg
         self.kill_wait = kill_wait
-        # Jobs this process submitted, and job ids it wrote on Pods: the truth until the stream
-        # and the informer show them.
-        self._submitted = _Memory()
-        self._recorded = _Memory()
-        # Jobs already cancelled: their scripts are shutting down; once is enough.
-        self._cancelled: set[int] = set()
-        self._cancelled_lock = threading.Lock()
+        # Pod uid (or group key) -> the job this process submitted for it, until the stream
+        # shows the job or the Pod carries its id.
+        self._submitted: AssumeCache[int] = AssumeCache()
+        # Pod uid -> the job id this process wrote on it, until the informer shows that write.
+        self._recorded: AssumeCache[int] = AssumeCache()
+        # Job id -> cancel sent: its script is shutting down; once is enough until the job ends.
+        self._cancelled: AssumeCache[bool] = AssumeCache()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
         REGISTRY.gauge(
             "tandem_pods",
@@ -244,8 +220,7 @@ class Controller:
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
         if job.ended:
-            with self._cancelled_lock:
-                self._cancelled.discard(job.job_id)  # nothing more to remember about it
+            self._cancelled.forget(str(job.job_id))  # the stream shows the cancel done
         # A Pod to bind or to stop goes ahead of pending-reason updates.
         self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
 
@@ -260,6 +235,7 @@ class Controller:
 
     def reconcile(self, key: str) -> Requeue:
         if groups.is_group_key(key):
+            self._forget_what_the_stream_shows(key, self.jobs.for_pod_key(key))
             observed_group = self.observe_group(key)
             return self._act_group(observed_group, dg.decide_group(observed_group))
         pod = self.pods.get(key)
@@ -272,13 +248,26 @@ class Controller:
         return self._act(observed, action)
 
     def _forget_what_the_cache_shows(self, pod: JSON) -> None:
-        """A job id this process wrote that the cached Pod carries now: a scheduler that runs for
-        months must not keep every job id it ever submitted. Done by a reconcile only: observing
-        (which the read-only placement() does too) changes nothing."""
+        """A job id this process wrote that the cached Pod carries now (a write the API answered
+        without a resourceVersion is seen only so), or a submit the stream shows. Done by a
+        reconcile only: observing (which the read-only placement() does too) forgets nothing."""
         uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
-        if annotated is not None and annotated in (self._submitted.get(uid), self._recorded.get(uid)):
-            self._submitted.forget(uid)
+        if annotated is not None and self._recorded.get(uid, _version(pod)) == annotated:
             self._recorded.forget(uid)
+        if annotated is not None and self._submitted.get(uid) == annotated:
+            self._submitted.forget(uid)
+        self._forget_what_the_stream_shows(uid, self.jobs.for_pod(uid))
+
+    def _forget_what_the_stream_shows(self, key: str, jobs: list[JobStatus]) -> None:
+        """A job this process submitted (a Pod's uid or a group's key) that the stream shows now,
+        and the excluded nodes it set that Slurm reports."""
+        submitted = self._submitted.get(key)
+        if submitted is not None and any(j.job_id == submitted for j in jobs):
+            self._submitted.forget(key)
+        for job in jobs:
+            excluded = frozenset(job.job.excluded_nodes)
+            if excluded and self._excludes.get(str(job.job_id)) == excluded:
+                self._excludes.forget(str(job.job_id))
 
     def _in_gang(self, pod: JSON) -> bool:
         gkey = groups.group_key(pod)
@@ -288,22 +277,31 @@ class Controller:
 
     # -- observing -----------------------------------------------------------------------------
 
+    def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
+        return frozenset(j for j in job_ids if self._cancelled.get(str(j)) is not None)
+
     def observe(self, key: str) -> d.Observed:
         pod = self.pods.get(key)
-        with self._cancelled_lock:
-            cancelled = frozenset(self._cancelled)
         if pod is None:
-            return d.Observed(key, None, jobs_of_key=tuple(self.jobs.for_pod_key(key)), cancel_sent=cancelled)
+            jobs_of_key = tuple(self.jobs.for_pod_key(key))
+            return d.Observed(
+                key,
+                None,
+                jobs_of_key=jobs_of_key,
+                cancel_sent=self._cancels_sent(j.job_id for j in jobs_of_key),
+            )
         uid = str(pod["metadata"]["uid"])
         annotated = d.recorded_job_id(pod)
-        submitted, recorded = self._submitted.get(uid), self._recorded.get(uid)
+        submitted, recorded = self._submitted.get(uid), self._recorded.get(uid, _version(pod))
         if annotated is not None and annotated in (submitted, recorded):
             submitted = recorded = None  # the cached Pod carries it now
         own = recorded or annotated
-        job = self._job_of(uid, own or submitted)
+        jobs = self.jobs.for_pod(uid)
+        job = _job_of(jobs, own or submitted)
         duplicates: tuple[int, ...] = ()
         if job is not None and own == job.job_id:
-            duplicates = tuple(j.job_id for j in self.jobs.for_pod(uid) if not j.ended and j.job_id != own)
+            duplicates = tuple(j.job_id for j in jobs if not j.ended and j.job_id != own)
+        sent = self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])])
         return d.Observed(
             key,
             pod,
@@ -311,7 +309,7 @@ class Controller:
             duplicates=duplicates,
             recorded_job_id=own,
             submitted_job_id=submitted,
-            cancel_sent=cancelled,
+            cancel_sent=sent,
             kube_node=self.jobs.kube_node,
             kill_wait=self.kill_wait,
             fit=self._fit_of(pod),
@@ -340,27 +338,10 @@ class Controller:
     def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
         if job is None or job.job.excluded_nodes:
             return None  # Slurm says
-        with self._cancelled_lock:
-            return self._excludes.get(job.job_id)
+        return self._excludes.get(str(job.job_id))
 
     def _remember_excludes(self, job_id: int, hostlist: str) -> None:
-        with self._cancelled_lock:
-            self._excludes[job_id] = frozenset(expand(hostlist) if hostlist else ())
-            while len(self._excludes) > _REMEMBERED:
-                self._excludes.popitem(last=False)
-
-    def _job_of(self, uid: str, recorded: int | None) -> JobStatus | None:
-        candidates = self.jobs.for_pod(uid)
-        live = [j for j in candidates if not j.ended]
-        for j in live:
-            if j.job_id == recorded:
-                return j
-        if live:
-            return live[-1]
-        for j in candidates:
-            if j.job_id == recorded:
-                return j
-        return candidates[-1] if candidates else None
+        self._excludes.assume(str(job_id), frozenset(expand(hostlist) if hostlist else ()))
 
     def observe_group(self, key: str) -> dg.ObservedGroup:
         members = tuple(self.pods.by_index(BY_GROUP, key))
@@ -372,12 +353,10 @@ class Controller:
         own = next((j for j in live if j.job_id in recorded), None)
         job = own or (live[-1] if live else (jobs[-1] if jobs else None))
         duplicates = tuple(j.job_id for j in live if own is not None and j is not own)
-        with self._cancelled_lock:
-            cancelled = frozenset(self._cancelled)
         submitted = self._submitted.get(key)
-        if submitted is not None and job is not None and job.job_id == submitted:
-            self._submitted.forget(key)  # the stream shows it now
-            submitted = None
+        if submitted is not None and any(j.job_id == submitted for j in jobs):
+            submitted = None  # the stream shows it now
+        cancelled = self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])])
         return dg.ObservedGroup(
             key,
             group,
@@ -430,8 +409,7 @@ class Controller:
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
             case d.Record(job_id=job_id):
-                self.api.record_job(pod, job_id)
-                self._recorded.put(str(pod["metadata"]["uid"]), job_id)
+                self._record(pod, job_id)
             case d.Bind():
                 self._bind(pod, action)
             case d.SetPending(reason=reason, message=message, event=event):
@@ -477,7 +455,7 @@ class Controller:
                 self._submit_group(group, members, validations, excluded)
             case dg.RecordMembers(pods=pods, job_id=job_id):
                 for pod in pods:
-                    self.api.record_job(pod, job_id)
+                    self._record(pod, job_id)
             case dg.PendMembers(pods=pods, reason=reason, message=message):
                 for pod in pods:
                     self.api.set_unscheduled(pod, reason, message)
@@ -542,11 +520,11 @@ class Controller:
             for _ in members:
                 PODS_VALIDATED.inc(result="valid", reason="")
             span.set_attribute("slurm.job_id", job_id)
-            self._submitted.put(group.key, job_id)
+            self._submitted.assume(group.key, job_id)
             self.jobs.announce(job_id, spec.name)
             log.info("group job submitted", extra={"group": group.key, "job": job_id, "nodes": spec.nodes})
             for pod in members:
-                self.api.record_job(pod, job_id)
+                self._record(pod, job_id)
             where = f" to partition {spec.partition}" if spec.partition else ""
             self._group_event(
                 group,
@@ -633,17 +611,20 @@ class Controller:
             PODS_VALIDATED.inc(result="valid", reason="")
             span.set_attribute("slurm.job_id", job_id)
             SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
-            self._submitted.put(str(pod["metadata"]["uid"]), job_id)
+            self._submitted.assume(str(pod["metadata"]["uid"]), job_id)
             self._remember_excludes(job_id, spec.excluded_nodes)
             self.jobs.announce(job_id, spec.name)
             log.info(
                 "placeholder job submitted",
                 extra={"pod": key, "job": job_id, "uid": spec.user_id, "gid": spec.group_id},
             )
-            self.api.record_job(pod, job_id)
-            self._recorded.put(str(pod["metadata"]["uid"]), job_id)
+            self._record(pod, job_id)
             where = f" to partition {spec.partition}" if spec.partition else ""
             self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
+
+    def _record(self, pod: JSON, job_id: int) -> None:
+        answer = self.api.record_job(pod, job_id)
+        self._recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
 
     def _refuse(self, pod: JSON, message: str) -> None:
         """Slurm said no to this Pod as it is: like a validation error, it is not retried."""
@@ -687,8 +668,7 @@ class Controller:
         for job_id in job_ids:
             log.info("cancelling job", extra={"pod": key, "job": job_id, "why": why})
             self.slurm.cancel_job(job_id)
-            with self._cancelled_lock:
-                self._cancelled.add(job_id)
+            self._cancelled.assume(str(job_id), True)
         if groups.is_group_key(key):
             self._submitted.forget(key)
         elif why == "Pod deleted":
@@ -724,6 +704,24 @@ class Controller:
             state=f"PLACEMENT_STATE_{d.placement_state(observed, action)}",
             reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
         )
+
+
+def _version(obj: JSON) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _job_of(candidates: list[JobStatus], recorded: int | None) -> JobStatus | None:
+    """A Pod's job: its live one (the recorded one first), else the one it recorded, else the newest."""
+    live = [j for j in candidates if not j.ended]
+    for j in live:
+        if j.job_id == recorded:
+            return j
+    if live:
+        return live[-1]
+    for j in candidates:
+        if j.job_id == recorded:
+            return j
+    return candidates[-1] if candidates else None
 
 
 def _content(obj: JSON | None) -> JSON | None:
