@@ -49,8 +49,8 @@ def peak_bytes(call: Callable[[], object]) -> tuple[object, int]:
         tracemalloc.stop()
 
 
-def fits_but(*unfit: str) -> Callable[[object], Eligibility]:
-    return lambda requests: Eligibility(4, unfit, Counter({"node(s) were unschedulable": len(unfit)}))
+def fits_but(*unfit: str) -> Eligibility:
+    return Eligibility(4, unfit, Counter({"node(s) were unschedulable": len(unfit)}))
 
 
 @pytest.mark.parametrize("key", [keys.EXCLUDED_NODES, keys.REQUIRED_NODES])

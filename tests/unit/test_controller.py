@@ -16,6 +16,7 @@ from tandem import keys, placeholder
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import controller as ctl
+from tandem.scheduler import decide
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
@@ -488,3 +489,80 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
     controller.jobs._apply(reported)
     controller.reconcile(POD.key)
     assert len(controller._excludes) == 0
+
+
+def _cordoned_second_node() -> ctl.ClusterCaches:
+    from tandem.scheduler import eligibility
+
+    def node(name: str, cordoned: bool) -> dict[str, Any]:
+        return eligibility.slim_node(
+            {
+                "metadata": {"name": name, "labels": {}},
+                "spec": {"unschedulable": cordoned, "taints": []},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                },
+            }
+        )
+
+    nodes = {"node-001": node("node-001", False), "node-002": node("node-002", True)}
+    bound = FakePodCache()
+    bound.synced = True
+    return ctl.ClusterCaches(nodes=mock.Mock(get=nodes.get), bound=bound)
+
+
+def _plain(value: object) -> bool:
+    """A value a snapshot may hold: data, never something that reads a live cache when called."""
+    return not callable(value) or isinstance(value, type)
+
+
+def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_already() -> None:
+    """Before: observe handed decide callables into the live caches (the Node mapping, the fit),
+    so a decision read whatever the caches held when it got there (issue 19)."""
+    import dataclasses
+
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
+    controller, _, _ = _controller(pods, jobs)
+    controller.cluster = _cordoned_second_node()
+    observed = controller.observe(POD.key)
+    assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
+    assert observed.fit is not None and observed.fit.excluded == ("cpu-002",)
+    jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
+    assert observed.fit.excluded == ("cpu-002",)  # the snapshot holds
+
+
+def test_a_group_observation_is_a_snapshot_too() -> None:
+    import dataclasses
+
+    controller, _, _ = _gang(_member(0), _member(1))
+    controller.cluster = _cordoned_second_node()
+    observed = controller.observe_group(f"{POD.namespace}/pg:train")
+    assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
+    assert observed.fits is not None
+    assert {uid: f.excluded for uid, f in observed.fits.items()} == {
+        "uid-0": ("cpu-002",),
+        "uid-1": ("cpu-002",),
+    }
+
+
+def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
+    """The submit builds the job from what decide validated (its Validation), not from a second
+    read of the Pod (issue 19)."""
+    pods = FakePodCache()
+    pods.synced = True
+    pod = _pod()
+    pod["metadata"]["annotations"][keys.PARTITION] = "batch"
+    pods.pods[POD.key] = pod
+    controller, slurm, _ = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    observed = controller.observe(POD.key)
+    action = decide.decide(observed)
+    assert isinstance(action, decide.Submit)
+    pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
+    controller._act(observed, action)
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.partition == "batch" and spec.user_id == 1001

@@ -87,7 +87,7 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.O
         p,
         job=j,
         recorded_job_id=kw.pop("recorded", recorded),
-        kube_node=HOSTS.get,
+        hosts=HOSTS,
         kill_wait=30,
         policy=kw.pop("policy", POLICY),
         **kw,
@@ -358,7 +358,7 @@ def _fit(*excluded: str, total: int = 2) -> Any:
     from tandem.scheduler.eligibility import Eligibility
 
     reasons = Counter({"node(s) were unschedulable": len(excluded)}) if excluded else Counter()
-    return lambda requests: Eligibility(total, tuple(excluded), reasons)
+    return Eligibility(total, tuple(excluded), reasons)
 
 
 def test_no_node_fits_no_job_and_kube_schedulers_words() -> None:

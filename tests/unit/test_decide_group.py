@@ -97,7 +97,7 @@ def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -
         kw.pop("group", GROUP),
         tuple(members),
         job=j,
-        kube_node=HOSTS.get,
+        hosts=HOSTS,
         slurm_nodes=kw.pop("slurm_nodes", 8),
         kill_wait=30,
         policy=kw.pop("policy", POLICY),
@@ -298,7 +298,7 @@ def test_no_bind_before_every_node_of_the_job_is_known() -> None:
             GROUP,
             tuple(three(job_id=7)),
             job=job(started=True),
-            kube_node=lambda _: None,
+            hosts={},
             kill_wait=30,
             policy=POLICY,
         )

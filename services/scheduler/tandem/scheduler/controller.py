@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -23,7 +23,7 @@ from tandem.scheduler import eligibility, groups, jobspec
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.podapi import PodApi, condition
 from tandem.scheduler.policy import BUILTIN, Policy
-from tandem.scheduler.validation import Validation
+from tandem.scheduler.validation import Validation, effective_requests
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.hostlist import expand
 from tandem.slurm.models import JobSpec, JobStatus
@@ -310,30 +310,37 @@ class Controller:
             recorded_job_id=own,
             submitted_job_id=submitted,
             cancel_sent=sent,
-            kube_node=self.jobs.kube_node,
+            hosts=self._hosts(job),
             kill_wait=self.kill_wait,
-            fit=self._fit_of(pod),
+            fit=self._fit(pod) if _may_need_a_fit(pod, job) else None,
             job_excludes=self._job_excludes(job),
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
         )
 
-    def _fit_of(self, pod: JSON) -> Callable[[Mapping[str, int]], eligibility.Eligibility] | None:
+    def _hosts(self, job: JobStatus | None) -> dict[str, str]:
+        """Slurm node -> the Node hosting it, for the job's nodes the syncer has published."""
+        nodes = job.job.nodes if job is not None else ()
+        return {s: host for s in nodes if (host := self.jobs.kube_node(s)) is not None}
+
+    def _fit(self, pod: JSON) -> eligibility.Eligibility | None:
+        """Which Slurm nodes' Nodes would take the Pod now (None: no Node is watched, or its
+        requests do not parse, which validation reports)."""
         cluster = self.cluster
         if cluster is None:
             return None
-
-        def fit(requests: Mapping[str, int]) -> eligibility.Eligibility:
-            return eligibility.judge(
-                pod,
-                requests,
-                self.jobs.slurm_node_names(),
-                self.jobs.kube_node,
-                cluster.nodes.get,
-                lambda node: cluster.bound.by_index(BY_NODE, node),
-            )
-
-        return fit
+        try:
+            requests = effective_requests(pod)
+        except ValueError:
+            return None
+        return eligibility.judge(
+            pod,
+            requests,
+            self.jobs.slurm_node_names(),
+            self.jobs.kube_node,
+            cluster.nodes.get,
+            lambda node: cluster.bound.by_index(BY_NODE, node),
+        )
 
     def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
         if job is None or job.job.excluded_nodes:
@@ -365,24 +372,24 @@ class Controller:
             submitted_job_id=submitted,
             duplicates=duplicates,
             cancel_sent=cancelled,
-            kube_node=self.jobs.kube_node,
+            hosts=self._hosts(job),
             slurm_nodes=self.jobs.slurm_node_count(),
             kill_wait=self.kill_wait,
-            fit=self._member_fit(),
+            fits=self._member_fits(members, job),
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
         )
 
-    def _member_fit(self) -> Callable[[JSON, Mapping[str, int]], eligibility.Eligibility] | None:
+    def _member_fits(
+        self, members: tuple[JSON, ...], job: JobStatus | None
+    ) -> dict[str, eligibility.Eligibility] | None:
         if self.cluster is None:
             return None
-
-        def fit(pod: JSON, requests: Mapping[str, int]) -> eligibility.Eligibility:
-            judge = self._fit_of(pod)
-            assert judge is not None
-            return judge(requests)
-
-        return fit
+        fits: dict[str, eligibility.Eligibility] = {}
+        for pod in members:
+            if _may_need_a_fit(pod, job) and (fit := self._fit(pod)) is not None:
+                fits[str(pod["metadata"]["uid"])] = fit
+        return fits
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -497,7 +504,7 @@ class Controller:
                 self.placeholder_cfg,
                 [v.requests for v in validations],
                 excluded,
-                validations[0].defaults,
+                validations[0].job_annotations,  # the members agree (validation.disagreements)
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             try:
@@ -585,7 +592,7 @@ class Controller:
         with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
             self._warn_before_submit(pod, result)
             spec = jobspec.build_job_spec(
-                pod, self.placeholder_cfg, result.requests, unfit=excluded, defaults=result.defaults
+                pod, self.placeholder_cfg, result.requests, unfit=excluded, annotations=result.job_annotations
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()
@@ -708,6 +715,14 @@ class Controller:
 
 def _version(obj: JSON) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _may_need_a_fit(pod: JSON, job: JobStatus | None) -> bool:
+    """Whether deciding may ask which Nodes would take the Pod: only before its job runs."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or pod_finished(pod) or d.refused(pod):
+        return False
+    return job is None or job.ended or job.pending
 
 
 def _job_of(candidates: list[JobStatus], recorded: int | None) -> JobStatus | None:

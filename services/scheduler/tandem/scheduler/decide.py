@@ -28,8 +28,8 @@ included):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tandem import keys
 from tandem.kube import JSON, pod_finished
@@ -74,11 +74,12 @@ class Observed:
     duplicates: tuple[int, ...] = ()
     # Jobs this process already asked Slurm to cancel (their scripts are shutting down).
     cancel_sent: frozenset[int] = frozenset()
-    # Slurm node -> Kubernetes Node, as the syncer publishes it.
-    kube_node: Callable[[str], str | None] = lambda _: None
+    # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
+    hosts: Mapping[str, str] = field(default_factory=dict)
     kill_wait: float = 0.0
-    # Which Slurm nodes' Nodes would take a Pod with these requests (None: no Node is watched).
-    fit: Callable[[Mapping[str, int]], Eligibility] | None = None
+    # Which Slurm nodes' Nodes would take the Pod, judged on its requests while observing (None: no
+    # Node is watched, or the Pod is past needing it).
+    fit: Eligibility | None = None
     # The nodes the job excludes now: as Slurm reports them, else as this process last set them.
     job_excludes: frozenset[str] | None = None
     # --reject-static-cpu: a Pod the kubelet would pin CPUs for is refused, not only warned about.
@@ -218,7 +219,7 @@ def decide(o: Observed) -> Action:
         return Reject(result)
     job_id = job.job_id if job is not None else o.submitted_job_id or o.recorded_job_id
     if job_id is None:
-        fit = o.fit(result.requests) if o.fit is not None else None
+        fit = o.fit
         if fit is not None and fit.total and not fit.available:
             return SetPending(REASON_UNSCHEDULABLE, fit.message(), event="FailedScheduling")
         return Submit(result, fit.excluded if fit is not None else ())
@@ -234,19 +235,19 @@ def decide(o: Observed) -> Action:
         )
     if job.running and job.started and job.job.nodes:
         slurm_node = job.job.nodes[0]
-        kube_node = o.kube_node(slurm_node)
+        kube_node = o.hosts.get(slurm_node)
         if kube_node is None:
             return Wait(f"no Node known to host Slurm node {slurm_node} yet")
         return Bind(job, slurm_node, kube_node)
     nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
     if job.running and job.job.nodes:
-        allocated = o.kube_node(job.job.nodes[0]) or ""
+        allocated = o.hosts.get(job.job.nodes[0], "")
         return Nominate(allocated) if allocated and allocated != nominated else Nothing()
     if job.pending and nominated:
         return Nominate("")  # back to pending (requeued before its script started)
-    fit = o.fit(result.requests) if o.fit is not None and job.pending else None
+    fit = o.fit if job.pending else None
     if fit is not None:
-        wanted = excluded_nodes(pod, fit.excluded)
+        wanted = excluded_nodes(result, fit.excluded)
         if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
             return Exclude(job.job_id, compress(sorted(wanted)))
         if fit.total and not fit.available:
@@ -268,7 +269,7 @@ def _bound(o: Observed, node: str, job: JobStatus | None) -> Action:
     elif job.pending:
         why = "was requeued"
     elif job.running and job.started and job.job.nodes:
-        hosted_on = o.kube_node(job.job.nodes[0])
+        hosted_on = o.hosts.get(job.job.nodes[0])
         if hosted_on is not None and hosted_on != node:
             why = f"now runs on {job.job.nodes[0]}, not on this Pod's Node"
     if why:
@@ -293,9 +294,9 @@ def would_be_refused_message(result: validation.Validation) -> str:
     )
 
 
-def excluded_nodes(pod: JSON, unfit: tuple[str, ...]) -> frozenset[str]:
+def excluded_nodes(result: validation.Validation, unfit: tuple[str, ...]) -> frozenset[str]:
     """What the job must exclude: the nodes that do not fit and the ones the Pod's annotation names."""
-    named = validation.pod_annotations(pod).get(keys.EXCLUDED_NODES, "")
+    named = result.job_annotations.get(keys.EXCLUDED_NODES, "")
     return frozenset(unfit) | frozenset(expand(named) if named else ())
 
 

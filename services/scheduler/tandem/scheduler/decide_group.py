@@ -26,8 +26,8 @@ leaves a state this table maps to the rest of the work (tests/unit/test_decide_g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tandem.kube import JSON, pod_finished
 from tandem.scheduler import decide as d
@@ -57,12 +57,14 @@ class ObservedGroup:
     # answer was lost).
     duplicates: tuple[int, ...] = ()
     cancel_sent: frozenset[int] = frozenset()
-    kube_node: Callable[[str], str | None] = lambda _: None
+    # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
+    hosts: Mapping[str, str] = field(default_factory=dict)
     # How many Slurm nodes there are (the syncer publishes each); 0 when not known yet.
     slurm_nodes: int = 0
     kill_wait: float = 0.0
-    # Which Slurm nodes' Nodes would take this member (tandem.scheduler.eligibility).
-    fit: Callable[[JSON, Mapping[str, int]], Eligibility] | None = None
+    # Member uid -> which Slurm nodes' Nodes would take it, judged while observing (None: no Node
+    # is watched, or the group is past needing it).
+    fits: Mapping[str, Eligibility] | None = None
     # --reject-static-cpu, as for a Pod alone (tandem.scheduler.decide.Observed).
     reject_static_cpu: bool = False
     policy: Policy = BUILTIN
@@ -231,9 +233,11 @@ def decide_group(o: ObservedGroup) -> GroupAction:
                 f"{o.slurm_nodes}: it can never be placed",
             )
         members, valid = live[: group.min_count], results[: group.min_count]
-        if o.fit is None:
+        if o.fits is None:
             return SubmitGroup(members, valid)
-        fits = [o.fit(m, r.requests) for m, r in zip(members, valid, strict=True)]
+        fits = [f for m in members if (f := o.fits.get(str(m["metadata"]["uid"]))) is not None]
+        if not fits:
+            return SubmitGroup(members, valid)
         excluded = tuple(sorted({s for f in fits for s in f.excluded}))
         total = fits[0].total
         if total and total - len(excluded) < group.min_count:
@@ -285,7 +289,7 @@ def _bind(o: ObservedGroup, job: JobStatus, live: tuple[JSON, ...]) -> GroupActi
         return d.Wait(f"Slurm job {job.job_id}'s {o.group.min_count} nodes are not all known yet")
     hosts: dict[str, str] = {}
     for slurm_node in job.job.nodes:
-        kube_node = o.kube_node(slurm_node)
+        kube_node = o.hosts.get(slurm_node)
         if kube_node is None:
             return d.Wait(f"no Node known to host Slurm node {slurm_node} yet")
         hosts[slurm_node] = kube_node
