@@ -23,7 +23,7 @@ from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.scheduler.policy import parse
 from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
-from tandem.v1 import slurm_pb2
+from tandem.v1 import scheduler_pb2, slurm_pb2
 from tandem.workqueue import WorkQueue
 
 SCHEDULER = "tandem-test"
@@ -342,9 +342,11 @@ def test_a_complete_group_is_one_job_of_a_node_per_member_recorded_on_each() -> 
     assert spec.nodes == 2 and spec.name == f"tandem:{SCHEDULER}/{POD.namespace}/pg:train/pg-uid"
     recorded = [c.args[0] for c in kube.merge_patch.call_args_list]
     assert recorded == [f"/api/v1/namespaces/{POD.namespace}/pods/train-{i}" for i in range(2)]
-    # The next look (the stream has not shown the job yet) records and submits nothing more.
+    # The next look (neither the stream nor the informer shows the job yet) records and submits
+    # nothing more. Before: each member's job id was written again (issue 19).
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.submit_job.assert_called_once()
+    assert kube.merge_patch.call_count == 2
 
 
 def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
@@ -461,9 +463,9 @@ def test_a_recorded_job_id_is_trusted_only_until_the_cache_shows_the_write() -> 
     slurm.submit_job.return_value = 7
     kube.merge_patch.return_value = {"metadata": {"resourceVersion": "5"}}
     controller.reconcile(POD.key)
-    assert controller.observe(POD.key).recorded_job_id == 7  # the copy (version 1) lags
+    assert controller.observe(POD.key).recorded == {POD.uid: 7}  # the copy (version 1) lags
     pods.pods[POD.key] = {**_pod(), "metadata": {**_pod()["metadata"], "resourceVersion": "5"}}
-    assert controller.observe(POD.key).recorded_job_id is None
+    assert controller.observe(POD.key).recorded == {}
     controller.reconcile(POD.key)
     assert kube.merge_patch.call_count == 2  # recorded again
     slurm.submit_job.assert_called_once()
@@ -530,9 +532,9 @@ def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_alread
     controller.cluster = _cordoned_second_node()
     observed = controller.observe(POD.key)
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
-    assert observed.fit is not None and observed.fit.excluded == ("cpu-002",)
+    assert observed.fits is not None and observed.fits[POD.uid].excluded == ("cpu-002",)
     jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
-    assert observed.fit.excluded == ("cpu-002",)  # the snapshot holds
+    assert observed.fits[POD.uid].excluded == ("cpu-002",)  # the snapshot holds
 
 
 def test_a_group_observation_is_a_snapshot_too() -> None:
@@ -540,7 +542,7 @@ def test_a_group_observation_is_a_snapshot_too() -> None:
 
     controller, _, _ = _gang(_member(0), _member(1))
     controller.cluster = _cordoned_second_node()
-    observed = controller.observe_group(f"{POD.namespace}/pg:train")
+    observed = controller.observe(f"{POD.namespace}/pg:train")
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert observed.fits is not None
     assert {uid: f.excluded for uid, f in observed.fits.items()} == {
@@ -566,3 +568,34 @@ def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
     controller._act(observed, action)
     spec = slurm.submit_job.call_args.args[0]
     assert spec.partition == "batch" and spec.user_id == 1001
+
+
+def test_a_group_whose_slurm_is_down_is_told_as_a_pod_alone_is() -> None:
+    """Before: the members' condition changed but no SlurmUnavailable Event was posted, unlike
+    for a Pod alone (issue 19)."""
+    controller, slurm, _ = _gang(_member(0), _member(1))
+    slurm.submit_job.side_effect = SlurmApiError("down", 503)
+    with pytest.raises(SlurmApiError):
+        controller.reconcile(f"{POD.namespace}/pg:train")
+    controller._background.shutdown(wait=True)
+    posted = [(c.args[0]["metadata"]["name"], c.args[2]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    assert posted == [("train-0", "SlurmUnavailable"), ("train-1", "SlurmUnavailable")]
+
+
+def test_a_members_placement_is_where_its_group_stands() -> None:
+    """Before: a member was judged as a Pod alone, so one its group refuses (the members disagree
+    on the partition) was reported pending (issue 19)."""
+    first, second = _member(0), _member(1)
+    first["metadata"]["annotations"][keys.PARTITION] = "a"
+    controller, _, _ = _gang(first, second)
+    placed = controller.placement(first)
+    assert placed.state == scheduler_pb2.PLACEMENT_STATE_INVALID
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    name = placeholder.job_name(ref, SCHEDULER)
+    controller, _, _ = _gang(_member(0, "9"), _member(1, "9"))
+    nodes = ("cpu-001", "cpu-002")
+    controller.jobs._apply(
+        JobStatus(Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=nodes), started=True)
+    )
+    placed = controller.placement(_member(1, "9"))
+    assert placed.job_id == 9 and placed.state == scheduler_pb2.PLACEMENT_STATE_STARTED
