@@ -1,4 +1,5 @@
-"""`python -m devstack up|down|status|tools|env`: the local stack's command line (see Makefile)."""
+"""`python -m devstack up|down|status|tools|real-node-tools|demo`: the local stack's command line
+(see Makefile)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ def main(argv: list[str]) -> int:
     cfg = StackConfig.from_env()
     if command == "tools":
         tools.ensure_tools(cfg.bin_dir)
+        return 0
+    if command == "real-node-tools":
+        from devstack import pause
+
+        tools.ensure_tools(cfg.bin_dir, tools.REAL_NODE_TOOLS)
+        print(f"pause image: {pause.ensure_image()}")
         return 0
     if command == "up":
         seconds = stack.up(cfg)
@@ -37,7 +44,9 @@ def main(argv: list[str]) -> int:
         from devstack import demo
 
         return demo.run(cfg)
-    print(f"unknown command {command!r}; use up, down, status, tools or demo", file=sys.stderr)
+    print(
+        f"unknown command {command!r}; use up, down, status, tools, real-node-tools or demo", file=sys.stderr
+    )
     return 2
 
 

@@ -23,6 +23,11 @@ GRPCURL_VERSION = "v1.9.3"
 BUF_VERSION = "1.75.0"
 # CRDs only (PodMonitor, PrometheusRule), for the chart's monitoring objects: no operator runs.
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+# The real Node beside the kwok ones (lab/KUBELET.md); kubelet and kube-proxy are KUBERNETES_VERSION.
+CONTAINERD_VERSION = "v2.4.2"
+RUNC_VERSION = "v1.5.2"
+CNI_PLUGINS_VERSION = "v1.9.1"
+COREDNS_VERSION = "v1.15.0"
 
 # The Kubernetes namespace of the slurmd Pods (one per Node, the shape of a SUNK NodeSet).
 SLURM_NAMESPACE = "tandem-slurm"

@@ -23,10 +23,15 @@ class Tool:
     module_dir: str | None = None
     build_pkg: str | None = None
     npm_package: str | None = None
+    # runc links libseccomp (cgo, build tag `seccomp`); everything else is a static Go binary.
+    cgo: bool = False
+    tags: str = ""
+    # CNI plugins live in a directory of their own (containerd's `bin_dirs`), not on the PATH.
+    subdir: str = ""
 
     @property
     def cached(self) -> Path:
-        return config.cache_dir() / "bin" / f"{self.name}-{self.version}"
+        return config.cache_dir() / "bin" / self.subdir / f"{self.name}-{self.version}"
 
 
 def _kubernetes(name: str) -> Tool:
@@ -49,15 +54,43 @@ TOOLS = [
     Tool("buf", config.BUF_VERSION, npm_package="@bufbuild/buf"),
 ]
 
+# What a real Node runs (lab/KUBELET.md): built only when asked for (`python -m devstack
+# real-node-tools`, DEPLOY=chart), so plain `make up` and CI's other legs never wait for them.
+CNI_SUBDIR = "cni"
+REAL_NODE_TOOLS = [
+    _kubernetes("kubelet"),
+    _kubernetes("kube-proxy"),
+    *(
+        Tool(
+            name,
+            config.CONTAINERD_VERSION,
+            go_install=f"github.com/containerd/containerd/v2/cmd/{name}",
+            tags="no_btrfs",
+        )
+        for name in ("containerd", "ctr", "containerd-shim-runc-v2")
+    ),
+    Tool("runc", config.RUNC_VERSION, go_install="github.com/opencontainers/runc", cgo=True, tags="seccomp"),
+    *(
+        Tool(
+            path.rsplit("/", 1)[1],
+            config.CNI_PLUGINS_VERSION,
+            go_install=f"github.com/containernetworking/plugins/{path}",
+            subdir=CNI_SUBDIR,
+        )
+        for path in ("main/bridge", "ipam/host-local", "main/loopback", "meta/portmap")
+    ),
+    Tool("coredns", config.COREDNS_VERSION, go_install="github.com/coredns/coredns"),
+]
 
-def ensure_tools(bin_dir: Path) -> None:
+
+def ensure_tools(bin_dir: Path, tools: list[Tool] = TOOLS) -> None:
     """Build what is missing from the cache, then link every tool into `bin_dir` by its plain name."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    for tool in TOOLS:
+    for tool in tools:
         if not tool.cached.exists():
             with progress.step(f"building {tool.name} {tool.version} (once per machine)"):
                 _build(tool)
-        link = bin_dir / tool.name
+        link = bin_dir / tool.subdir / tool.name
+        link.parent.mkdir(parents=True, exist_ok=True)
         if link.is_symlink() or link.exists():
             if link.resolve() == tool.cached.resolve():
                 continue
@@ -88,11 +121,12 @@ def _build(tool: Tool) -> None:
         tool.cached.unlink(missing_ok=True)
         tool.cached.symlink_to(target)
         return
-    env = {**os.environ, "CGO_ENABLED": "0"}
+    env = {**os.environ, "CGO_ENABLED": "1" if tool.cgo else "0"}
     if tool.go_install:
+        tags = ["-tags", tool.tags] if tool.tags else []
         with tempfile.TemporaryDirectory() as gobin:
             subprocess.run(
-                ["go", "install", f"{tool.go_install}@{tool.version}"],
+                ["go", "install", *tags, f"{tool.go_install}@{tool.version}"],
                 check=True,
                 env={**env, "GOBIN": gobin},
             )

@@ -1,7 +1,8 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control plane (apiserver, controller-manager, scheduler) and
-// kubectl so `go build` can build them from the kubernetes module at one version.
+// Package tools pins the Kubernetes control plane (apiserver, controller-manager, scheduler),
+// kubectl, and the real Node's kubelet and kube-proxy so `go build` can build them from the
+// kubernetes module at one version.
 package tools
 
 import (
@@ -9,4 +10,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
