@@ -3,6 +3,8 @@
 #   docker build -t registry.example.com/tandem:0.1.0 .
 # The gRPC stubs are generated while the wheel is built (hatch_build.py), so nothing generated
 # needs to be in the context. tests/unit/test_packaging.py checks that such a wheel is complete.
+# The lab builds the same image without a Docker daemon (devstack/image.py, `make image`): on a
+# Debian bookworm root of its own, with this file's USER, ENV and CMD, read from here.
 # Python 3.11: the release the tests run on. Pin the base by digest in your registry
 # (--build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...): this lab reaches no image registry.
 ARG PYTHON_IMAGE=python:3.11-slim

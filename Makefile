@@ -14,7 +14,7 @@ NEXT_SLURM := 26.05
 # its ports below 32768, where Linux picks the local ports of outgoing connections).
 NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=30000 SLURM_VERSION=$(NEXT_SLURM)
 
-.PHONY: install proto tools real-node-tools lint unit integration test test-next-slurm up down status demo bench clean
+.PHONY: install proto tools real-node-tools image lint unit integration test test-next-slurm up down status demo bench clean
 
 install: $(INSTALLED) $(GENERATED)
 
@@ -38,6 +38,11 @@ tools: install
 # Node (lab/KUBELET.md), cached by version; only DEPLOY=chart needs them, never plain `make up`.
 real-node-tools: install
 	$(BIN)/python -m devstack real-node-tools
+
+# Tandem's image as the Dockerfile builds it, without a Docker daemon, on a Debian base the lab
+# debootstraps; an OCI layout tarball for `ctr images import`, cached by a hash of its inputs.
+image: install
+	$(BIN)/python -m devstack image
 
 lint: tools
 	$(BIN)/ruff check .

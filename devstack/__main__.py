@@ -1,4 +1,4 @@
-"""`python -m devstack up|down|status|tools|real-node-tools|demo`: the local stack's command line
+"""`python -m devstack up|down|status|tools|real-node-tools|image|demo`: the local stack's command line
 (see Makefile)."""
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ def main(argv: list[str]) -> int:
 
         tools.ensure_tools(cfg.bin_dir, tools.REAL_NODE_TOOLS)
         print(f"pause image: {pause.ensure_image()}")
+        return 0
+    if command == "image":
+        from devstack import image
+
+        print(f"image: {image.image_name(image.key())} in {image.ensure_image()}")
         return 0
     if command == "up":
         seconds = stack.up(cfg)
@@ -45,7 +50,8 @@ def main(argv: list[str]) -> int:
 
         return demo.run(cfg)
     print(
-        f"unknown command {command!r}; use up, down, status, tools, real-node-tools or demo", file=sys.stderr
+        f"unknown command {command!r}; use up, down, status, tools, real-node-tools, image or demo",
+        file=sys.stderr,
     )
     return 2
 

@@ -98,7 +98,7 @@ def ensure_root(major: str) -> Path:
         if rel.mariadb_client_from and _compat_from(root) != rel.mariadb_client_from:
             _unpack_compat_libmariadb(root, rel.mariadb_client_from)  # a root cached before a change
         return root
-    _ensure_debootstrap()
+    ensure_debootstrap()
     building = home(major) / "root.partial"
     _unmount_under(building)
     shutil.rmtree(building, ignore_errors=True)
@@ -202,7 +202,7 @@ def chroot_argv(root: Path, argv: list[str], user: tuple[int, int] | None = None
     return ["chroot", *userspec, str(root), *argv]
 
 
-def _ensure_debootstrap() -> None:
+def ensure_debootstrap() -> None:
     if shutil.which("debootstrap"):
         return
     with progress.step("installing debootstrap (apt-get)"):
