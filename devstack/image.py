@@ -39,6 +39,7 @@ INPUTS = [
     "devstack/image.py",
     "devstack/oci.py",
 ]
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # Nothing the services read at run time; dropped to keep the image small.
 SLIM = [
     "usr/share/doc",
@@ -198,9 +199,13 @@ def _install(root: Path, wheel: Path) -> None:
     inside.mkdir(parents=True)
     shutil.copy2(config.REPO_ROOT / "requirements.lock", inside / "requirements.lock")
     shutil.copy2(wheel, inside / wheel.name)
+    # The host's CAs, which may include a proxy's the root's Debian bundle does not have; only for
+    # the build, never in the image.
+    shutil.copy2(HOST_CA_BUNDLE, inside / "ca.crt")
     # Debian marks its Python externally managed; this root is the image, so pip owns /usr/local.
     env = {
         **{k: v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_FIND_LINKS"},
+        "PIP_CERT": "/tmp/tandem-build/ca.crt",
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root",
         "LC_ALL": "C.UTF-8",
@@ -223,6 +228,10 @@ def _slim(root: Path) -> None:
         if target.is_dir():
             shutil.rmtree(target)
             target.mkdir()
+    # The build host's, which debootstrap copied in: emptied, kept as the runtime's mount points.
+    for name in ("etc/resolv.conf", "etc/hostname"):
+        (root / name).unlink(missing_ok=True)
+        (root / name).write_text("")
     # Device nodes debootstrap made: the runtime mounts its own /dev.
     dev = root / "dev"
     shutil.rmtree(dev)
