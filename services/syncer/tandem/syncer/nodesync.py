@@ -17,16 +17,19 @@ Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tandem import keys, slurmd
+from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.syncer.cluster import ClusterView
+from tandem.syncer.holds import NodeMemory
+from tandem.syncer.locking import LockPlan, RunningJob, decide_lock
 from tandem.syncer.mirror import SlurmMirror
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,26 @@ class NodeFacts:
     killwait_pod: JSON | None = None
     # The Slurm user this syncer acts as: the only one whose drains it resumes.
     own_user: str = ""
+    # -- the lock (tandem.syncer.locking) --
+    # Whether Slurm has been read at all: an unread mirror knows no job.
+    slurm_read: bool = True
+    # The jobs Slurm has on the node, and those of the held jobs it says ended.
+    jobs: tuple[RunningJob, ...] = ()
+    ended: frozenset[int] = frozenset()
+    # The lock annotation of the slurmd Pod and whether its Node has the lock taint, as this
+    # syncer last wrote them until the caches show that write.
+    lock: LockState = LockState.FALSE
+    tainted: bool = False
+    # The Pods on the Node that a lock may have to move: not finished, not the slurmd Pod.
+    pods: tuple[JSON, ...] = ()
+    # Uids of those that may stay under a strict lock; uid -> job id of those whose job the
+    # mirror does not know yet (to look up before judging).
+    sharers: frozenset[str] = frozenset()
+    undetermined: Mapping[str, int] = field(default_factory=dict)
+    # Whether another Slurm node hosted on the same Node is locked (it needs the taint too).
+    neighbours_locked: bool = False
+    # What the hook calls recorded for this node.
+    memory: NodeMemory = field(default_factory=NodeMemory)
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,8 @@ class Plan:
     resume: bool = False
     # The Node's drain annotation and SlurmCordon condition: (reason, True) to show, ("", False) to clear.
     show: tuple[str, bool] | None = None
+    # The taint, the lock annotation, evictions (tandem.syncer.locking).
+    lock: LockPlan = field(default_factory=LockPlan)
 
 
 def cause(f: NodeFacts) -> str:
@@ -90,7 +115,18 @@ def cause(f: NodeFacts) -> str:
     return ""
 
 
-def decide(f: NodeFacts) -> Plan:
+def decide(f: NodeFacts, now: float = 0.0) -> Plan:
+    """The node's state both ways and its lock, as of `now` (monotonic seconds). One drain per
+    pass: a lock that timed out names the Pods to blame, which says more than the cause."""
+    lock = decide_lock(f, now)
+    if lock.drain:
+        return Plan(
+            drain=lock.drain, show=_shown(f, f.slurm, lock.drain, False) if f.slurm else None, lock=lock
+        )
+    return replace(_decide_state(f), lock=lock)
+
+
+def _decide_state(f: NodeFacts) -> Plan:
     slurm = f.slurm
     if slurm is None:
         return Plan()

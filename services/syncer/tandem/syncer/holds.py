@@ -1,0 +1,181 @@
+"""What the hook calls told this leader and no cache holds: the holds prologs recorded, the releases
+epilogs recorded, the locks that failed, the evictions a PodDisruptionBudget refused, and since when
+a Node carries a lock taint with no slurmd Pod on it.
+
+It is the leader's memory only: a new leader starts empty, and a lock held by a running job is
+rebuilt from Slurm (a running placeholder makes it strict again). The reconciler reads a snapshot
+per Slurm node (`memory`), and every change wakes the hook calls waiting for their outcome
+(`on_change`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# How long a prolog's hold counts while Slurm's listing has not caught up with its job.
+HOLD_GRACE_SECONDS = 60.0
+# How long a release or a failure is remembered: long enough for Slurm's listing to stop
+# showing the job on the node (the mirror polls every few seconds).
+REMEMBER_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A prolog's call for its job: lock the node (strictly for a placeholder) by `deadline`."""
+
+    job_id: int
+    strict: bool
+    since: float
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a job's lock was not taken; its prolog fails with it. `unavailable`: Kubernetes or Slurm
+    could not be reached (the caller may retry) rather than the node refusing."""
+
+    message: str
+    unavailable: bool = False
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An eviction the API refused (429), and when to ask again."""
+
+    why: str
+    until: float
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """One Slurm node's part of the store, as the reconciler reads it (a copy)."""
+
+    holds: Mapping[int, Hold] = field(default_factory=lambda: MappingProxyType({}))
+    released: frozenset[int] = frozenset()
+    failed: Mapping[int, Failure] = field(default_factory=lambda: MappingProxyType({}))
+    refusals: Mapping[str, Refusal] = field(default_factory=lambda: MappingProxyType({}))
+    # The job the node was last locked for (named in the unlock Event).
+    locked_for: int | None = None
+
+
+class HoldStore:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._holds: defaultdict[str, dict[int, Hold]] = defaultdict(dict)
+        self._released: defaultdict[str, dict[int, float]] = defaultdict(dict)
+        self._failed: defaultdict[str, dict[int, tuple[Failure, float]]] = defaultdict(dict)
+        self._refusals: defaultdict[str, dict[str, Refusal]] = defaultdict(dict)
+        self._locked_for: dict[str, int] = {}
+        # Kubernetes Node -> since when it carries a lock taint and hosts no slurmd Pod.
+        self._orphaned: dict[str, float] = {}
+        # Slurm node -> how many passes completed without an error, and the last error.
+        self._passes: defaultdict[str, int] = defaultdict(int)
+        self._trouble: dict[str, str] = {}
+        # Called after every change, outside the store's lock (wakes the waiting hook calls).
+        self.on_change: Callable[[], None] = lambda: None
+
+    # -- what the hook calls record --------------------------------------------------------------
+
+    def hold(self, slurm_node: str, job_id: int, strict: bool, deadline: float) -> Hold:
+        now = self.clock()
+        with self._lock:
+            held = Hold(job_id, strict, now, deadline)
+            self._holds[slurm_node][job_id] = held
+            self._released[slurm_node].pop(job_id, None)
+            self._failed[slurm_node].pop(job_id, None)
+        self.on_change()
+        return held
+
+    def release(self, slurm_node: str, job_id: int) -> None:
+        with self._lock:
+            self._holds[slurm_node].pop(job_id, None)
+            self._released[slurm_node][job_id] = self.clock()
+        self.on_change()
+
+    # -- what the reconciler records -------------------------------------------------------------
+
+    def fail(self, slurm_node: str, job_id: int, failure: Failure) -> None:
+        with self._lock:
+            self._holds[slurm_node].pop(job_id, None)
+            self._failed[slurm_node][job_id] = (failure, self.clock())
+        self.on_change()
+
+    def forget(self, slurm_node: str, job_ids: frozenset[int]) -> None:
+        """Holds that ended (their job finished, or never showed up in Slurm)."""
+        with self._lock:
+            for job_id in job_ids:
+                self._holds[slurm_node].pop(job_id, None)
+
+    def refused(self, slurm_node: str, pod_uid: str, why: str, until: float) -> None:
+        with self._lock:
+            self._refusals[slurm_node][pod_uid] = Refusal(why, until)
+
+    def locked(self, slurm_node: str, job_id: int | None) -> None:
+        with self._lock:
+            if job_id is None:
+                self._locked_for.pop(slurm_node, None)
+                self._refusals.pop(slurm_node, None)
+            else:
+                self._locked_for[slurm_node] = job_id
+
+    def orphaned_since(self, kube_node: str, orphaned: bool) -> float | None:
+        """Since when this Node has been seen tainted with no slurmd Pod on it (None: it is not)."""
+        with self._lock:
+            if not orphaned:
+                self._orphaned.pop(kube_node, None)
+                return None
+            return self._orphaned.setdefault(kube_node, self.clock())
+
+    def passed(self, slurm_node: str, trouble: str = "") -> None:
+        """A pass over the node ended: without error (""), or with this error."""
+        with self._lock:
+            if trouble:
+                self._trouble[slurm_node] = trouble
+            else:
+                self._trouble.pop(slurm_node, None)
+                self._passes[slurm_node] += 1
+        self.on_change()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def memory(self, slurm_node: str) -> NodeMemory:
+        now = self.clock()
+        with self._lock:
+            released = self._released[slurm_node]
+            for job_id, at in list(released.items()):
+                if now - at > REMEMBER_SECONDS:
+                    del released[job_id]
+            failed = self._failed[slurm_node]
+            for job_id, (_, at) in list(failed.items()):
+                if now - at > REMEMBER_SECONDS:
+                    del failed[job_id]
+            return NodeMemory(
+                MappingProxyType(dict(self._holds[slurm_node])),
+                frozenset(released),
+                MappingProxyType({j: f for j, (f, _) in failed.items()}),
+                MappingProxyType(dict(self._refusals[slurm_node])),
+                self._locked_for.get(slurm_node),
+            )
+
+    def failure(self, slurm_node: str, job_id: int) -> Failure | None:
+        with self._lock:
+            found = self._failed[slurm_node].get(job_id)
+            return found[0] if found is not None else None
+
+    def holds_of(self, slurm_node: str) -> list[int]:
+        with self._lock:
+            return sorted(self._holds[slurm_node])
+
+    def passes(self, slurm_node: str) -> int:
+        with self._lock:
+            return self._passes[slurm_node]
+
+    def trouble(self, slurm_node: str) -> str:
+        with self._lock:
+            return self._trouble.get(slurm_node, "")
