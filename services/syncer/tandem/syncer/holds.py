@@ -22,6 +22,9 @@ HOLD_GRACE_SECONDS = 60.0
 # How long a release or a failure is remembered: long enough for Slurm's listing to stop
 # showing the job on the node (the mirror polls every few seconds).
 REMEMBER_SECONDS = 300.0
+# A job Slurm did not know when asked (whether a Pod may share a strict lock) is asked about again
+# after this long, not on every pass.
+LOOKUP_AGAIN_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class NodeMemory:
     refusals: Mapping[str, Refusal] = field(default_factory=lambda: MappingProxyType({}))
     # The job the node was last locked for (named in the unlock Event).
     locked_for: int | None = None
+    # How many hook calls the store had recorded when this was read (see HoldStore.settled).
+    seq: int = 0
 
 
 class HoldStore:
@@ -74,29 +79,39 @@ class HoldStore:
         self._locked_for: dict[str, int] = {}
         # Kubernetes Node -> since when it carries a lock taint and hosts no slurmd Pod.
         self._orphaned: dict[str, float] = {}
-        # Slurm node -> how many passes completed without an error, and the last error.
-        self._passes: defaultdict[str, int] = defaultdict(int)
+        # Every record a hook call makes is numbered; Slurm node -> the number its last pass
+        # without an error had read, and the last error.
+        self._seq = 0
+        self._settled: dict[str, int] = {}
         self._trouble: dict[str, str] = {}
+        # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
+        self._looked_up: dict[int, float] = {}
         # Called after every change, outside the store's lock (wakes the waiting hook calls).
         self.on_change: Callable[[], None] = lambda: None
 
     # -- what the hook calls record --------------------------------------------------------------
 
-    def hold(self, slurm_node: str, job_id: int, strict: bool, deadline: float) -> Hold:
+    def hold(self, slurm_node: str, job_id: int, strict: bool, deadline: float) -> int:
+        """Record a prolog's hold; returns its number (see `settled`)."""
         now = self.clock()
         with self._lock:
-            held = Hold(job_id, strict, now, deadline)
-            self._holds[slurm_node][job_id] = held
+            self._holds[slurm_node][job_id] = Hold(job_id, strict, now, deadline)
             self._released[slurm_node].pop(job_id, None)
             self._failed[slurm_node].pop(job_id, None)
+            self._seq += 1
+            seq = self._seq
         self.on_change()
-        return held
+        return seq
 
-    def release(self, slurm_node: str, job_id: int) -> None:
+    def release(self, slurm_node: str, job_id: int) -> int:
+        """Record an epilog's release; returns its number (see `settled`)."""
         with self._lock:
             self._holds[slurm_node].pop(job_id, None)
             self._released[slurm_node][job_id] = self.clock()
+            self._seq += 1
+            seq = self._seq
         self.on_change()
+        return seq
 
     # -- what the reconciler records -------------------------------------------------------------
 
@@ -132,14 +147,28 @@ class HoldStore:
                 return None
             return self._orphaned.setdefault(kube_node, self.clock())
 
-    def passed(self, slurm_node: str, trouble: str = "") -> None:
-        """A pass over the node ended: without error (""), or with this error."""
+    def looked_up(self, job_id: int) -> None:
+        with self._lock:
+            self._looked_up[job_id] = self.clock()
+
+    def recently_looked_up(self, job_id: int) -> bool:
+        with self._lock:
+            at = self._looked_up.get(job_id)
+            return at is not None and self.clock() - at <= LOOKUP_AGAIN_SECONDS
+
+    def passed(self, slurm_node: str, seq: int, trouble: str = "") -> None:
+        """A pass over the node ended, having read the store at record `seq`: without error
+        (""), or with this error."""
         with self._lock:
             if trouble:
                 self._trouble[slurm_node] = trouble
             else:
                 self._trouble.pop(slurm_node, None)
-                self._passes[slurm_node] += 1
+                self._settled[slurm_node] = max(seq, self._settled.get(slurm_node, 0))
+            now = self.clock()
+            for job_id, at in list(self._looked_up.items()):
+                if now - at > LOOKUP_AGAIN_SECONDS:
+                    del self._looked_up[job_id]
         self.on_change()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -161,6 +190,7 @@ class HoldStore:
                 MappingProxyType({j: f for j, (f, _) in failed.items()}),
                 MappingProxyType(dict(self._refusals[slurm_node])),
                 self._locked_for.get(slurm_node),
+                self._seq,
             )
 
     def failure(self, slurm_node: str, job_id: int) -> Failure | None:
@@ -172,9 +202,10 @@ class HoldStore:
         with self._lock:
             return sorted(self._holds[slurm_node])
 
-    def passes(self, slurm_node: str) -> int:
+    def settled(self, slurm_node: str) -> int:
+        """The number of the last record a pass over the node had read and carried out."""
         with self._lock:
-            return self._passes[slurm_node]
+            return self._settled.get(slurm_node, 0)
 
     def trouble(self, slurm_node: str) -> str:
         with self._lock:

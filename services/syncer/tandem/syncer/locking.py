@@ -19,13 +19,14 @@ carries its plan out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tandem import keys
+from tandem import keys, placeholder, slurmd
 from tandem.keys import LockState
 from tandem.kube import JSON, tolerates
+from tandem.slurm.models import JobStatus
 from tandem.syncer.holds import HOLD_GRACE_SECONDS, Failure, Hold
 
 if TYPE_CHECKING:
@@ -195,7 +196,9 @@ def _lock(
     for_job = min(live) if live else min(holders(f, now))
     first = LockState.PENDING if f.lock == LockState.FALSE else None
     blocking = [p for p in f.pods if _must_leave(p, strict, f)]
-    lookup = tuple(sorted({f.undetermined[_uid(p)] for p in blocking if _uid(p) in f.undetermined}))
+    # Whether a Pod may share a strict lock can need its job read from Slurm first.
+    undetermined = f.undetermined if strict else {}
+    lookup = tuple(sorted({undetermined[_uid(p)] for p in blocking if _uid(p) in undetermined}))
     if not blocking:
         message = f"Locked ({want.value}) for Slurm job {for_job} on Slurm node {f.slurm_node}"
         event = Event(node_ref(f.kube_node_name), "Normal", keys.NODE_LOCKED_EVENT, message)
@@ -215,7 +218,7 @@ def _lock(
         Eviction(p, for_job, strict)
         for p in blocking
         if not (p.get("metadata") or {}).get("deletionTimestamp")
-        and _uid(p) not in f.undetermined
+        and _uid(p) not in undetermined
         and not (_uid(p) in refusals and refusals[_uid(p)].until > now)
     )
     # Back when a refused eviction is due again, a hold's time is up, or a hold's grace ends;
@@ -276,6 +279,37 @@ def _must_leave(pod: JSON, strict: bool, f: NodeFacts) -> bool:
     if not tolerates(pod, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT):
         return True
     return strict and _uid(pod) not in f.sharers
+
+
+def may_share_strict_lock(
+    pod: JSON,
+    kube_node: str,
+    slurmd_namespace: str,
+    scheduler_name: str,
+    job: JobStatus | None,
+    host_of: Callable[[str], str],
+) -> bool:
+    """Who stays under a placeholder's strict lock: DaemonSet Pods, the slurmd Pods (known by
+    their namespace, which tenants cannot write to, not by a label any Pod can carry), and
+    Tandem's own Pods: each placed for a placeholder job that runs on this Node, as Slurm says
+    (a scheduler name or a job-id annotation alone is what any tenant can write). `job`: the job
+    the Pod's annotation records, as Slurm has it (None: unknown, so not Tandem's)."""
+    meta = pod.get("metadata") or {}
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        return True
+    if slurmd.slurm_node_of(pod, slurmd_namespace) is not None:
+        return True
+    if (pod.get("spec") or {}).get("schedulerName") != scheduler_name or job is None:
+        return False
+    if keys.recorded_job_id(pod) != job.job_id:
+        return False
+    ref = placeholder.pod_of(job.job)
+    if ref is None or ref.namespace != meta.get("namespace"):
+        return False
+    # A Pod's own job names its uid; a group's job names the group (members share it).
+    if not ref.is_group and ref.uid != meta.get("uid"):
+        return False
+    return any(host_of(n) == kube_node for n in job.job.nodes)
 
 
 @dataclass(frozen=True)

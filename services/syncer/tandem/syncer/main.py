@@ -15,16 +15,20 @@ from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
 from tandem.sources import Source, Sources
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.locks import NodeLocker
+from tandem.syncer.holds import HoldStore
+from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts, NodeSync, drained_for
+from tandem.syncer.nodesync import CacheFacts, NodeSync, drained_for, resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
+from tandem.syncer.writes import LockWrites
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
 LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
+# Slurm nodes reconciled at once; the work queue never gives one node to two workers.
+NODE_SYNC_WORKERS = 8
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -38,14 +42,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
     events = EventRecorder(kube, "tandem-syncer")
-    locker = NodeLocker(
-        kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events, drain=slurm.drain_node
-    )
-    servicer = SyncerServicer(mirror, locker, slurm, cluster, cfg.terminating_timeout, events)
-    # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
-    # and by the Slurm poll; it works only while this replica leads.
+    # Node state both ways and node locks: a runner keyed by Slurm node (and `node/<Node>` for a
+    # stale lock taint), fed by the Node and Pod informers, the Slurm poll, the hook calls and a
+    # periodic resync; it works only while this replica leads. The hook calls record in `holds`,
+    # enqueue the node and wait for the caches to show the outcome.
+    holds = HoldStore()
+    holds.on_change = cluster.wake_waiters
+    writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
+    facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name)
     node_queue = WorkQueue()
-    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror, cfg.slurm_user), mirror.expect_node)
+    node_sync = NodeSync(
+        kube,
+        slurm,
+        facts,
+        mirror.expect_node,
+        store=holds,
+        writes=writes,
+        events=events,
+        lookup=mirror.refresh_job,
+    )
+    locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
+    servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout, events)
     # Everything a node sync or a lock reads: the workers wait for all of it, and a leader's
     # readiness names what is missing.
     sources = Sources(
@@ -55,9 +72,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             Source.of("Slurm (slurmrestd)", mirror),
         ]
     )
-    node_runner = Runner("node-sync", node_queue, node_sync.reconcile, [sources.synced], 1)
+    node_runner = Runner("node-sync", node_queue, node_sync.reconcile, [sources.synced], NODE_SYNC_WORKERS)
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
+
+    def pods_changed(kube_node: str) -> None:
+        for slurm_node in facts.waiting_on(kube_node):
+            node_queue.add(slurm_node)
+
+    cluster.on_node_pods_changed = pods_changed
 
     def pod_gone(pod: JSON) -> None:
         for slurm_node in drained_for(mirror.nodes(), pod):
@@ -74,12 +97,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_workers=512,
     )
 
-    def reconcile_locks() -> None:
+    def resync() -> None:
         while not stop.wait(cfg.reconcile_interval):
-            try:
-                locker.reconcile_all()
-            except KubeError as e:
-                log.warning("lock reconcile failed", extra={"error": str(e)})
+            for key in resync_keys(mirror, cluster, facts):
+                node_queue.add(key)
 
     def serve(active: bool) -> None:
         servicer.active = active
@@ -99,12 +120,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         return []
 
     def sync_every_node() -> None:
-        for node in mirror.nodes():
-            node_queue.add(node.name)
+        for key in resync_keys(mirror, cluster, facts):
+            node_queue.add(key)
 
     def lead() -> None:
         threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
-        threading.Thread(target=reconcile_locks, name="lock-reconcile", daemon=True).start()
+        threading.Thread(target=resync, name="node-resync", daemon=True).start()
         node_runner.start(stop, on_started=sync_every_node)
         leadership.lead()
 

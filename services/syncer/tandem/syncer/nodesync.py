@@ -17,20 +17,34 @@ Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from tandem import keys, slurmd
+from tandem import keys, placeholder, slurmd
+from tandem.events import EventRecorder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
+from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.holds import NodeMemory
-from tandem.syncer.locking import LockPlan, RunningJob, decide_lock
+from tandem.syncer.holds import HoldStore, NodeMemory
+from tandem.syncer.locking import (
+    EVICTION_RETRY_SECONDS,
+    Eviction,
+    LockPlan,
+    OrphanFacts,
+    RunningJob,
+    decide_lock,
+    decide_orphan,
+    may_share_strict_lock,
+)
 from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.writes import LockWrites
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +52,7 @@ log = logging.getLogger(__name__)
 CAUSE_PREFIXES = ("k8s: Node ", "k8s: slurmd Pod ")
 CONDITION = "SlurmCordon"
 
+EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a Node", ["strict"])
 NODE_SYNC_ACTIONS = REGISTRY.counter(
     "tandem_node_sync_actions_total",
     "drains, resumes and Node writes made to keep node state in sync",
@@ -200,11 +215,36 @@ class FactsSource(Protocol):
     def facts(self, slurm_node: str) -> NodeFacts: ...
 
 
-class CacheFacts:
-    """The facts of one Slurm node, read from the syncer's caches (no API call)."""
+# A key of the node sync is a Slurm node's name, or this prefix and a Kubernetes Node's name for a
+# Node that may carry a stale lock taint (Slurm node names cannot contain "/").
+NODE_KEY_PREFIX = "node/"
 
-    def __init__(self, cluster: ClusterView, mirror: SlurmMirror, own_user: str) -> None:
+
+def has_lock_taint(node: JSON | None) -> bool:
+    return any(t.get("key") == keys.LOCK_KEY for t in ((node or {}).get("spec") or {}).get("taints") or [])
+
+
+class CacheFacts:
+    """The facts of one Slurm node, read from the syncer's caches and the hold store (no API
+    call), with this syncer's own writes that the caches do not show yet."""
+
+    def __init__(
+        self,
+        cluster: ClusterView,
+        mirror: SlurmMirror,
+        own_user: str,
+        store: HoldStore | None = None,
+        writes: LockWrites | None = None,
+        scheduler_name: str = "",
+    ) -> None:
         self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
+        self.store = store if store is not None else HoldStore()
+        self.writes = (
+            writes
+            if writes is not None
+            else LockWrites(cluster.pods.kube, cluster.slurmd_namespace, cluster.node)
+        )
+        self.scheduler_name = scheduler_name
 
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
@@ -213,11 +253,113 @@ class CacheFacts:
         named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
         stuck = self.cluster.pod(named[0], named[1]) if named else None
         kube_node = self.cluster.node(name) if name else None
-        return NodeFacts(slurm_node, slurm, name, kube_node, pod, stuck, self.own_user)
+        memory = self.store.memory(slurm_node)
+        statuses = self.mirror.jobs_on(slurm_node)
+        ended = frozenset(j for j in memory.holds if (s := self.mirror.job(j)) is not None and s.ended)
+        slurmd_uid = ((pod or {}).get("metadata") or {}).get("uid")
+        pods = tuple(
+            p
+            for p in (self.cluster.pods_on(name) if name else ())
+            if not pod_finished(p) and (p.get("metadata") or {}).get("uid") != slurmd_uid
+        )
+        sharers, undetermined = self._judge(pods, name)
+        return NodeFacts(
+            slurm_node,
+            slurm,
+            name,
+            kube_node,
+            pod,
+            stuck,
+            self.own_user,
+            slurm_read=self.mirror.synced,
+            jobs=tuple(RunningJob(s.job_id, placeholder.pod_of(s.job) is not None) for s in statuses),
+            ended=ended,
+            lock=self.lock_of(pod),
+            tainted=self.tainted(name),
+            pods=pods,
+            sharers=sharers,
+            undetermined=undetermined,
+            neighbours_locked=any(
+                self.lock_of(self.cluster.slurmd_pod(n)) != LockState.FALSE
+                for n in (self.cluster.slurm_nodes_on(name) if name else ())
+                if n != slurm_node
+            ),
+            memory=memory,
+        )
+
+    def lock_of(self, slurmd_pod: JSON | None) -> LockState:
+        """The slurmd Pod's lock annotation, or what this syncer wrote there since."""
+        written = self.writes.lock_of(slurmd_pod) if slurmd_pod is not None else None
+        return written if written is not None else slurmd.lock_state_of(slurmd_pod)
+
+    def tainted(self, kube_node: str) -> bool:
+        """Whether the Node carries the lock taint, or this syncer wrote so since."""
+        node = self.cluster.node(kube_node) if kube_node else None
+        written = self.writes.tainted(kube_node, node) if kube_node else None
+        return written if written is not None else has_lock_taint(node)
+
+    def waiting_on(self, kube_node: str) -> list[str]:
+        """The Slurm nodes on this Node whose lock a Pod coming or going there may move on: those
+        held or locked (a lock waits for Pods to leave)."""
+        return [
+            n
+            for n in self.cluster.slurm_nodes_on(kube_node)
+            if self.store.holds_of(n) or self.lock_of(self.cluster.slurmd_pod(n)) != LockState.FALSE
+        ]
+
+    def orphan(self, kube_node: str) -> OrphanFacts:
+        tainted = self.tainted(kube_node)
+        hosts = bool(self.cluster.slurm_nodes_on(kube_node))
+        since = self.store.orphaned_since(
+            kube_node, tainted and not hosts and self.cluster.node(kube_node) is not None
+        )
+        return OrphanFacts(kube_node, tainted, hosts, since)
+
+    def _judge(self, pods: tuple[JSON, ...], kube_node: str) -> tuple[frozenset[str], dict[str, int]]:
+        """Which Pods may share a strict lock; and those whose job the mirror does not know yet
+        (uid -> job id), to read from Slurm before judging. Judged here, on a worker, never under an
+        informer's lock: a judgement may wait for slurmrestd."""
+        sharers: set[str] = set()
+        undetermined: dict[str, int] = {}
+        for p in pods:
+            uid = str((p.get("metadata") or {}).get("uid", ""))
+            recorded = keys.recorded_job_id(p)
+            job = self.mirror.job(recorded) if recorded is not None else None
+            ours = (p.get("spec") or {}).get("schedulerName") == self.scheduler_name
+            if ours and recorded is not None and job is None and not self.store.recently_looked_up(recorded):
+                undetermined[uid] = recorded
+            elif may_share_strict_lock(
+                p,
+                kube_node,
+                self.cluster.slurmd_namespace,
+                self.scheduler_name,
+                job,
+                self.cluster.kube_node_of,
+            ):
+                sharers.add(uid)
+        return frozenset(sharers), undetermined
+
+
+def resync_keys(mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts) -> list[str]:
+    """What the periodic resync looks at: every Slurm node (Slurm's and those a slurmd Pod names),
+    and every Node with the lock taint and no slurmd Pod on it, whose taint no Slurm node's pass
+    would ever reach."""
+    slurm_nodes = {n.name for n in mirror.nodes()} | {
+        str(p["metadata"]["name"]) for p in cluster.slurmd_pods()
+    }
+    hosting = {slurmd.host_of(p) for p in cluster.slurmd_pods()}
+    stale = [
+        NODE_KEY_PREFIX + str(n["metadata"]["name"])
+        for n in cluster.nodes.items()
+        if n["metadata"]["name"] not in hosting and facts.tainted(str(n["metadata"]["name"]))
+    ]
+    return sorted(slurm_nodes) + sorted(stale)
 
 
 class NodeSync:
-    """Carries the plan out for one Slurm node (a Runner's reconcile)."""
+    """Carries the plan out for one Slurm node (a Runner's reconcile). Nothing waits in a pass: a
+    write that fails goes back to the runner, which brings the node back after its backoff; a
+    lock still waiting for Pods to leave comes back when one changes or at its next deadline."""
 
     def __init__(
         self,
@@ -225,20 +367,39 @@ class NodeSync:
         slurm: SlurmNodes,
         facts: FactsSource,
         wrote: Callable[[Node], None] = lambda node: None,
+        *,
+        store: HoldStore | None = None,
+        writes: LockWrites | None = None,
+        events: EventRecorder | None = None,
+        lookup: Callable[[int], object] = lambda job_id: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # `wrote`: told the Slurm node as this sync left it (the mirror's SlurmMirror.expect_node).
+        # `lookup`: read a job from Slurm into the mirror (SlurmMirror.refresh_job).
         self.kube, self.slurm, self.facts, self.wrote = kube, slurm, facts, wrote
+        self.store = store if store is not None else HoldStore()
+        self.writes = writes if writes is not None else LockWrites(kube, "", lambda name: None)
+        self.events, self.lookup, self.clock = events, lookup, clock
+        # Events go out from here, never in a pass: a slow API must not hold a node up.
+        self._event_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lock-events")
 
-    def reconcile(self, slurm_node: str) -> Requeue:
-        f = self.facts.facts(slurm_node)
-        plan = decide(f)
+    def reconcile(self, key: str) -> Requeue:
+        if key.startswith(NODE_KEY_PREFIX):
+            return self._orphan(key[len(NODE_KEY_PREFIX) :])
+        f = self.facts.facts(key)
+        plan = decide(f, self.clock())
+        try:
+            self._apply(key, f, plan)
+        except Exception as e:
+            self.store.passed(key, f.memory.seq, trouble=str(e) or type(e).__name__)
+            raise
+        self.store.passed(key, f.memory.seq)
+        return plan.lock.requeue_after
+
+    def _apply(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
+        lock = plan.lock
         if plan.drain:
-            self.slurm.drain_node(slurm_node, plan.drain)
-            NODE_SYNC_ACTIONS.inc(action="drain")
-            log.info("drained for Kubernetes", extra={"node": slurm_node, "reason": plan.drain})
-            if f.slurm is not None:
-                flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
-                self.wrote(replace(f.slurm, flags=flags, reason=plan.drain, reason_set_by=f.own_user))
+            self._drain(slurm_node, f, plan.drain, timed_out=bool(lock.drain))
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
@@ -251,7 +412,96 @@ class NodeSync:
                 self.wrote(replace(f.slurm, flags=flags, reason="", reason_set_by=""))
         if plan.show is not None and f.kube_node_name:
             self._show(f.kube_node_name, *plan.show)
-        return None
+        self._apply_lock(slurm_node, f, lock)
+
+    def _drain(self, slurm_node: str, f: NodeFacts, reason: str, timed_out: bool) -> None:
+        try:
+            self.slurm.drain_node(slurm_node, reason)
+        except SlurmApiError as e:
+            if not timed_out:
+                raise
+            # The prolog fails anyway, and Slurm drains the node as a prolog error.
+            log.warning(
+                "cannot drain a node whose lock timed out", extra={"node": slurm_node, "error": str(e)}
+            )
+            return
+        NODE_SYNC_ACTIONS.inc(action="drain")
+        log.warning(
+            "node drained: lock timed out" if timed_out else "drained for Kubernetes",
+            extra={"node": slurm_node, "reason": reason},
+        )
+        if f.slurm is not None:
+            flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
+            self.wrote(replace(f.slurm, flags=flags, reason=reason, reason_set_by=f.own_user))
+
+    def _apply_lock(self, slurm_node: str, f: NodeFacts, lock: LockPlan) -> None:
+        if lock.taint is not None and f.kube_node_name and f.kube_node is not None:
+            self.writes.set_taint(f.kube_node_name, lock.taint)
+        if lock.annotate_first is not None:
+            self.writes.annotate(slurm_node, lock.annotate_first)
+        for job_id in lock.lookup:
+            try:
+                self.lookup(job_id)
+            except SlurmApiError as e:
+                log.warning("cannot look up a Pod's job", extra={"job": job_id, "error": str(e)})
+            self.store.looked_up(job_id)
+        for eviction in lock.evict:
+            self._evict(slurm_node, eviction)
+        if lock.annotate is not None:
+            self.writes.annotate(slurm_node, lock.annotate)
+            log.info(
+                "node unlocked" if lock.annotate == LockState.FALSE else "node locked",
+                extra={"node": slurm_node, "kube_node": f.kube_node_name, "lock": lock.annotate.value},
+            )
+        for event in lock.events:
+            self._event(event.obj, event.type, event.reason, event.message)
+        for job_id, failure in lock.fail:
+            log.warning("lock failed", extra={"node": slurm_node, "job": job_id, "error": failure.message})
+            self.store.fail(slurm_node, job_id, failure)
+        if lock.forget:
+            self.store.forget(slurm_node, lock.forget)
+        if lock.locked_for is not None:
+            self.store.locked(slurm_node, lock.locked_for or None)
+
+    def _evict(self, slurm_node: str, eviction: Eviction) -> None:
+        pod, strict = eviction.pod, str(eviction.strict).lower()
+        why = self.writes.evict(pod)
+        if why:
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            self.store.refused(slurm_node, uid, why, self.clock() + EVICTION_RETRY_SECONDS)
+            return
+        meta = pod.get("metadata") or {}
+        log.info(
+            "evicted",
+            extra={
+                "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                "node": slurm_node,
+                "job": eviction.job_id,
+            },
+        )
+        EVICTIONS.inc(strict=strict)
+        self._event(
+            pod,
+            "Warning",
+            "Evicted",
+            f"Slurm job {eviction.job_id} locks Node {(pod.get('spec') or {}).get('nodeName')} "
+            f"(Slurm node {slurm_node}); Pods that do not tolerate {keys.LOCK_KEY} must leave",
+        )
+
+    def _orphan(self, kube_node: str) -> Requeue:
+        """A Node that may carry a lock taint no Slurm node maps to any more."""
+        if not isinstance(self.facts, CacheFacts):
+            return None
+        remove, after = decide_orphan(self.facts.orphan(kube_node), self.clock())
+        if remove:
+            self.writes.set_taint(kube_node, False)
+            self.store.orphaned_since(kube_node, False)
+            log.info("removed a lock taint from a Node no Slurm node maps to", extra={"kube_node": kube_node})
+        return after
+
+    def _event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        if self.events is not None:
+            self._event_pool.submit(self.events.record, obj, type_, reason, message)
 
     def _show(self, kube_node: str, reason: str, cordoned: bool) -> None:
         path = f"/api/v1/nodes/{kube_node}"

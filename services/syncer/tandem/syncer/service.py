@@ -11,14 +11,14 @@ import grpc
 
 from tandem import budget, keys, placeholder
 from tandem.events import EventRecorder
-from tandem.kube import JSON, KubeError
+from tandem.kube import JSON
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
 from tandem.syncer import convert, killwait
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.locks import LockError, NodeLocker
+from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
@@ -46,7 +46,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     def __init__(
         self,
         mirror: SlurmMirror,
-        locker: NodeLocker,
+        locks: NodeLocks,
         slurm: NodeDrainer,
         cluster: ClusterView,
         terminating_timeout: float,
@@ -54,7 +54,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     ) -> None:
         self.events = events
         self.mirror = mirror
-        self.locker = locker
+        self.locks = locks
         self.slurm = slurm
         self.cluster = cluster
         self.terminating_timeout = terminating_timeout
@@ -69,13 +69,12 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         strict = request.strict or self._is_placeholder(request.job_id)
         # The caller's deadline bounds the wait (tandem.budget): a margin is kept to drain the
         # node and answer.
-        timeout = budget.lock_wait(context.time_remaining(), cap=self.locker.timeout)
+        timeout = budget.lock_wait(context.time_remaining(), cap=self.locks.cap)
         try:
-            view = self.locker.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
-        except LockError as e:  # a timeout too: the locker drained the node with the Pods' names
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except KubeError as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+            view = self.locks.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
+        except LockFailed as e:  # a timeout too: the node was drained with the Pods' names
+            code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(e))
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
     def ReleaseNodeLock(
@@ -84,11 +83,10 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         try:
-            view = self.locker.release(request.slurm_node, request.job_id)
-        except LockError as e:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except KubeError as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+            view = self.locks.release(request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0)
+        except LockFailed as e:
+            code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(e))
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
 
     def GetNodeLock(
@@ -97,8 +95,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node), "slurm_node must name one Slurm node")
         try:
-            view = self.locker.get(request.slurm_node)
-        except LockError as e:
+            view = self.locks.get(request.slurm_node)
+        except LookupError as e:
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         return syncer_pb2.GetNodeLockResponse(lock=convert.lock(view))
 
@@ -106,7 +104,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.ListNodeLocksRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.ListNodeLocksResponse:
         self._require_active(context)
-        return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locker.list()])
+        return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locks.list()])
 
     def JobStarted(
         self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext

@@ -1,0 +1,148 @@
+"""The hook calls about locks: a prolog's acquire and an epilog's release record what they ask in the
+hold store, put the Slurm node at the front of the node sync's queue, and wait on the caches for
+the outcome. They write nothing themselves: the node sync (tandem.syncer.nodesync) takes and
+releases every lock, and retries what fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tandem import budget, slurmd
+from tandem.keys import LockState
+from tandem.metrics import REGISTRY
+from tandem.syncer.cluster import ClusterView
+from tandem.syncer.holds import HoldStore
+from tandem.syncer.locking import NodeLockView, holders, satisfies
+from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.nodesync import CacheFacts
+from tandem.workqueue import WorkQueue
+
+LOCK_WAIT_SECONDS = REGISTRY.histogram(
+    "tandem_lock_wait_seconds", "time a prolog waited for its Node's lock", ["strict"]
+)
+# What an acquire waits past its hold's deadline for the pass that fails it (the drain included).
+SETTLE_SECONDS = budget.HOP_MARGIN_SECONDS / 2
+# The longest an epilog's release waits for the node to be unlocked.
+RELEASE_WAIT_SECONDS = 10.0
+
+
+class LockFailed(Exception):
+    """The lock was not taken: the prolog fails, and Slurm drains the node. `unavailable`:
+    Kubernetes could not be written in time (the caller may try again)."""
+
+    def __init__(self, message: str, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+
+
+class NodeLocks:
+    def __init__(
+        self,
+        store: HoldStore,
+        queue: WorkQueue,
+        cluster: ClusterView,
+        facts: CacheFacts,
+        mirror: SlurmMirror,
+        cap: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # `cap`: --lock-timeout, an optional bound below the caller's budget (tandem.budget).
+        self.store, self.queue, self.cluster, self.facts, self.mirror = store, queue, cluster, facts, mirror
+        self.cap, self.clock = cap, clock
+        REGISTRY.gauge(
+            "tandem_node_locks",
+            "Slurm nodes by lock state (as last written or read)",
+            ["state"],
+            collect=self._count_states,
+        )
+        REGISTRY.gauge(
+            "tandem_node_locks_idle",
+            "Slurm nodes locked (taint on their Node) while Slurm runs no job there and no prolog holds them",
+            collect=self._count_idle,
+        )
+
+    def acquire(self, slurm_node: str, job_id: int, strict: bool, timeout: float) -> NodeLockView:
+        """Hold the node for the job; return once it is locked (strictly for a placeholder) and
+        its Node tainted. Raises LockFailed when the node sync failed the hold (the Pods that did
+        not leave by the deadline, no slurmd Pod, no Node) or could not settle it in time."""
+        began = self.clock()
+        want = LockState.LOCKED_STRICT if strict else LockState.LOCKED
+        self.store.hold(slurm_node, job_id, strict, deadline=began + max(0.0, timeout))
+        self.queue.add(slurm_node, urgent=True)
+
+        def settled() -> bool:
+            if self.store.failure(slurm_node, job_id) is not None:
+                return True
+            pod = self.cluster.slurmd_pod(slurm_node)
+            host = slurmd.host_of(pod)
+            return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
+
+        done = self.cluster.wait_for(settled, max(0.0, timeout) + SETTLE_SECONDS)
+        failure = self.store.failure(slurm_node, job_id)
+        if failure is not None:
+            raise LockFailed(failure.message, failure.unavailable)
+        if not done:
+            trouble = self.store.trouble(slurm_node)
+            raise LockFailed(
+                f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not locked within {timeout:.0f}s",
+                unavailable=True,
+            )
+        LOCK_WAIT_SECONDS.observe(self.clock() - began, strict=str(strict).lower())
+        return self.get(slurm_node)
+
+    def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
+        """The job no longer holds the node; return once a pass has carried that out (the node
+        unlocked, or kept for another holder, or kept while Slurm is not read)."""
+        seq = self.store.release(slurm_node, job_id)
+        self.queue.add(slurm_node, urgent=True)
+        if not self.cluster.wait_for(
+            lambda: self.store.settled(slurm_node) >= seq, min(timeout, RELEASE_WAIT_SECONDS)
+        ):
+            trouble = self.store.trouble(slurm_node)
+            raise LockFailed(
+                f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not unlocked in time",
+                unavailable=True,
+            )
+        return self.get(slurm_node)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, slurm_node: str) -> NodeLockView:
+        pod = self.cluster.slurmd_pod(slurm_node)
+        if pod is None:
+            raise LookupError(
+                f"no slurmd Pod {self.cluster.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
+            )
+        return self._view(slurm_node, pod)
+
+    def list(self) -> list[NodeLockView]:
+        """Every Slurm node's lock; one whose slurmd Pod is on no Node yet shows no Node."""
+        pods = sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
+        return [self._view(str(p["metadata"]["name"]), p) for p in pods]
+
+    def _view(self, slurm_node: str, pod: slurmd.Pod) -> NodeLockView:
+        held = set(self.store.holds_of(slurm_node)) | {s.job_id for s in self.mirror.jobs_on(slurm_node)}
+        return NodeLockView(slurm_node, slurmd.host_of(pod), self.facts.lock_of(dict(pod)), sorted(held))
+
+    def _count_states(self) -> dict[tuple[str, ...], float]:
+        counts: dict[tuple[str, ...], float] = {(s.value,): 0.0 for s in LockState}
+        for pod in self.cluster.slurmd_pods():
+            counts[(self.facts.lock_of(pod).value,)] += 1
+        return counts
+
+    def _count_idle(self) -> dict[tuple[str, ...], float]:
+        """What the node sync should have released: the TandemNodeLockedWhileIdle alert."""
+        if not self.mirror.synced:
+            return {(): 0.0}
+        idle = 0
+        now = self.clock()
+        for pod in self.cluster.slurmd_pods():
+            name = str(pod["metadata"]["name"])
+            if self.facts.lock_of(pod) == LockState.FALSE:
+                continue
+            f = self.facts.facts(name)
+            if not holders(f, now) and f.slurm is not None and not f.slurm.busy:
+                idle += 1
+        return {(): float(idle)}
