@@ -288,6 +288,51 @@ def test_a_lock_on_a_slurm_node_without_a_slurmd_pod_fails_at_once(stacks: list[
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "no slurmd Pod" in message
 
 
+def test_a_release_on_a_slurm_node_without_a_slurmd_pod_says_so(stacks: list[Stack]) -> None:
+    stack = _stack(stacks, World(), _mirror(synced=True))
+    context = _context(10.0)
+    with pytest.raises(RuntimeError):
+        stack.servicer.ReleaseNodeLock(
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=9), context
+        )
+    code, message = context.abort.call_args.args
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "no slurmd Pod slurm/cpu-001" in message
+
+
+def test_a_new_leader_rebuilds_a_placeholders_strict_lock_from_slurm(stacks: list[Stack]) -> None:
+    """A leader change while a placeholder ran under a lock left pending: the new leader's store
+    is empty, but Slurm says a placeholder runs there, so its resync makes the lock strict again
+    and moves the Pod that may not share it."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.PENDING))
+    agent = _pod("agent", "node-001")
+    agent["spec"]["tolerations"] = [{"key": keys.LOCK_KEY, "operator": "Exists", "effect": "NoExecute"}]
+    world.add_pod(agent)
+    world.add_node("node-001", tainted=True)
+    ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
+    name = placeholder.job_name(ref, "tandem")
+    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    stack = _stack(stacks, world, _mirror(synced=True, jobs=(job,)))
+    stack.resync()
+    _until("locked strict again", lambda: world.lock_of("cpu-001") == "locked_strict")
+    assert world.cluster.pod("apps", "agent") is None
+    assert world.tainted("node-001")
+
+
+def test_a_slurmd_pod_moved_to_another_node_locks_there(stacks: list[Stack]) -> None:
+    """The slurmd Pod was re-created on node-002 (its old Node was replaced): the next prolog's
+    lock taints node-002, and node-001's leftover taint is the resync's (after its grace)."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-002"))
+    world.add_node("node-001", tainted=True)
+    world.add_node("node-002")
+    stack = _stack(stacks, world, _mirror(synced=True))
+    _acquire(stack, 42, strict=False)
+    assert world.tainted("node-002") and world.lock_of("cpu-001") == "locked"
+    assert world.tainted("node-001")
+    assert stack.sync.reconcile("node/node-001") is not None
+
+
 def test_an_unreachable_api_answers_unavailable_at_the_deadline(stacks: list[Stack]) -> None:
     """The runner retries each failed write after its backoff; the prolog's call, still
     unsettled at its deadline, answers UNAVAILABLE with the API's error (no drain)."""

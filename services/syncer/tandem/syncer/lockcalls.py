@@ -90,7 +90,7 @@ class NodeLocks:
                 unavailable=True,
             )
         LOCK_WAIT_SECONDS.observe(self.clock() - began, strict=str(strict).lower())
-        return self.get(slurm_node)
+        return self._settled_view(slurm_node)
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
         """The job no longer holds the node; return once a pass has carried that out (the node
@@ -105,7 +105,13 @@ class NodeLocks:
                 f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not unlocked in time",
                 unavailable=True,
             )
-        return self.get(slurm_node)
+        return self._settled_view(slurm_node)
+
+    def _settled_view(self, slurm_node: str) -> NodeLockView:
+        try:
+            return self.get(slurm_node)
+        except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
+            raise LockFailed(str(e)) from e
 
     # -- reading -------------------------------------------------------------------------------
 
