@@ -333,23 +333,47 @@ def test_a_slurmd_pod_moved_to_another_node_locks_there(stacks: list[Stack]) -> 
     assert stack.sync.reconcile("node/node-001") is not None
 
 
-def test_an_unreachable_api_answers_unavailable_at_the_deadline(stacks: list[Stack]) -> None:
-    """The runner retries each failed write after its backoff; the prolog's call, still
-    unsettled at its deadline, answers UNAVAILABLE with the API's error (no drain)."""
+def test_an_unreachable_api_answers_unavailable_at_once_and_a_retry_locks(stacks: list[Stack]) -> None:
+    """The API server is down: the prolog's call answers UNAVAILABLE with the API's error as soon
+    as a pass could not reach it (no drain), and the prolog asks again; once the API is back, the
+    call it repeats locks the node at once, not after the node's backoff."""
     world = World()
     world.add_pod(_slurmd("cpu-001", "node-001"))
     world.add_node("node-001")
     world.kube.failure = KubeError(0, "Unreachable", "PATCH /api/v1/nodes/node-001: connection refused")
     stack = _stack(stacks, world, _mirror(synced=True))
-    context = _context(2.0)
+    context = _context(30.0)
+    began = time.monotonic()
     with pytest.raises(RuntimeError):
         stack.servicer.AcquireNodeLock(
             syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=False), context
         )
+    assert time.monotonic() - began < 1.0
     code, message = context.abort.call_args.args
     assert code == grpc.StatusCode.UNAVAILABLE
     assert message.startswith("Kubernetes API:") and "connection refused" in message
+    time.sleep(0.5)  # a few passes fail meanwhile; the node's backoff grows
+    world.kube.failure = None
+    began = time.monotonic()
+    assert _acquire(stack, 9, strict=False).lock.state == lock_pb2.LOCK_STATE_LOCKED
+    assert time.monotonic() - began < 1.0
     stack.slurm.drain_node.assert_not_called()
+
+
+def test_a_lock_is_taken_though_slurm_refuses_the_nodes_drain(stacks: list[Stack]) -> None:
+    """The node's state and its lock are one pass: Slurm refusing a drain (slurmrestd down) must
+    not keep the lock from being taken."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    cordoned = world.cluster.node("node-001")
+    assert cordoned is not None
+    cordoned["spec"]["unschedulable"] = True
+    slurm = mock.Mock()
+    slurm.drain_node.side_effect = SlurmApiError("slurmrestd: connection refused", 0)
+    stack = _stack(stacks, world, _mirror(synced=True), slurm=slurm)
+    assert _acquire(stack, 9, strict=False).lock.state == lock_pb2.LOCK_STATE_LOCKED
+    assert slurm.drain_node.called
 
 
 def _job(job_id: int, scheduler: str) -> JobStatus:

@@ -55,6 +55,15 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Trouble:
+    """Why the last pass over a node failed; `seq`: the records it had read."""
+
+    message: str
+    seq: int
+    unreachable: bool
+
+
+@dataclass(frozen=True)
 class NodeMemory:
     """One Slurm node's part of the store, as the reconciler reads it (a copy)."""
 
@@ -83,7 +92,7 @@ class HoldStore:
         # without an error had read, and the last error.
         self._seq = 0
         self._settled: dict[str, int] = {}
-        self._trouble: dict[str, str] = {}
+        self._trouble: dict[str, Trouble] = {}
         # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
         self._looked_up: dict[int, float] = {}
         # Called after every change, outside the store's lock (wakes the waiting hook calls).
@@ -156,12 +165,12 @@ class HoldStore:
             at = self._looked_up.get(job_id)
             return at is not None and self.clock() - at <= LOOKUP_AGAIN_SECONDS
 
-    def passed(self, slurm_node: str, seq: int, trouble: str = "") -> None:
+    def passed(self, slurm_node: str, seq: int, trouble: str = "", unreachable: bool = False) -> None:
         """A pass over the node ended, having read the store at record `seq`: without error
-        (""), or with this error."""
+        (""), or with this error (`unreachable`: the API server could not be reached)."""
         with self._lock:
             if trouble:
-                self._trouble[slurm_node] = trouble
+                self._trouble[slurm_node] = Trouble(trouble, seq, unreachable)
             else:
                 self._trouble.pop(slurm_node, None)
                 self._settled[slurm_node] = max(seq, self._settled.get(slurm_node, 0))
@@ -207,6 +216,11 @@ class HoldStore:
         with self._lock:
             return self._settled.get(slurm_node, 0)
 
-    def trouble(self, slurm_node: str) -> str:
+    def trouble(self, slurm_node: str, since: int = 0, unreachable: bool = False) -> str:
+        """The last pass's error ("" when it had none), if that pass had read record `since`
+        (and, with `unreachable`, only if the API server could not be reached)."""
         with self._lock:
-            return self._trouble.get(slurm_node, "")
+            found = self._trouble.get(slurm_node)
+            if found is None or found.seq < since or (unreachable and not found.unreachable):
+                return ""
+            return found.message

@@ -69,12 +69,14 @@ class NodeLocks:
         not leave by the deadline, no slurmd Pod, no Node) or could not settle it in time."""
         began = self.clock()
         want = LockState.LOCKED_STRICT if strict else LockState.LOCKED
-        self.store.hold(slurm_node, job_id, strict, deadline=began + max(0.0, timeout))
+        seq = self.store.hold(slurm_node, job_id, strict, deadline=began + max(0.0, timeout))
         self.queue.add(slurm_node, urgent=True)
 
         def settled() -> bool:
             if self.store.failure(slurm_node, job_id) is not None:
                 return True
+            if self.store.trouble(slurm_node, since=seq, unreachable=True):
+                return True  # answered at once, as the API's own outage: the prolog asks again
             pod = self.cluster.slurmd_pod(slurm_node)
             host = slurmd.host_of(pod)
             return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
@@ -83,8 +85,9 @@ class NodeLocks:
         failure = self.store.failure(slurm_node, job_id)
         if failure is not None:
             raise LockFailed(failure.message, failure.unavailable)
-        if not done:
-            trouble = self.store.trouble(slurm_node)
+        unreachable = self.store.trouble(slurm_node, since=seq, unreachable=True)
+        if unreachable or not done:
+            trouble = unreachable or self.store.trouble(slurm_node)
             raise LockFailed(
                 f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not locked within {timeout:.0f}s",
                 unavailable=True,
@@ -97,9 +100,14 @@ class NodeLocks:
         unlocked, or kept for another holder, or kept while Slurm is not read)."""
         seq = self.store.release(slurm_node, job_id)
         self.queue.add(slurm_node, urgent=True)
-        if not self.cluster.wait_for(
-            lambda: self.store.settled(slurm_node) >= seq, min(timeout, RELEASE_WAIT_SECONDS)
-        ):
+
+        def settled() -> bool:
+            return self.store.settled(slurm_node) >= seq or bool(
+                self.store.trouble(slurm_node, since=seq, unreachable=True)
+            )
+
+        done = self.cluster.wait_for(settled, min(timeout, RELEASE_WAIT_SECONDS))
+        if not done or self.store.settled(slurm_node) < seq:
             trouble = self.store.trouble(slurm_node)
             raise LockFailed(
                 f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not unlocked in time",

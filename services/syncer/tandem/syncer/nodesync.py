@@ -26,7 +26,7 @@ from typing import Protocol
 from tandem import keys, placeholder, slurmd
 from tandem.events import EventRecorder
 from tandem.keys import LockState
-from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
+from tandem.kube import JSON, KubeClient, KubeError, pod_finished, rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
@@ -391,12 +391,23 @@ class NodeSync:
         try:
             self._apply(key, f, plan)
         except Exception as e:
-            self.store.passed(key, f.memory.seq, trouble=str(e) or type(e).__name__)
+            unreachable = isinstance(e, KubeError) and (e.status == 0 or e.status >= 500)
+            self.store.passed(key, f.memory.seq, str(e) or type(e).__name__, unreachable)
             raise
         self.store.passed(key, f.memory.seq)
         return plan.lock.requeue_after
 
     def _apply(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
+        """The node's state, then its lock; the lock is carried out even when Slurm refused the
+        state's drain or resume (the error still goes back to the runner)."""
+        try:
+            self._apply_state(slurm_node, f, plan)
+        except SlurmApiError:
+            self._apply_lock(slurm_node, f, plan.lock)
+            raise
+        self._apply_lock(slurm_node, f, plan.lock)
+
+    def _apply_state(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
         lock = plan.lock
         if plan.drain:
             self._drain(slurm_node, f, plan.drain, timed_out=bool(lock.drain))
@@ -412,7 +423,6 @@ class NodeSync:
                 self.wrote(replace(f.slurm, flags=flags, reason="", reason_set_by=""))
         if plan.show is not None and f.kube_node_name:
             self._show(f.kube_node_name, *plan.show)
-        self._apply_lock(slurm_node, f, lock)
 
     def _drain(self, slurm_node: str, f: NodeFacts, reason: str, timed_out: bool) -> None:
         try:
