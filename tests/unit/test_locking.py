@@ -5,6 +5,7 @@ two writes can leave (the crash rows): each must plan its own repair."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -15,7 +16,15 @@ from tandem.keys import LockState
 from tandem.kube import JSON
 from tandem.slurm.models import Node
 from tandem.syncer import nodesync
-from tandem.syncer.holds import HOLD_GRACE_SECONDS, Failure, Hold, HoldStore, NodeMemory, Refusal
+from tandem.syncer.holds import (
+    HOLD_GRACE_SECONDS,
+    Failure,
+    Hold,
+    HoldStore,
+    KillWaitDrain,
+    NodeMemory,
+    Refusal,
+)
 from tandem.syncer.locking import (
     Event,
     Eviction,
@@ -455,3 +464,44 @@ def test_the_hold_store_remembers_what_the_hook_calls_said() -> None:
     clock[0] += 1
     assert store.orphaned_since("node-009", True) == clock[0] - 1
     assert store.orphaned_since("node-009", False) is None
+
+
+KILLWAIT_REASON = keys.killwait_drain_reason("apps", "web", 7)
+KILLWAIT = KillWaitDrain(7, WEB, KILLWAIT_REASON)
+
+
+@pytest.mark.parametrize(
+    ("slurm", "running", "drain", "settled"),
+    [
+        (IDLE, True, KILLWAIT_REASON, (7, True)),
+        (Node("cpu-001", "IDLE", ("DRAIN",), KILLWAIT_REASON, "tandem"), True, "", (7, True)),
+        # Drained for another reason (ours for a cause that may clear): the Pod's reason is what
+        # keeps the node drained until the Pod is gone, as before.
+        (
+            Node("cpu-001", "IDLE", ("DRAIN",), "k8s: Node node-001 is cordoned", "tandem"),
+            True,
+            KILLWAIT_REASON,
+            (7, True),
+        ),
+        (IDLE, False, "", (7, False)),
+    ],
+    ids=[
+        "the Pod still runs: drained",
+        "drained so already",
+        "drained otherwise: said again",
+        "the Pod left",
+    ],
+)
+def test_a_drain_at_killwait(slurm: Node, running: bool, drain: str, settled: tuple[int, bool]) -> None:
+    """JobTerminating records the drain; the node's pass makes it (one drain path) or finds it
+    needless, and says which."""
+    f = replace(facts(slurm=slurm), memory=NodeMemory(killwait=KILLWAIT), killwait_running=running)
+    plan = nodesync.decide(f, NOW)
+    assert (plan.drain, plan.killwait) == (drain, settled)
+
+
+def test_a_lock_timeout_drains_before_a_killwait_drain() -> None:
+    f = facts(mem=memory(hold(since=NOW - 50, deadline=NOW)), lock=PENDING, tainted=True, pods=(WEB,))
+    f = replace(f, memory=replace(f.memory, killwait=KILLWAIT), killwait_running=True)
+    plan = nodesync.decide(f, NOW)
+    assert plan.drain.startswith("k8s: job 7 could not lock") and plan.killwait is None

@@ -492,35 +492,64 @@ def test_a_failing_node_listing_does_not_stop_the_jobs() -> None:
     assert mirror.node("cpu-001") is not None
 
 
-def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_holds() -> None:
+def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_holds(
+    stacks: list[Stack],
+) -> None:
+    """The node sync makes the drain the call asks for (one drain path, retried by the runner), and
+    the call answers with what it drained; the Pod that keeps the node drained is told."""
     world = World()
     for slurm_node, node in (("cpu-001", "node-001"), ("cpu-002", "node-002")):
         world.add_pod(_slurmd(slurm_node, node))
+        world.add_node(node)
     for name, node in (("train-0", "node-001"), ("train-1", "node-002")):
         world.add_pod(_pod(name, node, annotations={keys.JOB_ID_ANNOTATION: "7"}))
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
-    mirror = _mirror(synced=True)
+    nodes = (Node("cpu-001", "ALLOCATED"), Node("cpu-002", "ALLOCATED"))
+    mirror = _mirror(synced=True, nodes=nodes)
     name = placeholder.job_name(ref, "tandem")
     allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
     mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
     mirror.refresh_job(7)
-    slurm = mock.Mock()
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=0.6)
-    servicer.active = True
+    events = mock.Mock()
+    stack = _stack(stacks, world, mirror, events=events)
+    stack.servicer.terminating_timeout = 0.6
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
-    context = mock.Mock()
-    context.time_remaining.return_value = 10
-    answer = servicer.JobTerminating(
+    answer = stack.servicer.JobTerminating(
         syncer_pb2.JobTerminatingRequest(
             job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
         ),
-        context,
+        _context(10.0),
     )
     assert not answer.pod_gone
     assert list(answer.drained_slurm_nodes) == ["cpu-002"]
-    slurm.drain_node.assert_called_once()
-    node, reason = slurm.drain_node.call_args.args
+    stack.slurm.drain_node.assert_called_once()
+    node, reason = stack.slurm.drain_node.call_args.args
     assert node == "cpu-002" and "apps/train-1 still running at KillWait (job 7)" in reason
+    stack.sync._event_pool.shutdown(wait=True)
+    told = [(c.args[0]["metadata"]["name"], c.args[2]) for c in events.record.call_args_list]
+    assert ("train-1", "SlurmNodeDrained") in told
+
+
+def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Stack]) -> None:
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    world.add_pod(_pod("trainer", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
+    ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
+    name = placeholder.job_name(ref, "tandem")
+    mirror = _mirror(synced=True)
+    mirror.slurm.get_job = mock.Mock(  # type: ignore[method-assign]
+        return_value=Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    )
+    slurm = mock.Mock()
+    slurm.drain_node.side_effect = SlurmApiError("slurmrestd: connection refused", 0)
+    stack = _stack(stacks, world, mirror, slurm=slurm)
+    stack.servicer.terminating_timeout = 0.2
+    answer = stack.servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001", placeholder=name), _context(10.0)
+    )
+    assert not answer.pod_gone and list(answer.drained_slurm_nodes) == []
+    assert slurm.drain_node.called
 
 
 def test_a_group_job_whose_members_all_left_answers_gone() -> None:

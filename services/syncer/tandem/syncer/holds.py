@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
@@ -55,6 +56,16 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class KillWaitDrain:
+    """A placeholder's job ended while its Pod still runs: drain the Slurm node (with `reason`,
+    naming the Pod) so Slurm gives it to no other job until the Pod is gone."""
+
+    job_id: int
+    pod: Mapping[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Trouble:
     """Why the last pass over a node failed; `seq`: the records it had read."""
 
@@ -75,6 +86,8 @@ class NodeMemory:
     locked_for: int | None = None
     # How many hook calls the store had recorded when this was read (see HoldStore.settled).
     seq: int = 0
+    # A drain JobTerminating asked for at KillWait, not carried out yet.
+    killwait: KillWaitDrain | None = None
 
 
 class HoldStore:
@@ -95,6 +108,10 @@ class HoldStore:
         self._trouble: dict[str, Trouble] = {}
         # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
         self._looked_up: dict[int, float] = {}
+        # Slurm node -> the KillWait drain to make; job id -> Slurm node -> whether it was drained
+        # (and when that was recorded).
+        self._killwait: dict[str, KillWaitDrain] = {}
+        self._killwait_results: defaultdict[int, dict[str, tuple[bool, float]]] = defaultdict(dict)
         # Called after every change, outside the store's lock (wakes the waiting hook calls).
         self.on_change: Callable[[], None] = lambda: None
 
@@ -122,7 +139,32 @@ class HoldStore:
         self.on_change()
         return seq
 
+    def killwait(self, slurm_node: str, drain: KillWaitDrain) -> None:
+        with self._lock:
+            self._killwait[slurm_node] = drain
+            self._killwait_results[drain.job_id].pop(slurm_node, None)
+        self.on_change()
+
+    def take_killwait_results(self, job_id: int) -> dict[str, bool]:
+        """Slurm node -> whether it was drained, for the job's KillWait drains; forgotten after."""
+        with self._lock:
+            return {n: ok for n, (ok, _) in self._killwait_results.pop(job_id, {}).items()}
+
+    def killwait_results(self, job_id: int) -> set[str]:
+        with self._lock:
+            return set(self._killwait_results.get(job_id, {}))
+
     # -- what the reconciler records -------------------------------------------------------------
+
+    def killwait_settled(self, slurm_node: str, job_id: int, drained: bool, done: bool = True) -> None:
+        """The KillWait drain of the node: made or found made (`drained`); `done`: nothing left to
+        do (a drain Slurm refused stays to be tried again)."""
+        with self._lock:
+            self._killwait_results[job_id][slurm_node] = (drained, self.clock())
+            found = self._killwait.get(slurm_node)
+            if done and found is not None and found.job_id == job_id:
+                del self._killwait[slurm_node]
+        self.on_change()
 
     def fail(self, slurm_node: str, job_id: int, failure: Failure) -> None:
         with self._lock:
@@ -178,6 +220,9 @@ class HoldStore:
             for job_id, at in list(self._looked_up.items()):
                 if now - at > LOOKUP_AGAIN_SECONDS:
                     del self._looked_up[job_id]
+            for job_id, results in list(self._killwait_results.items()):
+                if all(now - at > REMEMBER_SECONDS for _, at in results.values()):
+                    del self._killwait_results[job_id]
         self.on_change()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -200,6 +245,7 @@ class HoldStore:
                 MappingProxyType(dict(self._refusals[slurm_node])),
                 self._locked_for.get(slurm_node),
                 self._seq,
+                self._killwait.get(slurm_node),
             )
 
     def failure(self, slurm_node: str, job_id: int) -> Failure | None:

@@ -1,19 +1,21 @@
-"""The hook calls about locks: a prolog's acquire and an epilog's release record what they ask in the
-hold store, put the Slurm node at the front of the node sync's queue, and wait on the caches for
-the outcome. They write nothing themselves: the node sync (tandem.syncer.nodesync) takes and
-releases every lock, and retries what fails.
+"""The hook calls the node sync answers: a prolog's acquire, an epilog's release and a placeholder's
+drain at KillWait record what they ask in the hold store, put the Slurm node at the front of the
+node sync's queue, and wait on the caches for the outcome. They write nothing themselves: the node
+sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tandem import budget, slurmd
 from tandem.keys import LockState
+from tandem.kube import JSON
 from tandem.metrics import REGISTRY
+from tandem.syncer import killwait
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.holds import HoldStore
+from tandem.syncer.holds import HoldStore, KillWaitDrain
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodesync import CacheFacts
@@ -120,6 +122,17 @@ class NodeLocks:
             return self.get(slurm_node)
         except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
             raise LockFailed(str(e)) from e
+
+    def drain_at_killwait(self, job_id: int, targets: Mapping[str, JSON], timeout: float) -> list[str]:
+        """A placeholder's job ended and its Pods still run just before KillWait: have the node
+        sync drain each Slurm node in `targets` (Slurm node -> the Pod that keeps it drained) and
+        return those drained within `timeout`."""
+        for slurm_node, pod in targets.items():
+            self.store.killwait(slurm_node, KillWaitDrain(job_id, pod, killwait.drain_reason(pod, job_id)))
+            self.queue.add(slurm_node, urgent=True)
+        self.cluster.wait_for(lambda: self.store.killwait_results(job_id) >= set(targets), max(0.0, timeout))
+        drained = self.store.take_killwait_results(job_id)
+        return [n for n in targets if drained.get(n)]
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -31,8 +31,9 @@ from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
+from tandem.syncer import killwait
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.holds import HoldStore, NodeMemory
+from tandem.syncer.holds import HoldStore, KillWaitDrain, NodeMemory
 from tandem.syncer.locking import (
     EVICTION_RETRY_SECONDS,
     Eviction,
@@ -93,6 +94,8 @@ class NodeFacts:
     neighbours_locked: bool = False
     # What the hook calls recorded for this node.
     memory: NodeMemory = field(default_factory=NodeMemory)
+    # Whether the Pod of the KillWait drain recorded for this node still runs.
+    killwait_running: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class Plan:
     show: tuple[str, bool] | None = None
     # The taint, the lock annotation, evictions (tandem.syncer.locking).
     lock: LockPlan = field(default_factory=LockPlan)
+    # The KillWait drain recorded for this node: (job id, drained) once settled, `drain` being
+    # its reason when this plan makes it.
+    killwait: tuple[int, bool] | None = None
 
 
 def cause(f: NodeFacts) -> str:
@@ -138,6 +144,14 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
         return Plan(
             drain=lock.drain, show=_shown(f, f.slurm, lock.drain, False) if f.slurm else None, lock=lock
         )
+    drain = f.memory.killwait
+    if drain is not None and f.slurm is not None:
+        if not f.killwait_running:
+            return replace(_decide_state(f), lock=lock, killwait=(drain.job_id, False))
+        if f.slurm.drained and f.slurm.reason == drain.reason:
+            return replace(_decide_state(f), lock=lock, killwait=(drain.job_id, True))
+        show = _shown(f, f.slurm, drain.reason, False)
+        return Plan(drain=drain.reason, show=show, lock=lock, killwait=(drain.job_id, True))
     return replace(_decide_state(f), lock=lock)
 
 
@@ -214,6 +228,8 @@ class SlurmNodes(Protocol):
 class FactsSource(Protocol):
     def facts(self, slurm_node: str) -> NodeFacts: ...
 
+    def orphan(self, kube_node: str) -> OrphanFacts: ...
+
 
 # A key of the node sync is a Slurm node's name, or this prefix and a Kubernetes Node's name for a
 # Node that may carry a stale lock taint (Slurm node names cannot contain "/").
@@ -285,7 +301,14 @@ class CacheFacts:
                 if n != slurm_node
             ),
             memory=memory,
+            killwait_running=self._still_runs(memory.killwait),
         )
+
+    def _still_runs(self, drain: KillWaitDrain | None) -> bool:
+        """Whether the Pod a KillWait drain is for is still there and not finished."""
+        uid = str(((drain.pod if drain else {}).get("metadata") or {}).get("uid", ""))
+        found = self.cluster.pod_by_uid(uid) if uid else None
+        return found is not None and not pod_finished(found)
 
     def lock_of(self, slurmd_pod: JSON | None) -> LockState:
         """The slurmd Pod's lock annotation, or what this syncer wrote there since."""
@@ -409,8 +432,13 @@ class NodeSync:
 
     def _apply_state(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
         lock = plan.lock
-        if plan.drain:
+        drain = f.memory.killwait
+        if drain is not None and plan.killwait is not None and plan.drain == drain.reason:
+            self._drain_at_killwait(slurm_node, f, drain)
+        elif plan.drain:
             self._drain(slurm_node, f, plan.drain, timed_out=bool(lock.drain))
+        elif plan.killwait is not None:
+            self.store.killwait_settled(slurm_node, *plan.killwait)
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
@@ -443,6 +471,17 @@ class NodeSync:
         if f.slurm is not None:
             flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
             self.wrote(replace(f.slurm, flags=flags, reason=reason, reason_set_by=f.own_user))
+
+    def _drain_at_killwait(self, slurm_node: str, f: NodeFacts, drain: KillWaitDrain) -> None:
+        """Just before KillWait: Slurm gives the node to no other job while the Pod runs there."""
+        try:
+            self._drain(slurm_node, f, drain.reason, timed_out=False)
+        except SlurmApiError:
+            self.store.killwait_settled(slurm_node, drain.job_id, drained=False, done=False)
+            raise
+        self.store.killwait_settled(slurm_node, drain.job_id, drained=True)
+        message = killwait.drained_event(drain.job_id, slurm_node, drain.reason)
+        self._event(dict(drain.pod), "Warning", "SlurmNodeDrained", message)
 
     def _apply_lock(self, slurm_node: str, f: NodeFacts, lock: LockPlan) -> None:
         if lock.taint is not None and f.kube_node_name and f.kube_node is not None:
@@ -500,8 +539,6 @@ class NodeSync:
 
     def _orphan(self, kube_node: str) -> Requeue:
         """A Node that may carry a lock taint no Slurm node maps to any more."""
-        if not isinstance(self.facts, CacheFacts):
-            return None
         remove, after = decide_orphan(self.facts.orphan(kube_node), self.clock())
         if remove:
             self.writes.set_taint(kube_node, False)

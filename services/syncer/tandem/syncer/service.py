@@ -139,7 +139,12 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                     "cannot read the group's job before draining",
                     extra={"job": status.job_id, "error": str(e)},
                 )
-        drained = self._drain_occupied(status, request.slurm_node, remaining_pods())
+        # Just before KillWait: each node killwait.drain_targets names is drained by the node
+        # sync (Slurm gives it to no other job while the Pod runs there).
+        targets = killwait.drain_targets(
+            status, request.slurm_node, remaining_pods(), self.cluster.kube_node_of
+        )
+        drained = self.locks.drain_at_killwait(status.job_id, targets, _remaining(context) - 0.5)
         return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
 
     def _job_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
@@ -150,24 +155,6 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
             self.cluster.kube_node_of,
         )
-
-    def _drain_occupied(self, status: JobStatus, slurm_node: str, pods: list[JSON]) -> list[str]:
-        """Just before KillWait: drain each node killwait.drain_targets names (Slurm gives it to
-        no other job while the Pod runs there)."""
-        drained = []
-        for node, pod in killwait.drain_targets(status, slurm_node, pods, self.cluster.kube_node_of).items():
-            reason = killwait.drain_reason(pod, status.job_id)
-            try:
-                self.slurm.drain_node(node, reason)
-                drained.append(node)
-            except SlurmApiError as e:
-                log.warning("cannot drain node at KillWait", extra={"node": node, "error": str(e)})
-                continue
-            if self.events is not None:
-                self.events.record(
-                    pod, "Warning", "SlurmNodeDrained", killwait.drained_event(status.job_id, node, reason)
-                )
-        return drained
 
     def WatchSlurm(
         self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext
