@@ -19,7 +19,8 @@ from tandem.syncer.cluster import ClusterView, slim_node, slim_pod
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts, NodeSync, resync_keys
+from tandem.syncer.nodeapply import NodeSync
+from tandem.syncer.nodefacts import CacheFacts, resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.writes import LockWrites
 from tandem.workqueue import WorkQueue

@@ -15,7 +15,7 @@ from tandem.slurm.models import Job
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.locking import decide_lock
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts
+from tandem.syncer.nodefacts import CacheFacts
 from tests.unit.syncer_world import SLURMD_NS, World, _mirror, _pod, _slurmd
 
 SCHEDULER = "tandem"

@@ -21,6 +21,7 @@ from tandem.kube import KubeError
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.mirror import SlurmMirror, Subscription
+from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import lock_pb2, syncer_pb2
 from tests.unit.syncer_world import SLURMD_NS, Stack, World, _mirror, _pod, _slurmd
@@ -187,8 +188,6 @@ def test_a_lock_taint_on_a_node_no_slurmd_pod_is_on_is_removed(
     world.add_node("node-003", tainted=False)
     stack = _stack(stacks, world, _mirror(synced=True))
     assert stack.facts.waiting_on("node-001") == []
-    from tandem.syncer.nodesync import resync_keys
-
     assert resync_keys(stack.mirror, world.cluster, stack.facts) == ["cpu-001", "node/node-001"]
     assert stack.sync.reconcile("node/node-001") == pytest.approx(4.0, abs=0.1)
     assert world.kube.taint_writes() == []  # a slurmd Pod being re-created is on no Node for a moment

@@ -18,7 +18,7 @@ from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWaitDrain
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts
+from tandem.syncer.nodefacts import CacheFacts
 from tandem.workqueue import WorkQueue
 
 LOCK_WAIT_SECONDS = REGISTRY.histogram(

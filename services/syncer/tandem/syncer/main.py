@@ -18,7 +18,9 @@ from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts, NodeSync, drained_for, resync_keys
+from tandem.syncer.nodeapply import NodeSync
+from tandem.syncer.nodefacts import CacheFacts, resync_keys
+from tandem.syncer.nodesync import drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
 from tandem.syncer.writes import LockWrites
