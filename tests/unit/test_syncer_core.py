@@ -677,6 +677,21 @@ def test_unlocking_one_slurm_node_keeps_the_taint_another_on_the_same_node_needs
     assert world.tainted("node-001")
 
 
+def test_a_node_being_locked_for_one_slurm_node_keeps_its_taint_from_another(stacks: list[Stack]) -> None:
+    """Two Slurm nodes on one Node, passes on several workers: cpu-001's prolog tainted the Node
+    and has not written `pending` yet when cpu-002's pass (woken by that very taint) looks. Before
+    its hold counted, cpu-002 took the taint for a stray one and removed it from under the lock."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_pod(_slurmd("cpu-002", "node-001"))
+    world.add_node("node-001", tainted=True)
+    nodes = (Node("cpu-001", "IDLE"), Node("cpu-002", "IDLE"))
+    stack = _stack(stacks, world, _mirror(synced=True, nodes=nodes), workers=0)
+    stack.holds.hold("cpu-001", 42, strict=False, deadline=time.monotonic() + 50)
+    stack.sync.reconcile("cpu-002")
+    assert world.tainted("node-001") and world.kube.taint_writes() == []
+
+
 def test_whether_a_pod_may_stay_is_never_asked_of_slurm_under_the_informers_lock(stacks: list[Stack]) -> None:
     """Before: the wait for Pods to leave re-judged them under the Pod informer's lock, and a
     Tandem-looking Pod whose job the mirror did not know sent a slurmrestd call from there, which

@@ -84,11 +84,7 @@ class CacheFacts:
             pods=pods,
             sharers=sharers,
             undetermined=undetermined,
-            neighbours_locked=any(
-                self.lock_of(self.cluster.slurmd_pod(n)) != LockState.FALSE
-                for n in (self.cluster.slurm_nodes_on(name) if name else ())
-                if n != slurm_node
-            ),
+            neighbours_locked=any(n != slurm_node for n in self.waiting_on(name) if name),
             memory=memory,
             killwait_running=self._still_runs(memory.killwait),
         )

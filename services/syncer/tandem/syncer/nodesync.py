@@ -69,7 +69,8 @@ class NodeFacts:
     # mirror does not know yet (to look up before judging).
     sharers: frozenset[str] = frozenset()
     undetermined: Mapping[str, int] = field(default_factory=dict)
-    # Whether another Slurm node hosted on the same Node is locked (it needs the taint too).
+    # Whether another Slurm node hosted on the same Node is locked or held by a prolog (it needs
+    # the taint too: its prolog taints the Node before it writes `pending`).
     neighbours_locked: bool = False
     # What the hook calls recorded for this node.
     memory: NodeMemory = field(default_factory=NodeMemory)
