@@ -144,6 +144,8 @@ class FakeKube:
                 raise self.evict_refusal
             meta = body["metadata"]
             key = f"{meta['namespace']}/{meta['name']}"
+            # The watch shows the deletion a moment after the API answered; the Pod goes later.
+            threading.Timer(self.evicted_leave_after / 4, self._deleting, [key]).start()
             threading.Timer(self.evicted_leave_after, self.remove_pod, [key]).start()
         return {}
 
@@ -155,6 +157,24 @@ class FakeKube:
             new = informer.get(key)
         informer.on_change(key, old, new)
         return pod
+
+    def _deleting(self, key: str) -> None:
+        namespace, name = key.split("/")
+        pod = self._view().pod(namespace, name)
+        if pod is not None:
+            meta = {
+                **pod["metadata"],
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "resourceVersion": self._next_rv(),
+            }
+            self._store_pod({**pod, "metadata": meta})
+
+    def evictions(self) -> list[str]:
+        return [
+            path.split("/")[-2]
+            for verb, path, _ in self.calls
+            if verb == "post" and path.endswith("/eviction")
+        ]
 
     def remove_pod(self, key: str) -> None:
         informer = self._view().pods

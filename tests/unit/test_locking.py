@@ -18,12 +18,12 @@ from tandem.slurm.models import Node
 from tandem.syncer import nodesync
 from tandem.syncer.holds import (
     HOLD_GRACE_SECONDS,
+    Asked,
     Failure,
     Hold,
     HoldStore,
     KillWaitDrain,
     NodeMemory,
-    Refusal,
 )
 from tandem.syncer.locking import (
     Event,
@@ -75,14 +75,14 @@ def memory(
     *holds: Hold,
     released: tuple[int, ...] = (),
     failed: tuple[int, ...] = (),
-    refusals: dict[str, Refusal] | None = None,
+    asked: dict[str, Asked] | None = None,
     locked_for: int | None = None,
 ) -> NodeMemory:
     return NodeMemory(
         MappingProxyType({h.job_id: h for h in holds}),
         frozenset(released),
         MappingProxyType({j: Failure("timed out") for j in failed}),
-        MappingProxyType(refusals or {}),
+        MappingProxyType(asked or {}),
         locked_for,
     )
 
@@ -236,11 +236,31 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
         ),
         LockPlan(lookup=(9,), requeue_after=0.0),
     ),
+    (
+        "normal: an eviction accepted is not asked again before the cache shows the Pod leaving",
+        facts(
+            mem=memory(hold(), asked={"uid-web": Asked("", NOW + 2, "")}),
+            lock=PENDING,
+            tainted=True,
+            pods=(WEB,),
+        ),
+        LockPlan(requeue_after=50.0),
+    ),
+    (
+        "normal: a Pod that changed since its eviction and still does not leave is asked again",
+        facts(
+            mem=memory(hold(), asked={"uid-web": Asked("", NOW + 2, "9")}),
+            lock=PENDING,
+            tainted=True,
+            pods=(WEB,),
+        ),
+        LockPlan(evict=(Eviction(WEB, 7, False),), requeue_after=50.0),
+    ),
     # -- a PodDisruptionBudget refuses the eviction --
     (
         "pdb: a refused eviction is not asked again before its retry time",
         facts(
-            mem=memory(hold(), refusals={"uid-web": Refusal(PDB, NOW + 2)}),
+            mem=memory(hold(), asked={"uid-web": Asked(PDB, NOW + 2)}),
             lock=PENDING,
             tainted=True,
             pods=(WEB,),
@@ -250,7 +270,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "pdb: a refused eviction is asked again once due",
         facts(
-            mem=memory(hold(), refusals={"uid-web": Refusal(PDB, NOW)}),
+            mem=memory(hold(), asked={"uid-web": Asked(PDB, NOW)}),
             lock=PENDING,
             tainted=True,
             pods=(WEB,),
@@ -261,7 +281,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "timeout: the hold's deadline passed with a Pod its budget kept",
         facts(
-            mem=memory(hold(since=NOW - 50, deadline=NOW), refusals={"uid-web": Refusal(PDB, NOW + 1)}),
+            mem=memory(hold(since=NOW - 50, deadline=NOW), asked={"uid-web": Asked(PDB, NOW + 1)}),
             lock=PENDING,
             tainted=True,
             pods=(WEB,),

@@ -112,6 +112,9 @@ def test_acquire_waits_for_the_node_sync_and_returns_once_locked(stacks: list[St
     assert world.tainted("node-001") and world.lock_of("cpu-001") == "locked_strict"
     assert world.kube.annotations_written() == [("cpu-001", "pending"), ("cpu-001", "locked_strict")]
     assert world.cluster.pod("apps", "web") is None
+    # Asked once: passes that ran before the watch showed the Pod leaving did not ask again (each
+    # ask posts an Evicted Event on the Pod).
+    assert world.kube.evictions() == ["web"]
     # No Pod, Node or slurmd Pod was read from the API: the informers hold them.
     assert world.kube.reads() == []
 

@@ -1,6 +1,7 @@
 """What the hook calls told this leader and no cache holds: the holds prologs recorded, the releases
-epilogs recorded, the locks that failed, the evictions a PodDisruptionBudget refused, and since when
-a Node carries a lock taint with no slurmd Pod on it.
+epilogs recorded, the locks that failed, the evictions asked (and those a PodDisruptionBudget
+refused), the drains asked at KillWait, and since when a Node carries a lock taint with no slurmd
+Pod on it.
 
 It is the leader's memory only: a new leader starts empty, and a lock held by a running job is
 rebuilt from Slurm (a running placeholder makes it strict again). The reconciler reads a snapshot
@@ -48,11 +49,13 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Refusal:
-    """An eviction the API refused (429), and when to ask again."""
+class Asked:
+    """The last eviction asked of a Pod: refused (429, `why`), to ask again from `until`; or
+    accepted (`why` ""), while the Pod's cached copy is still `version` (its deletion not seen)."""
 
     why: str
     until: float
+    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class NodeMemory:
     holds: Mapping[int, Hold] = field(default_factory=lambda: MappingProxyType({}))
     released: frozenset[int] = frozenset()
     failed: Mapping[int, Failure] = field(default_factory=lambda: MappingProxyType({}))
-    refusals: Mapping[str, Refusal] = field(default_factory=lambda: MappingProxyType({}))
+    asked: Mapping[str, Asked] = field(default_factory=lambda: MappingProxyType({}))
     # The job the node was last locked for (named in the unlock Event).
     locked_for: int | None = None
     # How many hook calls the store had recorded when this was read (see HoldStore.settled).
@@ -97,7 +100,7 @@ class HoldStore:
         self._holds: defaultdict[str, dict[int, Hold]] = defaultdict(dict)
         self._released: defaultdict[str, dict[int, float]] = defaultdict(dict)
         self._failed: defaultdict[str, dict[int, tuple[Failure, float]]] = defaultdict(dict)
-        self._refusals: defaultdict[str, dict[str, Refusal]] = defaultdict(dict)
+        self._asked: defaultdict[str, dict[str, Asked]] = defaultdict(dict)
         self._locked_for: dict[str, int] = {}
         # Kubernetes Node -> since when it carries a lock taint and hosts no slurmd Pod.
         self._orphaned: dict[str, float] = {}
@@ -178,15 +181,15 @@ class HoldStore:
             for job_id in job_ids:
                 self._holds[slurm_node].pop(job_id, None)
 
-    def refused(self, slurm_node: str, pod_uid: str, why: str, until: float) -> None:
+    def asked(self, slurm_node: str, pod_uid: str, asked: Asked) -> None:
         with self._lock:
-            self._refusals[slurm_node][pod_uid] = Refusal(why, until)
+            self._asked[slurm_node][pod_uid] = asked
 
     def locked(self, slurm_node: str, job_id: int | None) -> None:
         with self._lock:
             if job_id is None:
                 self._locked_for.pop(slurm_node, None)
-                self._refusals.pop(slurm_node, None)
+                self._asked.pop(slurm_node, None)
             else:
                 self._locked_for[slurm_node] = job_id
 
@@ -242,7 +245,7 @@ class HoldStore:
                 MappingProxyType(dict(self._holds[slurm_node])),
                 frozenset(released),
                 MappingProxyType({j: f for j, (f, _) in failed.items()}),
-                MappingProxyType(dict(self._refusals[slurm_node])),
+                MappingProxyType(dict(self._asked[slurm_node])),
                 self._locked_for.get(slurm_node),
                 self._seq,
                 self._killwait.get(slurm_node),

@@ -27,7 +27,7 @@ from tandem import keys, placeholder, slurmd
 from tandem.keys import LockState
 from tandem.kube import JSON, tolerates
 from tandem.slurm.models import JobStatus
-from tandem.syncer.holds import HOLD_GRACE_SECONDS, Failure, Hold
+from tandem.syncer.holds import HOLD_GRACE_SECONDS, Asked, Failure, Hold
 
 if TYPE_CHECKING:
     from tandem.syncer.nodesync import NodeFacts
@@ -210,7 +210,7 @@ def _lock(
             forget=ended,
             locked_for=for_job,
         )
-    refusals = f.memory.refusals
+    asked = f.memory.asked
     expired = sorted(j for j, h in live.items() if h.deadline <= now)
     if expired and not lookup:
         return _timed_out(f, blocking, [live[j] for j in expired], ended, taint, first)
@@ -219,11 +219,11 @@ def _lock(
         for p in blocking
         if not (p.get("metadata") or {}).get("deletionTimestamp")
         and _uid(p) not in undetermined
-        and not (_uid(p) in refusals and refusals[_uid(p)].until > now)
+        and not _asked_already(asked.get(_uid(p)), p, now)
     )
     # Back when a refused eviction is due again, a hold's time is up, or a hold's grace ends;
     # a Pod leaving wakes the node sooner (its informer event).
-    due = [r.until for r in refusals.values() if r.until > now]
+    due = [a.until for a in asked.values() if a.why and a.until > now]
     due += [h.deadline for h in live.values()]
     due += [h.since + HOLD_GRACE_SECONDS for h in live.values()]
     after = 0.0 if lookup else max(0.0, min(due) - now) if due else None
@@ -244,8 +244,8 @@ def _timed_out(
     the node as "Prolog error"; drained first with the Pods' names (and their
     PodDisruptionBudgets), the reason says what to fix (Slurm keeps the first reason). Each Pod's
     owner is told, on the Pod, which Slurm job it kept off the Node."""
-    refusals = f.memory.refusals
-    named = [_ref(p) + (f" ({refusals[_uid(p)].why})" if _uid(p) in refusals else "") for p in blocking]
+    why = {uid: a.why for uid, a in f.memory.asked.items() if a.why}
+    named = [_ref(p) + (f" ({why[_uid(p)]})" if _uid(p) in why else "") for p in blocking]
     names = ", ".join(named)
     hold = expired[0]
     waited = hold.deadline - hold.since
@@ -253,7 +253,7 @@ def _timed_out(
     failure = Failure(f"timed out after {waited:.0f}s locking {f.kube_node_name}: still there: {names}")
     events = []
     for p in blocking:
-        because = f": {refusals[_uid(p)].why}" if _uid(p) in refusals else ""
+        because = f": {why[_uid(p)]}" if _uid(p) in why else ""
         events.append(
             Event(
                 p,
@@ -273,6 +273,16 @@ def _timed_out(
         forget=ended,
         requeue_after=0.0,
     )
+
+
+def _asked_already(asked: Asked | None, pod: JSON, now: float) -> bool:
+    """Whether not to ask for this Pod's eviction now: refused and not due again yet, or accepted
+    while the cache does not show the Pod's deletion yet (asking twice posts two Evicted Events)."""
+    if asked is None:
+        return False
+    if asked.why:
+        return asked.until > now
+    return asked.version == str((pod.get("metadata") or {}).get("resourceVersion", ""))
 
 
 def _must_leave(pod: JSON, strict: bool, f: NodeFacts) -> bool:

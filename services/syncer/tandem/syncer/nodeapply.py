@@ -22,7 +22,7 @@ from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer import killwait
-from tandem.syncer.holds import HoldStore, KillWaitDrain
+from tandem.syncer.holds import Asked, HoldStore, KillWaitDrain
 from tandem.syncer.locking import (
     EVICTION_RETRY_SECONDS,
     Eviction,
@@ -194,11 +194,11 @@ class NodeSync:
     def _evict(self, slurm_node: str, eviction: Eviction) -> None:
         pod, strict = eviction.pod, str(eviction.strict).lower()
         why = self.writes.evict(pod)
-        if why:
-            uid = str((pod.get("metadata") or {}).get("uid", ""))
-            self.store.refused(slurm_node, uid, why, self.clock() + EVICTION_RETRY_SECONDS)
-            return
         meta = pod.get("metadata") or {}
+        uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        self.store.asked(slurm_node, uid, Asked(why, self.clock() + EVICTION_RETRY_SECONDS, version))
+        if why:
+            return
         log.info(
             "evicted",
             extra={
