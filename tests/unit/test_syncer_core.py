@@ -135,6 +135,31 @@ def test_release_unlocks_and_a_second_acquire_on_a_locked_node_writes_nothing(st
     assert world.lock_of("cpu-001") == "false" and not world.tainted("node-001")
 
 
+def test_a_prolog_on_a_node_a_release_is_unlocking_waits_for_a_pass_that_saw_its_hold(
+    stacks: list[Stack],
+) -> None:
+    """Job 42's epilog released a locked node and its pass has not run yet when job 43's prolog
+    asks: the node still looks locked, but the pass under way would unlock it. Before, per-node
+    mutexes ordered the two; now the prolog returns only after a pass that read its hold."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED))
+    world.add_node("node-001", tainted=True)
+    stack = _stack(stacks, world, _mirror(synced=True), workers=0)  # passes run only by hand
+    stack.holds.release("cpu-001", 42)
+    answered = threading.Event()
+
+    def prolog() -> None:
+        _acquire(stack, 43, strict=False)
+        answered.set()
+
+    threading.Thread(target=prolog).start()
+    time.sleep(0.3)
+    assert not answered.is_set()
+    stack.sync.reconcile("cpu-001")
+    assert answered.wait(2)
+    assert world.lock_of("cpu-001") == "locked" and world.tainted("node-001")
+
+
 def test_a_slow_event_api_does_not_hold_the_node(stacks: list[Stack]) -> None:
     world = World()
     world.add_pod(_slurmd("cpu-001", "node-001"))

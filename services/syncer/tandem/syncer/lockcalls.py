@@ -79,6 +79,10 @@ class NodeLocks:
                 return True
             if self.store.trouble(slurm_node, since=seq, unreachable=True):
                 return True  # answered at once, as the API's own outage: the prolog asks again
+            if self.store.settled(slurm_node) < seq:
+                # A pass that read this hold, not one that began before it (and may unlock a
+                # node that looks locked now), says whether the lock is the job's.
+                return False
             pod = self.cluster.slurmd_pod(slurm_node)
             host = slurmd.host_of(pod)
             return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)

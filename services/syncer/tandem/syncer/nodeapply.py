@@ -90,24 +90,24 @@ class NodeSync:
             return self._orphan(key[len(NODE_KEY_PREFIX) :])
         f = self.facts.facts(key)
         plan = decide(f, self.clock())
+        # The node's state, then its lock: the lock is carried out (and the hook calls waiting
+        # for it answered) even when Slurm refused the state's drain or resume; that error still
+        # goes back to the runner.
+        refused: SlurmApiError | None = None
         try:
-            self._apply(key, f, plan)
+            try:
+                self._apply_state(key, f, plan)
+            except SlurmApiError as e:
+                refused = e
+            self._apply_lock(key, f, plan.lock)
         except Exception as e:
             unreachable = isinstance(e, KubeError) and (e.status == 0 or e.status >= 500)
             self.store.passed(key, f.memory.seq, str(e) or type(e).__name__, unreachable)
             raise
         self.store.passed(key, f.memory.seq)
+        if refused is not None:
+            raise refused
         return plan.lock.requeue_after
-
-    def _apply(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
-        """The node's state, then its lock; the lock is carried out even when Slurm refused the
-        state's drain or resume (the error still goes back to the runner)."""
-        try:
-            self._apply_state(slurm_node, f, plan)
-        except SlurmApiError:
-            self._apply_lock(slurm_node, f, plan.lock)
-            raise
-        self._apply_lock(slurm_node, f, plan.lock)
 
     def _apply_state(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
         lock = plan.lock
