@@ -268,9 +268,7 @@ class Stack:
             lookup=mirror.refresh_job,
         )
         self.locks = NodeLocks(self.holds, self.queue, cluster, self.facts, mirror, cap=cap)
-        self.servicer = SyncerServicer(
-            mirror, self.locks, self.slurm, cluster, terminating_timeout=5, events=events
-        )
+        self.servicer = SyncerServicer(mirror, self.locks, self.slurm, cluster, terminating_timeout=5)
         self.servicer.active = True
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         lookup=mirror.refresh_job,
     )
     locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
-    servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout, events)
+    servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout)
     # Everything a node sync or a lock reads: the workers wait for all of it, and a leader's
     # readiness names what is missing.
     sources = Sources(

@@ -143,10 +143,7 @@ class NodeSync:
             )
             return
         NODE_SYNC_ACTIONS.inc(action="drain")
-        log.warning(
-            "node drained: lock timed out" if timed_out else "drained for Kubernetes",
-            extra={"node": slurm_node, "reason": reason},
-        )
+        log.warning("node drained", extra={"node": slurm_node, "reason": reason})
         if f.slurm is not None:
             flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
             self.wrote(replace(f.slurm, flags=flags, reason=reason, reason_set_by=f.own_user))

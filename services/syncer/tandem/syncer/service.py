@@ -10,7 +10,6 @@ from typing import NoReturn, Protocol
 import grpc
 
 from tandem import budget, keys, placeholder
-from tandem.events import EventRecorder
 from tandem.kube import JSON
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
@@ -50,9 +49,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         slurm: NodeDrainer,
         cluster: ClusterView,
         terminating_timeout: float,
-        events: EventRecorder | None = None,
     ) -> None:
-        self.events = events
         self.mirror = mirror
         self.locks = locks
         self.slurm = slurm
