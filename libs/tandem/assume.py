@@ -30,6 +30,13 @@ class _Entry(Generic[V]):
     at: float
 
 
+def version_of(answer: object) -> str:
+    """The resourceVersion an API server's answer to a write carries ("" when it carries none)."""
+    meta = answer.get("metadata") if isinstance(answer, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return str(version) if version else ""
+
+
 def caught_up(seen: str | None, written: str) -> bool:
     """Whether a cached object of resourceVersion `seen` includes a write answered with `written`."""
     if not written:

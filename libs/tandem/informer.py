@@ -105,11 +105,20 @@ class Informer:
         deadline = time.monotonic() + timeout
         return all(e.wait(max(0.0, deadline - time.monotonic())) for e in self._synced)
 
-    def start(self, stop: threading.Event) -> None:
-        for i, path in enumerate(self.paths):
-            threading.Thread(
-                target=self._run, args=(i, path, stop), name=f"informer-{i}", daemon=True
-            ).start()
+    def start(self, stop: threading.Event) -> list[threading.Thread]:
+        """One thread per path, until `stop`."""
+        threads = [
+            threading.Thread(target=self._run, args=(i, path, stop), name=f"informer-{i}", daemon=True)
+            for i, path in enumerate(self.paths)
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    def run(self, stop: threading.Event) -> None:
+        """`start`, and return once every thread has ended (what a manager waits for on a stop)."""
+        for t in self.start(stop):
+            t.join()
 
     def _run(self, index: int, path: str, stop: threading.Event) -> None:
         backoff = 0.5

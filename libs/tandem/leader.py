@@ -152,22 +152,3 @@ class LeaderElector:
                 self.kube.request("PUT", self.path, body=lease)
         except KubeError:
             pass
-
-
-def lead_when_elected(
-    kube: KubeClient,
-    enabled: bool,
-    namespace: str,
-    lease: str,
-    stop: threading.Event,
-    lead: Callable[[], None],
-    lost: Callable[[], None],
-) -> None:
-    """Call `lead` now when leader election is off; otherwise once this replica holds the Lease
-    (`namespace` blank = this Pod's), from a background elector that calls `lost` if it loses it."""
-    if not enabled:
-        LEADING.set(1, lease=lease)  # the only replica
-        lead()
-        return
-    elector = LeaderElector(kube, namespace or pod_namespace(), lease)
-    threading.Thread(target=elector.run, args=(stop, lead, lost), name="leader", daemon=True).start()

@@ -1,14 +1,14 @@
-"""Runs a reconciler the way controller-runtime does: workers take keys from a work queue, but only
-once every cache the reconciler reads has synced; a failed key comes back after a per-key
-exponential backoff; an error no retry can fix is logged once and never retried; a reconciler asks
-for a later look by returning a delay. Each outcome is counted."""
+"""Runs a reconciler the way controller-runtime does: workers take keys from a work queue, started
+once every cache the reconciler reads has synced (tandem.manager starts them); a failed key comes
+back after a per-key exponential backoff; an error no retry can fix is logged once and never
+retried; a reconciler asks for a later look by returning a delay. Each outcome is counted."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from tandem.kube import KubeError
 from tandem.metrics import REGISTRY
@@ -43,13 +43,11 @@ class Runner:
         name: str,
         queue: WorkQueue,
         reconcile: Callable[[Key], Requeue],
-        synced: Sequence[Callable[[], bool]],
-        workers: int,
+        workers: int = 1,
     ) -> None:
         self.name = name
         self.queue = queue
         self.reconcile = reconcile
-        self.synced = synced
         self.workers = workers
         REGISTRY.gauge(
             "tandem_workqueue_depth",
@@ -58,22 +56,11 @@ class Runner:
             collect=lambda: {(self.name,): float(len(self.queue))},
         )
 
-    def start(self, stop: threading.Event, on_started: Callable[[], None] = lambda: None) -> None:
-        """In the background: wait for the caches, then start the workers and call `on_started`."""
-        threading.Thread(
-            target=self._start, args=(stop, on_started), name=f"{self.name}-start", daemon=True
-        ).start()
-
-    def _start(self, stop: threading.Event, on_started: Callable[[], None]) -> None:
-        waited = 0.0
-        # Before every cache has listed, "not in the cache" does not mean "gone": a reconcile then
-        # could cancel the job of a Pod it has not seen yet.
-        while not all(s() for s in self.synced):
-            if stop.wait(0.1):
-                return
-            waited += 0.1
-            if waited >= 30 and waited % 30 < 0.1:
-                log.warning("caches not synced yet; workers wait", extra={"controller": self.name})
+    def start_workers(self, on_started: Callable[[], None] = lambda: None) -> None:
+        """Start the workers (they end when the queue shuts down), then call `on_started`. Only
+        once every cache the reconciler reads has synced (tandem.manager waits for that): before,
+        "not in the cache" does not mean "gone", and a reconcile could cancel the job of a Pod it
+        has not seen yet."""
         for i in range(self.workers):
             threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True).start()
         log.info("workers started", extra={"controller": self.name, "workers": self.workers})

@@ -273,7 +273,7 @@ class Stack:
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed
         self.stop = threading.Event()
-        Runner("node-sync", self.queue, self.sync.reconcile, [], workers).start(self.stop)
+        Runner("node-sync", self.queue, self.sync.reconcile, workers).start_workers()
 
     def _pods_changed(self, kube_node: str) -> None:
         for slurm_node in self.facts.waiting_on(kube_node):

@@ -13,7 +13,6 @@ import pytest
 
 from tandem import keys, placeholder
 from tandem.scheduler import decide as d
-from tandem.scheduler import decide_group as dg
 from tandem.scheduler import groups, jobspec
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.dialects import Dialect
@@ -49,16 +48,19 @@ def peak_bytes(call: Callable[[], object]) -> tuple[object, int]:
         tracemalloc.stop()
 
 
-def fits_but(*unfit: str) -> Callable[[object], Eligibility]:
-    return lambda requests: Eligibility(4, unfit, Counter({"node(s) were unschedulable": len(unfit)}))
+def fits_but(*unfit: str) -> Eligibility:
+    return Eligibility(4, unfit, Counter({"node(s) were unschedulable": len(unfit)}))
 
 
 @pytest.mark.parametrize("key", [keys.EXCLUDED_NODES, keys.REQUIRED_NODES])
 def test_a_new_pod_is_rejected_with_the_cap_in_its_event_and_nothing_expanded(key: str) -> None:
-    observed = d.Observed(REF.key, make_pod({key: HUGE}), kill_wait=30, fit=fits_but("gpu-1"))
+    pod = make_pod({key: HUGE})
+    observed = d.Observed(
+        REF.key, groups.alone(REF.key, pod), (pod,), kill_wait=30, fits={REF.uid: fits_but("gpu-1")}
+    )
     action, peak = peak_bytes(lambda: d.decide(observed))
     assert isinstance(action, d.Reject)
-    assert action.validation.message() == f"invalid for Slurm: metadata.annotations[{key}]: {REFUSED}"
+    assert action.message == f"invalid for Slurm: metadata.annotations[{key}]: {REFUSED}"
     assert peak < 1024 * 1024
 
 
@@ -69,7 +71,16 @@ def test_a_pod_edited_after_its_job_was_submitted_is_rejected_before_its_exclude
     pending = JobStatus(
         Job(7, placeholder.job_name(REF, SCHEDULER), "PENDING", "Resources", (), "cpu"), started=False
     )
-    observed = d.Observed(REF.key, pod, job=pending, recorded_job_id=7, kill_wait=30, fit=fits_but("gpu-1"))
+    observed = d.Observed(
+        REF.key,
+        groups.alone(REF.key, pod),
+        (pod,),
+        job=pending,
+        jobs=(pending,),
+        recorded={REF.uid: 7},
+        kill_wait=30,
+        fits={REF.uid: fits_but("gpu-1")},
+    )
     action, peak = peak_bytes(lambda: d.decide(observed))
     assert isinstance(action, d.Reject)
     assert peak < 1024 * 1024
@@ -88,9 +99,9 @@ def test_a_group_with_a_huge_hostlist_is_rejected_on_every_member() -> None:
         member = make_pod({keys.EXCLUDED_NODES: HUGE}, name=f"train-{i}")
         member["spec"]["schedulingGroup"] = {"podGroupName": "train"}
         members.append(member)
-    observed = dg.ObservedGroup("default/pg:train", group, tuple(members), slurm_nodes=8, kill_wait=30)
-    action, peak = peak_bytes(lambda: dg.decide_group(observed))
-    assert isinstance(action, dg.RejectMembers) and len(action.pods) == 2
+    observed = d.Observed("default/pg:train", group, tuple(members), slurm_nodes=8, kill_wait=30)
+    action, peak = peak_bytes(lambda: d.decide(observed))
+    assert isinstance(action, d.Reject) and len(action.pods) == 2
     assert REFUSED in action.message
     assert peak < 1024 * 1024
 

@@ -44,11 +44,11 @@ def test_the_gateway_gives_the_syncer_the_prologs_budget_less_a_margin() -> None
     gw = gateway.HooksGateway("127.0.0.1:0", "t" * 32, stub, call_timeout=5)
     gw.start()
     try:
-        gw.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")
+        gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")
         assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == 39  # not capped by --call-timeout
-        gw.lock({"node": "gpu-001", "job": 7}, "")
+        gw.routes.lock({"node": "gpu-001", "job": 7}, "")
         assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == budget.below(budget.LOCK_SECONDS)
         with pytest.raises(gateway.BadRequest, match="at most 600"):
-            gw.lock({"node": "gpu-001", "job": 7, "timeout": 10**6}, "")
+            gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 10**6}, "")
     finally:
         gw.stop()

@@ -5,7 +5,6 @@ failures come back (backoff, never for a terminal error), what is counted and wh
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 from unittest import mock
@@ -13,16 +12,18 @@ from unittest import mock
 import pytest
 
 from tandem import keys, placeholder
+from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import controller as ctl
+from tandem.scheduler import decide
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.scheduler.policy import parse
 from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
-from tandem.v1 import slurm_pb2
+from tandem.v1 import scheduler_pb2, slurm_pb2
 from tandem.workqueue import WorkQueue
 
 SCHEDULER = "tandem-test"
@@ -34,6 +35,7 @@ class FakePodCache:
 
     def __init__(self) -> None:
         self.synced = False
+        self.trouble = ""
         self.pods: dict[str, Any] = {}
 
     def get(self, key: str) -> Any | None:
@@ -98,14 +100,13 @@ def _pod(job_id: str = "", requests: dict[str, str] | None = None) -> dict[str, 
     }
 
 
-def _runner(controller: Controller, pods: FakePodCache) -> Runner:
-    return Runner(
-        "test",
-        controller.queue,
-        controller.reconcile,
-        [lambda: pods.synced, lambda: controller.jobs.synced],
-        1,
-    )
+def _manager(controller: Controller, pods: FakePodCache) -> Manager:
+    """The controller's runner under a manager that waits for the Pods and the Slurm jobs."""
+    manager = Manager(mock.Mock(), Election(enabled=False, namespace="", lease="test"))
+    manager.add_source("Pods", pods, lambda stop: None)
+    manager.add_source("Slurm jobs", controller.jobs, lambda stop: None)
+    manager.add_controller(Runner("test", controller.queue, controller.reconcile))
+    return manager
 
 
 def _wait(predicate: Any, timeout: float = 5.0) -> bool:
@@ -121,15 +122,14 @@ def test_no_worker_runs_before_the_pods_are_listed() -> None:
     pods = FakePodCache()
     controller, slurm, _ = _controller(pods, _tracker(_status()))
     controller.queue.add(POD.key)
-    stop = threading.Event()
-    _runner(controller, pods).start(stop)
+    manager = _manager(controller, pods)
+    manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()  # the Pod is not gone: it is not listed yet
     pods.synced = True
     assert _wait(lambda: slurm.cancel_job.called)  # listed, and really not there
     slurm.cancel_job.assert_called_once_with(7)
-    stop.set()
-    controller.queue.shutdown()
+    manager.stop()
 
 
 def test_no_worker_runs_before_the_job_list_arrives() -> None:
@@ -139,12 +139,11 @@ def test_no_worker_runs_before_the_job_list_arrives() -> None:
     jobs._synced.clear()
     controller, slurm, _ = _controller(pods, jobs)
     controller.queue.add(POD.key)
-    stop = threading.Event()
-    _runner(controller, pods).start(stop)
+    manager = _manager(controller, pods)
+    manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()
-    stop.set()
-    controller.queue.shutdown()
+    manager.stop()
 
 
 def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None:
@@ -156,7 +155,7 @@ def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None
     controller.reconcile(POD.key)
     slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
     controller.on_job(POD, _status("CANCELLED"))
-    assert controller._cancelled == set()
+    assert len(controller._cancelled) == 0
 
 
 def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
@@ -178,7 +177,7 @@ def test_a_pod_deleted_before_its_annotation_was_seen_leaves_nothing_behind() ->
     pods = FakePodCache()
     pods.synced = True
     controller, _, _ = _controller(pods, _tracker(_status()))
-    controller._submitted.put(POD.uid, 7)
+    controller._submitted.assume(POD.uid, 7)
     controller.reconcile(POD.key)
     assert controller._submitted.get(POD.uid) is None
 
@@ -229,7 +228,7 @@ def test_a_failing_key_comes_back_later_each_time() -> None:
         calls.append(time.monotonic())
         raise SlurmApiError("slurmrestd down", 503)
 
-    runner = Runner("test-backoff", queue, reconcile, [], 1)
+    runner = Runner("test-backoff", queue, reconcile)
     for _ in range(5):
         runner.handle("a")
     assert queue.failures("a") == 5
@@ -248,7 +247,7 @@ def test_a_key_that_succeeds_starts_its_backoff_over() -> None:
         if outcome is not None:
             raise outcome
 
-    runner = Runner("test-forget", queue, reconcile, [], 1)
+    runner = Runner("test-forget", queue, reconcile)
     runner.handle("a")
     runner.handle("a")
     assert queue.failures("a") == 0
@@ -261,7 +260,7 @@ def test_a_placement_read_changes_nothing_a_reconcile_relies_on() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod("7")
     controller, _, _ = _controller(pods, _tracker())
-    controller._submitted.put(POD.uid, 7)
+    controller._submitted.assume(POD.uid, 7)
     controller.placement(pods.pods[POD.key])
     assert controller._submitted.get(POD.uid) == 7
     controller.reconcile(POD.key)
@@ -276,7 +275,7 @@ def test_not_yet_comes_back_after_the_keys_own_growing_backoff() -> None:
     def reconcile(key: str) -> None:
         raise NotYet("no Node known to host Slurm node cpu-009 yet")
 
-    runner = Runner("test-not-yet", queue, reconcile, [], 1)
+    runner = Runner("test-not-yet", queue, reconcile)
     runner.handle("a")
     runner.handle("a")
     runner.handle("a")
@@ -291,7 +290,7 @@ def test_a_terminal_error_is_never_retried() -> None:
     def reconcile(key: str) -> None:
         raise TerminalError("the Pod must change first")
 
-    Runner("test-terminal", queue, reconcile, [], 1).handle("a")
+    Runner("test-terminal", queue, reconcile).handle("a")
     assert queue._delayed == [] and len(queue) == 0
 
 
@@ -341,9 +340,11 @@ def test_a_complete_group_is_one_job_of_a_node_per_member_recorded_on_each() -> 
     assert spec.nodes == 2 and spec.name == f"tandem:{SCHEDULER}/{POD.namespace}/pg:train/pg-uid"
     recorded = [c.args[0] for c in kube.merge_patch.call_args_list]
     assert recorded == [f"/api/v1/namespaces/{POD.namespace}/pods/train-{i}" for i in range(2)]
-    # The next look (the stream has not shown the job yet) records and submits nothing more.
+    # The next look (neither the stream nor the informer shows the job yet) records and submits
+    # nothing more. Before: each member's job id was written again (issue 19).
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.submit_job.assert_called_once()
+    assert kube.merge_patch.call_count == 2
 
 
 def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
@@ -447,3 +448,152 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
     observed = controller.observe(POD.key)
     assert observed.job is not None and observed.job.job_id == 9
     assert observed.duplicates == (12,)
+
+
+def test_a_recorded_job_id_is_trusted_only_until_the_cache_shows_the_write() -> None:
+    """The job id written on the Pod is the truth while the informer's copy is older than the
+    write's resourceVersion; once the cache shows that version, the cache says (here: someone
+    removed the annotation, so it is written again)."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, kube = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    kube.merge_patch.return_value = {"metadata": {"resourceVersion": "5"}}
+    controller.reconcile(POD.key)
+    assert controller.observe(POD.key).recorded == {POD.uid: 7}  # the copy (version 1) lags
+    pods.pods[POD.key] = {**_pod(), "metadata": {**_pod()["metadata"], "resourceVersion": "5"}}
+    assert controller.observe(POD.key).recorded == {}
+    controller.reconcile(POD.key)
+    assert kube.merge_patch.call_count == 2  # recorded again
+    slurm.submit_job.assert_called_once()
+
+
+def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod("7")
+    pending = _status("PENDING")
+    controller, _, _ = _controller(pods, _tracker(pending))
+    controller._remember_excludes(7, "cpu-002")
+    assert controller.observe(POD.key).job_excludes == frozenset({"cpu-002"})
+    reported = JobStatus(
+        Job(
+            job_id=7,
+            name=pending.job.name,
+            admin_comment=pending.job.name,
+            state="PENDING",
+            excluded_nodes=("cpu-002",),
+        )
+    )
+    controller.jobs._apply(reported)
+    controller.reconcile(POD.key)
+    assert len(controller._excludes) == 0
+
+
+def _cordoned_second_node() -> ctl.ClusterCaches:
+    from tandem.scheduler import eligibility
+
+    def node(name: str, cordoned: bool) -> dict[str, Any]:
+        return eligibility.slim_node(
+            {
+                "metadata": {"name": name, "labels": {}},
+                "spec": {"unschedulable": cordoned, "taints": []},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                },
+            }
+        )
+
+    nodes = {"node-001": node("node-001", False), "node-002": node("node-002", True)}
+    bound = FakePodCache()
+    bound.synced = True
+    return ctl.ClusterCaches(nodes=mock.Mock(get=nodes.get), bound=bound)
+
+
+def _plain(value: object) -> bool:
+    """A value a snapshot may hold: data, never something that reads a live cache when called."""
+    return not callable(value) or isinstance(value, type)
+
+
+def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_already() -> None:
+    """Before: observe handed decide callables into the live caches (the Node mapping, the fit),
+    so a decision read whatever the caches held when it got there (issue 19)."""
+    import dataclasses
+
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
+    controller, _, _ = _controller(pods, jobs)
+    controller.cluster = _cordoned_second_node()
+    observed = controller.observe(POD.key)
+    assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
+    assert observed.fits is not None and observed.fits[POD.uid].excluded == ("cpu-002",)
+    jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
+    assert observed.fits[POD.uid].excluded == ("cpu-002",)  # the snapshot holds
+
+
+def test_a_group_observation_is_a_snapshot_too() -> None:
+    import dataclasses
+
+    controller, _, _ = _gang(_member(0), _member(1))
+    controller.cluster = _cordoned_second_node()
+    observed = controller.observe(f"{POD.namespace}/pg:train")
+    assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
+    assert observed.fits is not None
+    assert {uid: f.excluded for uid, f in observed.fits.items()} == {
+        "uid-0": ("cpu-002",),
+        "uid-1": ("cpu-002",),
+    }
+
+
+def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
+    """The submit builds the job from what decide validated (its Validation), not from a second
+    read of the Pod (issue 19)."""
+    pods = FakePodCache()
+    pods.synced = True
+    pod = _pod()
+    pod["metadata"]["annotations"][keys.PARTITION] = "batch"
+    pods.pods[POD.key] = pod
+    controller, slurm, _ = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    observed = controller.observe(POD.key)
+    action = decide.decide(observed)
+    assert isinstance(action, decide.Submit)
+    pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
+    controller._act(observed, action)
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.partition == "batch" and spec.user_id == 1001
+
+
+def test_a_group_whose_slurm_is_down_is_told_as_a_pod_alone_is() -> None:
+    """Before: the members' condition changed but no SlurmUnavailable Event was posted, unlike
+    for a Pod alone (issue 19)."""
+    controller, slurm, _ = _gang(_member(0), _member(1))
+    slurm.submit_job.side_effect = SlurmApiError("down", 503)
+    with pytest.raises(SlurmApiError):
+        controller.reconcile(f"{POD.namespace}/pg:train")
+    controller._background.shutdown(wait=True)
+    posted = [(c.args[0]["metadata"]["name"], c.args[2]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    assert posted == [("train-0", "SlurmUnavailable"), ("train-1", "SlurmUnavailable")]
+
+
+def test_a_members_placement_is_where_its_group_stands() -> None:
+    """Before: a member was judged as a Pod alone, so one its group refuses (the members disagree
+    on the partition) was reported pending (issue 19)."""
+    first, second = _member(0), _member(1)
+    first["metadata"]["annotations"][keys.PARTITION] = "a"
+    controller, _, _ = _gang(first, second)
+    placed = controller.placement(first)
+    assert placed.state == scheduler_pb2.PLACEMENT_STATE_INVALID
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    name = placeholder.job_name(ref, SCHEDULER)
+    controller, _, _ = _gang(_member(0, "9"), _member(1, "9"))
+    nodes = ("cpu-001", "cpu-002")
+    controller.jobs._apply(
+        JobStatus(Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=nodes), started=True)
+    )
+    placed = controller.placement(_member(1, "9"))
+    assert placed.job_id == 9 and placed.state == scheduler_pb2.PLACEMENT_STATE_STARTED

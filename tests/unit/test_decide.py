@@ -1,16 +1,19 @@
-"""The scheduler's decision as a table: one row per line of the reconcile table in
-tandem.scheduler.decide, crash rows included (a previous life that died between two writes)."""
+"""The scheduler's decision for a Pod alone as a table: one row per line of the reconcile table in
+tandem.scheduler.decide, crash rows included (a previous life that died between two writes). Each
+row is a group of one (groups.alone) through the one decide that places gangs too
+(tests/unit/test_decide_group.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import pytest
 
 from tandem import keys, placeholder
 from tandem.scheduler import decide as d
-from tandem.scheduler import policy
+from tandem.scheduler import groups, policy
+from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
 
 SCHEDULER = "tandem-test"
@@ -81,19 +84,45 @@ def job(
 
 
 def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.Observed:
-    recorded = d.recorded_job_id(p) if p is not None else None
+    """The snapshot of the Pod alone, as the controller observes it: a group of one."""
+    recorded = kw.pop("recorded", d.recorded_job_id(p) if p is not None else None)
+    fit: Eligibility | None = kw.pop("fit", None)
     return d.Observed(
         REF.key,
-        p,
+        groups.alone(REF.key, p),
+        (p,) if p is not None else (),
         job=j,
-        recorded_job_id=kw.pop("recorded", recorded),
-        kube_node=HOSTS.get,
+        jobs=kw.pop("jobs_of_key", (j,) if j is not None else ()),
+        recorded={REF.uid: recorded} if recorded is not None else {},
+        hosts=HOSTS,
+        fits={REF.uid: fit} if fit is not None else None,
         kill_wait=30,
         policy=kw.pop("policy", POLICY),
         **kw,
     )
 
 
+# Stands for the row's Pod in an expected action (each row builds its own).
+THE_POD: tuple[dict[str, Any], ...] = ({"the": "Pod"},)
+
+
+def _the_pod_in(expected: Any, observed: d.Observed) -> Any:
+    """The expected action with THE_POD replaced by the row's Pod."""
+    if not is_dataclass(expected) or isinstance(expected, type):
+        return expected
+    changes: dict[str, Any] = {}
+    for f in fields(expected):
+        value = getattr(expected, f.name)
+        if value == THE_POD:
+            changes[f.name] = observed.members
+        elif f.name == "placements":
+            changes[f.name] = tuple(
+                replace(p, pod=observed.members[0]) if p.pod == THE_POD[0] else p for p in value
+            )
+    return replace(expected, **changes)
+
+
+NOMINATED = d.Nominate((d.Placement(THE_POD[0], "cpu-001", "node-001"),))
 REFUSED = (d.REASON_INVALID, "invalid for Slurm: sunk.coreweave.com/user-id: 0 is not allowed")
 
 ROWS: list[tuple[str, d.Observed, Any]] = [
@@ -135,6 +164,7 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
         "bound Pod whose job was stopped",
         seen(pod(7, node="node-001"), job(started=True, terminating=True)),
         d.Delete(
+            THE_POD,
             "Normal",
             "SlurmJobEnded",
             "Slurm job 7 was stopped (scancel, time limit or preemption); deleting the Pod",
@@ -143,22 +173,23 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "bound Pod whose job ended",
         seen(pod(7, node="node-001"), job("TIMEOUT", started=True)),
-        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 ended (TIMEOUT); deleting the Pod"),
+        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (TIMEOUT); deleting the Pod"),
     ),
     (
         "bound Pod whose job Slurm forgot",
         seen(pod(7, node="node-001"), job(gone=True)),
-        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 ended (GONE); deleting the Pod"),
+        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (GONE); deleting the Pod"),
     ),
     (
         "bound Pod whose job was requeued",
         seen(pod(7, node="node-001"), job("PENDING")),
-        d.Delete("Normal", "SlurmJobEnded", "Slurm job 7 was requeued; deleting the Pod"),
+        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 was requeued; deleting the Pod"),
     ),
     (
         "bound Pod whose job runs on another Node",
         seen(pod(7, node="node-001"), job(node="cpu-002", started=True)),
         d.Delete(
+            THE_POD,
             "Normal",
             "SlurmJobEnded",
             "Slurm job 7 now runs on cpu-002, not on this Pod's Node; deleting the Pod",
@@ -174,6 +205,7 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
         "bound Pod the policy would now refuse: told, never evicted",
         seen(pod(7, node="node-001"), job(started=True), policy=policy.BUILTIN),
         d.Warn(
+            THE_POD,
             d.REASON_WOULD_BE_REFUSED,
             "this Pod would now be refused (invalid for Slurm: sunk.coreweave.com/user-id: not set, and "
             "namespace default has no default user: set the annotation, or a defaultUser for the "
@@ -225,8 +257,17 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     ),
     ("invalid Pod: reject", seen(pod(requests={})), "Reject"),
     # Crash rows
-    ("crashed after submit, before recording (this life)", seen(pod(), submitted_job_id=7), d.Record(7)),
-    ("crashed after submit, before recording (earlier life)", seen(pod(), job()), d.Record(7)),
+    (
+        "crashed after submit, before recording (this life)",
+        seen(pod(), submitted_job_id=7),
+        d.Record(THE_POD, 7),
+    ),
+    ("crashed after submit, before recording (earlier life)", seen(pod(), job()), d.Record(THE_POD, 7)),
+    (
+        "crashed after submit, before recording, and the job ended since: recorded (then deleted)",
+        seen(pod(), job("FAILED")),
+        d.Record(THE_POD, 7),
+    ),
     ("recorded, the stream has not shown the job yet", seen(pod(7)), d.Nothing()),
     (
         "a submit retried after its answer was lost: the second job is cancelled",
@@ -236,18 +277,18 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "the second job's cancel already sent: on with the recorded one",
         seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,), cancel_sent=frozenset({9})),
-        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
     ),
     (
         "recorded by this life, informer copy still without it",
         seen(pod(), job("PENDING", reason="Priority"), recorded=7),
-        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
     ),
     # Waiting for Slurm
     (
         "pending job: Slurm's reason",
         seen(pod(7), job("PENDING", reason="Resources")),
-        d.SetPending(d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
+        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
     ),
     (
         "pending job in the queue: its place and expected start",
@@ -260,7 +301,8 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
                 job=replace(job("PENDING", reason="Priority").job, expected_start=1795430530),
             ),
         ),
-        d.SetPending(
+        d.Pend(
+            THE_POD,
             d.REASON_PENDING,
             "Slurm job 7 in partition cpu is pending: Priority; position 3 of 9; "
             "expected to start at 2026-11-23T10:42Z",
@@ -268,12 +310,12 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     ),
     ("pending job not yet looked at", seen(pod(7), job("PENDING")), d.Nothing()),
     ("pending job, reason None", seen(pod(7), job("PENDING", reason="None")), d.Nothing()),
-    ("allocated job, prolog running: its Node nominated", seen(pod(7), job()), d.Nominate("node-001")),
+    ("allocated job, prolog running: its Node nominated", seen(pod(7), job()), NOMINATED),
     # Running
     (
         "script started: bind",
         seen(pod(7), job(started=True)),
-        d.Bind(job(started=True), "cpu-001", "node-001"),
+        d.Bind(job(started=True), (d.Placement(THE_POD[0], "cpu-001", "node-001"),)),
     ),
     (
         "script started, Node unknown: wait",
@@ -283,12 +325,16 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "job ended before the Pod was bound",
         seen(pod(7), job("FAILED")),
-        d.Delete("Warning", "SlurmJobEnded", "placeholder job 7 ended (FAILED) before the Pod was bound"),
+        d.Delete(
+            THE_POD, "Warning", "SlurmJobEnded", "placeholder job 7 ended (FAILED) before the Pod was bound"
+        ),
     ),
     (
         "job gone before the Pod was bound",
         seen(pod(7), job(gone=True)),
-        d.Delete("Warning", "SlurmJobEnded", "placeholder job 7 ended (GONE) before the Pod was bound"),
+        d.Delete(
+            THE_POD, "Warning", "SlurmJobEnded", "placeholder job 7 ended (GONE) before the Pod was bound"
+        ),
     ),
 ]
 
@@ -299,17 +345,17 @@ def test_decide(observed: d.Observed, expected: Any) -> None:
     if isinstance(expected, str):
         assert type(action).__name__ == expected
     else:
-        assert action == expected
+        assert action == _the_pod_in(expected, observed)
 
 
 def test_a_pod_refused_after_its_job_was_submitted_gets_its_job_cancelled() -> None:
     # The policy changes while the job is pending: rejected, then (the condition written) its job
     # cancelled, once.
     pending = job("PENDING", reason="Priority")
-    assert isinstance(d.decide(seen(pod(7), pending)), d.SetPending)
+    assert isinstance(d.decide(seen(pod(7), pending)), d.Pend)
     rejected = d.decide(seen(pod(7), pending, policy=policy.BUILTIN))
     assert isinstance(rejected, d.Reject)
-    refused = pod(7, condition=(d.REASON_INVALID, rejected.validation.message()))
+    refused = pod(7, condition=(d.REASON_INVALID, rejected.message))
     assert d.decide(seen(refused, pending)) == d.Cancel((7,), "the Pod was refused before it was bound")
     assert d.decide(seen(refused, pending, cancel_sent=frozenset({7}))) == d.Nothing()
 
@@ -325,13 +371,13 @@ def test_a_bound_pod_is_never_deleted_by_a_policy_change() -> None:
 def test_the_reject_carries_what_a_person_reads() -> None:
     action = d.decide(seen(pod(requests={"cpu": "1"})))
     assert isinstance(action, d.Reject)
-    assert "requests.memory: must be set" in action.validation.message()
+    assert "requests.memory: must be set" in action.message
 
 
 def test_the_submit_carries_the_requests_validation_parsed() -> None:
     action = d.decide(seen(pod(requests={"cpu": "1500m", "memory": "2Gi"})))
     assert isinstance(action, d.Submit)
-    assert action.validation.requests == {"cpu": 1500, "memory": 2 * 2**30}
+    assert [v.requests for v in action.validations] == [{"cpu": 1500, "memory": 2 * 2**30}]
 
 
 PLACEMENTS = [
@@ -358,12 +404,13 @@ def _fit(*excluded: str, total: int = 2) -> Any:
     from tandem.scheduler.eligibility import Eligibility
 
     reasons = Counter({"node(s) were unschedulable": len(excluded)}) if excluded else Counter()
-    return lambda requests: Eligibility(total, tuple(excluded), reasons)
+    return Eligibility(total, tuple(excluded), reasons)
 
 
 def test_no_node_fits_no_job_and_kube_schedulers_words() -> None:
-    action = d.decide(seen(pod(), fit=_fit("cpu-001", "cpu-002")))
-    assert action == d.SetPending(
+    observed = seen(pod(), fit=_fit("cpu-001", "cpu-002"))
+    assert d.decide(observed) == d.Pend(
+        observed.members,
         d.REASON_UNSCHEDULABLE,
         "0/2 nodes are available: 2 node(s) were unschedulable.",
         event="FailedScheduling",
@@ -388,12 +435,14 @@ def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None
             job_excludes=frozenset({"cpu-002", "cpu-009"}),
         )
     )
-    assert isinstance(same, d.SetPending) and same.reason == d.REASON_PENDING
+    assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
 
 
 def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:
-    assert d.decide(seen(pod(7), job(state="RUNNING"))) == d.Nominate("node-001")
+    allocated = seen(pod(7), job(state="RUNNING"))
+    assert d.decide(allocated) == _the_pod_in(NOMINATED, allocated)
     nominated = pod(7)
     nominated["status"]["nominatedNodeName"] = "node-001"
     assert d.decide(seen(nominated, job(state="RUNNING"))) == d.Nothing()
-    assert d.decide(seen(nominated, job(state="PENDING", reason="Resources"))) == d.Nominate("")
+    requeued = seen(nominated, job(state="PENDING", reason="Resources"))
+    assert d.decide(requeued) == d.Nominate((d.Placement(nominated, "", ""),))

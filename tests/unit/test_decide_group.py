@@ -1,5 +1,7 @@
-"""The group decision as a table: one row per line of tandem.scheduler.decide_group's table,
-crash rows included (a previous life that died between two writes of a group's action)."""
+"""The decision for a gang as a table: one row per line of tandem.scheduler.decide's table, crash
+rows included (a previous life that died between two writes of a group's action). The same decide
+places a Pod alone as a group of one: every row of tests/unit/test_decide.py runs through it too,
+and the rows marked (issue 19) are the single-Pod checks groups lacked before."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import pytest
 
 from tandem import keys, placeholder
 from tandem.scheduler import decide as d
-from tandem.scheduler import decide_group as dg
 from tandem.scheduler import groups, policy
+from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
+from tests.unit import test_decide as single
 
 SCHEDULER = "tandem-test"
 KEY = "default/pg:train"
@@ -91,13 +94,18 @@ def job(
 POLICY = policy.parse("default: {defaultUser: 1001}")
 
 
-def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -> dg.ObservedGroup:
-    return dg.ObservedGroup(
+def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -> d.Observed:
+    """The group's snapshot, as the controller observes it (the job ids its members carry)."""
+    return d.Observed(
         KEY,
         kw.pop("group", GROUP),
         tuple(members),
         job=j,
-        kube_node=HOSTS.get,
+        jobs=(j,) if j is not None else (),
+        recorded={
+            m["metadata"]["uid"]: job_id for m in members if (job_id := d.recorded_job_id(m)) is not None
+        },
+        hosts=HOSTS,
         slurm_nodes=kw.pop("slurm_nodes", 8),
         kill_wait=30,
         policy=kw.pop("policy", POLICY),
@@ -141,7 +149,7 @@ def test_an_lws_group_is_its_leader_and_workers_with_the_size_lws_gave_them() ->
     assert [p["metadata"]["name"] for p in sorted(pods, key=groups.rank)] == ["serve-1", "serve-1-1"]
 
 
-ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
+ROWS: list[tuple[str, d.Observed, type]] = [
     ("job live, every member gone", seen([], job()), d.Cancel),
     ("job live, members all deleting", seen(three(job_id=7, deleting=True), job()), d.Cancel),
     (
@@ -155,10 +163,10 @@ ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
     (
         "job stopped while bound",
         seen(three(job_id=7, node="node-001"), job(terminating=True)),
-        dg.DeleteMembers,
+        d.Delete,
     ),
-    ("job ended before binding", seen(three(job_id=7), job(state="CANCELLED")), dg.DeleteMembers),
-    ("job requeued after binding", seen([member(0, 7, "node-001")], job(state="PENDING")), dg.DeleteMembers),
+    ("job ended before binding", seen(three(job_id=7), job(state="CANCELLED")), d.Delete),
+    ("job requeued after binding", seen([member(0, 7, "node-001")], job(state="PENDING")), d.Delete),
     ("a member refused earlier", seen([member(0, refused=d.REASON_INVALID), member(1)]), d.Nothing),
     (
         "a member refused after the group's job was submitted: the job is cancelled",
@@ -187,20 +195,20 @@ ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
             job(started=True),
             policy=policy.BUILTIN,
         ),
-        dg.WarnMembers,
+        d.Warn,
     ),
-    ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), dg.PendMembers),
-    ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), dg.RejectMembers),
+    ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), d.Pend),
+    ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), d.Reject),
     (
         "members disagree on the partition",
         seen([member(0, annotations={keys.PARTITION: "a"}), member(1), member(2)]),
-        dg.RejectMembers,
+        d.Reject,
     ),
-    ("two of three members", seen(three()[:2]), dg.PendMembers),
-    ("more members than Slurm nodes", seen(three(), slurm_nodes=2), dg.RefuseGroup),
-    ("all members, no job", seen(three()), dg.SubmitGroup),
-    ("crash after submit, before any record", seen(three(), job(state="PENDING")), dg.RecordMembers),
-    ("crash after one record", seen([member(0, 7), member(1), member(2)], job()), dg.RecordMembers),
+    ("two of three members", seen(three()[:2]), d.Pend),
+    ("more members than Slurm nodes", seen(three(), slurm_nodes=2), d.Refuse),
+    ("all members, no job", seen(three()), d.Submit),
+    ("crash after submit, before any record", seen(three(), job(state="PENDING")), d.Record),
+    ("crash after one record", seen([member(0, 7), member(1), member(2)], job()), d.Record),
     ("submitted, stream not there yet", seen(three(job_id=7)), d.Nothing),
     (
         "a group submit retried after its answer was lost: the second job is cancelled",
@@ -215,51 +223,55 @@ ROWS: list[tuple[str, dg.ObservedGroup, type]] = [
             duplicates=(9,),
             cancel_sent=frozenset({9}),
         ),
-        dg.PendMembers,
+        d.Pend,
     ),
-    ("submitted in this life, none recorded", seen(three(), submitted_job_id=7), dg.RecordMembers),
+    ("submitted in this life, none recorded", seen(three(), submitted_job_id=7), d.Record),
     (
         "job pending with a reason",
         seen(three(job_id=7), job(state="PENDING", reason="Resources")),
-        dg.PendMembers,
+        d.Pend,
     ),
-    ("job allocated, prologs running", seen(three(job_id=7), job()), d.Nothing),
-    ("job running, script started", seen(three(job_id=7), job(started=True)), dg.BindMembers),
+    (
+        "job allocated, prologs running: the Nodes nominated (issue 19)",
+        seen(three(job_id=7), job()),
+        d.Nominate,
+    ),
+    ("job running, script started", seen(three(job_id=7), job(started=True)), d.Bind),
     (
         "crash after binding one member",
         seen([member(0, 7, "node-001"), member(1, 7), member(2, 7)], job(started=True)),
-        dg.BindMembers,
+        d.Bind,
     ),
     ("all bound", seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True)), d.Nothing),
 ]
 
 
 @pytest.mark.parametrize(("why", "observed", "expected"), ROWS, ids=[r[0] for r in ROWS])
-def test_each_line_of_the_group_table(why: str, observed: dg.ObservedGroup, expected: type) -> None:
-    assert isinstance(dg.decide_group(observed), expected), why
+def test_each_line_of_the_group_table(why: str, observed: d.Observed, expected: type) -> None:
+    assert isinstance(d.decide(observed), expected), why
 
 
 def test_a_refused_groups_job_is_cancelled_once_and_a_bound_group_is_only_told() -> None:
     refused = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
-    assert dg.decide_group(seen(refused, job(state="PENDING"))) == d.Cancel(
+    assert d.decide(seen(refused, job(state="PENDING"))) == d.Cancel(
         (7,), "a member was refused before the group was bound"
     )
     bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
-    told = dg.decide_group(seen(bound, job(started=True), policy=policy.BUILTIN))
-    assert isinstance(told, dg.WarnMembers) and told.reason == d.REASON_WOULD_BE_REFUSED
+    told = d.decide(seen(bound, job(started=True), policy=policy.BUILTIN))
+    assert isinstance(told, d.Warn) and told.reason == d.REASON_WOULD_BE_REFUSED
     assert [p["metadata"]["name"] for p in told.pods] == ["train-0", "train-1", "train-2"]
     assert "user-id: not set" in told.message and "never evicted by a policy change" in told.message
 
 
 def test_missing_members_are_counted_on_each_member() -> None:
-    action = dg.decide_group(seen(three()[:2]))
-    assert isinstance(action, dg.PendMembers) and len(action.pods) == 2
-    assert "1 still missing" in action.message and action.reason == dg.REASON_WAITING_FOR_MEMBERS
+    action = d.decide(seen(three()[:2]))
+    assert isinstance(action, d.Pend) and len(action.pods) == 2
+    assert "1 still missing" in action.message and action.reason == d.REASON_WAITING_FOR_MEMBERS
 
 
 def test_members_bind_all_at_once_to_distinct_nodes_the_first_on_the_batch_host() -> None:
-    action = dg.decide_group(seen([member(2, 7), member(0, 7), member(1, 7)], job(started=True)))
-    assert isinstance(action, dg.BindMembers)
+    action = d.decide(seen([member(2, 7), member(0, 7), member(1, 7)], job(started=True)))
+    assert isinstance(action, d.Bind)
     assert [(p.pod["metadata"]["name"], p.slurm_node, p.kube_node) for p in action.placements] == [
         ("train-0", "cpu-001", "node-001"),
         ("train-1", "cpu-002", "node-002"),
@@ -274,31 +286,32 @@ def test_a_replacement_takes_the_node_its_predecessor_left() -> None:
         member(2, 7, "node-003"),
         member(1, 7, uid="uid-1b"),  # the Job controller's replacement
     ]
-    action = dg.decide_group(seen(members, job(started=True)))
-    assert isinstance(action, dg.BindMembers)
+    action = d.decide(seen(members, job(started=True)))
+    assert isinstance(action, d.Bind)
     assert [(p.pod["metadata"]["uid"], p.kube_node) for p in action.placements] == [("uid-1b", "node-002")]
 
 
 def test_a_replacement_is_bound_only_once_it_carries_the_job() -> None:
     members = [member(0, 7, "node-001"), member(2, 7, "node-003"), member(1, uid="uid-1b")]
-    action = dg.decide_group(seen(members, job(started=True)))
-    assert isinstance(action, dg.RecordMembers) and [p["metadata"]["uid"] for p in action.pods] == ["uid-1b"]
+    action = d.decide(seen(members, job(started=True)))
+    assert isinstance(action, d.Record) and [p["metadata"]["uid"] for p in action.pods] == ["uid-1b"]
 
 
 def test_an_extra_member_waits_when_every_node_of_the_job_is_taken() -> None:
     members = [*[member(i, 7, f"node-00{i + 1}") for i in range(3)], member(3, 7)]
-    action = dg.decide_group(seen(members, job(started=True)))
-    assert isinstance(action, dg.PendMembers) and action.reason == dg.REASON_GROUP_FULL
+    action = d.decide(seen(members, job(started=True)))
+    assert isinstance(action, d.Pend) and action.reason == d.REASON_GROUP_FULL
 
 
 def test_no_bind_before_every_node_of_the_job_is_known() -> None:
-    action = dg.decide_group(
-        dg.ObservedGroup(
+    action = d.decide(
+        d.Observed(
             KEY,
             GROUP,
             tuple(three(job_id=7)),
             job=job(started=True),
-            kube_node=lambda _: None,
+            recorded={f"uid-{i}": 7 for i in range(3)},
+            hosts={},
             kill_wait=30,
             policy=POLICY,
         )
@@ -308,19 +321,19 @@ def test_no_bind_before_every_node_of_the_job_is_known() -> None:
 
 def test_no_bind_while_the_job_is_known_on_fewer_nodes_than_members() -> None:
     partial = JobStatus(replace(job(started=True).job, nodes=("cpu-001",)), started=True)
-    assert isinstance(dg.decide_group(seen(three(job_id=7), partial)), d.Wait)
+    assert isinstance(d.decide(seen(three(job_id=7), partial)), d.Wait)
 
 
 def test_a_group_is_submitted_with_its_minimum_in_rank_order() -> None:
     members = [member(3), member(1), member(0), member(2)]
-    action = dg.decide_group(seen(members))
-    assert isinstance(action, dg.SubmitGroup)
+    action = d.decide(seen(members))
+    assert isinstance(action, d.Submit)
     assert [p["metadata"]["name"] for p in action.members] == ["train-0", "train-1", "train-2"]
 
 
 def test_disagreement_is_named_on_every_member() -> None:
-    action = dg.decide_group(seen([member(0, annotations={keys.PARTITION: "a"}), member(1), member(2)]))
-    assert isinstance(action, dg.RejectMembers) and len(action.pods) == 3
+    action = d.decide(seen([member(0, annotations={keys.PARTITION: "a"}), member(1), member(2)]))
+    assert isinstance(action, d.Reject) and len(action.pods) == 3
     assert f"metadata.annotations[{keys.PARTITION}]: must be the same on every member" in action.message
     assert 'train-0="a"' in action.message and "train-1=(unset)" in action.message
 
@@ -336,14 +349,135 @@ def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
     """Before: the group path validated without --reject-static-cpu, so a gang member the kubelet
     would pin CPUs for was submitted while the same Pod alone was refused (issue 19)."""
     members = [_guaranteed(m) for m in three()]
-    action = dg.decide_group(seen(members, reject_static_cpu=True))
-    assert isinstance(action, dg.RejectMembers), action
+    action = d.decide(seen(members, reject_static_cpu=True))
+    assert isinstance(action, d.Reject), action
     assert "--reject-static-cpu" in action.message
+    key = "default/train-0"
     alone = d.decide(
-        d.Observed("default/train-0", members[0], kill_wait=30, reject_static_cpu=True, policy=POLICY)
+        d.Observed(
+            key,
+            groups.alone(key, members[0]),
+            (members[0],),
+            kill_wait=30,
+            reject_static_cpu=True,
+            policy=POLICY,
+        )
     )
     assert isinstance(alone, d.Reject)
     # Without the flag: submitted, each member's validation carrying the warning to post.
-    submit = dg.decide_group(seen(members))
-    assert isinstance(submit, dg.SubmitGroup)
+    submit = d.decide(seen(members))
+    assert isinstance(submit, d.Submit)
     assert all(v.static_cpu for v in submit.validations)
+
+
+def _gang_of_one(observed: d.Observed) -> d.Observed:
+    """A single-Pod row's snapshot with its Pod as the only member of a gang (minCount 1)."""
+    podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+    return replace(observed, key=KEY, group=groups.resolve(KEY, [], {"default/train": podgroup}.get))
+
+
+def _pods_of(action: d.Action) -> tuple[Any, ...]:
+    if isinstance(action, d.Bind | d.Nominate):
+        return tuple((p.pod, p.slurm_node, p.kube_node) for p in action.placements)
+    return tuple(getattr(action, "pods", None) or getattr(action, "members", None) or ())
+
+
+# The one line where a gang differs from a Pod alone, by design: a Pod alone's jobs are all its
+# own (found by its uid), a group's outlive members that were replaced.
+BY_DESIGN = {
+    "crashed after submit, before recording, and the job ended since: recorded (then deleted)": d.Submit
+}
+SAME = [r for r in single.ROWS if r[0] not in BY_DESIGN]
+
+
+@pytest.mark.parametrize("observed", [r[1] for r in SAME], ids=[f"alone: {r[0]}" for r in SAME])
+def test_every_single_pod_row_holds_for_a_gang_of_one(observed: d.Observed) -> None:
+    """Every check of a Pod alone applies to a gang member (issue 19: before, gangs ignored
+    --reject-static-cpu, never nominated, never followed the fit once pending): the same action
+    on the same Pods and jobs, in the group's words."""
+    alone, member = d.decide(observed), d.decide(_gang_of_one(observed))
+    assert type(member) is type(alone)
+    assert _pods_of(member) == _pods_of(alone)
+    assert getattr(member, "job_ids", None) == getattr(alone, "job_ids", None)
+    assert getattr(member, "job_id", None) == getattr(alone, "job_id", None)
+    assert getattr(member, "reason", None) == getattr(alone, "reason", None)
+    assert getattr(member, "event", None) == getattr(alone, "event", None)
+
+
+def _fits(*unfit: str, total: int = 3) -> dict[str, Eligibility]:
+    from collections import Counter
+
+    reasons = Counter({"node(s) were unschedulable": len(unfit)}) if unfit else Counter()
+    return {f"uid-{i}": Eligibility(total, unfit, reasons) for i in range(3)}
+
+
+def test_members_whose_job_ended_before_binding_hear_what_a_pod_alone_hears() -> None:
+    """Before: a Normal Event in the words of a bound Pod ("Slurm job 7 ended (CANCELLED);
+    deleting the Pod") for members that never ran (issue 19)."""
+    members = three(job_id=7)
+    assert d.decide(seen(members, job(state="CANCELLED"))) == d.Delete(
+        tuple(members),
+        "Warning",
+        "SlurmJobEnded",
+        "placeholder job 7 ended (CANCELLED) before the Pod was bound",
+    )
+
+
+def test_a_refused_members_cancelled_job_does_not_delete_the_refused_member() -> None:
+    """Before: once the cancel made the job stop, every member carrying it was deleted, the
+    refused one with its reason; a Pod alone stays refused (issue 19)."""
+    members = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
+    assert d.decide(seen(members, job(state="PENDING", terminating=True))) == d.Nothing()
+    ended = d.decide(seen(members, job(state="CANCELLED")))
+    assert isinstance(ended, d.Delete) and [p["metadata"]["name"] for p in ended.pods] == [
+        "train-1",
+        "train-2",
+    ]
+
+
+def test_a_pending_group_job_follows_the_fit_as_a_pod_alones_does() -> None:
+    """Before: a group's job kept the excluded nodes of its submit forever (issue 19)."""
+    pending = job(state="PENDING", reason="Resources")
+    # Four Slurm nodes, three would take every member: room for the group.
+    assert d.decide(seen(three(job_id=7), pending, fits=_fits("cpu-003", total=4))) == d.Exclude(7, "cpu-003")
+    same = d.decide(
+        seen(three(job_id=7), pending, fits=_fits("cpu-003", total=4), job_excludes=frozenset({"cpu-003"}))
+    )
+    assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
+
+
+def test_a_group_no_nodes_would_take_gets_kube_schedulers_event_on_each_member() -> None:
+    """Before: the members' condition said Unschedulable but no FailedScheduling Event was
+    posted, unlike for a Pod alone (issue 19)."""
+    action = d.decide(seen(three(), fits=_fits("cpu-002", "cpu-003")))
+    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert action.event == "FailedScheduling" and len(action.pods) == 3
+    assert "needs 3 nodes, one per member, and 1/3 would take every member" in action.message
+
+
+def test_a_bound_member_whose_job_runs_elsewhere_now_is_deleted() -> None:
+    """Before: only a Pod alone was checked against where its job runs (issue 19)."""
+    members = [member(0, 7, "node-001"), member(1, 7, "node-009"), member(2, 7, "node-003")]
+    action = d.decide(seen(members, job(started=True)))
+    assert isinstance(action, d.Delete) and [p["metadata"]["name"] for p in action.pods] == ["train-1"]
+    assert "now runs on cpu-001, cpu-002, cpu-003, not on this Pod's Node" in action.message
+
+
+def test_a_group_is_nominated_while_its_prologs_run_and_cleared_if_requeued() -> None:
+    """Before: only a Pod alone had status.nominatedNodeName set (issue 19)."""
+    members = three(job_id=7)
+    action = d.decide(seen(members, job()))
+    assert action == d.Nominate(
+        tuple(d.Placement(m, f"cpu-00{i + 1}", f"node-00{i + 1}") for i, m in enumerate(members))
+    )
+    for i, m in enumerate(members):
+        m["status"]["nominatedNodeName"] = f"node-00{i + 1}"
+    assert d.decide(seen(members, job())) == d.Nothing()
+    cleared = d.decide(seen(members, job(state="PENDING", reason="Priority")))
+    assert cleared == d.Nominate(tuple(d.Placement(m, "", "") for m in members))
+
+
+@pytest.mark.parametrize(("why", "expected"), BY_DESIGN.items())
+def test_the_lines_where_a_gang_differs_by_design(why: str, expected: type) -> None:
+    (observed,) = [r[1] for r in single.ROWS if r[0] == why]
+    assert isinstance(d.decide(_gang_of_one(observed)), expected)

@@ -14,7 +14,8 @@ def test_a_computed_gauge_follows_its_newest_owner() -> None:
 
 
 def test_the_leader_gauge_follows_the_lease() -> None:
-    """Summed over a component's replicas, 0 means nobody leads (the TandemLeaderMissing alert)."""
+    """Summed over a component's replicas, 0 means nobody leads (the TandemLeaderMissing alert;
+    a replica without election says 1: test_manager)."""
     import threading
     from unittest import mock
 
@@ -22,8 +23,6 @@ def test_the_leader_gauge_follows_the_lease() -> None:
     from tandem.metrics import REGISTRY
 
     stop = threading.Event()
-    leader.lead_when_elected(mock.Mock(), False, "tandem", "solo-lease", stop, lambda: None, lambda: None)
-    assert 'tandem_leader{lease="solo-lease"} 1' in REGISTRY.render()
     elector = leader.LeaderElector(mock.Mock(), "tandem", "ha-lease")
     assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
     with mock.patch.object(elector, "_try_acquire_or_renew", side_effect=[True, False, False, False]):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tandem import keys
 from tandem.scheduler import decide as d
-from tandem.scheduler import jobspec
+from tandem.scheduler import groups, jobspec
 from tandem.scheduler.policy import parse
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
@@ -74,13 +74,16 @@ pods = st.fixed_dictionaries(
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(pod=pods, policy=st.sampled_from([None, POLICY]))
 def test_any_pod_is_refused_with_a_reason_or_becomes_a_job(pod: dict[str, Any], policy: Any) -> None:
-    observed = d.Observed("default/fuzzed", pod, kill_wait=30, **({"policy": policy} if policy else {}))
+    key = "default/fuzzed"
+    observed = d.Observed(
+        key, groups.alone(key, pod), (pod,), kill_wait=30, **({"policy": policy} if policy else {})
+    )
     action = d.decide(observed)
     if isinstance(action, d.Reject):
-        assert action.validation.message().startswith("invalid for Slurm: ")
+        assert action.message.startswith("invalid for Slurm: ")
         return
     assert isinstance(action, d.Submit), action
-    result = action.validation
-    spec = jobspec.build_job_spec(pod, CFG, result.requests, defaults=result.defaults)
+    (result,) = action.validations
+    spec = jobspec.build_job_spec(pod, CFG, result.requests, annotations=result.job_annotations)
     assert spec.cpus >= 1 and spec.memory_mb >= 1
     assert 0 <= (spec.user_id or 0) <= 0xFFFFFFFE and 0 <= (spec.group_id or 0) <= 0xFFFFFFFE

@@ -45,3 +45,20 @@ def test_the_cached_copy_alone_also_prevents_a_write() -> None:
     cached = _pod({"type": "PodScheduled", "status": "False", "reason": "R", "message": "m"})
     assert PodApi(kube).set_unscheduled(cached, "R", "m") is False
     kube.strategic_patch.assert_not_called()
+
+
+def test_a_written_condition_is_trusted_only_until_the_cache_shows_its_version() -> None:
+    """The write answered resourceVersion 5: a copy older than that is stale (no second write);
+    a copy at 5 or later is the truth, and if someone replaced the condition since, it is written
+    again. Before: the memory was kept (up to 10,000 Pods) whatever the cache showed (issue 19)."""
+    kube = mock.Mock()
+    kube.strategic_patch.return_value = {"metadata": {"resourceVersion": "5"}}
+    api = PodApi(kube)
+    stale = _pod()
+    stale["metadata"]["resourceVersion"] = "4"
+    assert api.set_unscheduled(stale, "R", "m") is True
+    assert api.set_unscheduled(stale, "R", "m") is False
+    overwritten = _pod({"type": "PodScheduled", "status": "False", "reason": "Other", "message": "x"})
+    overwritten["metadata"]["resourceVersion"] = "6"
+    assert api.set_unscheduled(overwritten, "R", "m") is True
+    assert kube.strategic_patch.call_count == 2

@@ -1,21 +1,20 @@
-"""What a controller waits for before acting, and what readiness says of it: one list."""
+"""What readiness says of a source the workers wait for: what, and why not yet."""
 
 from __future__ import annotations
 
-from tandem.sources import Source, Sources
+from tandem.sources import Source
 
 
-def test_only_what_has_not_synced_is_named_with_why() -> None:
-    sources = Sources(
-        [
-            Source("Pods", lambda: True),
-            Source("Nodes", lambda: False, lambda: "HTTP 403 Forbidden"),
-            Source("the tenant policy", lambda: False),
-        ]
+def test_a_source_not_read_yet_is_named_with_its_last_error() -> None:
+    assert Source("Nodes", lambda: False, lambda: "HTTP 403 Forbidden").waiting() == (
+        "Nodes: not read yet (HTTP 403 Forbidden)"
     )
-    assert not sources.synced()
-    assert sources.waiting_for() == [
-        "Nodes: not read yet (HTTP 403 Forbidden)",
-        "the tenant policy: not read yet",
-    ]
-    assert Sources([Source("Pods", lambda: True)]).synced()
+    assert Source("the tenant policy", lambda: False).waiting() == "the tenant policy: not read yet"
+
+
+def test_past_the_cache_sync_timeout_it_says_the_wait_timed_out() -> None:
+    assert Source("Nodes", lambda: False, lambda: "HTTP 403 Forbidden").timed_out(60.0) == (
+        "caches not synced after 60s: Nodes: HTTP 403 Forbidden"
+    )
+    silent = Source("Nodes", lambda: False)
+    assert silent.timed_out(60.0) == "caches not synced after 60s: Nodes: no answer yet"

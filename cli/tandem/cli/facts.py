@@ -11,7 +11,7 @@ import grpc
 from tandem import keys, slurmd
 from tandem.kube import JSON, KubeClient
 from tandem.mtls import TlsFiles, channel_credentials
-from tandem.scheduler import decide, decide_group
+from tandem.scheduler import decide
 from tandem.slurm import wire
 from tandem.slurm.models import JobStatus, Node
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
@@ -25,9 +25,9 @@ TANDEM_REASONS = frozenset(
         decide.REASON_SLURM_UNAVAILABLE,
         decide.REASON_UNSCHEDULABLE,
         decide.REASON_CANNOT_FIT,
-        decide_group.REASON_WAITING_FOR_MEMBERS,
-        decide_group.REASON_WAITING_FOR_GROUP,
-        decide_group.REASON_GROUP_FULL,
+        decide.REASON_WAITING_FOR_MEMBERS,
+        decide.REASON_WAITING_FOR_GROUP,
+        decide.REASON_GROUP_FULL,
     }
 )
 SYNCER_TIMEOUT_S = 10.0

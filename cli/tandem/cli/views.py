@@ -10,16 +10,16 @@ from typing import Any
 from tandem import keys
 from tandem.cli.facts import Facts
 from tandem.kube import JSON, parse_rfc3339, pod_finished
-from tandem.scheduler import decide, decide_group, groups
+from tandem.scheduler import decide, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 
 REFUSED = frozenset({decide.REASON_INVALID, decide.REASON_SUBMIT_FAILED, decide.REASON_CANNOT_FIT})
 WAITING = frozenset(
     {
-        decide_group.REASON_WAITING_FOR_MEMBERS,
-        decide_group.REASON_WAITING_FOR_GROUP,
-        decide_group.REASON_GROUP_FULL,
+        decide.REASON_WAITING_FOR_MEMBERS,
+        decide.REASON_WAITING_FOR_GROUP,
+        decide.REASON_GROUP_FULL,
     }
 )
 _SLURM_REASON = re.compile(r" is pending: ([^;]+)")

@@ -5,26 +5,24 @@ again in N seconds" or raises."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from tandem import placeholder, tracing
+from tandem.assume import AssumeCache, version_of
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
-from tandem.scheduler import decide_group as dg
 from tandem.scheduler import eligibility, groups, jobspec
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.podapi import PodApi, condition
 from tandem.scheduler.policy import BUILTIN, Policy
-from tandem.scheduler.validation import Validation
+from tandem.scheduler.validation import Problem, Validation, effective_requests
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.hostlist import expand
 from tandem.slurm.models import JobSpec, JobStatus
@@ -51,8 +49,6 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
-# Pods whose submitted/recorded job id this process remembers until its cache shows it.
-_REMEMBERED = 10_000
 
 
 class JobSubmitter(Protocol):
@@ -120,29 +116,6 @@ def group_index(pod: JSON) -> list[str]:
     return [key] if key else []
 
 
-class _Memory:
-    """Pod uid -> job id, bounded: what this process wrote that its caches do not show yet."""
-
-    def __init__(self) -> None:
-        self._ids: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, uid: str) -> int | None:
-        with self._lock:
-            return self._ids.get(uid)
-
-    def put(self, uid: str, job_id: int) -> None:
-        with self._lock:
-            self._ids[uid] = job_id
-            self._ids.move_to_end(uid)
-            while len(self._ids) > _REMEMBERED:
-                self._ids.popitem(last=False)
-
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._ids.pop(uid, None)
-
-
 class Controller:
     def __init__(
         self,
@@ -164,8 +137,10 @@ class Controller:
         self.slurm = slurm
         self.podgroups: ObjectCache = podgroups or _NoPodGroups()
         self.cluster = cluster
+        # What this process wrote that its caches do not show yet (tandem.assume). Slurm writes
+        # carry no resourceVersion: each is forgotten when the job stream shows it.
         # Job id -> the nodes this process last told Slurm to exclude (Slurm's own report wins).
-        self._excludes: OrderedDict[int, frozenset[str]] = OrderedDict()
+        self._excludes: AssumeCache[frozenset[str]] = AssumeCache()
         self.jobs = jobs
         self.events = events
         self.queue = queue
@@ -173,13 +148,13 @@ class Controller:
         self.api = PodApi(kube)
         self.placeholder_cfg = placeholder_cfg
         self.kill_wait = kill_wait
-        # Jobs this process submitted, and job ids it wrote on Pods: the truth until the stream
-        # and the informer show them.
-        self._submitted = _Memory()
-        self._recorded = _Memory()
-        # Jobs already cancelled: their scripts are shutting down; once is enough.
-        self._cancelled: set[int] = set()
-        self._cancelled_lock = threading.Lock()
+        # Pod uid (or group key) -> the job this process submitted for it, until the stream
+        # shows the job or the Pod carries its id.
+        self._submitted: AssumeCache[int] = AssumeCache()
+        # Pod uid -> the job id this process wrote on it, until the informer shows that write.
+        self._recorded: AssumeCache[int] = AssumeCache()
+        # Job id -> cancel sent: its script is shutting down; once is enough until the job ends.
+        self._cancelled: AssumeCache[bool] = AssumeCache()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
         REGISTRY.gauge(
             "tandem_pods",
@@ -244,8 +219,7 @@ class Controller:
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
         if job.ended:
-            with self._cancelled_lock:
-                self._cancelled.discard(job.job_id)  # nothing more to remember about it
+            self._cancelled.forget(str(job.job_id))  # the stream shows the cancel done
         # A Pod to bind or to stop goes ahead of pending-reason updates.
         self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
 
@@ -259,26 +233,36 @@ class Controller:
                     self.queue.add(gkey or object_key(pod), urgent=True)
 
     def reconcile(self, key: str) -> Requeue:
-        if groups.is_group_key(key):
-            observed_group = self.observe_group(key)
-            return self._act_group(observed_group, dg.decide_group(observed_group))
-        pod = self.pods.get(key)
-        if pod is not None and self._in_gang(pod):
-            return None  # its group's reconcile places it
-        if pod is not None:
-            self._forget_what_the_cache_shows(pod)
+        if not groups.is_group_key(key):
+            pod = self.pods.get(key)
+            if pod is not None and self._in_gang(pod):
+                return None  # its group's reconcile places it
+        self._forget_what_the_caches_show(key)
         observed = self.observe(key)
-        action = d.decide(observed)
-        return self._act(observed, action)
+        return self._act(observed, d.decide(observed))
 
-    def _forget_what_the_cache_shows(self, pod: JSON) -> None:
-        """A job id this process wrote that the cached Pod carries now: a scheduler that runs for
-        months must not keep every job id it ever submitted. Done by a reconcile only: observing
-        (which the read-only placement() does too) changes nothing."""
-        uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
-        if annotated is not None and annotated in (self._submitted.get(uid), self._recorded.get(uid)):
-            self._submitted.forget(uid)
-            self._recorded.forget(uid)
+    def _forget_what_the_caches_show(self, key: str) -> None:
+        """What this process wrote that the caches show now: a job id a cached member carries (a
+        write the API answered without a resourceVersion is seen only so), a submit or the excluded
+        nodes the stream shows. Done by a reconcile only: observing (which the read-only
+        placement() does too) forgets nothing."""
+        members, _, jobs = self._members_and_jobs(key)
+        carried = set()
+        for pod in members:
+            uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
+            if annotated is None:
+                continue
+            carried.add(annotated)
+            if self._recorded.get(uid, _version(pod)) == annotated:
+                self._recorded.forget(uid)
+        owner = self._owner(key, members)
+        submitted = self._submitted.get(owner)
+        if submitted is not None and (submitted in carried or any(j.job_id == submitted for j in jobs)):
+            self._submitted.forget(owner)
+        for job in jobs:
+            excluded = frozenset(job.job.excluded_nodes)
+            if excluded and self._excludes.get(str(job.job_id)) == excluded:
+                self._excludes.forget(str(job.job_id))
 
     def _in_gang(self, pod: JSON) -> bool:
         gkey = groups.group_key(pod)
@@ -288,45 +272,86 @@ class Controller:
 
     # -- observing -----------------------------------------------------------------------------
 
-    def observe(self, key: str) -> d.Observed:
+    def _members_and_jobs(self, key: str) -> tuple[tuple[JSON, ...], groups.Group | None, list[JobStatus]]:
+        """The Pods a key places, what they are (a group, or a Pod alone) and every job it has."""
+        if groups.is_group_key(key):
+            members = tuple(self.pods.by_index(BY_GROUP, key))
+            return members, groups.resolve(key, members, self.podgroups.get), self.jobs.for_pod_key(key)
         pod = self.pods.get(key)
-        with self._cancelled_lock:
-            cancelled = frozenset(self._cancelled)
         if pod is None:
-            return d.Observed(key, None, jobs_of_key=tuple(self.jobs.for_pod_key(key)), cancel_sent=cancelled)
-        uid = str(pod["metadata"]["uid"])
-        annotated = d.recorded_job_id(pod)
-        submitted, recorded = self._submitted.get(uid), self._recorded.get(uid)
-        if annotated is not None and annotated in (submitted, recorded):
-            submitted = recorded = None  # the cached Pod carries it now
-        own = recorded or annotated
-        job = self._job_of(uid, own or submitted)
+            return (), groups.alone(key, None), self.jobs.for_pod_key(key)  # deleted: by its name
+        return (pod,), groups.alone(key, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
+
+    @staticmethod
+    def _owner(key: str, members: tuple[JSON, ...]) -> str:
+        """Whose submit is remembered: a group's key, a Pod alone's uid (a Pod of the same name
+        made again is another Pod)."""
+        if groups.is_group_key(key) or not members:
+            return key
+        return str(members[0]["metadata"]["uid"])
+
+    def observe(self, key: str) -> d.Observed:
+        """A snapshot of plain values: everything decide reads, judged now."""
+        members, group, jobs = self._members_and_jobs(key)
+        recorded: dict[str, int] = {}
+        for pod in members:
+            uid = str(pod["metadata"]["uid"])
+            written = self._recorded.get(uid, _version(pod))
+            carried = written if written is not None else d.recorded_job_id(pod)
+            if carried is not None:
+                recorded[uid] = carried
+        submitted = self._submitted.get(self._owner(key, members))
+        if submitted is not None and any(j.job_id == submitted for j in jobs):
+            submitted = None  # the stream shows it now
+        wanted = set(recorded.values()) or ({submitted} if submitted is not None else set())
+        job = _job_of(jobs, wanted)
         duplicates: tuple[int, ...] = ()
-        if job is not None and own == job.job_id:
-            duplicates = tuple(j.job_id for j in self.jobs.for_pod(uid) if not j.ended and j.job_id != own)
+        if job is not None and job.job_id in recorded.values():
+            duplicates = tuple(j.job_id for j in jobs if not j.ended and j is not job)
         return d.Observed(
             key,
-            pod,
+            group,
+            members,
             job=job,
-            duplicates=duplicates,
-            recorded_job_id=own,
+            jobs=tuple(jobs),
+            recorded=recorded,
             submitted_job_id=submitted,
-            cancel_sent=cancelled,
-            kube_node=self.jobs.kube_node,
-            kill_wait=self.kill_wait,
-            fit=self._fit_of(pod),
+            duplicates=duplicates,
+            cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
+            hosts=self._hosts(job),
+            slurm_nodes=self.jobs.slurm_node_count(),
+            fits=self._fits(members, job),
             job_excludes=self._job_excludes(job),
+            kill_wait=self.kill_wait,
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
         )
 
-    def _fit_of(self, pod: JSON) -> Callable[[Mapping[str, int]], eligibility.Eligibility] | None:
+    def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
+        return frozenset(j for j in job_ids if self._cancelled.get(str(j)) is not None)
+
+    def _hosts(self, job: JobStatus | None) -> dict[str, str]:
+        """Slurm node -> the Node hosting it, for the job's nodes the syncer has published."""
+        nodes = job.job.nodes if job is not None else ()
+        return {s: host for s in nodes if (host := self.jobs.kube_node(s)) is not None}
+
+    def _fits(
+        self, members: tuple[JSON, ...], job: JobStatus | None
+    ) -> dict[str, eligibility.Eligibility] | None:
+        """Member uid -> which Slurm nodes' Nodes would take it now, for the members that may still
+        need it (not bound, no job running); None when no Node is watched."""
         cluster = self.cluster
         if cluster is None:
             return None
-
-        def fit(requests: Mapping[str, int]) -> eligibility.Eligibility:
-            return eligibility.judge(
+        fits: dict[str, eligibility.Eligibility] = {}
+        for pod in members:
+            if not _may_need_a_fit(pod, job):
+                continue
+            try:
+                requests = effective_requests(pod)
+            except ValueError:
+                continue  # validation reports it
+            fits[str(pod["metadata"]["uid"])] = eligibility.judge(
                 pod,
                 requests,
                 self.jobs.slurm_node_names(),
@@ -334,76 +359,15 @@ class Controller:
                 cluster.nodes.get,
                 lambda node: cluster.bound.by_index(BY_NODE, node),
             )
-
-        return fit
+        return fits
 
     def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
         if job is None or job.job.excluded_nodes:
             return None  # Slurm says
-        with self._cancelled_lock:
-            return self._excludes.get(job.job_id)
+        return self._excludes.get(str(job.job_id))
 
     def _remember_excludes(self, job_id: int, hostlist: str) -> None:
-        with self._cancelled_lock:
-            self._excludes[job_id] = frozenset(expand(hostlist) if hostlist else ())
-            while len(self._excludes) > _REMEMBERED:
-                self._excludes.popitem(last=False)
-
-    def _job_of(self, uid: str, recorded: int | None) -> JobStatus | None:
-        candidates = self.jobs.for_pod(uid)
-        live = [j for j in candidates if not j.ended]
-        for j in live:
-            if j.job_id == recorded:
-                return j
-        if live:
-            return live[-1]
-        for j in candidates:
-            if j.job_id == recorded:
-                return j
-        return candidates[-1] if candidates else None
-
-    def observe_group(self, key: str) -> dg.ObservedGroup:
-        members = tuple(self.pods.by_index(BY_GROUP, key))
-        group = groups.resolve(key, members, self.podgroups.get)
-        jobs = self.jobs.for_pod_key(key)
-        live = [j for j in jobs if not j.ended]
-        # The job the members recorded is the group's, whatever its id.
-        recorded = {r for m in members if (r := d.recorded_job_id(m)) is not None}
-        own = next((j for j in live if j.job_id in recorded), None)
-        job = own or (live[-1] if live else (jobs[-1] if jobs else None))
-        duplicates = tuple(j.job_id for j in live if own is not None and j is not own)
-        with self._cancelled_lock:
-            cancelled = frozenset(self._cancelled)
-        submitted = self._submitted.get(key)
-        if submitted is not None and job is not None and job.job_id == submitted:
-            self._submitted.forget(key)  # the stream shows it now
-            submitted = None
-        return dg.ObservedGroup(
-            key,
-            group,
-            members,
-            job=job,
-            submitted_job_id=submitted,
-            duplicates=duplicates,
-            cancel_sent=cancelled,
-            kube_node=self.jobs.kube_node,
-            slurm_nodes=self.jobs.slurm_node_count(),
-            kill_wait=self.kill_wait,
-            fit=self._member_fit(),
-            reject_static_cpu=self.reject_static_cpu,
-            policy=self.policy(),
-        )
-
-    def _member_fit(self) -> Callable[[JSON, Mapping[str, int]], eligibility.Eligibility] | None:
-        if self.cluster is None:
-            return None
-
-        def fit(pod: JSON, requests: Mapping[str, int]) -> eligibility.Eligibility:
-            judge = self._fit_of(pod)
-            assert judge is not None
-            return judge(requests)
-
-        return fit
+        self._excludes.assume(str(job_id), frozenset(expand(hostlist) if hostlist else ()))
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -416,75 +380,33 @@ class Controller:
             case d.Cancel(job_ids=job_ids, why=why):
                 self._cancel(o.key, job_ids, why)
                 return None
-        pod = o.pod
-        assert pod is not None  # every other action is about a Pod that exists
+        group = o.group
+        assert group is not None  # every other action is about Pods that are there
         match action:
-            case d.Reject(validation=result):
-                self._reject(pod, result)
-            case d.Submit(validation=result, excluded=excluded):
-                self._submit(pod, result, excluded)
-            case d.Nominate(kube_node=kube_node):
-                self.api.nominate(pod, kube_node)
+            case d.Reject(pods=pods, message=message, problems=problems):
+                self._reject(group, pods, message, problems)
+            case d.Warn(pods=pods, reason=reason, message=message):
+                for pod in pods:
+                    self._event(pod, "Warning", reason, message)
+            case d.Refuse(pods=pods, reason=reason, message=message):
+                self._refuse(group, pods, reason, message)
+            case d.Submit(members=members, validations=validations, excluded=excluded):
+                self._submit(group, members, validations, excluded)
+            case d.Record(pods=pods, job_id=job_id):
+                for pod in pods:
+                    self._record(pod, job_id)
+            case d.Pend(pods=pods, reason=reason, message=message, event=event):
+                self._pend(group, pods, reason, message, event)
+            case d.Nominate(placements=placements):
+                for placement in placements:
+                    self.api.nominate(placement.pod, placement.kube_node)
             case d.Exclude(job_id=job_id, hostlist=hostlist):
                 self.slurm.set_excluded_nodes(job_id, hostlist)
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
-            case d.Record(job_id=job_id):
-                self.api.record_job(pod, job_id)
-                self._recorded.put(str(pod["metadata"]["uid"]), job_id)
-            case d.Bind():
-                self._bind(pod, action)
-            case d.SetPending(reason=reason, message=message, event=event):
-                if self.api.set_unscheduled(pod, reason, message) and event:
-                    self._event(pod, "Warning", event, message)
-            case d.Warn(reason=reason, message=message):
-                self._event(pod, "Warning", reason, message)
-            case d.Delete(event_type=type_, event_reason=reason, message=message):
-                self._event(pod, type_, reason, message)
-                self.api.delete(pod)
-        return None
-
-    def _act_group(self, o: dg.ObservedGroup, action: dg.GroupAction) -> Requeue:
-        group = o.group
-        match action:
-            case d.Nothing():
-                return None
-            case d.Wait(why=why):
-                raise NotYet(why)
-            case d.Cancel(job_ids=job_ids, why=why):
-                self._cancel(o.key, job_ids, why)
-                return None
-        assert group is not None  # every other action is about a group that exists
-        match action:
-            case dg.RejectMembers(pods=pods, message=message, problems=problems):
-                for pod in pods:
-                    self.api.set_unscheduled(pod, d.REASON_INVALID, message)
-                    self._event(pod, "Warning", "FailedValidation", message)
-                for problem in problems:
-                    PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
-                self._group_status(
-                    group, False, "Unschedulable", message, event=("Warning", "FailedValidation")
-                )
-            case dg.WarnMembers(pods=pods, reason=reason, message=message):
-                for pod in pods:
-                    self._event(pod, "Warning", reason, message)
-            case dg.RefuseGroup(pods=pods, message=message):
-                for pod in pods:
-                    self.api.set_unscheduled(pod, d.REASON_CANNOT_FIT, message)
-                self._group_event(group, pods, "Warning", "FailedScheduling", message)
-                self._group_status(group, False, "Unschedulable", message)
-            case dg.SubmitGroup(members=members, validations=validations, excluded=excluded):
-                self._submit_group(group, members, validations, excluded)
-            case dg.RecordMembers(pods=pods, job_id=job_id):
-                for pod in pods:
-                    self.api.record_job(pod, job_id)
-            case dg.PendMembers(pods=pods, reason=reason, message=message):
-                for pod in pods:
-                    self.api.set_unscheduled(pod, reason, message)
-                self._group_status(group, False, "Unschedulable", message)
-            case dg.BindMembers(job=job, placements=placements):
+            case d.Bind(job=job, placements=placements):
                 for placement in placements:
-                    self._bind(placement.pod, d.Bind(job, placement.slurm_node, placement.kube_node))
+                    self._bind(placement.pod, job, placement.slurm_node, placement.kube_node)
                 bound = {str(p.pod["metadata"]["uid"]) for p in placements}
                 unbound = [
                     m
@@ -495,21 +417,51 @@ class Controller:
                     self._group_status(
                         group, True, "Scheduled", f"all members bound to the nodes of Slurm job {job.job_id}"
                     )
-            case dg.DeleteMembers(pods=pods, event_type=type_, event_reason=reason, message=message):
+            case d.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
                 for pod in pods:
                     self._event(pod, type_, reason, message)
                     self.api.delete(pod)
         return None
 
-    def _submit_group(
+    def _reject(
+        self, group: groups.Group, pods: tuple[JSON, ...], message: str, problems: tuple[Problem, ...]
+    ) -> None:
+        for pod in pods:
+            self.api.set_unscheduled(pod, d.REASON_INVALID, message)
+            self._event(pod, "Warning", "FailedValidation", message)
+            log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
+        for problem in problems:
+            PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
+        self._group_status(group, False, "Unschedulable", message, event=("Warning", "FailedValidation"))
+
+    def _pend(
+        self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str, event: str
+    ) -> None:
+        for pod in pods:
+            if self.api.set_unscheduled(pod, reason, message) and event:
+                self._event(pod, "Warning", event, message)
+        self._group_status(group, False, "Unschedulable", message)
+
+    def _refuse(self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str) -> None:
+        """Slurm said no (or never could): like a validation error, it is not retried."""
+        for pod in pods:
+            self.api.set_unscheduled(pod, reason, message)
+        self._group_event(group, pods, "Warning", "FailedScheduling", message)
+        self._group_status(group, False, "Unschedulable", message)
+
+    def _submit(
         self,
         group: groups.Group,
         members: tuple[JSON, ...],
         validations: tuple[Validation, ...],
         excluded: tuple[str, ...] = (),
     ) -> None:
+        what = "the placeholder job" if group.alone else "the group's job"
+        attributes = (
+            {"k8s.pod": group.key} if group.alone else {"k8s.group": group.key, "members": len(members)}
+        )
         with tracing.span(
-            "submit group job", attributes={"k8s.group": group.key, "members": len(members)}
+            "submit placeholder job" if group.alone else "submit group job", attributes=attributes
         ) as span:
             for pod, result in zip(members, validations, strict=True):
                 self._warn_before_submit(pod, result)
@@ -519,53 +471,68 @@ class Controller:
                 self.placeholder_cfg,
                 [v.requests for v in validations],
                 excluded,
-                validations[0].defaults,
+                validations[0].job_annotations,  # the members agree (validation.disagreements)
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
+            submit_started = time.monotonic()
             try:
+                # Root submits on the Pod user's behalf (as SUNK does over RPC): uid, gid and
+                # priority all apply.
                 job_id = self.slurm.submit_job(spec)
             except SlurmApiError as e:
                 if e.status in TRANSIENT_HTTP:
                     JOBS_SUBMITTED.inc(result="error")
-                    message = f"cannot submit the group's job, retrying: {e.summary}"
-                    for pod in members:
-                        self.api.set_unscheduled(pod, d.REASON_SLURM_UNAVAILABLE, message)
-                    raise
+                    self._pend(
+                        group,
+                        members,
+                        d.REASON_SLURM_UNAVAILABLE,
+                        f"cannot submit {what}, retrying: {e.summary}",
+                        d.REASON_SLURM_UNAVAILABLE,
+                    )
+                    raise  # the runner retries with backoff
                 JOBS_SUBMITTED.inc(result="refused")
-                self._refuse_group(group, members, f"Slurm refused the job of {group.title}: {e}")
+                refused = "the placeholder job" if group.alone else f"the job of {group.title}"
+                self._refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
                 return
             except UnsupportedBySlurm as e:
                 JOBS_SUBMITTED.inc(result="refused")
-                self._refuse_group(group, members, f"Slurm cannot run {group.title}: {e}")
+                who = "this Pod" if group.alone else group.title
+                self._refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm cannot run {who}: {e}")
                 return
             JOBS_SUBMITTED.inc(result="ok")
             for _ in members:
                 PODS_VALIDATED.inc(result="valid", reason="")
             span.set_attribute("slurm.job_id", job_id)
-            self._submitted.put(group.key, job_id)
+            SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
+            self._submitted.assume(self._owner(group.key, members), job_id)
+            self._remember_excludes(job_id, spec.excluded_nodes)
             self.jobs.announce(job_id, spec.name)
-            log.info("group job submitted", extra={"group": group.key, "job": job_id, "nodes": spec.nodes})
-            for pod in members:
-                self.api.record_job(pod, job_id)
-            where = f" to partition {spec.partition}" if spec.partition else ""
-            self._group_event(
-                group,
-                members,
-                "Normal",
-                "SlurmJobSubmitted",
-                f"job {job_id} for {group.title} ({spec.nodes} nodes, one per member) submitted{where}",
+            log.info(
+                "placeholder job submitted",
+                extra={
+                    "pod": group.key,
+                    "job": job_id,
+                    "nodes": spec.nodes,
+                    "uid": spec.user_id,
+                    "gid": spec.group_id,
+                },
             )
-
-    def _refuse_group(self, group: groups.Group, members: tuple[JSON, ...], message: str) -> None:
-        for pod in members:
-            self.api.set_unscheduled(pod, d.REASON_SUBMIT_FAILED, message)
-        self._group_event(group, members, "Warning", "FailedScheduling", message)
-        self._group_status(group, False, "Unschedulable", message)
+            for pod in members:
+                self._record(pod, job_id)
+            where = f" to partition {spec.partition}" if spec.partition else ""
+            if group.alone:
+                message = f"placeholder job {job_id} submitted{where}"
+            else:
+                message = (
+                    f"job {job_id} for {group.title} ({spec.nodes} nodes, one per member) submitted{where}"
+                )
+            self._group_event(group, members, "Normal", "SlurmJobSubmitted", message)
 
     def _group_event(
         self, group: groups.Group, members: tuple[JSON, ...], type_: str, reason: str, message: str
     ) -> None:
-        """On the PodGroup when there is one, else on the group's first member (the LWS leader)."""
+        """On the PodGroup when there is one, else on the group's first member (the LWS leader, or
+        the Pod alone)."""
         self._event(group.podgroup if group.podgroup is not None else members[0], type_, reason, message)
 
     def _group_status(
@@ -587,78 +554,26 @@ class Controller:
         if written and event is not None:
             self._event(group.podgroup, event[0], event[1], message)
 
-    def _reject(self, pod: JSON, result: Validation) -> None:
-        message = result.message()
-        self.api.set_unscheduled(pod, d.REASON_INVALID, message)
-        for problem in result.errors:
-            PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
-        self._event(pod, "Warning", "FailedValidation", message)
-        log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
-
     def _warn_before_submit(self, pod: JSON, result: Validation) -> None:
-        """What validation let through but the Pod's owner should hear: a Pod alone or a member."""
+        """What validation let through but the Pod's owner should hear."""
         for warning in result.warnings:
             self._event(pod, "Warning", "UnknownAnnotation", warning)
         if result.static_cpu:
             self._event(pod, "Warning", "StaticCPU", result.static_cpu)
 
-    def _submit(self, pod: JSON, result: Validation, excluded: tuple[str, ...] = ()) -> None:
-        key = object_key(pod)
-        with tracing.span("submit placeholder job", attributes={"k8s.pod": key}) as span:
-            self._warn_before_submit(pod, result)
-            spec = jobspec.build_job_spec(
-                pod, self.placeholder_cfg, result.requests, unfit=excluded, defaults=result.defaults
-            )
-            spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
-            submit_started = time.monotonic()
-            try:
-                # Root submits on the Pod user's behalf (as SUNK does over RPC): uid, gid and
-                # priority all apply.
-                job_id = self.slurm.submit_job(spec)
-            except SlurmApiError as e:
-                if e.status in TRANSIENT_HTTP:
-                    JOBS_SUBMITTED.inc(result="error")
-                    message = f"cannot submit the placeholder job, retrying: {e.summary}"
-                    if self.api.set_unscheduled(pod, d.REASON_SLURM_UNAVAILABLE, message):
-                        self._event(pod, "Warning", d.REASON_SLURM_UNAVAILABLE, message)
-                    raise  # the runner retries with backoff
-                JOBS_SUBMITTED.inc(result="refused")
-                self._refuse(pod, f"Slurm refused the placeholder job: {e}")
-                return
-            except UnsupportedBySlurm as e:
-                JOBS_SUBMITTED.inc(result="refused")
-                self._refuse(pod, f"Slurm cannot run this Pod: {e}")
-                return
-            JOBS_SUBMITTED.inc(result="ok")
-            PODS_VALIDATED.inc(result="valid", reason="")
-            span.set_attribute("slurm.job_id", job_id)
-            SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
-            self._submitted.put(str(pod["metadata"]["uid"]), job_id)
-            self._remember_excludes(job_id, spec.excluded_nodes)
-            self.jobs.announce(job_id, spec.name)
-            log.info(
-                "placeholder job submitted",
-                extra={"pod": key, "job": job_id, "uid": spec.user_id, "gid": spec.group_id},
-            )
-            self.api.record_job(pod, job_id)
-            self._recorded.put(str(pod["metadata"]["uid"]), job_id)
-            where = f" to partition {spec.partition}" if spec.partition else ""
-            self._event(pod, "Normal", "SlurmJobSubmitted", f"placeholder job {job_id} submitted{where}")
+    def _record(self, pod: JSON, job_id: int) -> None:
+        answer = self.api.record_job(pod, job_id)
+        self._recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
 
-    def _refuse(self, pod: JSON, message: str) -> None:
-        """Slurm said no to this Pod as it is: like a validation error, it is not retried."""
-        self.api.set_unscheduled(pod, d.REASON_SUBMIT_FAILED, message)
-        self._event(pod, "Warning", "FailedScheduling", message)
-
-    def _bind(self, pod: JSON, bind: d.Bind) -> None:
-        job_id = bind.job.job_id
+    def _bind(self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str) -> None:
+        job_id = job.job_id
         picked_up = time.monotonic()
         with tracing.span(
             "bind pod",
             parent=self.jobs.trace_context.get(job_id),
-            attributes={"k8s.pod": object_key(pod), "k8s.node": bind.kube_node, "slurm.job_id": job_id},
+            attributes={"k8s.pod": object_key(pod), "k8s.node": kube_node, "slurm.job_id": job_id},
         ):
-            self.api.bind(pod, bind.kube_node)
+            self.api.bind(pod, kube_node)
         started = self.jobs.started_at.get(job_id, picked_up)
         BIND_SECONDS.observe(time.monotonic() - started)
         created = _created_at(pod)
@@ -669,8 +584,8 @@ class Controller:
             extra={
                 "pod": object_key(pod),
                 "job": job_id,
-                "node": bind.slurm_node,
-                "kube_node": bind.kube_node,
+                "node": slurm_node,
+                "kube_node": kube_node,
                 "queued_ms": round((picked_up - started) * 1000, 1),
                 "bind_ms": round((time.monotonic() - picked_up) * 1000, 1),
             },
@@ -679,16 +594,14 @@ class Controller:
             pod,
             "Normal",
             "Scheduled",
-            f"Successfully assigned {object_key(pod)} to {bind.kube_node} "
-            f"(Slurm job {job_id} on {bind.slurm_node})",
+            f"Successfully assigned {object_key(pod)} to {kube_node} (Slurm job {job_id} on {slurm_node})",
         )
 
     def _cancel(self, key: str, job_ids: tuple[int, ...], why: str) -> None:
         for job_id in job_ids:
             log.info("cancelling job", extra={"pod": key, "job": job_id, "why": why})
             self.slurm.cancel_job(job_id)
-            with self._cancelled_lock:
-                self._cancelled.add(job_id)
+            self._cancelled.assume(str(job_id), True)
         if groups.is_group_key(key):
             self._submitted.forget(key)
         elif why == "Pod deleted":
@@ -706,10 +619,9 @@ class Controller:
     def placement(self, pod: JSON) -> scheduler_pb2.Placement:
         """Where the Pod stands, from the same observation and decision a reconcile acts on."""
         meta, spec = pod["metadata"], pod.get("spec") or {}
-        observed = self.observe(object_key(pod))
-        if self._in_gang(pod) and observed.recorded_job_id is not None:
-            # A member of a group: its job is the group's, found by the id it carries.
-            observed = replace(observed, job=self.jobs.get(observed.recorded_job_id))
+        gkey = groups.group_key(pod)
+        # A member of a gang stands where its group does.
+        observed = self.observe(gkey if gkey is not None and self._in_gang(pod) else object_key(pod))
         action = d.decide(observed)
         job = observed.job
         cond = condition(pod, "PodScheduled") or {}
@@ -717,13 +629,40 @@ class Controller:
             pod_namespace=meta["namespace"],
             pod_name=meta["name"],
             pod_uid=meta["uid"],
-            job_id=job.job_id if job is not None else (observed.recorded_job_id or 0),
+            job_id=job.job_id if job is not None else (observed.recorded.get(str(meta["uid"])) or 0),
             job_state=job_to_proto(job).state if job is not None else "JOB_STATE_UNSPECIFIED",
             slurm_node=job.job.nodes[0] if job is not None and job.job.nodes else "",
             kube_node=spec.get("nodeName", ""),
-            state=f"PLACEMENT_STATE_{d.placement_state(observed, action)}",
+            state=f"PLACEMENT_STATE_{d.placement_state(observed, action, pod)}",
             reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
         )
+
+
+def _version(obj: JSON) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _may_need_a_fit(pod: JSON, job: JobStatus | None) -> bool:
+    """Whether deciding may ask which Nodes would take the Pod: only before its job runs."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or pod_finished(pod) or d.refused(pod):
+        return False
+    return job is None or job.ended or job.pending
+
+
+def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None:
+    """The job of a Pod or group: the live one its members recorded, else any live one, else one
+    they recorded, else the newest."""
+    live = [j for j in candidates if not j.ended]
+    for j in live:
+        if j.job_id in recorded:
+            return j
+    if live:
+        return live[-1]
+    for j in candidates:
+        if j.job_id in recorded:
+            return j
+    return candidates[-1] if candidates else None
 
 
 def _content(obj: JSON | None) -> JSON | None:

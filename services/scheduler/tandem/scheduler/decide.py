@@ -1,39 +1,51 @@
-"""What the scheduler should do for one Pod, decided from what it observes and nothing else.
+"""What the scheduler should do for one group of Pods placed as one Slurm job, decided from what it
+observes and nothing else. A Pod alone is a group of one (tandem.scheduler.groups.alone): every
+check and Event below applies to a Pod alone and to each member of a gang the same way.
 
-`decide` is pure: the Pod (informer cache), its job (the syncer's stream), the job id this process
-submitted or recorded, and the Slurm node -> Node mapping in; one action out. The controller
-carries the action out; a crash at any line of that leaves the world in a state `decide` maps to
-the remaining step (the table in tests/unit/test_decide.py has one row per line, crash rows
-included):
+`decide` is pure: a snapshot of plain values in (the members from the informer cache, the group's
+job from the syncer's stream, the job ids this process wrote that the caches do not show yet, the
+Slurm node -> Node mapping, which Nodes would take each member); one action out. Members are never
+placed one by one: the job asks Slurm for one node per member and the members are bound only when
+the job runs on all of them (every prolog passed, the script started). The controller carries the
+action out; a crash at any line of that leaves the world in a state `decide` maps to the remaining
+step (tests/unit/test_decide.py has one row per line, crash rows included, and runs a Pod alone's
+rows as a group of one):
 
-    Pod gone                          -> cancel every live job of its name
-    Pod deleting or finished          -> cancel its job
-    a live job besides the recorded   -> cancel it (a submit retried after a lost answer)
-    bound, job stopped/ended/moved    -> delete the Pod
-    bound, would now be refused       -> a Warning Event; never evicted by a policy change
-    refused, its job still live       -> cancel the job (refused after submit, before bound)
-    invalid (condition says so)       -> nothing, until the Pod is recreated
-    invalid                           -> reject: PodScheduled=False, one Warning Event
-    valid, no job, no node fits       -> Unschedulable (kube-scheduler's message), one Event
-    valid, no job                     -> submit the placeholder job, the nodes that do not fit
-                                         excluded (and record its id)
-    job id not on the Pod             -> record it
-    job ended before the Pod ran      -> delete the Pod
-    job running, script started       -> bind to the Node hosting the job's Slurm node
-    job allocated, prologs running    -> nominate the Node (status.nominatedNodeName)
-    job pending, the fit changed      -> update the job's excluded nodes
-    job pending, no node fits         -> Unschedulable
-    job pending                       -> Slurm's reason in PodScheduled
+    no live member (deleted, deleting, finished)  -> cancel every live job of the group
+    job live, its PodGroup deleted                -> cancel the job
+    a live job besides the recorded one           -> cancel it (a submit retried after a lost answer)
+    bound member, job stopped/ended/requeued/moved -> delete it
+    member not bound yet, job ended               -> delete it
+    a member refused, the job live, none bound    -> cancel the job (refused after the submit)
+    a member refused (invalid, Slurm said no)     -> nothing, until the members are recreated
+    the PodGroup not there                        -> each member: what it waits for
+    a member invalid (members disagree), some bound -> a Warning Event on each bound member;
+                                                     never evicted by a policy change
+    a member invalid, or members disagree         -> reject every member: one Warning Event each
+    every member bound                            -> nothing
+    no job, fewer than minCount members           -> each member: how many are missing
+    no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
+    no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event
+    no job                                        -> submit the job, the nodes whose Nodes would not
+                                                     take some member excluded (and record its id)
+    members without the job id                    -> record it on them
+    job stopping                                  -> nothing: its end deletes the members
+    job running, script started                   -> bind each unbound member to a free node
+    job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName)
+    job pending, a member nominated               -> clear the nomination (requeued before its start)
+    job pending, the fit changed                  -> update the job's excluded nodes
+    job pending, too few Nodes would take them    -> Unschedulable
+    job pending                                   -> Slurm's reason on every member (and the PodGroup)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tandem import keys
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import validation
+from tandem.scheduler import groups, validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.podapi import condition
 from tandem.scheduler.policy import BUILTIN, Policy
@@ -48,118 +60,66 @@ REASON_SUBMIT_FAILED = "SlurmSubmitFailed"
 REASON_SLURM_UNAVAILABLE = "SlurmUnavailable"
 # No Slurm node's Node would take the Pod (kube-scheduler's reason): retried when Nodes change.
 REASON_UNSCHEDULABLE = "Unschedulable"
-# A group with more members than Slurm has nodes (tandem.scheduler.decide_group).
+# A group with more members than Slurm has nodes.
 REASON_CANNOT_FIT = "GroupCannotFit"
 # Set by this scheduler when it refused a Pod: no retry until the Pod is recreated.
 REFUSED_REASONS = (REASON_INVALID, REASON_SUBMIT_FAILED, REASON_CANNOT_FIT)
 # A Warning Event on a bound Pod the policy (or validation) would now refuse: it keeps running.
 REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
+REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
+REASON_WAITING_FOR_GROUP = "WaitingForPodGroup"
+REASON_GROUP_FULL = "GroupAllocationFull"
 
 
 @dataclass(frozen=True)
 class Observed:
     key: str
-    # None once the Pod is gone from the cache (deleted).
-    pod: JSON | None
-    # The Pod's job: its live one if any, else the one it recorded, else the newest.
+    # What the key names: a group, or a Pod alone (a group of one); None when the Pods naming this
+    # group key are placed one by one (their PodGroup's policy is basic).
+    group: groups.Group | None
+    # Every Pod in the cache that belongs to it, in any state (a Pod alone: itself, none once gone).
+    members: tuple[JSON, ...] = ()
+    # Its job: the live one its members recorded, else any live one, else the newest.
     job: JobStatus | None = None
-    # The job id on the Pod (its annotation, or what this process wrote a moment ago).
-    recorded_job_id: int | None = None
-    # The job this process submitted for the Pod and the stream has not shown yet.
+    # Every job it has (a Pod alone: of its uid; once gone, of its name).
+    jobs: tuple[JobStatus, ...] = ()
+    # Member uid -> the job id it carries: what this process wrote a moment ago, else its annotation.
+    recorded: Mapping[str, int] = field(default_factory=dict)
+    # The job this process submitted and the stream has not shown yet.
     submitted_job_id: int | None = None
-    # When the Pod is gone: every job its name still has.
-    jobs_of_key: tuple[JobStatus, ...] = ()
-    # Live jobs of the Pod besides the one it recorded: a submit retried after its answer was
-    # lost (Slurm had taken the first).
+    # Live jobs besides the one the members recorded: a submit retried after its answer was lost
+    # (Slurm had taken the first).
     duplicates: tuple[int, ...] = ()
     # Jobs this process already asked Slurm to cancel (their scripts are shutting down).
     cancel_sent: frozenset[int] = frozenset()
-    # Slurm node -> Kubernetes Node, as the syncer publishes it.
-    kube_node: Callable[[str], str | None] = lambda _: None
-    kill_wait: float = 0.0
-    # Which Slurm nodes' Nodes would take a Pod with these requests (None: no Node is watched).
-    fit: Callable[[Mapping[str, int]], Eligibility] | None = None
+    # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    # How many Slurm nodes there are (the syncer publishes each); 0 when not known yet.
+    slurm_nodes: int = 0
+    # Member uid -> which Slurm nodes' Nodes would take it, judged while observing (None: no Node
+    # is watched; a member is missing once it no longer needs it).
+    fits: Mapping[str, Eligibility] | None = None
     # The nodes the job excludes now: as Slurm reports them, else as this process last set them.
     job_excludes: frozenset[str] | None = None
+    kill_wait: float = 0.0
     # --reject-static-cpu: a Pod the kubelet would pin CPUs for is refused, not only warned about.
     reject_static_cpu: bool = False
-    # What the Pod's namespace may ask of Slurm (tandem.scheduler.policy).
+    # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
     policy: Policy = BUILTIN
 
 
 @dataclass(frozen=True)
-class Nothing:
-    pass
+class Placement:
+    """A member and the node it goes to (a nomination: "" clears it)."""
 
-
-@dataclass(frozen=True)
-class Reject:
-    validation: validation.Validation
-
-
-@dataclass(frozen=True)
-class Submit:
-    validation: validation.Validation
-    # Slurm nodes whose Nodes would not take the Pod.
-    excluded: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Nominate:
-    """status.nominatedNodeName: the Node Slurm allocated while its prolog runs ("" to clear)."""
-
-    kube_node: str
-
-
-@dataclass(frozen=True)
-class Exclude:
-    """Set a pending job's excluded nodes (a hostlist): the Nodes that would take the Pod changed."""
-
-    job_id: int
-    hostlist: str
-
-
-@dataclass(frozen=True)
-class Record:
-    job_id: int
-
-
-@dataclass(frozen=True)
-class Bind:
-    job: JobStatus
+    pod: JSON
     slurm_node: str
     kube_node: str
 
 
 @dataclass(frozen=True)
-class SetPending:
-    reason: str
-    message: str
-    # A Warning Event with this reason when the condition changes ("" for none).
-    event: str = ""
-
-
-@dataclass(frozen=True)
-class Cancel:
-    job_ids: tuple[int, ...]
-    why: str
-
-
-@dataclass(frozen=True)
-class Delete:
-    """Delete the Pod; the Event says why."""
-
-    event_type: str
-    event_reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Warn:
-    """A Warning Event on the Pod and nothing else (the recorder posts each distinct one once)."""
-
-    reason: str
-    message: str
+class Nothing:
+    pass
 
 
 @dataclass(frozen=True)
@@ -169,97 +129,212 @@ class Wait:
     why: str
 
 
+@dataclass(frozen=True)
+class Cancel:
+    job_ids: tuple[int, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Reject:
+    """PodScheduled=False and a FailedValidation Event on each member; never retried."""
+
+    pods: tuple[JSON, ...]
+    message: str
+    problems: tuple[validation.Problem, ...]
+
+
+@dataclass(frozen=True)
+class Warn:
+    """A Warning Event on each of these members and nothing else (each distinct one posted once)."""
+
+    pods: tuple[JSON, ...]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """It can never be placed as it is: PodScheduled=False on each member, one Warning Event."""
+
+    pods: tuple[JSON, ...]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Submit:
+    # In rank order; one node each.
+    members: tuple[JSON, ...]
+    # Each member's, as decide validated it: the job is built from these.
+    validations: tuple[validation.Validation, ...]
+    # Slurm nodes whose Nodes would not take some member.
+    excluded: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Record:
+    pods: tuple[JSON, ...]
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Pend:
+    """PodScheduled=False with this reason on each member (and the PodGroup's condition)."""
+
+    pods: tuple[JSON, ...]
+    reason: str
+    message: str
+    # A Warning Event with this reason on each member whose condition changes ("" for none).
+    event: str = ""
+
+
+@dataclass(frozen=True)
+class Nominate:
+    """status.nominatedNodeName: the Node Slurm allocated while the prologs run ("" to clear)."""
+
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class Exclude:
+    """Set a pending job's excluded nodes (a hostlist): the Nodes that would take the members changed."""
+
+    job_id: int
+    hostlist: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    job: JobStatus
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete these members; the Event says why."""
+
+    pods: tuple[JSON, ...]
+    event_type: str
+    event_reason: str
+    message: str
+
+
 Action = (
     Nothing
+    | Wait
+    | Cancel
     | Reject
+    | Warn
+    | Refuse
     | Submit
     | Record
-    | Bind
-    | SetPending
-    | Cancel
-    | Delete
-    | Wait
-    | Warn
-    | Exclude
+    | Pend
     | Nominate
+    | Exclude
+    | Bind
+    | Delete
 )
 
 
 def decide(o: Observed) -> Action:
-    pod = o.pod
-    if pod is None:
-        live = tuple(j.job_id for j in o.jobs_of_key if not j.ended and j.job_id not in o.cancel_sent)
-        return Cancel(live, "Pod deleted") if live else Nothing()
-    meta, spec = pod["metadata"], pod.get("spec") or {}
-    job = o.job
-    if meta.get("deletionTimestamp") or pod_finished(pod):
-        if job is None or job.ended or job.job_id in o.cancel_sent:
-            return Nothing()
-        return Cancel(
-            (job.job_id,), "Pod is being deleted" if meta.get("deletionTimestamp") else "Pod finished"
-        )
+    group, job = o.group, o.job
+    live = tuple(sorted((m for m in o.members if _live(m)), key=groups.rank))
+    alone = group is None or group.alone
+    if not live:
+        gone = tuple(j.job_id for j in o.jobs if not j.ended and j.job_id not in o.cancel_sent)
+        return Cancel(gone, _gone_why(o)) if gone else Nothing()
+    job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
+    if job_live and job is not None and group is not None and _podgroup_deleted(o.key, group):
+        return Cancel((job.job_id,), "its PodGroup was deleted")
     extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
     if extra:
-        return Cancel(extra, "a second job for the Pod (a submit retried after its answer was lost)")
-    if spec.get("nodeName"):
-        return _bound(o, str(spec["nodeName"]), job)
-    if refused(pod):
-        # Never to be bound: a job it still has would only hold nodes (the policy changed after
-        # the submit, or a crash came between the refusal and this cancel).
+        whose = "the Pod" if alone else "the group"
+        return Cancel(extra, f"a second job for {whose} (a submit retried after its answer was lost)")
+    if group is None:
+        return Nothing()
+    if job is not None:
+        carrying = tuple(m for m in live if o.recorded.get(_uid(m)) == job.job_id)
+        stopped = _stopped_under(o, job, carrying)
+        if stopped is not None:
+            return stopped
+        if job.ended and not carrying and not alone:
+            # Over, and no live member was part of it (they were replaced): a new job. A Pod
+            # alone's jobs are all its own (found by its uid): it records this one, then goes.
+            job = None
+    if any(refused(m) for m in live):
+        # Never to be bound: its job would only hold nodes (the policy changed after the submit,
+        # or a crash came between the refusal and this cancel), unless part of it runs already.
         if job is not None:
             unwanted = None if job.ended or job.terminating else job.job_id
         else:
             unwanted = o.submitted_job_id
-        if unwanted is not None and unwanted not in o.cancel_sent:
-            return Cancel((unwanted,), "the Pod was refused before it was bound")
+        if unwanted is not None and unwanted not in o.cancel_sent and not any(_bound(m) for m in live):
+            if alone:
+                return Cancel((unwanted,), "the Pod was refused before it was bound")
+            return Cancel((unwanted,), "a member was refused before the group was bound")
         return Nothing()
-    result = validation.validate(pod, o.kill_wait, o.reject_static_cpu, o.policy)
-    if not result.ok:
-        return Reject(result)
-    job_id = job.job_id if job is not None else o.submitted_job_id or o.recorded_job_id
+    unbound = tuple(m for m in live if not _bound(m))
+    if group.waiting_for:
+        if not unbound:
+            return Nothing()
+        return Pend(unbound, REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
+    results = tuple(validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy) for m in live)
+    invalid = _invalid(group, live, results)
+    if invalid is not None:
+        return invalid
+    if not unbound:
+        return Nothing()
+    job_id = job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o, live)
     if job_id is None:
-        fit = o.fit(result.requests) if o.fit is not None else None
-        if fit is not None and fit.total and not fit.available:
-            return SetPending(REASON_UNSCHEDULABLE, fit.message(), event="FailedScheduling")
-        return Submit(result, fit.excluded if fit is not None else ())
-    if o.recorded_job_id != job_id:
-        return Record(job_id)  # a previous life submitted, or recording failed, or a crash between
+        return _new_job(o, group, live, results)
+    unrecorded = tuple(m for m in live if o.recorded.get(_uid(m)) != job_id)
+    if unrecorded:
+        # A previous life submitted, or recording failed, or a crash came in between.
+        return Record(unrecorded, job_id)
     if job is None:
         return Nothing()  # submitted; the syncer's stream brings the job
-    if job.ended:
-        return Delete(
-            "Warning",
-            "SlurmJobEnded",
-            f"placeholder job {job.job_id} ended ({job.state_name}) before the Pod was bound",
-        )
+    if job.terminating:
+        return Nothing()  # being stopped: its end deletes the members
     if job.running and job.started and job.job.nodes:
-        slurm_node = job.job.nodes[0]
-        kube_node = o.kube_node(slurm_node)
-        if kube_node is None:
-            return Wait(f"no Node known to host Slurm node {slurm_node} yet")
-        return Bind(job, slurm_node, kube_node)
-    nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+        return _bind(o, group, job, live)
     if job.running and job.job.nodes:
-        allocated = o.kube_node(job.job.nodes[0]) or ""
-        return Nominate(allocated) if allocated and allocated != nominated else Nothing()
-    if job.pending and nominated:
-        return Nominate("")  # back to pending (requeued before its script started)
-    fit = o.fit(result.requests) if o.fit is not None and job.pending else None
-    if fit is not None:
-        wanted = excluded_nodes(pod, fit.excluded)
-        if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
-            return Exclude(job.job_id, compress(sorted(wanted)))
-        if fit.total and not fit.available:
-            return SetPending(REASON_UNSCHEDULABLE, fit.message(), event="FailedScheduling")
-    if not job.pending or job.job.state_reason in ("", "None"):
-        return Nothing()  # allocated (prolog running) or not yet looked at: the next change tells
-    return SetPending(REASON_PENDING, queue.pending_message(job))
+        return _nominate(o, group, job, live)
+    if job.pending:
+        return _pending(o, group, job, unbound, results[0])
+    return Nothing()
 
 
-def _bound(o: Observed, node: str, job: JobStatus | None) -> Action:
-    """A bound Pod lives exactly as long as its job, on its job's node."""
-    if job is None:
-        return Nothing()
+def _podgroup_deleted(key: str, group: groups.Group) -> bool:
+    return group.podgroup is None and bool(group.waiting_for) and groups.podgroup_key(key) is not None
+
+
+def _live(pod: JSON) -> bool:
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and not pod_finished(pod)
+
+
+def _bound(pod: JSON) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _uid(pod: JSON) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def _gone_why(o: Observed) -> str:
+    if o.group is not None and not o.group.alone:
+        return "every member of the group is gone"
+    if not o.members:
+        return "Pod deleted"
+    if (o.members[0].get("metadata") or {}).get("deletionTimestamp"):
+        return "Pod is being deleted"
+    return "Pod finished"
+
+
+def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> Delete | None:
+    """The members that must go because their job stopped: a bound one lives exactly as long as
+    its job, on its job's nodes; one not bound yet goes once its job ended."""
+    bound = [m for m in carrying if _bound(m)]
     why = ""
     if job.terminating:
         why = "was stopped (scancel, time limit or preemption)"
@@ -267,35 +342,202 @@ def _bound(o: Observed, node: str, job: JobStatus | None) -> Action:
         why = f"ended ({job.state_name})"
     elif job.pending:
         why = "was requeued"
-    elif job.running and job.started and job.job.nodes:
-        hosted_on = o.kube_node(job.job.nodes[0])
-        if hosted_on is not None and hosted_on != node:
-            why = f"now runs on {job.job.nodes[0]}, not on this Pod's Node"
-    if why:
-        return Delete("Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod")
-    assert o.pod is not None  # bound: there is a Pod
-    return would_be_refused(o.pod, o)
+    if bound and why:
+        return Delete(
+            tuple(bound), "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod"
+        )
+    if job.running and job.started and job.job.nodes:
+        hosts = [o.hosts.get(s) for s in job.job.nodes]
+        moved = tuple(
+            m for m in bound if None not in hosts and (m.get("spec") or {}).get("nodeName") not in hosts
+        )
+        if moved:
+            return Delete(
+                moved,
+                "Normal",
+                "SlurmJobEnded",
+                f"Slurm job {job.job_id} now runs on {', '.join(job.job.nodes)}, not on this Pod's Node; "
+                "deleting the Pod",
+            )
+    unbound = tuple(m for m in carrying if not _bound(m) and not refused(m))
+    if unbound and job.ended:
+        return Delete(
+            unbound,
+            "Warning",
+            "SlurmJobEnded",
+            f"placeholder job {job.job_id} ended ({job.state_name}) before the Pod was bound",
+        )
+    return None
 
 
-def would_be_refused(pod: JSON, o: Observed) -> Action:
-    """A bound Pod is judged again (a policy change, an edited annotation) but only told: evicting
-    running work because a rule changed would be worse than the rule being late."""
-    result = validation.validate(pod, o.kill_wait, o.reject_static_cpu, o.policy)
-    if result.ok:
-        return Nothing()
-    return Warn(REASON_WOULD_BE_REFUSED, would_be_refused_message(result))
+def _invalid(
+    group: groups.Group, live: tuple[JSON, ...], results: tuple[validation.Validation, ...]
+) -> Action | None:
+    """Reject members that cannot be a job; a bound member is only told: evicting running work
+    because a rule changed would be worse than the rule being late."""
+    disagree = () if group.alone else validation.disagreements(list(live))
+    if not disagree and all(r.ok for r in results):
+        return None
+    problems = (*(p for r in results for p in r.errors), *disagree)
+    if group.alone:
+        message = results[0].message()
+    else:
+        message = "; ".join(
+            [
+                *(
+                    f"{m['metadata']['name']}: {r.message()}"
+                    for m, r in zip(live, results, strict=True)
+                    if not r.ok
+                ),
+                *(f"invalid for Slurm: {p}" for p in disagree),
+            ]
+        )
+    bound = tuple(m for m in live if _bound(m))
+    if bound:
+        return Warn(bound, REASON_WOULD_BE_REFUSED, would_be_refused_message(group, message))
+    if not group.alone:
+        message = f"{group.title} cannot be one Slurm job: {message}"
+    return Reject(live, message, problems)
 
 
-def would_be_refused_message(result: validation.Validation) -> str:
+def would_be_refused_message(group: groups.Group, message: str) -> str:
+    if group.alone:
+        return (
+            f"this Pod would now be refused ({message}); it keeps running: "
+            "a bound Pod is never evicted by a policy change"
+        )
     return (
-        f"this Pod would now be refused ({result.message()}); it keeps running: "
+        f"{group.title} would now be refused ({message}); its bound members keep running: "
         "a bound Pod is never evicted by a policy change"
     )
 
 
-def excluded_nodes(pod: JSON, unfit: tuple[str, ...]) -> frozenset[str]:
-    """What the job must exclude: the nodes that do not fit and the ones the Pod's annotation names."""
-    named = validation.pod_annotations(pod).get(keys.EXCLUDED_NODES, "")
+def _new_job(
+    o: Observed, group: groups.Group, live: tuple[JSON, ...], results: tuple[validation.Validation, ...]
+) -> Action:
+    missing = group.min_count - len(live)
+    if missing > 0:
+        return Pend(
+            live,
+            REASON_WAITING_FOR_MEMBERS,
+            f"{group.title} needs {group.min_count} members before Slurm places it; {missing} still missing",
+        )
+    if o.slurm_nodes and group.min_count > o.slurm_nodes:
+        return Refuse(
+            live,
+            REASON_CANNOT_FIT,
+            f"{group.title} needs {group.min_count} nodes, one per member, and Slurm has "
+            f"{o.slurm_nodes}: it can never be placed",
+        )
+    members, valid = live[: group.min_count], results[: group.min_count]
+    fits = _fits(o, members)
+    unfit = tuple(sorted({s for f in fits for s in f.excluded}))
+    unschedulable = _unschedulable(group, members, fits, unfit)
+    if unschedulable is not None:
+        return unschedulable
+    return Submit(members, valid, unfit)
+
+
+def _fits(o: Observed, members: tuple[JSON, ...]) -> list[Eligibility]:
+    if o.fits is None:
+        return []
+    return [f for m in members if (f := o.fits.get(_uid(m))) is not None]
+
+
+def _unschedulable(
+    group: groups.Group, members: tuple[JSON, ...], fits: list[Eligibility], unfit: tuple[str, ...]
+) -> Pend | None:
+    """Fewer Slurm nodes whose Nodes would take every member than members: kube-scheduler's reason."""
+    total = fits[0].total if fits else 0
+    if not total or total - len(unfit) >= group.min_count:
+        return None
+    if group.alone:
+        message = fits[0].message()
+    else:
+        worst = min(fits, key=lambda f: f.available)
+        message = (
+            f"{group.title} needs {group.min_count} nodes, one per member, and "
+            f"{total - len(unfit)}/{total} would take every member; {worst.message()}"
+        )
+    return Pend(members, REASON_UNSCHEDULABLE, message, event="FailedScheduling")
+
+
+def _recorded_by_all(o: Observed, live: tuple[JSON, ...]) -> int | None:
+    """The job id the members carry (a previous life submitted and recorded it)."""
+    ids = {job_id for m in live if (job_id := o.recorded.get(_uid(m))) is not None}
+    return max(ids) if ids else None
+
+
+def _assign(
+    o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...]
+) -> tuple[Placement, ...] | str:
+    """Each unbound member's node, in rank order on the job's nodes no member runs on yet; or why
+    no assignment can be made yet."""
+    if len(job.job.nodes) < group.min_count:
+        # Told of the allocation before all of it was read: binding now would place only part
+        # of the group.
+        return f"Slurm job {job.job_id}'s {group.min_count} nodes are not all known yet"
+    hosts: dict[str, str] = {}
+    for slurm_node in job.job.nodes:
+        kube_node = o.hosts.get(slurm_node)
+        if kube_node is None:
+            return f"no Node known to host Slurm node {slurm_node} yet"
+        hosts[slurm_node] = kube_node
+    taken = {str((m.get("spec") or {}).get("nodeName")) for m in live if _bound(m)}
+    free = [s for s in job.job.nodes if hosts[s] not in taken]
+    unbound = [m for m in live if not _bound(m)]
+    return tuple(Placement(m, s, hosts[s]) for m, s in zip(unbound, free, strict=False))
+
+
+def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...]) -> Action:
+    placements = _assign(o, group, job, live)
+    if isinstance(placements, str):
+        return Wait(placements)
+    if not placements:
+        return Pend(
+            tuple(m for m in live if not _bound(m)),
+            REASON_GROUP_FULL,
+            f"each of Slurm job {job.job_id}'s {len(job.job.nodes)} nodes already runs a member of the group",
+        )
+    return Bind(job, placements)
+
+
+def _nominated(pod: JSON) -> str:
+    return str((pod.get("status") or {}).get("nominatedNodeName") or "")
+
+
+def _nominate(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...]) -> Action:
+    """Allocated, the prologs running: where each member will run, as kube-scheduler nominates."""
+    placements = _assign(o, group, job, live)
+    if isinstance(placements, str):
+        return Nothing()  # the bind waits for it; a nomination is only a hint
+    changed = tuple(p for p in placements if _nominated(p.pod) != p.kube_node)
+    return Nominate(changed) if changed else Nothing()
+
+
+def _pending(
+    o: Observed, group: groups.Group, job: JobStatus, unbound: tuple[JSON, ...], result: validation.Validation
+) -> Action:
+    nominated = tuple(Placement(m, "", "") for m in unbound if _nominated(m))
+    if nominated:
+        return Nominate(nominated)  # back to pending (requeued before its script started)
+    fits = _fits(o, unbound)
+    if fits:
+        unfit = tuple(sorted({s for f in fits for s in f.excluded}))
+        wanted = excluded_nodes(result, unfit)
+        if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
+            return Exclude(job.job_id, compress(sorted(wanted)))
+        unschedulable = _unschedulable(group, unbound, fits, unfit)
+        if unschedulable is not None:
+            return unschedulable
+    if job.job.state_reason in ("", "None"):
+        return Nothing()  # not yet looked at: the next change tells
+    return Pend(unbound, REASON_PENDING, queue.pending_message(job))
+
+
+def excluded_nodes(result: validation.Validation, unfit: tuple[str, ...]) -> frozenset[str]:
+    """What the job must exclude: the nodes that do not fit and the ones the annotation names."""
+    named = result.job_annotations.get(keys.EXCLUDED_NODES, "")
     return frozenset(unfit) | frozenset(expand(named) if named else ())
 
 
@@ -309,21 +551,32 @@ def recorded_job_id(pod: JSON) -> int | None:
     return keys.recorded_job_id(pod)
 
 
-def placement_state(o: Observed, action: Action) -> str:
-    """Where the Pod stands (scheduler.proto's PlacementState, without the prefix), read off the
-    same decision the reconciler acts on."""
-    pod = o.pod or {}
+def placement_state(o: Observed, action: Action, pod: JSON | None = None) -> str:
+    """Where a member stands (scheduler.proto's PlacementState, without the prefix), read off the
+    same decision the reconciler acts on. `pod`: which member (the only one when not given)."""
+    if pod is None:
+        pod = o.members[0] if o.members else {}
     job = o.job
-    if isinstance(action, Reject) or (pod and refused(pod)):
+    uid = _uid(pod)
+    mine = _touches(action, uid)
+    if (isinstance(action, Reject) and mine) or (pod and refused(pod)):
         return "INVALID"
     if (
-        isinstance(action, Cancel | Delete)
+        isinstance(action, Cancel)
+        or (isinstance(action, Delete) and mine)
         or (pod.get("metadata") or {}).get("deletionTimestamp")
         or (job is not None and (job.terminating or job.ended))
     ):
         return "TERMINATING"
-    if (pod.get("spec") or {}).get("nodeName"):
+    if _bound(pod):
         return "BOUND"
-    if isinstance(action, Bind | Wait) or (job is not None and job.started):
+    if isinstance(action, Wait) or (isinstance(action, Bind) and mine) or (job is not None and job.started):
         return "STARTED"
     return "PENDING"
+
+
+def _touches(action: Action, uid: str) -> bool:
+    if isinstance(action, Bind | Nominate):
+        return any(_uid(p.pod) == uid for p in action.placements)
+    pods = getattr(action, "pods", None) or getattr(action, "members", None) or ()
+    return any(_uid(p) == uid for p in pods)

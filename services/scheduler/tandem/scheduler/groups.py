@@ -1,10 +1,11 @@
 """Which Pods form a group that Slurm places as one job (gang scheduling), read off the Pods.
+The scheduler places nothing else: a Pod in no group is a group of one (`alone`).
 
 Two kinds of group:
   - a Kubernetes PodGroup (scheduling.k8s.io/v1alpha2) with a gang policy, which a Pod joins
     through spec.schedulingGroup.podGroupName (the Job controller makes one for an Indexed Job);
   - each replica group of a LeaderWorkerSet: the leader and its size - 1 workers.
-A Pod in a PodGroup with the basic policy, or in no group, is placed alone, as before.
+A Pod in a PodGroup with the basic policy, or in no group, is placed alone: its key is its own.
 
 A group's key is `<namespace>/pg:<PodGroup>` or `<namespace>/lws:<LWS>:<group index>`: the same
 string names its placeholder job (tandem.placeholder), so a restarted scheduler finds the job.
@@ -73,13 +74,27 @@ class Group:
         return self.ref.key
 
     @property
+    def alone(self) -> bool:
+        """A Pod placed alone (a group of one, named and keyed as the Pod)."""
+        return not self.ref.is_group
+
+    @property
     def title(self) -> str:
         """How Events and conditions name it."""
+        if self.alone:
+            return f"Pod {self.ref.key}"
         kind, _, rest = self.ref.name.partition(GROUP_SEPARATOR)
         if kind == _PODGROUP:
             return f"PodGroup {self.ref.namespace}/{rest}"
         lws, _, index = rest.partition(GROUP_SEPARATOR)
         return f"LeaderWorkerSet {self.ref.namespace}/{lws} group {index}"
+
+
+def alone(key: str, pod: JSON | None) -> Group:
+    """A Pod placed alone, as a group of one (its uid empty once it is gone)."""
+    namespace, _, name = key.partition("/")
+    uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
+    return Group(PodRef(namespace, name, uid), 1)
 
 
 def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:

@@ -103,14 +103,14 @@ def build_group_job_spec(
     cfg: PlaceholderConfig,
     requests: Sequence[Mapping[str, int]],
     unfit: Sequence[str] = (),
-    defaults: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> JobSpec:
     """One job for a group: a node per member, each node sized for the largest member (Slurm's
     heterogeneous jobs would size each node for its own member; a leader and its workers
     usually ask alike, and one homogeneous job keeps one job id, one prolog per node and one
     placeholder script). The members' job annotations agree (validation.disagreements)."""
     largest = {name: max(r.get(name, 0) for r in requests) for name in {n for r in requests for n in r}}
-    spec = build_job_spec(members[0], cfg, largest, ref=group, unfit=unfit, defaults=defaults)
+    spec = build_job_spec(members[0], cfg, largest, ref=group, unfit=unfit, annotations=annotations)
     return replace(spec, nodes=len(members))
 
 
@@ -121,11 +121,14 @@ def build_job_spec(
     ref: PodRef | None = None,
     unfit: Sequence[str] = (),
     defaults: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> JobSpec:
-    """The placeholder job for a Pod that passed `validate` (`requests`: what it parsed; `defaults`:
-    what the tenant policy filled in), or with `ref`, for the group that Pod belongs to."""
+    """The placeholder job for a Pod that passed `validate` (`requests`: what it parsed;
+    `annotations`: its job annotations as validated, Validation.job_annotations), or with `ref`,
+    for the group that Pod belongs to. Without `annotations`, the Pod's own are read, `defaults`
+    (what the tenant policy filled in) under them."""
     ref = ref or pod_ref(pod)
-    found = {**(defaults or {}), **pod_annotations(pod)}
+    found = dict(annotations) if annotations is not None else {**(defaults or {}), **pod_annotations(pod)}
     if requests is None:
         requests = effective_requests(pod)
     gpus = requests.get(keys.GPU_RESOURCE, 0)
@@ -137,7 +140,7 @@ def build_job_spec(
         # The script appends its started marker to the job's Extra, which its environment lacks.
         "TANDEM_JOB_EXTRA": "",
     }
-    uid, gid = job_user(pod, defaults)
+    uid, gid = job_user(pod, annotations=found)
     name = job_name(ref, cfg.scheduler_name)
     if cfg.job_key:
         # What its script presents to the hooks API: good for this placeholder and nothing else.
@@ -180,12 +183,15 @@ def _excluded(named: str, unfit: Sequence[str]) -> str:
     return compress(sorted(set(expand(named) if named else ()) | set(unfit)))
 
 
-def job_user(pod: Pod, defaults: Mapping[str, str] | None = None) -> tuple[int, int]:
+def job_user(
+    pod: Pod, defaults: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None
+) -> tuple[int, int]:
     """(uid, gid) the job runs as: the Pod's `user-id`, else the tenant policy's default user for
     its namespace (`defaults`, from validation), and the user's own id as group when no group is
     given (SUNK's rule). Never root by default: a Pod with neither was refused by validation, and
-    one that reaches here anyway raises rather than run as whoever submits (root)."""
-    found = {**(defaults or {}), **pod_annotations(pod)}
+    one that reaches here anyway raises rather than run as whoever submits (root). `annotations`:
+    the job annotations validation passed (the Pod is not read again)."""
+    found = annotations if annotations is not None else {**(defaults or {}), **pod_annotations(pod)}
     uid = _optional_int(found.get(keys.USER_ID))
     gid = _optional_int(found.get(keys.GROUP_ID))
     if uid is None:

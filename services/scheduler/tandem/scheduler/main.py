@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from tandem import jobtoken, keys, leader, logs, serving, settings, tracing
+import grpc
+
+from tandem import jobtoken, keys, logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
 from tandem.kube import KubeClient, object_key
+from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
+from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.scheduler import eligibility, jobspec
 from tandem.scheduler.controller import (
@@ -29,7 +33,6 @@ from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.slurm.rest import SlurmRestClient
-from tandem.sources import Source, Sources
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
 
@@ -68,125 +71,48 @@ def main(argv: Sequence[str] | None = None) -> None:
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
     channel = serving.channel(cfg.syncer_address, tls)
-    stop = threading.Event()
-    queue = WorkQueue()
-    paths = (
-        [f"/api/v1/namespaces/{ns}/pods" for ns in cfg.watch_namespaces]
-        if cfg.watch_namespaces
-        else ["/api/v1/pods"]
-    )
+    # What the controller reads calls it back on each change: it exists by the time they start.
     controller: Controller
-    try:
-        policy = PolicySource(kube, cfg.policy_configmap, lambda: controller.on_policy_changed())
-    except ValueError as e:
-        raise SystemExit(str(e)) from e
-    pods = Informer(
-        kube,
-        paths,
-        {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
-        lambda key, old, new: controller.on_pod(key, old, new),
-        indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index},
-    )
-    # What fits where (tandem.scheduler.eligibility): every Node, and every Pod bound to one (of the
-    # watched namespaces in namespace scope), slimmed to what the filters read.
-    nodes = Informer(
-        kube,
-        ["/api/v1/nodes"],
-        {},
-        lambda key, old, new: controller.on_node(key, old, new),
-        transform=eligibility.slim_node,
-    )
-    bound = Informer(
-        kube,
-        paths,
-        {"fieldSelector": "spec.nodeName!="},
-        lambda key, old, new: controller.on_bound_pod(key, old, new),
-        indexes={BY_NODE: node_index},
-        transform=eligibility.slim_bound_pod,
-    )
-    # Gangs: the Workload API's PodGroups (alpha in Kubernetes 1.36; absent is fine).
-    podgroup_api = f"/apis/{keys.PODGROUP_API}"
-    podgroups = Informer(
-        kube,
-        [f"{podgroup_api}/namespaces/{ns}/podgroups" for ns in cfg.watch_namespaces]
-        if cfg.watch_namespaces
-        else [f"{podgroup_api}/podgroups"],
-        {},
-        lambda key, old, new: controller.on_podgroup(key, old, new),
-        # A list's items lack kind and apiVersion; Events and status writes name them.
-        transform=lambda pg: {**pg, "apiVersion": keys.PODGROUP_API, "kind": keys.PODGROUP_KIND},
-        optional=True,
-    )
+    policy = tenant_policy(kube, cfg, lambda: controller.on_policy_changed())
+    caches = watch_cluster(kube, cfg, lambda: controller)
     jobs = JobTracker(
         cfg.scheduler_name,
         syncer_pb2_grpc.SyncerServiceStub(channel),
         lambda pod, job: controller.on_job(pod, job),
         lambda slurm_node: controller.on_node_moved(slurm_node),
     )
+    queue = WorkQueue()
     controller = Controller(
         kube,
         slurm,
         jobs,
         EventRecorder(kube, "tandem-scheduler"),
         queue,
-        pods,
+        caches.pods,
         placeholder_cfg,
         cfg.slurm_kill_wait,
-        podgroups,
-        ClusterCaches(nodes, bound),
+        caches.podgroups,
+        ClusterCaches(caches.nodes, caches.bound),
         cfg.reject_static_cpu,
         policy.current,
     )
+    manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
-    sources = Sources(
-        [
-            Source.of("Pods", pods),
-            Source.of("PodGroups", podgroups),
-            Source.of("Nodes", nodes),
-            Source.of("bound Pods", bound),
-            Source.of("the tenant policy", policy),
-            Source.of("Slurm jobs (the syncer's stream)", jobs),
-        ]
-    )
-    runner = Runner("scheduler", queue, controller.reconcile, [sources.synced], cfg.workers)
-    servicer = SchedulerServicer(controller)
-    name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
-    grpc_server = serving.GrpcServer(
-        cfg.grpc_address,
-        [lambda s: scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, s)],
-        [name],
-        tls,
-    )
-
-    def waiting_for() -> list[str]:
-        waiting = sources.waiting_for()
-        if jobs.synced and not jobs.connected:
-            waiting.append(f"the syncer's stream is not connected ({jobs.trouble or 'reconnecting'})")
-        return waiting
-
-    http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)
-    threading.Thread(target=jobs.run, args=(stop,), name="slurm-stream", daemon=True).start()
-    pods.start(stop)
-    podgroups.start(stop)
-    nodes.start(stop)
-    bound.start(stop)
-    policy.start(stop)
-    lost = threading.Event()
-
-    def lead() -> None:
-        # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
-        runner.start(stop, on_started=enqueue_all)
-
-    def enqueue_all() -> None:
-        for pod in pods.items():
-            queue.add(object_key(pod))
-
-    leader.lead_when_elected(
-        kube, cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id, stop, lead, lost.set
-    )
+    manager.add_source("Pods", caches.pods, caches.pods.run)
+    manager.add_source("PodGroups", caches.podgroups, caches.podgroups.run)
+    manager.add_source("Nodes", caches.nodes, caches.nodes.run)
+    manager.add_source("bound Pods", caches.bound, caches.bound.run)
+    manager.add_source("the tenant policy", policy, policy.start)
+    manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
+    # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
+    runner = Runner("scheduler", queue, controller.reconcile, workers=cfg.workers)
+    manager.add_controller(runner, on_started=lambda: enqueue_every_pod(caches.pods, queue))
+    grpc_server = grpc_service(cfg.grpc_address, tls, SchedulerServicer(controller))
+    http = serving.HealthHttpServer(cfg.health_address, readiness(manager, jobs), REGISTRY.render)
+    manager.start()
     grpc_server.start()
     http.start()
-    pods.wait_synced(30)
+    caches.pods.wait_synced(30)
     jobs.wait_synced(30)
     grpc_server.set_serving(True)
     log.info(
@@ -197,17 +123,97 @@ def main(argv: Sequence[str] | None = None) -> None:
             "namespaces": list(cfg.watch_namespaces) or "all",
         },
     )
-    serving.wait_for_stop_signal(lost)
-    stop.set()
-    queue.shutdown()
-    grpc_server.stop()
-    http.stop()
-    channel.close()
-    slurm.close()
-    kube.close()
-    tracing.shutdown()
-    if lost.is_set():
-        raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
+    manager.run_until_signal(
+        grpc_server.stop, http.stop, channel.close, slurm.close, kube.close, tracing.shutdown
+    )
+
+
+def tenant_policy(kube: KubeClient, cfg: SchedulerSettings, on_change: Callable[[], None]) -> PolicySource:
+    try:
+        return PolicySource(kube, cfg.policy_configmap, on_change)
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
+
+
+@dataclass(frozen=True)
+class Caches:
+    pods: Informer  # this scheduler's Pods
+    nodes: Informer
+    bound: Informer  # every Pod bound to a Node
+    podgroups: Informer
+
+
+def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]) -> Caches:
+    """The informers a reconcile reads, each calling the controller back on a change. What fits
+    where (tandem.scheduler.eligibility) reads every Node and every Pod bound to one (of the
+    watched namespaces in namespace scope), slimmed to what the filters read."""
+    namespaces = cfg.watch_namespaces
+    paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] if namespaces else ["/api/v1/pods"]
+    # Gangs: the Workload API's PodGroups (alpha in Kubernetes 1.36; absent is fine).
+    podgroup_api = f"/apis/{keys.PODGROUP_API}"
+    return Caches(
+        pods=Informer(
+            kube,
+            paths,
+            {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
+            lambda key, old, new: controller().on_pod(key, old, new),
+            indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index},
+        ),
+        nodes=Informer(
+            kube,
+            ["/api/v1/nodes"],
+            {},
+            lambda key, old, new: controller().on_node(key, old, new),
+            transform=eligibility.slim_node,
+        ),
+        bound=Informer(
+            kube,
+            paths,
+            {"fieldSelector": "spec.nodeName!="},
+            lambda key, old, new: controller().on_bound_pod(key, old, new),
+            indexes={BY_NODE: node_index},
+            transform=eligibility.slim_bound_pod,
+        ),
+        podgroups=Informer(
+            kube,
+            [f"{podgroup_api}/namespaces/{ns}/podgroups" for ns in namespaces]
+            if namespaces
+            else [f"{podgroup_api}/podgroups"],
+            {},
+            lambda key, old, new: controller().on_podgroup(key, old, new),
+            # A list's items lack kind and apiVersion; Events and status writes name them.
+            transform=lambda pg: {**pg, "apiVersion": keys.PODGROUP_API, "kind": keys.PODGROUP_KIND},
+            optional=True,
+        ),
+    )
+
+
+def enqueue_every_pod(pods: Informer, queue: WorkQueue) -> None:
+    """A new leader looks at every Pod once: what happened while it stood by has no event left."""
+    for pod in pods.items():
+        queue.add(object_key(pod))
+
+
+def grpc_service(address: str, tls: TlsFiles, servicer: SchedulerServicer) -> serving.GrpcServer:
+    name = scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+
+    def register(server: grpc.Server) -> None:
+        scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(servicer, server)
+
+    return serving.GrpcServer(address, [register], [name], tls)
+
+
+def readiness(manager: Manager, jobs: JobTracker) -> Callable[[], list[str]]:
+    """What /readyz says: every source not synced (past the timeout, with its last error), and a
+    syncer stream that broke after its snapshot."""
+
+    def waiting_for() -> list[str]:
+        waiting = manager.waiting_for()
+        if jobs.synced and not jobs.connected:
+            waiting.append(f"the syncer's stream is not connected ({jobs.trouble or 'reconnecting'})")
+        return waiting
+
+    return waiting_for
 
 
 if __name__ == "__main__":

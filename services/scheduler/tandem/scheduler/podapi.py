@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from tandem import keys
+from tandem.assume import AssumeCache, version_of
 from tandem.kube import JSON, KubeClient, KubeError, pod_path, rfc3339, tolerates
 
 LOCK_TOLERATION = {"key": keys.LOCK_KEY, "operator": "Exists", "effect": keys.LOCK_TAINT_EFFECT}
@@ -17,18 +16,13 @@ def _path(pod: JSON) -> str:
     return pod_path(meta["namespace"], meta["name"])
 
 
-# How many Pods' last written PodScheduled condition are remembered (a bound on memory).
-_WRITTEN_CONDITIONS = 10_000
-
-
 class PodApi:
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        # Pod uid -> (reason, message) of the PodScheduled=False this process last wrote. The
-        # informer's copy lags a write by milliseconds; a reconcile in that window must not write
-        # (and announce) the same condition again.
-        self._written: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self._written_lock = threading.Lock()
+        # Pod (or "podgroup/") uid -> (reason, message) of the condition this process last wrote,
+        # until the informer shows it: a reconcile in that window must not write (and announce)
+        # the same condition again.
+        self._written: AssumeCache[tuple[str, str]] = AssumeCache()
 
     def record_job(self, pod: JSON, job_id: int) -> JSON:
         """Write the job id and, in the same call, the toleration that keeps every lock from
@@ -56,9 +50,8 @@ class PodApi:
                 and (c.get("status"), c.get("reason"), c.get("message")) == wanted
             ):
                 return False
-        with self._written_lock:
-            if self._written.get(uid) == (status + reason, message):
-                return False
+        if self._written.get(uid, _version(podgroup)) == (status + reason, message):
+            return False
         written = {
             "type": keys.PODGROUP_SCHEDULED,
             "status": status,
@@ -68,12 +61,8 @@ class PodApi:
             "observedGeneration": meta.get("generation"),
         }
         path = f"/apis/{keys.PODGROUP_API}/namespaces/{meta['namespace']}/podgroups/{meta['name']}/status"
-        self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
-        with self._written_lock:
-            self._written[uid] = (status + reason, message)
-            self._written.move_to_end(uid)
-            while len(self._written) > _WRITTEN_CONDITIONS:
-                self._written.popitem(last=False)
+        answer = self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
+        self._written.assume(uid, (status + reason, message), version_of(answer))
         return True
 
     def nominate(self, pod: JSON, node: str) -> None:
@@ -84,11 +73,10 @@ class PodApi:
         """PodScheduled=False with reason and message; no write when already so. True if written."""
         uid = str(pod["metadata"].get("uid", ""))
         scheduled = condition(pod, "PodScheduled") or {}
-        with self._written_lock:
-            if scheduled.get("status") == "True":
-                self._written.pop(uid, None)  # bound since: what we wrote before no longer holds
-            elif self._written.get(uid) == (reason, message):
-                return False
+        if scheduled.get("status") == "True":
+            self._written.forget(uid)  # bound since: what we wrote before no longer holds
+        elif self._written.get(uid, _version(pod)) == (reason, message):
+            return False
         for c in (pod.get("status") or {}).get("conditions") or []:
             if (
                 c.get("type") == "PodScheduled"
@@ -105,12 +93,8 @@ class PodApi:
             "lastTransitionTime": rfc3339(),
             "lastProbeTime": None,
         }
-        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})
-        with self._written_lock:
-            self._written[uid] = (reason, message)
-            self._written.move_to_end(uid)
-            while len(self._written) > _WRITTEN_CONDITIONS:
-                self._written.popitem(last=False)
+        answer = self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})
+        self._written.assume(uid, (reason, message), version_of(answer))
         return True
 
     def bind(self, pod: JSON, node: str) -> None:
@@ -132,6 +116,10 @@ class PodApi:
         except KubeError as e:
             if not e.not_found and not e.conflict:
                 raise
+
+
+def _version(obj: JSON) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def condition(pod: JSON, type_: str) -> JSON | None:

@@ -106,6 +106,9 @@ class Validation:
     static_cpu: str = ""
     # Annotations the tenant policy fills in when the Pod leaves them out (its first allowed ids).
     defaults: Mapping[str, str] = field(default_factory=dict)
+    # What the job is made of: the Pod's job annotations as validated, the defaults filled in.
+    # The job is built from these, never from a second read of the Pod.
+    job_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -165,7 +168,8 @@ def validate(
     if static and reject_static_cpu:
         errors.append(Problem("spec.containers[].resources", f"{static} (--reject-static-cpu)"))
         static = ""
-    return Validation(tuple(errors), tuple(warnings), requests, static, verdict.defaults)
+    job_annotations = {**verdict.defaults, **{k: v for k, v in found.items() if k in keys.JOB_ANNOTATIONS}}
+    return Validation(tuple(errors), tuple(warnings), requests, static, verdict.defaults, job_annotations)
 
 
 def static_cpu(pod: Pod) -> str:

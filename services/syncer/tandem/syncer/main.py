@@ -7,13 +7,16 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
-from tandem import leader, logs, serving, settings, tracing
+import grpc
+
+from tandem import logs, serving, settings, tracing
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
+from tandem.manager import Election, Manager, Run
 from tandem.metrics import REGISTRY
+from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
-from tandem.sources import Source, Sources
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
@@ -29,7 +32,8 @@ from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
 LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
-# Slurm nodes reconciled at once; the work queue never gives one node to two workers.
+# Passes run side by side on different Slurm nodes (never two on one: the work queue's rule); a
+# prolog stuck behind a PodDisruptionBudget holds up no pass, since nothing waits inside one.
 NODE_SYNC_WORKERS = 8
 
 
@@ -40,19 +44,54 @@ def main(argv: Sequence[str] | None = None) -> None:
     tls = cfg.grpc_tls("tandem-syncer")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
-    stop = threading.Event()
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
+    node_queue = WorkQueue()
+    servicer, facts, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
+    manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
+    # Everything a node sync or a lock reads. Standbys keep their Kubernetes caches warm (a new
+    # leader locks without listing first); only the leader polls Slurm.
+    manager.add_source("Pods", cluster.pods, cluster.pods.run)
+    manager.add_source("Nodes", cluster.nodes, cluster.nodes.run)
+    manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
+    # The rest works only while this replica leads, once all of that is read.
+    runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)
+    manager.add_controller(runner, on_started=lambda: enqueue_every_node(mirror, cluster, facts, node_queue))
+    manager.add_runnable("node-resync", resync(mirror, cluster, facts, node_queue, cfg.reconcile_interval))
+    grpc_server = grpc_service(cfg.grpc_address, tls, servicer)
+    leadership = Leadership(
+        kube, manager.wait_synced, serve_as_leader(servicer, grpc_server), manager.stopping
+    )
+    manager.add_runnable("leadership", lambda _stop: leadership.lead(), on_lost=leadership.on_lost)
+    http = serving.HealthHttpServer(cfg.health_address, readiness(kube, manager), REGISTRY.render)
+    leadership.standby()
+    grpc_server.start()
+    http.start()
+    manager.start()
+    log.info(
+        "serving",
+        extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
+    )
+    manager.run_until_signal(grpc_server.stop, http.stop, slurm.close, kube.close, tracing.shutdown)
+
+
+def _lock_and_sync(
+    cfg: SyncerSettings,
+    kube: KubeClient,
+    slurm: SlurmRestClient,
+    mirror: SlurmMirror,
+    cluster: ClusterView,
+    node_queue: WorkQueue,
+) -> tuple[SyncerServicer, CacheFacts, NodeSync]:
+    """Node state both ways and node locks: one runner keyed by Slurm node (and `node/<Node>` for a
+    stale lock taint), fed by the Node and Pod informers, the Slurm poll, the hook calls and a
+    periodic resync. The hook calls record in `holds`, enqueue the node and wait for the caches to
+    show the outcome."""
     events = EventRecorder(kube, "tandem-syncer")
-    # Node state both ways and node locks: a runner keyed by Slurm node (and `node/<Node>` for a
-    # stale lock taint), fed by the Node and Pod informers, the Slurm poll, the hook calls and a
-    # periodic resync; it works only while this replica leads. The hook calls record in `holds`,
-    # enqueue the node and wait for the caches to show the outcome.
     holds = HoldStore()
     holds.on_change = cluster.wake_waiters
     writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
     facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name)
-    node_queue = WorkQueue()
     node_sync = NodeSync(
         kube,
         slurm,
@@ -65,16 +104,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
     servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout)
-    # Everything a node sync or a lock reads: the workers wait for all of it, and a leader's
-    # readiness names what is missing.
-    sources = Sources(
-        [
-            Source.of("Pods", cluster.pods),
-            Source.of("Nodes", cluster.nodes),
-            Source.of("Slurm (slurmrestd)", mirror),
-        ]
-    )
-    node_runner = Runner("node-sync", node_queue, node_sync.reconcile, [sources.synced], NODE_SYNC_WORKERS)
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
 
@@ -89,77 +118,60 @@ def main(argv: Sequence[str] | None = None) -> None:
             node_queue.add(slurm_node)
 
     cluster.on_pod_gone = pod_gone
+    return servicer, facts, node_sync
+
+
+def enqueue_every_node(
+    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue
+) -> None:
+    """Every Slurm node, and every Node with a lock taint that no Slurm node maps to."""
+    for key in resync_keys(mirror, cluster, facts):
+        queue.add(key)
+
+
+def resync(
+    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue, interval: float
+) -> Run:
+    """The safety net: every `interval`, every key again (a lost event, a lost epilog)."""
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval):
+            enqueue_every_node(mirror, cluster, facts, queue)
+
+    return run
+
+
+def grpc_service(address: str, tls: TlsFiles, servicer: SyncerServicer) -> serving.GrpcServer:
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
-    grpc_server = serving.GrpcServer(
-        cfg.grpc_address,
-        [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, s)],
-        [name],
-        tls,
-        # Every prolog holds a call while its Node empties; hundreds start at once under load.
-        max_workers=512,
-    )
 
-    def resync() -> None:
-        while not stop.wait(cfg.reconcile_interval):
-            for key in resync_keys(mirror, cluster, facts):
-                node_queue.add(key)
+    def register(server: grpc.Server) -> None:
+        syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, server)
 
+    # Every prolog holds a call while its Node empties; hundreds start at once under load.
+    return serving.GrpcServer(address, [register], [name], tls, max_workers=512)
+
+
+def serve_as_leader(servicer: SyncerServicer, grpc_server: serving.GrpcServer) -> Callable[[bool], None]:
     def serve(active: bool) -> None:
         servicer.active = active
         grpc_server.set_serving(active)
 
-    def synced(timeout: float) -> bool:
-        return cluster.wait_synced(timeout) and mirror.wait_synced(timeout)
+    return serve
 
-    leadership = Leadership(kube, synced, serve, stop)
+
+def readiness(kube: KubeClient, manager: Manager) -> Callable[[], list[str]]:
+    """What /readyz says. A standby is healthy and ready: the Service sends calls only to the Pod
+    labelled leader. A leader is ready once it has read Slurm and Kubernetes; past the cache-sync
+    timeout, it says which source is missing and why."""
 
     def waiting_for() -> list[str]:
-        # A standby is healthy and ready; the Service sends calls only to the Pod labelled leader.
         if not kube.reachable():
             return ["the Kubernetes API is unreachable"]
-        if leadership.leading.is_set():
-            return [f"leading, and {why}" for why in sources.waiting_for()]
+        if manager.leading.is_set():
+            return [f"leading, and {why}" for why in manager.waiting_for()]
         return []
 
-    def sync_every_node() -> None:
-        for key in resync_keys(mirror, cluster, facts):
-            node_queue.add(key)
-
-    def lead() -> None:
-        threading.Thread(target=mirror.run, args=(stop,), name="slurm-poll", daemon=True).start()
-        threading.Thread(target=resync, name="node-resync", daemon=True).start()
-        node_runner.start(stop, on_started=sync_every_node)
-        leadership.lead()
-
-    http = serving.HealthHttpServer(cfg.health_address, waiting_for, REGISTRY.render)
-    leadership.standby()
-    grpc_server.start()
-    http.start()
-    # Standbys keep their Kubernetes caches warm too: a new leader locks without listing first.
-    cluster.start(stop)
-    leader.lead_when_elected(
-        kube,
-        cfg.leader_elect,
-        cfg.leader_election_namespace,
-        cfg.leader_election_id,
-        stop,
-        lead,
-        leadership.on_lost,
-    )
-    log.info(
-        "serving",
-        extra={"grpc_port": grpc_server.port, "health_port": http.port, "leader_elect": cfg.leader_elect},
-    )
-    serving.wait_for_stop_signal(leadership.lost)
-    stop.set()
-    node_queue.shutdown()
-    grpc_server.stop()
-    http.stop()
-    slurm.close()
-    kube.close()
-    tracing.shutdown()
-    if leadership.lost.is_set():
-        raise SystemExit("lost the leader lease; exiting so a fresh start rejoins the election")
+    return waiting_for
 
 
 def label_self_leader(kube: KubeClient, leader: bool) -> None:

@@ -1,0 +1,136 @@
+"""What the hooks gateway does with each request (tandem.hooks.gateway describes the API): the
+head is screened first (probes, methods, the credential, the route, whether that credential may
+call it), and only then is a body read and handed to the route, traced, counted and logged."""
+
+from __future__ import annotations
+
+import logging
+import time
+from http import HTTPStatus
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from tandem import jobtoken, placeholder, tracing
+from tandem.hooks.routes import NODE, SyncerRoutes
+from tandem.hooks.server import Request, Response, json_response
+from tandem.hooks.tokens import BearerTokens
+from tandem.metrics import REGISTRY
+
+log = logging.getLogger("tandem.hooks.gateway")
+
+HOOK_CALLS = REGISTRY.counter(
+    "tandem_hook_calls_total", "hook API calls by route and HTTP status", ["route", "code"]
+)
+HOOK_SECONDS = REGISTRY.histogram("tandem_hook_call_seconds", "hook API call latency", ["route"])
+
+_NODE_ROUTES = frozenset({"/v1/lock", "/v1/unlock"})
+_PLACEHOLDER_ROUTES = frozenset({"/v1/started", "/v1/terminating", "/v1/drain"})
+_MAX_REFERENCE = 512
+
+
+class Credentials:
+    """Who a request speaks for, from its head: root on a Slurm node (the hooks token), or one
+    placeholder (its own job token, tandem.jobtoken, with its reference)."""
+
+    def __init__(self, tokens: BearerTokens, job_keys: BearerTokens | None) -> None:
+        self.tokens = tokens
+        self.job_keys = job_keys
+
+    def authorized(self, header: str) -> bool:
+        scheme, _, presented = header.partition(" ")
+        return scheme.lower() == "bearer" and self.tokens.accepts(presented.strip())
+
+    def caller(self, headers: Any) -> str | None:
+        """Who the credential in the head speaks for: NODE (the hooks token: root on a Slurm node),
+        a placeholder reference (that placeholder's own token), or None (nobody we serve)."""
+        header = headers.get("Authorization", "")
+        reference = headers.get(jobtoken.PLACEHOLDER_HEADER)
+        if reference is None:
+            return NODE if self.authorized(header) else None
+        scheme, _, presented = header.partition(" ")
+        if (
+            self.job_keys is None
+            or scheme.lower() != "bearer"
+            or len(reference) > _MAX_REFERENCE
+            or placeholder.parse_job_name(reference) is None
+        ):
+            return None
+        return reference if jobtoken.verifies(self.job_keys.values(), reference, presented.strip()) else None
+
+
+class HookHandler:
+    """The two halves tandem.hooks.server asks for: `screen` (the head alone) and `handle` (an
+    authorized call with its body, in a worker thread)."""
+
+    def __init__(self, credentials: Credentials, routes: SyncerRoutes) -> None:
+        self.credentials = credentials
+        self.routes = routes
+
+    def screen(self, head: Request) -> Response | None:
+        """Answers what needs neither a body nor the syncer, before any body is read: probes,
+        methods we do not serve, a missing or wrong token, unknown routes. None: read the body and
+        hand the call to `handle`."""
+        if head.method == "GET" and head.path == "/healthz":
+            return json_response(HTTPStatus.OK, {"status": "ok"})
+        if head.method == "GET" and head.path == "/metrics":
+            return Response(HTTPStatus.OK, REGISTRY.render().encode(), "text/plain; version=0.0.4")
+        if head.method not in ("GET", "POST"):
+            return json_response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                {"error": f"{head.method} is not served: hook routes take POST, probes GET"},
+                {"Allow": "GET, POST"},
+            )
+        caller = self.credentials.caller(head.headers)
+        if caller is None:
+            if head.method == "POST":
+                # Bounded label values: a scanner's made-up paths must not grow the metrics.
+                HOOK_CALLS.inc(route=head.path if head.path in self.routes.table else "unknown", code="401")
+            return json_response(
+                HTTPStatus.UNAUTHORIZED,
+                {"error": "missing or wrong bearer token"},
+                {"WWW-Authenticate": 'Bearer realm="tandem-hooks"'},
+            )
+        if head.method == "GET":
+            return json_response(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "hook routes take POST"})
+        if head.path not in self.routes.table:
+            return json_response(
+                HTTPStatus.NOT_FOUND,
+                {"error": f"no route {head.target}", "routes": sorted(self.routes.table)},
+            )
+        allowed = _NODE_ROUTES if caller == NODE else _PLACEHOLDER_ROUTES
+        if head.path not in allowed:
+            HOOK_CALLS.inc(route=head.path, code="403")
+            who = "the hooks token (prolog, epilog)" if caller == NODE else "a placeholder's credential"
+            return json_response(
+                HTTPStatus.FORBIDDEN,
+                {"error": f"{who} speaks for {', '.join(sorted(allowed))} only, not {head.path}"},
+            )
+        return None
+
+    def handle(self, request: Request) -> Response:
+        """An authorized POST to a route, its body read: one syncer call (in a worker thread)."""
+        path = request.path
+        started = time.monotonic()
+        caller = {tracing.TRACEPARENT: request.headers.get(tracing.TRACEPARENT, "")}
+        with tracing.span(
+            f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
+        ) as span:
+            reference = self.credentials.caller(request.headers) or NODE  # screened: not None
+            status, body = self.routes.serve(path, request.body, reference)
+            span.set_attribute("http.response.status_code", int(status))
+            if status >= 400:
+                tracing.mark_error(span, str(body.get("error", "")))
+        HOOK_CALLS.inc(route=path, code=str(int(status)))
+        HOOK_SECONDS.observe(time.monotonic() - started, route=path)
+        log.info(
+            "hook",
+            extra={
+                "route": request.target,
+                "status": int(status),
+                "job": body.get("job"),
+                "node": body.get("node"),
+                "ms": round((time.monotonic() - started) * 1000, 1),
+            },
+        )
+        return json_response(status, body)

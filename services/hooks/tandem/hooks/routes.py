@@ -1,0 +1,182 @@
+"""The hook routes: each is one call to the syncer, from a JSON body to an HTTP status and a JSON
+answer (tandem.hooks.gateway says who may call which). A bad body, and every syncer error, becomes
+a status with a JSON error; the syncer's answer is final unless it says unavailable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+import grpc
+
+from tandem import budget
+from tandem.slurm.names import node_name_problem
+from tandem.v1 import syncer_pb2, syncer_pb2_grpc
+
+MAX_BODY = 64 * 1024
+_GRPC_TO_HTTP = {
+    grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
+    grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
+    # The syncer read the job from Slurm: it is not the placeholder the credential names, or not
+    # on that node. Final: the scripts do not ask again.
+    grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
+    grpc.StatusCode.FAILED_PRECONDITION: HTTPStatus.CONFLICT,
+    grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
+    grpc.StatusCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+NODE = ""  # the caller's placeholder reference when it presented the hooks token: none
+# A route: the parsed body and the caller's placeholder reference (NODE for the hooks token).
+Route = Callable[[dict[str, Any], str], tuple[HTTPStatus, dict[str, Any]]]
+
+
+class BadRequest(ValueError):
+    pass
+
+
+class SyncerRoutes:
+    def __init__(self, syncer: syncer_pb2_grpc.SyncerServiceStub | None, call_timeout: float) -> None:
+        """`call_timeout`: how long unlock, started and drain wait for the syncer (a lock's wait
+        is the prolog's own budget; a terminating call's, the body's)."""
+        self.syncer = syncer
+        self.call_timeout = call_timeout
+        self.table: dict[str, Route] = {
+            "/v1/lock": self.lock,
+            "/v1/unlock": self.unlock,
+            "/v1/started": self.started,
+            "/v1/terminating": self.terminating,
+            "/v1/drain": self.drain,
+        }
+
+    def serve(self, path: str, raw: bytes, reference: str = NODE) -> tuple[HTTPStatus, dict[str, Any]]:
+        """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
+        try:
+            if len(raw) > MAX_BODY:
+                raise BadRequest(f"body larger than {MAX_BODY} bytes")
+            return self.table[path](_parse_body(raw), reference)
+        except BadRequest as e:
+            return HTTPStatus.BAD_REQUEST, {"error": str(e)}
+        except grpc.RpcError as e:
+            code = e.code()
+            status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
+            return status, {"error": e.details() or code.name, "syncer_status": code.name}
+
+    def _stub(self) -> syncer_pb2_grpc.SyncerServiceStub:
+        if self.syncer is None:
+            raise BadRequest("no syncer configured")
+        return self.syncer
+
+    def lock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
+        # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
+        # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
+        waits = _timeout(body, budget.LOCK_SECONDS)
+        reply = self._stub().AcquireNodeLock(
+            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job),
+            timeout=budget.below(waits),
+            wait_for_ready=True,
+        )
+        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
+
+    def unlock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
+        reply = self._stub().ReleaseNodeLock(
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
+        )
+        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
+
+    def started(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        job = _job(body)
+        self._stub().JobStarted(
+            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body), placeholder=reference),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
+        )
+        return HTTPStatus.OK, {"job": job, "started": True}
+
+    def terminating(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        job = _job(body)
+        timeout = _timeout(body, self.call_timeout)
+        reply = self._stub().JobTerminating(
+            syncer_pb2.JobTerminatingRequest(
+                job_id=job, slurm_node=_optional_node(body), placeholder=reference
+            ),
+            # The answer must reach the caller before it gives up (curl --max-time = timeout).
+            timeout=max(1.0, timeout - 0.5),
+            wait_for_ready=True,
+        )
+        if reply.pod_gone:
+            return HTTPStatus.OK, {"job": job, "pod_gone": True}
+        return HTTPStatus.REQUEST_TIMEOUT, {
+            "job": job,
+            "pod_gone": False,
+            "drained_slurm_nodes": list(reply.drained_slurm_nodes),
+            "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
+        }
+
+    def drain(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+        node, job = _node(body), _job(body)
+        self._stub().DrainNode(
+            syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference),
+            timeout=self.call_timeout,
+            wait_for_ready=True,
+        )
+        return HTTPStatus.OK, {"node": node, "drained": True}
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise BadRequest('a JSON object body is required, e.g. {"node": "gpu-001", "job": 42}')
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"body is not JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    return body
+
+
+def _node(body: dict[str, Any]) -> str:
+    node = body.get("node")
+    problem = node_name_problem(node)
+    if problem is not None or not isinstance(node, str):
+        raise BadRequest(problem or "node must be a string")
+    return node
+
+
+def _optional_node(body: dict[str, Any]) -> str:
+    """The node of a placeholder's call, when it names one (the syncer falls back to the job's)."""
+    return "" if body.get("node") in (None, "") else _node(body)
+
+
+def _job(body: dict[str, Any]) -> int:
+    job = body.get("job")
+    if isinstance(job, str) and job.isdigit():
+        job = int(job)
+    if not isinstance(job, int) or isinstance(job, bool) or not 0 < job < 2**32:
+        raise BadRequest("job must be a positive Slurm job id")
+    return job
+
+
+def _lock_name(state: int) -> str:
+    from tandem.v1 import lock_pb2
+
+    return str(lock_pb2.LockState.Name(state)).removeprefix("LOCK_STATE_").lower()
+
+
+def _timeout(body: dict[str, Any], default: float) -> float:
+    """How long the caller waits (`timeout` in the body, seconds)."""
+    timeout = body.get("timeout", default)
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or not 0 < timeout <= budget.MAX_CALL_SECONDS
+    ):
+        raise BadRequest(
+            f"timeout must be a number of seconds above 0, at most {budget.MAX_CALL_SECONDS:.0f}"
+        )
+    return float(timeout)
