@@ -15,14 +15,13 @@ from tandem import keys
 from tandem.keys import LockState
 from tandem.kube import JSON
 from tandem.slurm.models import Node
-from tandem.syncer import nodesync
+from tandem.syncer import killwait, nodesync
 from tandem.syncer.holds import (
     HOLD_GRACE_SECONDS,
     Asked,
     Failure,
     Hold,
     HoldStore,
-    KillWaitDrain,
     NodeMemory,
 )
 from tandem.syncer.locking import (
@@ -487,41 +486,92 @@ def test_the_hold_store_remembers_what_the_hook_calls_said() -> None:
 
 
 KILLWAIT_REASON = keys.killwait_drain_reason("apps", "web", 7)
-KILLWAIT = KillWaitDrain(7, WEB, KILLWAIT_REASON)
+DRAIN_AT = NOW + 5
+
+
+def due(pod: JSON | None = WEB, drain_at: float = DRAIN_AT, gone: bool = False, job_id: int = 7) -> Any:
+    """A KillWait deadline JobTerminating recorded, as this node's facts carry it."""
+    return killwait.NodeKillWait(job_id, drain_at, pod, gone)
+
+
+KILLWAIT_ROWS = [
+    # (why, the Slurm node, the deadline, now, drain, settled, requeue_after)
+    ("before drain_at: nothing yet, back at drain_at", IDLE, due(), NOW, "", (), 5.0),
+    ("at drain_at, the Pod still runs: drained", IDLE, due(), DRAIN_AT, KILLWAIT_REASON, (), None),
+    ("after drain_at, the Pod still runs: drained", IDLE, due(), DRAIN_AT + 1, KILLWAIT_REASON, (), None),
+    (
+        "drained so already: not drained again",
+        Node("cpu-001", "IDLE", ("DRAIN",), KILLWAIT_REASON, "tandem"),
+        due(),
+        DRAIN_AT,
+        "",
+        ((7, True),),
+        None,
+    ),
+    # Drained for a cause of ours that may clear: the Pod's reason keeps it drained until it goes.
+    (
+        "drained otherwise: said again",
+        Node("cpu-001", "IDLE", ("DRAIN",), "k8s: Node node-001 is cordoned", "tandem"),
+        due(),
+        DRAIN_AT,
+        KILLWAIT_REASON,
+        (),
+        None,
+    ),
+    (
+        "the Pods went before drain_at: no drain, settled",
+        IDLE,
+        due(None, gone=True),
+        NOW,
+        "",
+        ((7, False),),
+        None,
+    ),
+    # A group's member left this node while another still runs elsewhere: that node is drained.
+    ("at drain_at, no Pod of the job here: settled", IDLE, due(None), DRAIN_AT, "", ((7, False),), None),
+    ("before drain_at, no Pod of the job here: wait", IDLE, due(None), NOW, "", (), 5.0),
+]
 
 
 @pytest.mark.parametrize(
-    ("slurm", "running", "drain", "settled"),
-    [
-        (IDLE, True, KILLWAIT_REASON, (7, True)),
-        (Node("cpu-001", "IDLE", ("DRAIN",), KILLWAIT_REASON, "tandem"), True, "", (7, True)),
-        # Drained for another reason (ours for a cause that may clear): the Pod's reason is what
-        # keeps the node drained until the Pod is gone, as before.
-        (
-            Node("cpu-001", "IDLE", ("DRAIN",), "k8s: Node node-001 is cordoned", "tandem"),
-            True,
-            KILLWAIT_REASON,
-            (7, True),
-        ),
-        (IDLE, False, "", (7, False)),
-    ],
-    ids=[
-        "the Pod still runs: drained",
-        "drained so already",
-        "drained otherwise: said again",
-        "the Pod left",
-    ],
+    ("why", "slurm", "deadline", "now", "drain", "settled", "after"),
+    KILLWAIT_ROWS,
+    ids=[r[0] for r in KILLWAIT_ROWS],
 )
-def test_a_drain_at_killwait(slurm: Node, running: bool, drain: str, settled: tuple[int, bool]) -> None:
-    """JobTerminating records the drain; the node's pass makes it (one drain path) or finds it
-    needless, and says which."""
-    f = replace(facts(slurm=slurm), memory=NodeMemory(killwait=KILLWAIT), killwait_running=running)
-    plan = nodesync.decide(f, NOW)
-    assert (plan.drain, plan.killwait) == (drain, settled)
+def test_a_drain_at_killwait(
+    why: str,
+    slurm: Node,
+    deadline: Any,
+    now: float,
+    drain: str,
+    settled: tuple[tuple[int, bool], ...],
+    after: float | None,
+) -> None:
+    """JobTerminating only records a deadline; the node's pass drains at it (one drain path) if a
+    Pod of the job still runs there, or settles it, and comes back at it while it lies ahead."""
+    plan = nodesync.decide(replace(facts(slurm=slurm), killwaits=(deadline,)), now)
+    assert (plan.drain, plan.killwait.settle, plan.requeue_after) == (drain, settled, after), why
+    assert (plan.killwait.drain is not None) == (drain == KILLWAIT_REASON)
 
 
 def test_a_lock_timeout_drains_before_a_killwait_drain() -> None:
     f = facts(mem=memory(hold(since=NOW - 50, deadline=NOW)), lock=PENDING, tainted=True, pods=(WEB,))
-    f = replace(f, memory=replace(f.memory, killwait=KILLWAIT), killwait_running=True)
-    plan = nodesync.decide(f, NOW)
-    assert plan.drain.startswith("k8s: job 7 could not lock") and plan.killwait is None
+    plan = nodesync.decide(replace(f, killwaits=(due(drain_at=NOW),)), NOW)
+    assert plan.drain.startswith("k8s: job 7 could not lock") and plan.killwait.drain is None
+    assert plan.requeue_after == 0.0  # the KillWait drain on the next pass
+
+
+def test_one_killwait_drain_a_pass() -> None:
+    other = due(pod("batch"), drain_at=NOW, job_id=8)
+    plan = nodesync.decide(replace(facts(), killwaits=(due(drain_at=NOW), other)), NOW)
+    assert plan.drain == KILLWAIT_REASON and plan.requeue_after == 0.0
+
+
+def test_a_new_leader_drains_nothing_at_killwait() -> None:
+    """Crash row: the leader answering JobTerminating died; the new one's store is empty, so no
+    node's facts carry the deadline and nothing is drained, though the Pod still runs at KillWait.
+    The call failed, so the placeholder's script drains its own node itself
+    (services/hooks/tandem/hooks/scripts/placeholder.sh: no answer -> DrainNode, then scontrol)."""
+    assert HoldStore().memory("cpu-001").killwaits == ()
+    plan = nodesync.decide(facts(pods=(WEB,)), NOW + 100)
+    assert plan.drain == "" and plan.killwait == killwait.KillWaitPlan()

@@ -442,15 +442,14 @@ def test_a_subscriber_that_falls_behind_is_cut_off_not_buffered_forever() -> Non
     assert sub not in mirror._subs
 
 
-def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
+def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Stack]) -> None:
     world = World()
     ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
     world.add_pod(_pod("trainer", "node-001"))
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
-    servicer = SyncerServicer(mirror, mock.Mock(), mock.Mock(), world.cluster, terminating_timeout=5)
-    servicer.active = True
+    servicer = _stack(stacks, world, mirror).servicer
     threading.Timer(0.2, world.remove_pod, ["apps/trainer"]).start()
     context = mock.Mock()
     context.time_remaining.return_value = 10
@@ -475,7 +474,7 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api() -> None:
     ids=["records another job", "bound elsewhere"],
 )
 def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
-    annotations: dict[str, str], node: str
+    annotations: dict[str, str], node: str, stacks: list[Stack]
 ) -> None:
     """A submit retried after its answer was lost left two jobs; the scheduler cancels the one the
     Pod did not record. Before: its placeholder waited for the Pod (alive, on its own job) until
@@ -487,10 +486,10 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     mirror._push(7, "cpu-001")
     mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
-    slurm = mock.Mock()
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=2)
-    servicer.active = True
     world.add_pod(_slurmd("cpu-001", "node-001"))
+    stack = _stack(stacks, world, mirror)
+    servicer, slurm = stack.servicer, stack.slurm
+    servicer.terminating_timeout = 2
     context = mock.Mock()
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
@@ -577,18 +576,90 @@ def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Sta
     )
     assert not answer.pod_gone and list(answer.drained_slurm_nodes) == []
     assert slurm.drain_node.called
+    # The script drains its node itself on that answer; the node sync keeps trying while the Pod
+    # runs, and forgets the deadline once the Pod is gone.
+    entry = stack.holds.killwait_of(7)
+    assert entry is not None and entry.answered
+    world.remove_pod("apps/trainer")
+    _until("the KillWait deadline forgotten", lambda: stack.holds.killwait_of(7) is None)
 
 
-def test_a_group_job_whose_members_all_left_answers_gone() -> None:
+def _ended_placeholder(slurm_node: Node) -> tuple[World, SlurmMirror, str]:
+    """A placeholder job 7 on cpu-001 (Node node-001) that ended while its Pod still runs."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    world.add_pod(_pod("trainer", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
+    name = placeholder.job_name(placeholder.PodRef("apps", "trainer", "uid-trainer"), "tandem")
+    mirror = _mirror(synced=True, nodes=(slurm_node,))
+    mirror.slurm.get_job = mock.Mock(  # type: ignore[method-assign]
+        return_value=Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    )
+    return world, mirror, name
+
+
+def _terminating(stack: Stack, name: str, remaining: float = 10.0) -> Any:
+    return stack.servicer.JobTerminating(
+        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001", placeholder=name),
+        _context(remaining),
+    )
+
+
+def test_a_pod_still_running_at_killwait_has_its_node_drained_then_not_before(
+    stacks: list[Stack],
+) -> None:
+    """The call records a deadline and waits; the node's pass drains at it (not at once), and the
+    call answers with the drain; the Pod is told."""
+    world, mirror, name = _ended_placeholder(Node("cpu-001", "ALLOCATED"))
+    drained_at: list[float] = []
+    slurm = mock.Mock()
+    slurm.drain_node.side_effect = lambda node, reason: drained_at.append(time.monotonic())
+    events = mock.Mock()
+    stack = _stack(stacks, world, mirror, slurm=slurm, events=events)
+    stack.servicer.terminating_timeout = 0.5
+    began = time.monotonic()
+    answer = _terminating(stack, name)
+    assert not answer.pod_gone and list(answer.drained_slurm_nodes) == ["cpu-001"]
+    assert len(drained_at) == 1 and drained_at[0] - began >= 0.45
+    node, reason = slurm.drain_node.call_args.args
+    assert (node, reason) == ("cpu-001", keys.killwait_drain_reason("apps", "trainer", 7))
+    assert stack.holds.killwait_of(7) is None
+    stack.sync._event_pool.shutdown(wait=True)
+    assert [c.args[2] for c in events.record.call_args_list] == ["SlurmNodeDrained"]
+
+
+def test_a_pod_that_goes_before_killwait_leaves_its_node_undrained(stacks: list[Stack]) -> None:
+    world, mirror, name = _ended_placeholder(Node("cpu-001", "ALLOCATED"))
+    stack = _stack(stacks, world, mirror)
+    stack.servicer.terminating_timeout = 0.4
+    threading.Timer(0.1, world.remove_pod, ["apps/trainer"]).start()
+    began = time.monotonic()
+    assert _terminating(stack, name).pod_gone
+    assert time.monotonic() - began < 0.35  # answered when the Pod went, not at the deadline
+    assert stack.holds.killwait_of(7) is None
+    time.sleep(0.5)  # past the deadline the call recorded: no pass drains for it
+    stack.slurm.drain_node.assert_not_called()
+
+
+def test_a_node_already_drained_for_the_pod_is_not_drained_again(stacks: list[Stack]) -> None:
+    reason = keys.killwait_drain_reason("apps", "trainer", 7)
+    world, mirror, name = _ended_placeholder(Node("cpu-001", "ALLOCATED", ("DRAIN",), reason, "tandem"))
+    stack = _stack(stacks, world, mirror)
+    stack.servicer.terminating_timeout = 0.2
+    answer = _terminating(stack, name)
+    assert not answer.pod_gone and list(answer.drained_slurm_nodes) == ["cpu-001"]
+    stack.slurm.drain_node.assert_not_called()
+
+
+def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) -> None:
     world = World()
     world.add_pod(_pod("train-0", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
-    slurm = mock.Mock()
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, world.cluster, terminating_timeout=5)
-    servicer.active = True
+    stack = _stack(stacks, world, mirror)
+    servicer, slurm = stack.servicer, stack.slurm
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
     context = mock.Mock()
     context.time_remaining.return_value = 10

@@ -1,7 +1,7 @@
 """What the hook calls told this leader and no cache holds: the holds prologs recorded, the releases
 epilogs recorded, the locks that failed, the evictions asked (and those a PodDisruptionBudget
-refused), the drains asked at KillWait, and since when a Node carries a lock taint with no slurmd
-Pod on it.
+refused), the KillWait deadlines placeholders' ends recorded, and since when a Node carries a lock
+taint with no slurmd Pod on it.
 
 It is the leader's memory only: a new leader starts empty, and a lock held by a running job is
 rebuilt from Slurm (a running placeholder makes it strict again). The reconciler reads a snapshot
@@ -15,9 +15,11 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+
+from tandem.placeholder import PodRef
+from tandem.slurm.models import JobStatus
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
@@ -59,13 +61,36 @@ class Asked:
 
 
 @dataclass(frozen=True)
-class KillWaitDrain:
-    """A placeholder's job ended while its Pod still runs: drain the Slurm node (with `reason`,
-    naming the Pod) so Slurm gives it to no other job until the Pod is gone."""
+class KillWait:
+    """A placeholder's job ended (its script's JobTerminating): wait for its Pods to go, and at
+    `drain_at` (just before Slurm's KillWait) drain each of its nodes where one still runs, so Slurm
+    gives that node to no other job while the Pod is there. `status`: the job as the call verified
+    it (its allocation); the outcome so far: the nodes drained, those whose pass found nothing to
+    drain, those whose drain Slurm refused (tried again while the entry stays)."""
 
     job_id: int
-    pod: Mapping[str, Any]
-    reason: str
+    ref: PodRef
+    script_node: str
+    status: JobStatus
+    drain_at: float
+    drained: frozenset[str] = frozenset()
+    spared: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
+    # The call answered; the entry stays only while a refused drain is tried again.
+    answered: bool = False
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The Slurm nodes a Pod of the job may keep (killwait.drain_targets picks among them)."""
+        return tuple(n for n in dict.fromkeys((*self.status.job.nodes, self.script_node)) if n)
+
+    def open_on(self, slurm_node: str) -> bool:
+        return slurm_node in self.nodes and slurm_node not in self.drained | self.spared
+
+    @property
+    def outcome_known(self) -> bool:
+        """Every node drained, spared or refused: the call can answer."""
+        return bool(self.nodes) and set(self.nodes) <= self.drained | self.spared | self.refused
 
 
 @dataclass(frozen=True)
@@ -89,8 +114,8 @@ class NodeMemory:
     locked_for: int | None = None
     # How many hook calls the store had recorded when this was read (see HoldStore.settled).
     seq: int = 0
-    # A drain JobTerminating asked for at KillWait, not carried out yet.
-    killwait: KillWaitDrain | None = None
+    # The KillWait deadlines of jobs on this node not settled here yet.
+    killwaits: tuple[KillWait, ...] = ()
 
 
 class HoldStore:
@@ -111,10 +136,8 @@ class HoldStore:
         self._trouble: dict[str, Trouble] = {}
         # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
         self._looked_up: dict[int, float] = {}
-        # Slurm node -> the KillWait drain to make; job id -> Slurm node -> whether it was drained
-        # (and when that was recorded).
-        self._killwait: dict[str, KillWaitDrain] = {}
-        self._killwait_results: defaultdict[int, dict[str, tuple[bool, float]]] = defaultdict(dict)
+        # Job id -> its KillWait deadline and outcome (what JobTerminating recorded).
+        self._killwaits: dict[int, KillWait] = {}
         # Called after every change, outside the store's lock (wakes the waiting hook calls).
         self.on_change: Callable[[], None] = lambda: None
 
@@ -142,31 +165,50 @@ class HoldStore:
         self.on_change()
         return seq
 
-    def killwait(self, slurm_node: str, drain: KillWaitDrain) -> None:
+    def killwait(self, entry: KillWait) -> None:
+        """Record a placeholder's end: its nodes' passes drain them at `drain_at` if need be."""
         with self._lock:
-            self._killwait[slurm_node] = drain
-            self._killwait_results[drain.job_id].pop(slurm_node, None)
+            self._killwaits[entry.job_id] = entry
         self.on_change()
 
-    def take_killwait_results(self, job_id: int) -> dict[str, bool]:
-        """Slurm node -> whether it was drained, for the job's KillWait drains; forgotten after."""
+    def killwait_of(self, job_id: int) -> KillWait | None:
         with self._lock:
-            return {n: ok for n, (ok, _) in self._killwait_results.pop(job_id, {}).items()}
+            return self._killwaits.get(job_id)
 
-    def killwait_results(self, job_id: int) -> set[str]:
+    def answer_killwait(self, job_id: int, pod_gone: bool) -> KillWait | None:
+        """The call answers: the entry goes, unless its Pods still run where Slurm refused a
+        drain (the node's pass tries again until the drain is made or the Pod is gone)."""
         with self._lock:
-            return set(self._killwait_results.get(job_id, {}))
+            entry = self._killwaits.pop(job_id, None)
+            if entry is not None and entry.refused and not pod_gone:
+                self._killwaits[job_id] = replace(entry, answered=True)
+        return entry
 
     # -- what the reconciler records -------------------------------------------------------------
 
-    def killwait_settled(self, slurm_node: str, job_id: int, drained: bool, done: bool = True) -> None:
-        """The KillWait drain of the node: made or found made (`drained`); `done`: nothing left to
-        do (a drain Slurm refused stays to be tried again)."""
+    def killwait_settled(self, slurm_node: str, job_id: int, drained: bool) -> None:
+        """The node's pass drained it for the job (or found it drained so: `drained`), or found no
+        Pod of the job keeping it."""
         with self._lock:
-            self._killwait_results[job_id][slurm_node] = (drained, self.clock())
-            found = self._killwait.get(slurm_node)
-            if done and found is not None and found.job_id == job_id:
-                del self._killwait[slurm_node]
+            entry = self._killwaits.get(job_id)
+            if entry is not None:
+                entry = replace(
+                    entry,
+                    drained=entry.drained | {slurm_node} if drained else entry.drained,
+                    spared=entry.spared if drained else entry.spared | {slurm_node},
+                    refused=entry.refused - {slurm_node},
+                )
+                self._killwaits[job_id] = entry
+                if entry.answered and not entry.refused:
+                    del self._killwaits[job_id]
+        self.on_change()
+
+    def killwait_refused(self, slurm_node: str, job_id: int) -> None:
+        """Slurm refused the node's drain: the call may answer without it; the pass tries again."""
+        with self._lock:
+            entry = self._killwaits.get(job_id)
+            if entry is not None:
+                self._killwaits[job_id] = replace(entry, refused=entry.refused | {slurm_node})
         self.on_change()
 
     def fail(self, slurm_node: str, job_id: int, failure: Failure) -> None:
@@ -223,9 +265,9 @@ class HoldStore:
             for job_id, at in list(self._looked_up.items()):
                 if now - at > LOOKUP_AGAIN_SECONDS:
                     del self._looked_up[job_id]
-            for job_id, results in list(self._killwait_results.items()):
-                if all(now - at > REMEMBER_SECONDS for _, at in results.values()):
-                    del self._killwait_results[job_id]
+            for job_id, entry in list(self._killwaits.items()):
+                if now - entry.drain_at > REMEMBER_SECONDS:  # its call (and Slurm's KillWait) long over
+                    del self._killwaits[job_id]
         self.on_change()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -248,7 +290,12 @@ class HoldStore:
                 MappingProxyType(dict(self._asked[slurm_node])),
                 self._locked_for.get(slurm_node),
                 self._seq,
-                self._killwait.get(slurm_node),
+                tuple(
+                    sorted(
+                        (k for k in self._killwaits.values() if k.open_on(slurm_node)),
+                        key=lambda k: (k.drain_at, k.job_id),
+                    )
+                ),
             )
 
     def failure(self, slurm_node: str, job_id: int) -> Failure | None:

@@ -1,5 +1,5 @@
 """The hook calls the node sync answers: a prolog's acquire, an epilog's release and a placeholder's
-drain at KillWait record what they ask in the hold store, put the Slurm node at the front of the
+end (its KillWait deadline) record what they ask in the hold store, put the Slurm node at the front of the
 node sync's queue, and wait on the caches for the outcome. They write nothing themselves: the node
 sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
 """
@@ -7,15 +7,15 @@ sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from tandem import budget, slurmd
 from tandem.keys import LockState
-from tandem.kube import JSON
 from tandem.metrics import REGISTRY
-from tandem.syncer import killwait
+from tandem.placeholder import PodRef
+from tandem.slurm.models import JobStatus
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.holds import HoldStore, KillWaitDrain
+from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodefacts import CacheFacts
@@ -127,16 +127,31 @@ class NodeLocks:
         except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
             raise LockFailed(str(e)) from e
 
-    def drain_at_killwait(self, job_id: int, targets: Mapping[str, JSON], timeout: float) -> list[str]:
-        """A placeholder's job ended and its Pods still run just before KillWait: have the node
-        sync drain each Slurm node in `targets` (Slurm node -> the Pod that keeps it drained) and
-        return those drained within `timeout`."""
-        for slurm_node, pod in targets.items():
-            self.store.killwait(slurm_node, KillWaitDrain(job_id, pod, killwait.drain_reason(pod, job_id)))
+    def at_killwait(
+        self, status: JobStatus, ref: PodRef, script_node: str, drain_at: float, deadline: float
+    ) -> tuple[bool, list[str]]:
+        """A placeholder's job ended: record its KillWait deadline (the node sync drains, at
+        `drain_at`, each node where a Pod of the job still runs) and wait, until `deadline`, for
+        its Pods to go or for every node's pass to settle. Returns whether the Pods are gone, and
+        the Slurm nodes drained."""
+        entry = KillWait(status.job_id, ref, script_node, status, drain_at)
+        self.store.killwait(entry)
+        for slurm_node in entry.nodes:
             self.queue.add(slurm_node, urgent=True)
-        self.cluster.wait_for(lambda: self.store.killwait_results(job_id) >= set(targets), max(0.0, timeout))
-        drained = self.store.take_killwait_results(job_id)
-        return [n for n in targets if drained.get(n)]
+
+        def gone() -> bool:
+            return not self.facts.killwait_pods(status, ref)
+
+        def settled() -> bool:
+            found = self.store.killwait_of(status.job_id)
+            return gone() or found is None or found.outcome_known
+
+        self.cluster.wait_for(settled, max(0.0, deadline - self.clock()))
+        pod_gone = gone()
+        found = self.store.answer_killwait(status.job_id, pod_gone)
+        if pod_gone:
+            return True, []
+        return False, [n for n in entry.nodes if found is not None and n in found.drained]
 
     # -- reading -------------------------------------------------------------------------------
 

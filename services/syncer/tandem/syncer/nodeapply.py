@@ -22,7 +22,8 @@ from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer import killwait
-from tandem.syncer.holds import Asked, HoldStore, KillWaitDrain
+from tandem.syncer.holds import Asked, HoldStore
+from tandem.syncer.killwait import NodeKillWait
 from tandem.syncer.locking import (
     EVICTION_RETRY_SECONDS,
     Eviction,
@@ -107,17 +108,16 @@ class NodeSync:
         self.store.passed(key, f.memory.seq)
         if refused is not None:
             raise refused
-        return plan.lock.requeue_after
+        return plan.requeue_after
 
     def _apply_state(self, slurm_node: str, f: NodeFacts, plan: Plan) -> None:
         lock = plan.lock
-        drain = f.memory.killwait
-        if drain is not None and plan.killwait is not None and plan.drain == drain.reason:
-            self._drain_at_killwait(slurm_node, f, drain)
+        for job_id, drained in plan.killwait.settle:
+            self.store.killwait_settled(slurm_node, job_id, drained)
+        if plan.killwait.drain is not None and plan.drain == plan.killwait.drain.reason:
+            self._drain_at_killwait(slurm_node, f, plan.killwait.drain)
         elif plan.drain:
             self._drain(slurm_node, f, plan.drain, timed_out=bool(lock.drain))
-        elif plan.killwait is not None:
-            self.store.killwait_settled(slurm_node, *plan.killwait)
         if plan.resume:
             self.slurm.resume_node(slurm_node)
             NODE_SYNC_ACTIONS.inc(action="resume")
@@ -148,16 +148,17 @@ class NodeSync:
             flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
             self.wrote(replace(f.slurm, flags=flags, reason=reason, reason_set_by=f.own_user))
 
-    def _drain_at_killwait(self, slurm_node: str, f: NodeFacts, drain: KillWaitDrain) -> None:
+    def _drain_at_killwait(self, slurm_node: str, f: NodeFacts, due: NodeKillWait) -> None:
         """Just before KillWait: Slurm gives the node to no other job while the Pod runs there."""
         try:
-            self._drain(slurm_node, f, drain.reason, timed_out=False)
+            self._drain(slurm_node, f, due.reason, timed_out=False)
         except SlurmApiError:
-            self.store.killwait_settled(slurm_node, drain.job_id, drained=False, done=False)
+            self.store.killwait_refused(slurm_node, due.job_id)
             raise
-        self.store.killwait_settled(slurm_node, drain.job_id, drained=True)
-        message = killwait.drained_event(drain.job_id, slurm_node, drain.reason)
-        self._event(dict(drain.pod), "Warning", "SlurmNodeDrained", message)
+        self.store.killwait_settled(slurm_node, due.job_id, drained=True)
+        if due.pod is not None:
+            message = killwait.drained_event(due.job_id, slurm_node, due.reason)
+            self._event(due.pod, "Warning", "SlurmNodeDrained", message)
 
     def _apply_lock(self, slurm_node: str, f: NodeFacts, lock: LockPlan) -> None:
         if lock.taint is not None and f.kube_node_name and f.kube_node is not None:

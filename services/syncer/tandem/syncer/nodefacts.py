@@ -9,8 +9,11 @@ from __future__ import annotations
 from tandem import keys, placeholder, slurmd
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
+from tandem.slurm.models import JobStatus
+from tandem.syncer import killwait
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.holds import HoldStore, KillWaitDrain
+from tandem.syncer.holds import HoldStore, KillWait
+from tandem.syncer.killwait import NodeKillWait
 from tandem.syncer.locking import (
     OrphanFacts,
     RunningJob,
@@ -86,14 +89,25 @@ class CacheFacts:
             undetermined=undetermined,
             neighbours_locked=any(n != slurm_node for n in self.waiting_on(name) if name),
             memory=memory,
-            killwait_running=self._still_runs(memory.killwait),
+            killwaits=tuple(self._killwait(slurm_node, k) for k in memory.killwaits),
         )
 
-    def _still_runs(self, drain: KillWaitDrain | None) -> bool:
-        """Whether the Pod a KillWait drain is for is still there and not finished."""
-        uid = str(((drain.pod if drain else {}).get("metadata") or {}).get("uid", ""))
-        found = self.cluster.pod_by_uid(uid) if uid else None
-        return found is not None and not pod_finished(found)
+    def _killwait(self, slurm_node: str, entry: KillWait) -> NodeKillWait:
+        """A KillWait deadline as this node sees it: which Pod of the job keeps the node, as
+        killwait.drain_targets decides for the whole job (a group's Pods on all its nodes)."""
+        pods = self.killwait_pods(entry.status, entry.ref)
+        targets = killwait.drain_targets(entry.status, entry.script_node, pods, self.cluster.kube_node_of)
+        return NodeKillWait(entry.job_id, entry.drain_at, targets.get(slurm_node), gone=not pods)
+
+    def killwait_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
+        """The ended placeholder job's Pods that still run (killwait.job_pods, from the caches)."""
+        return killwait.job_pods(
+            status,
+            ref,
+            self.cluster.pods_of_job(status.job_id) if ref.is_group else (),
+            None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
+            self.cluster.kube_node_of,
+        )
 
     def lock_of(self, slurmd_pod: JSON | None) -> LockState:
         """The slurmd Pod's lock annotation, or what this syncer wrote there since."""

@@ -11,9 +11,9 @@ its PodDisruptionBudget kept) are never touched.
 Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
 `<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
 
-The same pass plans the node's lock (tandem.syncer.locking) and a drain a placeholder's end asked
-for at KillWait; one drain a pass: a lock that timed out first, then KillWait, then a Kubernetes
-cause.
+The same pass plans the node's lock (tandem.syncer.locking) and the drain at KillWait of a placeholder
+job whose Pod still runs here (tandem.syncer.killwait); one drain a pass: a lock that timed out
+first, then KillWait, then a Kubernetes cause. The pass comes back at the next of its deadlines.
 
 `decide` is pure (tests/unit/test_nodesync.py, test_locking.py); tandem.syncer.nodefacts reads its
 facts from the caches and tandem.syncer.nodeapply carries its plan out.
@@ -28,7 +28,9 @@ from tandem import keys
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import Node
+from tandem.syncer import killwait
 from tandem.syncer.holds import NodeMemory
+from tandem.syncer.killwait import KillWaitPlan, NodeKillWait
 from tandem.syncer.locking import (
     LockPlan,
     RunningJob,
@@ -74,8 +76,8 @@ class NodeFacts:
     neighbours_locked: bool = False
     # What the hook calls recorded for this node.
     memory: NodeMemory = field(default_factory=NodeMemory)
-    # Whether the Pod of the KillWait drain recorded for this node still runs.
-    killwait_running: bool = False
+    # The KillWait deadlines recorded for jobs on this node, with the Pod that keeps it, if any.
+    killwaits: tuple[NodeKillWait, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,14 @@ class Plan:
     show: tuple[str, bool] | None = None
     # The taint, the lock annotation, evictions (tandem.syncer.locking).
     lock: LockPlan = field(default_factory=LockPlan)
-    # The KillWait drain recorded for this node: (job id, drained) once settled, `drain` being
-    # its reason when this plan makes it.
-    killwait: tuple[int, bool] | None = None
+    # The KillWait deadlines: the drain this plan makes (`drain` its reason), those it settles.
+    killwait: KillWaitPlan = field(default_factory=KillWaitPlan)
+
+    @property
+    def requeue_after(self) -> float | None:
+        """When to look at the node again: the lock's next deadline or a KillWait's."""
+        due = [t for t in (self.lock.requeue_after, self.killwait.after) if t is not None]
+        return min(due) if due else None
 
 
 def cause(f: NodeFacts) -> str:
@@ -120,19 +127,15 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
     """The node's state both ways and its lock, as of `now` (monotonic seconds). One drain per
     pass: a lock that timed out names the Pods to blame, which says more than the cause."""
     lock = decide_lock(f, now)
+    drained = f.slurm.reason if f.slurm is not None and f.slurm.drained else None
+    kw = killwait.decide(f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None)
     if lock.drain:
-        return Plan(
-            drain=lock.drain, show=_shown(f, f.slurm, lock.drain, False) if f.slurm else None, lock=lock
-        )
-    drain = f.memory.killwait
-    if drain is not None and f.slurm is not None:
-        if not f.killwait_running:
-            return replace(_decide_state(f), lock=lock, killwait=(drain.job_id, False))
-        if f.slurm.drained and f.slurm.reason == drain.reason:
-            return replace(_decide_state(f), lock=lock, killwait=(drain.job_id, True))
-        show = _shown(f, f.slurm, drain.reason, False)
-        return Plan(drain=drain.reason, show=show, lock=lock, killwait=(drain.job_id, True))
-    return replace(_decide_state(f), lock=lock)
+        show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
+        return Plan(drain=lock.drain, show=show, lock=lock, killwait=kw)
+    if kw.drain is not None and f.slurm is not None:
+        reason = kw.drain.reason
+        return Plan(drain=reason, show=_shown(f, f.slurm, reason, False), lock=lock, killwait=kw)
+    return replace(_decide_state(f), lock=lock, killwait=kw)
 
 
 def _decide_state(f: NodeFacts) -> Plan:

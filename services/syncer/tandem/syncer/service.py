@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from collections.abc import Iterator
 from typing import NoReturn, Protocol
 
 import grpc
 
 from tandem import budget, keys, placeholder
-from tandem.kube import JSON
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
-from tandem.syncer import convert, killwait
+from tandem.syncer import convert
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
@@ -31,7 +31,8 @@ A_PLACEHOLDERS_CALL = (
 )
 
 
-# What JobTerminating keeps of its deadline to drain the nodes its Pods still run on.
+# What JobTerminating keeps of its deadline to drain the nodes its Pods still run on: its
+# KillWait deadline (drain_at) is this much before the call's.
 DRAIN_ALLOWANCE_SECONDS = 1.5
 
 
@@ -121,37 +122,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
 
-        def remaining_pods() -> list[JSON]:
-            return self._job_pods(status, ref)
-
-        # Wakes on each Pod change (the informer), not on a timer; leaves time to drain.
-        budget = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
-        if self.cluster.wait_for(lambda: not remaining_pods(), max(0.0, budget)):
-            return syncer_pb2.JobTerminatingResponse(pod_gone=True)
-        if ref.is_group:
-            try:  # every node of the allocation, not only the one the script pushed from
-                status = self.mirror.refresh_job(status.job_id) or status
-            except SlurmApiError as e:
-                log.warning(
-                    "cannot read the group's job before draining",
-                    extra={"job": status.job_id, "error": str(e)},
-                )
-        # Just before KillWait: each node killwait.drain_targets names is drained by the node
-        # sync (Slurm gives it to no other job while the Pod runs there).
-        targets = killwait.drain_targets(
-            status, request.slurm_node, remaining_pods(), self.cluster.kube_node_of
+        # The node sync drains, at drain_at (just before KillWait), each node where a Pod of the
+        # job still runs; the call waits for the Pods to go or for those drains, on the caches.
+        now = time.monotonic()
+        wait = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
+        pod_gone, drained = self.locks.at_killwait(
+            status, ref, request.slurm_node, now + max(0.0, wait), now + _remaining(context) - 0.5
         )
-        drained = self.locks.drain_at_killwait(status.job_id, targets, _remaining(context) - 0.5)
-        return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
-
-    def _job_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
-        return killwait.job_pods(
-            status,
-            ref,
-            self.cluster.pods_of_job(status.job_id) if ref.is_group else (),
-            None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
-            self.cluster.kube_node_of,
-        )
+        return syncer_pb2.JobTerminatingResponse(pod_gone=pod_gone, drained_slurm_nodes=drained)
 
     def WatchSlurm(
         self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext
