@@ -203,7 +203,9 @@ def test_the_store_keeps_a_deadline_until_each_node_settled_it() -> None:
     store.killwait_refused("cpu-002", 7)
     entry = store.killwait_of(7)
     assert entry is not None and entry.outcome_known and entry.drained == frozenset()
-    store.answer_killwait(7, pod_gone=False)
+    store.answer_killwait(7, DRAIN_AT + 3, pod_gone=False)  # another call's answer: not this entry's
+    assert store.killwait_of(7) == entry
+    store.answer_killwait(7, DRAIN_AT, pod_gone=False)
     assert [k.job_id for k in store.memory("cpu-002").killwaits] == [7]  # tried again
     store.killwait_settled("cpu-002", 7, drained=True)
     assert store.killwait_of(7) is None

@@ -651,6 +651,25 @@ def test_a_node_already_drained_for_the_pod_is_not_drained_again(stacks: list[St
     stack.slurm.drain_node.assert_not_called()
 
 
+def test_a_call_asked_again_is_not_cut_short_by_the_first_ones_answer(stacks: list[Stack]) -> None:
+    """The script asked again (through a restarted gateway) while the first call still waited:
+    the first's answer at its deadline leaves the second's deadline, which waits for the Pod."""
+    world, mirror, name = _ended_placeholder(Node("cpu-001", "ALLOCATED"))
+    stack = _stack(stacks, world, mirror)
+    stack.servicer.terminating_timeout = 5
+    answers: list[Any] = []
+    first = threading.Thread(target=lambda: answers.append(_terminating(stack, name, remaining=2.0)))
+    first.start()
+    time.sleep(0.2)
+    threading.Timer(2.0, world.remove_pod, ["apps/trainer"]).start()
+    began = time.monotonic()
+    second = _terminating(stack, name)
+    first.join()
+    assert not answers[0].pod_gone  # at its own deadline, nothing drained yet
+    assert second.pod_gone and time.monotonic() - began >= 1.5
+    stack.slurm.drain_node.assert_not_called()
+
+
 def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) -> None:
     world = World()
     world.add_pod(_pod("train-0", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))

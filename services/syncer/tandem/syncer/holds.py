@@ -175,13 +175,19 @@ class HoldStore:
         with self._lock:
             return self._killwaits.get(job_id)
 
-    def answer_killwait(self, job_id: int, pod_gone: bool) -> KillWait | None:
-        """The call answers: the entry goes, unless its Pods still run where Slurm refused a
-        drain (the node's pass tries again until the drain is made or the Pod is gone)."""
+    def answer_killwait(self, job_id: int, drain_at: float, pod_gone: bool) -> KillWait | None:
+        """The call that recorded the deadline `drain_at` answers: the entry goes, unless its Pods
+        still run where Slurm refused a drain (the node's pass tries again until the drain is made
+        or the Pod is gone). An entry a later call for the same job recorded (the script asked
+        again through a restarted gateway) is that call's to answer."""
         with self._lock:
-            entry = self._killwaits.pop(job_id, None)
-            if entry is not None and entry.refused and not pod_gone:
+            entry = self._killwaits.get(job_id)
+            if entry is None or entry.drain_at != drain_at:
+                return entry
+            del self._killwaits[job_id]
+            if entry.refused and not pod_gone:
                 self._killwaits[job_id] = replace(entry, answered=True)
+        self.on_change()
         return entry
 
     # -- what the reconciler records -------------------------------------------------------------

@@ -148,7 +148,7 @@ class NodeLocks:
 
         self.cluster.wait_for(settled, max(0.0, deadline - self.clock()))
         pod_gone = gone()
-        found = self.store.answer_killwait(status.job_id, pod_gone)
+        found = self.store.answer_killwait(status.job_id, drain_at, pod_gone)
         if pod_gone:
             return True, []
         return False, [n for n in entry.nodes if found is not None and n in found.drained]
