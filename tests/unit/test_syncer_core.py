@@ -20,6 +20,7 @@ from tandem.keys import LockState
 from tandem.kube import KubeError
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.cluster import slim_node
 from tandem.syncer.mirror import SlurmMirror, Subscription
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
@@ -649,6 +650,31 @@ def test_a_node_already_drained_for_the_pod_is_not_drained_again(stacks: list[St
     answer = _terminating(stack, name)
     assert not answer.pod_gone and list(answer.drained_slurm_nodes) == ["cpu-001"]
     stack.slurm.drain_node.assert_not_called()
+
+
+def test_a_node_in_its_backoff_is_still_drained_at_killwait(stacks: list[Stack]) -> None:
+    """Slurm refused the drain of the node's cordon, so its pass went back into a long backoff; the
+    KillWait drain still comes at drain_at (the deadline's own pass), not when the backoff ends."""
+    world, mirror, name = _ended_placeholder(Node("cpu-001", "ALLOCATED"))
+    cordoned = {"metadata": {"name": "node-001", "resourceVersion": "2"}, "spec": {"unschedulable": True}}
+    with world.cluster.nodes._lock:
+        world.cluster.nodes._put("node-001", slim_node(cordoned))
+    drained_at: list[float] = []
+
+    def drain(node: str, reason: str) -> None:
+        if reason.startswith("k8s: Node"):
+            raise SlurmApiError("slurmrestd: busy", 503)
+        drained_at.append(time.monotonic())
+
+    slurm = mock.Mock()
+    slurm.drain_node.side_effect = drain
+    stack = _stack(stacks, world, mirror, slurm=slurm)
+    stack.queue.backoff_base = stack.queue.backoff_cap = 5.0
+    stack.servicer.terminating_timeout = 0.5
+    began = time.monotonic()
+    answer = _terminating(stack, name)
+    assert list(answer.drained_slurm_nodes) == ["cpu-001"]
+    assert len(drained_at) == 1 and drained_at[0] - began < 1.5
 
 
 def test_a_call_asked_again_is_not_cut_short_by_the_first_ones_answer(stacks: list[Stack]) -> None:

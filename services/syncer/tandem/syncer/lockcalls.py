@@ -138,6 +138,9 @@ class NodeLocks:
         self.store.killwait(entry)
         for slurm_node in entry.nodes:
             self.queue.add(slurm_node, urgent=True)
+            # A pass comes back at drain_at by itself; this one comes even if that node's last
+            # pass failed (and lies in its backoff, which may outlast KillWait).
+            self.queue.add_after(slurm_node, max(0.0, drain_at - self.clock()))
 
         def gone() -> bool:
             return not self.facts.killwait_pods(status, ref)
