@@ -128,19 +128,21 @@ class NodeLocks:
             raise LockFailed(str(e)) from e
 
     def at_killwait(
-        self, status: JobStatus, ref: PodRef, script_node: str, drain_at: float, deadline: float
+        self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float
     ) -> tuple[bool, list[str]]:
-        """A placeholder's job ended: record its KillWait deadline (the node sync drains, at
-        `drain_at`, each node where a Pod of the job still runs) and wait, until `deadline`, for
-        its Pods to go or for every node's pass to settle. Returns whether the Pods are gone, and
-        the Slurm nodes drained."""
+        """A placeholder's job ended: record its KillWait deadline, `drain_in` seconds from now
+        (the node sync then drains each node where a Pod of the job still runs), and wait, at
+        most `timeout`, for its Pods to go or for every node's pass to settle. Returns whether the
+        Pods are gone, and the Slurm nodes drained."""
+        now = self.clock()
+        drain_at, deadline = now + max(0.0, drain_in), now + max(0.0, timeout)
         entry = KillWait(status.job_id, ref, script_node, status, drain_at)
         self.store.killwait(entry)
         for slurm_node in entry.nodes:
             self.queue.add(slurm_node, urgent=True)
             # A pass comes back at drain_at by itself; this one comes even if that node's last
             # pass failed (and lies in its backoff, which may outlast KillWait).
-            self.queue.add_after(slurm_node, max(0.0, drain_at - self.clock()))
+            self.queue.add_after(slurm_node, drain_at - now)
 
         def gone() -> bool:
             return not self.facts.killwait_pods(status, ref)

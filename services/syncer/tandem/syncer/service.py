@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
 from collections.abc import Iterator
 from typing import NoReturn, Protocol
 
@@ -124,10 +123,10 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
 
         # The node sync drains, at drain_at (just before KillWait), each node where a Pod of the
         # job still runs; the call waits for the Pods to go or for those drains, on the caches.
-        now = time.monotonic()
-        wait = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
+        remaining = _remaining(context)
+        drain_in = min(self.terminating_timeout, remaining - DRAIN_ALLOWANCE_SECONDS)
         pod_gone, drained = self.locks.at_killwait(
-            status, ref, request.slurm_node, now + max(0.0, wait), now + _remaining(context) - 0.5
+            status, ref, request.slurm_node, drain_in, timeout=remaining - 0.5
         )
         return syncer_pb2.JobTerminatingResponse(pod_gone=pod_gone, drained_slurm_nodes=drained)
 
