@@ -333,6 +333,11 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
         LockPlan(taint=True),
     ),
     (
+        "busy, its hold ended while pending (the job cancelled in its prolog): kept, not locked for no job",
+        facts(lock=PENDING, tainted=True, slurm=BUSY),
+        LockPlan(),
+    ),
+    (
         "Slurm not read: every lock is kept, even one released",
         facts(mem=memory(released=(7,)), lock=STRICT, tainted=True, read=False),
         LockPlan(),

@@ -862,3 +862,69 @@ def test_whether_a_pod_may_stay_is_never_asked_of_slurm_under_the_informers_lock
     assert answer.lock.state == lock_pb2.LOCK_STATE_LOCKED_STRICT
     assert under_lock and not any(under_lock)
     assert world.cluster.pod("apps", "lookalike") is None  # evicted once known not to be Tandem's
+
+
+def _prolog_stuck_behind_a_budget(stacks: list[Stack]) -> tuple[World, Stack, Any, dict[str, Any]]:
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_pod(_pod("web", "node-001"))
+    world.add_node("node-001")
+    world.kube.evict_refusal = KubeError(
+        429, "TooManyRequests", "Cannot evict pod", ("disruption budget web-pdb",)
+    )
+    job = Job(job_id=9, name="train", state="RUNNING", nodes=("cpu-001",))
+    mirror = _mirror(synced=True, jobs=(job,))
+    stack = _stack(stacks, world, mirror)
+    context = _context(10.0)
+    outcome: dict[str, Any] = {}
+
+    def prolog_call() -> None:
+        try:
+            outcome["answer"] = stack.servicer.AcquireNodeLock(
+                syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=True), context
+            )
+        except RuntimeError:
+            outcome["aborted"] = context.abort.call_args.args
+        outcome["after"] = time.monotonic()
+
+    threading.Thread(target=prolog_call, daemon=True).start()
+    _until("cpu-001 pending", lambda: world.lock_of("cpu-001") == "pending")
+    return world, stack, mirror, outcome
+
+
+def test_a_job_cancelled_while_its_prolog_waits_ends_the_call_without_a_prolog_error(
+    stacks: list[Stack],
+) -> None:
+    """Seen on the lab (the soak's failed_hook_drains): a job cancelled while its prolog waited
+    behind a PodDisruptionBudget lost its hold, and its call waited out the whole budget, then
+    failed: Slurm drained the node for a prolog error and the job lingered ~50 s. Its call now
+    answers as soon as Slurm confirms the end (no script of a killed job is launched)."""
+    world, stack, mirror, outcome = _prolog_stuck_behind_a_budget(stacks)
+    cancelled = Job(job_id=9, name="train", state="CANCELLED", nodes=("cpu-001",))
+    mirror.slurm.list_jobs.return_value = [cancelled]
+    mirror.slurm.get_job.return_value = cancelled
+    mirror.slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
+    began = time.monotonic()
+    mirror.poll_once()
+    stack.queue.add("cpu-001")
+    _until("the prolog's call answered", lambda: "after" in outcome)
+    assert outcome["after"] - began < 2.0
+    assert "aborted" not in outcome, outcome
+    stack.slurm.drain_node.assert_not_called()
+    _until("the node unlocked", lambda: world.lock_of("cpu-001") == "false" and not world.tainted("node-001"))
+
+
+def test_a_hold_dropped_on_a_stale_copy_of_an_ended_job_is_not_taken_for_its_end(
+    stacks: list[Stack],
+) -> None:
+    """The mirror may still show a requeued job's earlier end: Slurm, asked, says it runs, so the
+    call answers UNAVAILABLE (the prolog asks again and locks) and never lets it run unlocked."""
+    _, stack, mirror, outcome = _prolog_stuck_behind_a_budget(stacks)
+    ended = Job(job_id=9, name="train", state="CANCELLED", nodes=("cpu-001",))
+    mirror.slurm.list_jobs.return_value = [ended]
+    mirror.slurm.get_job.return_value = Job(job_id=9, name="train", state="RUNNING", nodes=("cpu-001",))
+    mirror.poll_once()
+    stack.queue.add("cpu-001")
+    _until("the prolog's call answered", lambda: "after" in outcome)
+    code, message = outcome["aborted"]
+    assert code == grpc.StatusCode.UNAVAILABLE and "running again" in message

@@ -125,6 +125,9 @@ class HoldStore:
         self._holds: defaultdict[str, dict[int, Hold]] = defaultdict(dict)
         self._released: defaultdict[str, dict[int, float]] = defaultdict(dict)
         self._failed: defaultdict[str, dict[int, tuple[Failure, float]]] = defaultdict(dict)
+        # Holds a pass dropped because their job ended (cancelled while its prolog waited): the
+        # prolog's call answers at once instead of waiting out its deadline.
+        self._ended: defaultdict[str, dict[int, float]] = defaultdict(dict)
         self._asked: defaultdict[str, dict[str, Asked]] = defaultdict(dict)
         self._locked_for: dict[str, int] = {}
         # Kubernetes Node -> since when it carries a lock taint and hosts no slurmd Pod.
@@ -150,6 +153,7 @@ class HoldStore:
             self._holds[slurm_node][job_id] = Hold(job_id, strict, now, deadline)
             self._released[slurm_node].pop(job_id, None)
             self._failed[slurm_node].pop(job_id, None)
+            self._ended[slurm_node].pop(job_id, None)  # a requeued job's prolog holds again
             self._seq += 1
             seq = self._seq
         self.on_change()
@@ -225,9 +229,17 @@ class HoldStore:
 
     def forget(self, slurm_node: str, job_ids: frozenset[int]) -> None:
         """Holds that ended (their job finished, or never showed up in Slurm)."""
+        now = self.clock()
         with self._lock:
+            ended = self._ended[slurm_node]
+            for job_id, at in list(ended.items()):
+                if now - at > REMEMBER_SECONDS:
+                    del ended[job_id]
             for job_id in job_ids:
-                self._holds[slurm_node].pop(job_id, None)
+                if self._holds[slurm_node].pop(job_id, None) is not None:
+                    ended[job_id] = now
+        if job_ids:
+            self.on_change()
 
     def asked(self, slurm_node: str, pod_uid: str, asked: Asked) -> None:
         with self._lock:
@@ -308,6 +320,11 @@ class HoldStore:
         with self._lock:
             found = self._failed[slurm_node].get(job_id)
             return found[0] if found is not None else None
+
+    def ended(self, slurm_node: str, job_id: int) -> bool:
+        """Whether a pass dropped the job's hold because the job ended."""
+        with self._lock:
+            return job_id in self._ended[slurm_node]
 
     def holds_of(self, slurm_node: str) -> list[int]:
         with self._lock:

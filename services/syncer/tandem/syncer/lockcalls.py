@@ -6,6 +6,7 @@ sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -14,12 +15,15 @@ from tandem.keys import LockState
 from tandem.metrics import REGISTRY
 from tandem.placeholder import PodRef
 from tandem.slurm.models import JobStatus
+from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodefacts import CacheFacts
 from tandem.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
 
 LOCK_WAIT_SECONDS = REGISTRY.histogram(
     "tandem_lock_wait_seconds", "time a prolog waited for its Node's lock", ["strict"]
@@ -75,7 +79,7 @@ class NodeLocks:
         self.queue.add(slurm_node, urgent=True)
 
         def settled() -> bool:
-            if self.store.failure(slurm_node, job_id) is not None:
+            if self.store.failure(slurm_node, job_id) is not None or self.store.ended(slurm_node, job_id):
                 return True
             if self.store.trouble(slurm_node, since=seq, unreachable=True):
                 return True  # answered at once, as the API's own outage: the prolog asks again
@@ -91,6 +95,8 @@ class NodeLocks:
         failure = self.store.failure(slurm_node, job_id)
         if failure is not None:
             raise LockFailed(failure.message, failure.unavailable)
+        if self.store.ended(slurm_node, job_id):
+            return self._ended_while_locking(slurm_node, job_id)
         unreachable = self.store.trouble(slurm_node, since=seq, unreachable=True)
         if unreachable or not done:
             trouble = unreachable or self.store.trouble(slurm_node)
@@ -99,6 +105,20 @@ class NodeLocks:
                 unavailable=True,
             )
         LOCK_WAIT_SECONDS.observe(self.clock() - began, strict=str(strict).lower())
+        return self._settled_view(slurm_node)
+
+    def _ended_while_locking(self, slurm_node: str, job_id: int) -> NodeLockView:
+        """The job was cancelled while its prolog waited (for a Pod its budget kept, say). Its
+        prolog succeeds, since Slurm launches no script of a killed job: a failure would have Slurm
+        drain the node for a prolog error. Only after Slurm itself, asked now, confirms the end:
+        the mirror's copy may predate a requeue, and a job that runs must not run unlocked."""
+        try:
+            status = self.mirror.refresh_job(job_id)
+        except SlurmApiError as e:
+            raise LockFailed(f"Slurm API: {e}", unavailable=True) from e
+        if status is not None and not status.ended:
+            raise LockFailed(f"job {job_id} is running again; lock again", unavailable=True)
+        log.info("hold ended: its job ended while locking", extra={"node": slurm_node, "job": job_id})
         return self._settled_view(slurm_node)
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:

@@ -139,7 +139,9 @@ def target(f: NodeFacts, now: float) -> LockState | None:
     m = f.memory
     if not held and f.slurm is not None and f.slurm.busy and not m.released and not m.failed:
         # Slurm says the node is busy but we know no job: trust Slurm until the mirror catches up.
-        return None if f.lock == LockState.FALSE else f.lock
+        # A lock stays as it is (its taint restored); a lock still `pending` had a hold that
+        # ended (its job cancelled while the prolog waited), and there is no job to finish it for.
+        return f.lock if f.lock in (LockState.LOCKED, LockState.LOCKED_STRICT) else None
     return LockState.FALSE
 
 
