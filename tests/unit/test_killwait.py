@@ -10,6 +10,7 @@ import pytest
 from tandem import keys, placeholder
 from tandem.slurm.models import Job, JobStatus
 from tandem.syncer import killwait
+from tandem.syncer.holds import HoldStore, KillWait
 
 HOSTS = {"cpu-001": "node-001", "cpu-002": "node-002"}
 POD = placeholder.PodRef("apps", "web", "uid-web")
@@ -86,3 +87,133 @@ def test_the_nodes_kept_drained(
 def test_the_reason_names_the_pod_and_job_as_the_node_sync_reads_it() -> None:
     reason = killwait.drain_reason(pod(), 7)
     assert keys.killwait_drain_of(reason) == ("apps", "web", 7)
+
+
+# -- the deadline JobTerminating records, as each node's pass decides on it --------------------
+
+DRAIN_AT = 100.0
+REASON = killwait.drain_reason(pod(), 7)
+
+
+def due(current: dict[str, Any] | None = None, gone: bool = False, job_id: int = 7) -> killwait.NodeKillWait:
+    return killwait.NodeKillWait(job_id, DRAIN_AT, current, gone)
+
+
+DECIDE_ROWS = [
+    # (why, deadlines, drained with, now, may drain, the job drained, settled, requeue_after)
+    ("before drain_at: back at drain_at", [due(pod())], None, 96.0, True, None, (), 4.0),
+    ("at drain_at, its Pod still here: drained", [due(pod())], None, DRAIN_AT, True, 7, (), None),
+    ("after drain_at, its Pod still here: drained", [due(pod())], None, 130.0, True, 7, (), None),
+    (
+        "its Pods went before drain_at: settled, no drain",
+        [due(gone=True)],
+        None,
+        96.0,
+        True,
+        None,
+        ((7, False),),
+        None,
+    ),
+    ("at drain_at, no Pod of it here: settled", [due()], None, DRAIN_AT, True, None, ((7, False),), None),
+    (
+        "drained with its reason already: not again",
+        [due(pod())],
+        REASON,
+        DRAIN_AT,
+        True,
+        None,
+        ((7, True),),
+        None,
+    ),
+    (
+        "drained for another reason: drained with the Pod's",
+        [due(pod())],
+        "k8s: x",
+        DRAIN_AT,
+        True,
+        7,
+        (),
+        None,
+    ),
+    ("a lock's drain goes first: soon again", [due(pod())], None, DRAIN_AT, False, None, (), 1.0),
+    (
+        "two jobs due: one drain a pass, the next at once",
+        [due(pod()), due(pod("batch", "u-b", job="8"), job_id=8)],
+        None,
+        DRAIN_AT,
+        True,
+        7,
+        (),
+        0.0,
+    ),
+    ("nothing recorded (a new leader): nothing", [], None, DRAIN_AT, True, None, (), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "deadlines", "reason", "now", "may", "drained", "settled", "after"),
+    DECIDE_ROWS,
+    ids=[r[0] for r in DECIDE_ROWS],
+)
+def test_a_nodes_killwait_deadlines(
+    why: str,
+    deadlines: list[killwait.NodeKillWait],
+    reason: str | None,
+    now: float,
+    may: bool,
+    drained: int | None,
+    settled: tuple[tuple[int, bool], ...],
+    after: float | None,
+) -> None:
+    plan = killwait.decide(deadlines, reason, now, may_drain=may)
+    assert (plan.drain.job_id if plan.drain else None, plan.settle, plan.after) == (
+        drained,
+        settled,
+        after,
+    ), why
+
+
+def test_a_group_job_on_two_nodes_drains_each_node_a_member_still_runs_on() -> None:
+    """drain_targets, for the whole job, says which node each pass drains."""
+    group = status(("cpu-001", "cpu-002"))
+    both = [pod("train-0", "u0", "node-001"), pod("train-1", "u1", "node-002")]
+
+    def drains(pods: list[dict[str, Any]]) -> dict[str, object]:
+        targets = killwait.drain_targets(group, "cpu-001", pods, host)
+        plans = {n: killwait.decide([due(targets.get(n), gone=not pods)], None, DRAIN_AT) for n in HOSTS}
+        return {n: p.drain.reason if p.drain else p.settle for n, p in plans.items()}
+
+    assert drains(both) == {
+        "cpu-001": killwait.drain_reason(both[0], 7),
+        "cpu-002": killwait.drain_reason(both[1], 7),
+    }
+    assert drains(both[1:]) == {"cpu-001": ((7, False),), "cpu-002": killwait.drain_reason(both[1], 7)}
+
+
+def test_the_store_keeps_a_deadline_until_each_node_settled_it() -> None:
+    """What the call waits for: every node of the job drained, spared or refused; answered, the
+    deadline goes, unless a drain Slurm refused is still to be made while the Pod runs."""
+    store = HoldStore(clock=lambda: 0.0)
+    store.killwait(KillWait(7, GROUP, "cpu-001", status(("cpu-001", "cpu-002")), DRAIN_AT))
+    assert [k.job_id for k in store.memory("cpu-002").killwaits] == [7]
+    store.killwait_settled("cpu-001", 7, drained=False)
+    assert store.memory("cpu-001").killwaits == ()  # settled there: no pass looks at it again
+    entry = store.killwait_of(7)
+    assert entry is not None and not entry.outcome_known
+    store.killwait_refused("cpu-002", 7)
+    entry = store.killwait_of(7)
+    assert entry is not None and entry.outcome_known and entry.drained == frozenset()
+    store.answer_killwait(7, DRAIN_AT + 3, pod_gone=False)  # another call's answer: not this entry's
+    assert store.killwait_of(7) == entry
+    store.answer_killwait(7, DRAIN_AT, pod_gone=False)
+    assert [k.job_id for k in store.memory("cpu-002").killwaits] == [7]  # tried again
+    store.killwait_settled("cpu-002", 7, drained=True)
+    assert store.killwait_of(7) is None
+
+
+def test_a_new_leaders_store_holds_no_deadline() -> None:
+    """Crash row: the leader died while answering; its deadlines died with it, so no pass of the
+    new one drains for them. The call failed, and the placeholder's script, given no answer,
+    drains its own node (services/hooks/tandem/hooks/scripts/placeholder.sh)."""
+    assert HoldStore().memory("cpu-001").killwaits == ()
+    assert HoldStore().killwait_of(7) is None

@@ -13,6 +13,8 @@ from tandem.slurm.models import Node
 from tandem.syncer import nodesync as ns
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.nodeapply import NodeSync
+from tandem.syncer.nodefacts import CacheFacts
 
 
 def kube_node(
@@ -223,7 +225,7 @@ def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
     facts.facts.side_effect = lambda name: ns.NodeFacts(
         name, mirror.node(name), "node-001", kube_node(cordoned=True, shown="x"), slurmd()
     )
-    sync = ns.NodeSync(mock.Mock(), slurm, facts, mirror.expect_node)
+    sync = NodeSync(mock.Mock(), slurm, facts, mirror.expect_node)
     sync.reconcile("cpu-001")
     assert slurm.drain_node.call_count == 1
     sync.reconcile("cpu-001")  # the mirror knows the drain now: no second one
@@ -274,13 +276,13 @@ def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
         view.pods.on_change("a/b", old, pod)
 
     informer_sees(app_pod())
-    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror, SYNCER), mirror.expect_node)
+    sync = NodeSync(kube, slurm, CacheFacts(view, mirror, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_not_called()  # no slurmd Pod known, but the stuck Pod still runs
     informer_sees({**app_pod(), "metadata": {**app_pod()["metadata"], "labels": {"x": "y"}}})
     assert woken == []  # still running: nothing to look at
     informer_sees(None)
     assert woken == ["cpu-001"]
-    sync = ns.NodeSync(kube, slurm, ns.CacheFacts(view, mirror, SYNCER), mirror.expect_node)
+    sync = NodeSync(kube, slurm, CacheFacts(view, mirror, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_called_once_with("cpu-001")

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from tandem import keys, placeholder
-from tandem.kube import JSON, object_key
+from tandem.kube import JSON
 from tandem.slurm.models import Job
-from tandem.syncer.cluster import slim_pod
-from tandem.syncer.locks import NodeLocker
-from tests.unit.test_syncer_core import SLURMD_NS, World, _mirror, _pod, _slurmd
+from tandem.syncer.holds import HoldStore
+from tandem.syncer.locking import decide_lock
+from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.nodefacts import CacheFacts
+from tests.unit.syncer_world import SLURMD_NS, World, _mirror, _pod, _slurmd
 
 SCHEDULER = "tandem"
 NODE = "node-001"
@@ -35,9 +37,15 @@ def _placeholder(job_id: int, ref: placeholder.PodRef, nodes: tuple[str, ...] = 
     return Job(job_id, name, "RUNNING", nodes=nodes, admin_comment=name)
 
 
+class Here(World):
+    """cpu-001 on node-001, and the placeholder jobs Slurm runs."""
+
+    mirror: SlurmMirror
+
+
 @pytest.fixture
-def locker() -> NodeLocker:
-    world = World()
+def world() -> Here:
+    world = Here()
     world.add_pod(_slurmd("cpu-001", NODE))
     world.add_pod(_slurmd("cpu-002", "node-002"))
     world.add_node(NODE)
@@ -48,7 +56,12 @@ def locker() -> NodeLocker:
         Job(10, placeholder.job_name(placeholder.PodRef("apps", "fake", "uid-fake"), SCHEDULER), "RUNNING",
             nodes=("cpu-001",)),  # named like a placeholder, not marked as one
     )  # fmt: skip
-    return NodeLocker(world.kube, _mirror(synced=True, jobs=jobs), world.cluster, SCHEDULER, timeout=5)
+    world.mirror = _mirror(synced=True, jobs=jobs)
+    return world
+
+
+def _facts(world: Here, store: HoldStore | None = None) -> CacheFacts:
+    return CacheFacts(world.cluster, world.mirror, "tandem", store, scheduler_name=SCHEDULER)
 
 
 @pytest.mark.parametrize(
@@ -76,20 +89,18 @@ def locker() -> NodeLocker:
     ],
     ids=lambda v: v["metadata"]["name"] if isinstance(v, dict) else str(v),
 )
-def test_who_may_share_a_strict_lock(locker: NodeLocker, pod: JSON, stays: bool) -> None:
-    assert locker.may_share_strict_lock(pod, NODE) is stays
+def test_who_may_share_a_strict_lock(world: Here, pod: JSON, stays: bool) -> None:
+    world.add_pod(pod)
+    assert (pod["metadata"]["uid"] in _facts(world).facts("cpu-001").sharers) is stays
 
 
-def test_a_tenant_pod_posing_as_tandems_is_evicted_by_a_strict_lock(locker: NodeLocker) -> None:
-    intruder = _tandem_pod("intruder", "7")
-    web = _tandem_pod("web", "7")
-    with locker.cluster.pods._lock:
-        for p in (intruder, web):
-            locker.cluster.pods._put(object_key(p), slim_pod(p))
-    blocking = [
-        p["metadata"]["name"] for p in locker.blocking_pods(NODE, strict=True, slurmd_uid="uid-cpu-001")
-    ]
-    assert blocking == ["intruder"]
+def test_a_tenant_pod_posing_as_tandems_is_evicted_by_a_strict_lock(world: Here) -> None:
+    world.add_pod(_tandem_pod("intruder", "7"))
+    world.add_pod(_tandem_pod("web", "7"))
+    store = HoldStore()
+    store.hold("cpu-001", 7, strict=True, deadline=store.clock() + 50)
+    plan = decide_lock(_facts(world, store).facts("cpu-001"), store.clock())
+    assert [e.pod["metadata"]["name"] for e in plan.evict] == ["intruder"]
 
 
 @pytest.mark.parametrize(

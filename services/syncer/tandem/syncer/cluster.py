@@ -95,6 +95,9 @@ class ClusterView:
         self.on_slurm_node_changed: Callable[[str], None] = lambda slurm_node: None
         # Told each Pod that was deleted or finished (its last state).
         self.on_pod_gone: Callable[[JSON], None] = lambda pod: None
+        # Told the Nodes where a Pod other than a slurmd Pod came, changed or went (a lock waits
+        # for Pods to leave).
+        self.on_node_pods_changed: Callable[[str], None] = lambda kube_node: None
         self.pods = Informer(
             kube,
             ["/api/v1/pods"],
@@ -151,8 +154,14 @@ class ClusterView:
         return self.nodes.get(name)
 
     def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
-        """Until `ready()` holds, re-checked after each Pod change, or `timeout` seconds."""
+        """Until `ready()` holds, re-checked after each Pod change and each `wake_waiters`, or
+        `timeout` seconds."""
         return self.pods.wait_for(ready, timeout)
+
+    def wake_waiters(self) -> None:
+        """Have every `wait_for` look again: something it reads besides the Pods changed."""
+        with self.pods._changed:
+            self.pods._changed.notify_all()
 
     # -- indexes ---------------------------------------------------------------------------------
 
@@ -168,6 +177,9 @@ class ClusterView:
             if _node_of(old or {}) != _node_of(new or {}):
                 self.on_slurmd_moved(slurm_node)
             self.on_slurm_node_changed(slurm_node)
+        if not self._slurm_node_of(changed):
+            for kube_node in {*_node_of(old or {}), *_node_of(new or {})}:
+                self.on_node_pods_changed(kube_node)
 
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
         for pod in self.pods_on(key):

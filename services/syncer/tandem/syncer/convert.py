@@ -4,7 +4,7 @@ tandem.slurm.wire, shared with the scheduler that reads them back."""
 from __future__ import annotations
 
 from tandem.keys import LockState
-from tandem.syncer.locks import NodeLockView
+from tandem.syncer.locking import NodeLockView
 from tandem.v1 import lock_pb2
 
 _LOCK_STATES = {

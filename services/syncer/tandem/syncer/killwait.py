@@ -1,19 +1,30 @@
 """What a placeholder's end at KillWait leaves behind, decided from the caches alone.
 
-A placeholder job ends (scancel, time limit, preemption) and its script tells Tandem; Tandem waits
-for the job's Pods to go. Whatever still runs just before KillWait keeps its Slurm node drained, so
-Slurm gives that node to no other job while the Pod is on it (the node sync resumes the drain once
-the Pod is gone). These functions are pure: the job, its Pods and the Slurm node -> Node mapping
-in; the Pods to wait for and the nodes to drain out (tests/unit/test_killwait.py).
+A placeholder job ends (scancel, time limit, preemption) and its script tells Tandem
+(JobTerminating), which records a deadline in the hold store (`holds.KillWait`, `drain_at` just
+before Slurm's KillWait) and waits for the job's Pods to go. Whatever still runs at `drain_at` keeps
+its Slurm node drained, so Slurm gives that node to no other job while the Pod is on it (the node
+sync resumes the drain once the Pod is gone). The drain is the node's pass's (`decide`), one drain
+path with the others. These functions are pure: the job, its Pods and the Slurm node -> Node
+mapping in; the Pods to wait for, the nodes to drain and when, out (tests/unit/test_killwait.py).
+
+A new leader's store is empty: it drains nothing for a call the old leader was answering. That
+call fails, and the placeholder's script (services/hooks/.../placeholder.sh), given no answer,
+drains its own node itself (DrainNode, or scontrol as a last resort).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from tandem import keys, placeholder
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
+
+# How soon a pass that could not make a due KillWait drain (a lock's drain went first, or the
+# Slurm node is not read yet) looks again.
+DRAIN_AGAIN_SECONDS = 1.0
 
 # Slurm node -> the Node hosting it ("" when unknown).
 HostOf = Callable[[str], str]
@@ -73,3 +84,52 @@ def drained_event(job_id: int, slurm_node: str, reason: str) -> str:
         f"the Slurm node is drained ({reason}) so no other job gets it until this Pod is gone; "
         "Tandem then resumes it"
     )
+
+
+@dataclass(frozen=True)
+class NodeKillWait:
+    """A KillWait deadline as one Slurm node's pass sees it: `pod`, the job's Pod that keeps this
+    node (drain_targets names it; None: none does); `gone`: the job has no Pod left anywhere."""
+
+    job_id: int
+    drain_at: float
+    pod: JSON | None = None
+    gone: bool = False
+
+    @property
+    def reason(self) -> str:
+        return drain_reason(self.pod, self.job_id) if self.pod is not None else ""
+
+
+@dataclass(frozen=True)
+class KillWaitPlan:
+    """`drain`: the job whose drain this pass makes (its reason the plan's drain); `settle`: (job
+    id, drained) for the deadlines this pass settles with no drain of its own (found drained so, or
+    no Pod keeps the node); `after`: seconds until a deadline falls due (0: another drain waits)."""
+
+    drain: NodeKillWait | None = None
+    settle: tuple[tuple[int, bool], ...] = ()
+    after: float | None = None
+
+
+def decide(
+    killwaits: Iterable[NodeKillWait], drained_reason: str | None, now: float, may_drain: bool = True
+) -> KillWaitPlan:
+    """The node's KillWait deadlines at `now`. `drained_reason`: the reason the Slurm node is
+    drained with (None: not drained); one so drained is not drained again. `may_drain`: False when
+    this pass drains for a lock that timed out (it goes first; the KillWait drain waits a pass)."""
+    drain: NodeKillWait | None = None
+    settle: list[tuple[int, bool]] = []
+    waits: list[float] = []
+    for k in killwaits:
+        if k.pod is None and (k.gone or now >= k.drain_at):
+            settle.append((k.job_id, False))
+        elif now < k.drain_at:
+            waits.append(k.drain_at - now)
+        elif drained_reason == k.reason:
+            settle.append((k.job_id, True))
+        elif may_drain and drain is None:
+            drain = k
+        else:  # one drain a pass: the next pass makes this one (soon, if this one cannot drain)
+            waits.append(0.0 if may_drain else DRAIN_AGAIN_SECONDS)
+    return KillWaitPlan(drain, tuple(settle), min(waits) if waits else None)

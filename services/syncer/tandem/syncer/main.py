@@ -18,16 +18,23 @@ from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.locks import NodeLocker
+from tandem.syncer.holds import HoldStore
+from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.nodesync import CacheFacts, NodeSync, drained_for
+from tandem.syncer.nodeapply import NodeSync
+from tandem.syncer.nodefacts import CacheFacts, resync_keys
+from tandem.syncer.nodesync import drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
+from tandem.syncer.writes import LockWrites
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
 LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
+# Passes run side by side on different Slurm nodes (never two on one: the work queue's rule); a
+# prolog stuck behind a PodDisruptionBudget holds up no pass, since nothing waits inside one.
+NODE_SYNC_WORKERS = 8
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -40,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     mirror = SlurmMirror(slurm, cfg.poll_interval)
     cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
     node_queue = WorkQueue()
-    servicer, locker, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
+    servicer, facts, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a node sync or a lock reads. Standbys keep their Kubernetes caches warm (a new
     # leader locks without listing first); only the leader polls Slurm.
@@ -48,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("Nodes", cluster.nodes, cluster.nodes.run)
     manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
     # The rest works only while this replica leads, once all of that is read.
-    runner = Runner("node-sync", node_queue, node_sync.reconcile)
-    manager.add_controller(runner, on_started=lambda: sync_every_node(mirror, node_queue))
-    manager.add_runnable("lock-reconcile", reconcile_locks(locker, cfg.reconcile_interval))
+    runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)
+    manager.add_controller(runner, on_started=lambda: enqueue_every_node(mirror, cluster, facts, node_queue))
+    manager.add_runnable("node-resync", resync(mirror, cluster, facts, node_queue, cfg.reconcile_interval))
     grpc_server = grpc_service(cfg.grpc_address, tls, servicer)
     leadership = Leadership(
         kube, manager.wait_synced, serve_as_leader(servicer, grpc_server), manager.stopping
@@ -75,43 +82,63 @@ def _lock_and_sync(
     mirror: SlurmMirror,
     cluster: ClusterView,
     node_queue: WorkQueue,
-) -> tuple[SyncerServicer, NodeLocker, NodeSync]:
-    """The locks the hooks ask for, the calls they make, and the node sync, on the shared caches."""
+) -> tuple[SyncerServicer, CacheFacts, NodeSync]:
+    """Node state both ways and node locks: one runner keyed by Slurm node (and `node/<Node>` for a
+    stale lock taint), fed by the Node and Pod informers, the Slurm poll, the hook calls and a
+    periodic resync. The hook calls record in `holds`, enqueue the node and wait for the caches to
+    show the outcome."""
     events = EventRecorder(kube, "tandem-syncer")
-    locker = NodeLocker(
-        kube, mirror, cluster, cfg.scheduler_name, cfg.lock_timeout, events=events, drain=slurm.drain_node
+    holds = HoldStore()
+    holds.on_change = cluster.wake_waiters
+    writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
+    facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name)
+    node_sync = NodeSync(
+        kube,
+        slurm,
+        facts,
+        mirror.expect_node,
+        store=holds,
+        writes=writes,
+        events=events,
+        lookup=mirror.refresh_job,
     )
-    servicer = SyncerServicer(mirror, locker, slurm, cluster, cfg.terminating_timeout, events)
-    # Node state both ways: a runner keyed by Slurm node, fed by the Node / slurmd Pod informers
-    # and by the Slurm poll.
-    node_sync = NodeSync(kube, slurm, CacheFacts(cluster, mirror, cfg.slurm_user), mirror.expect_node)
+    locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
+    servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout)
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
+
+    def pods_changed(kube_node: str) -> None:
+        for slurm_node in facts.waiting_on(kube_node):
+            node_queue.add(slurm_node)
+
+    cluster.on_node_pods_changed = pods_changed
 
     def pod_gone(pod: JSON) -> None:
         for slurm_node in drained_for(mirror.nodes(), pod):
             node_queue.add(slurm_node)
 
     cluster.on_pod_gone = pod_gone
-    return servicer, locker, node_sync
+    return servicer, facts, node_sync
 
 
-def reconcile_locks(locker: NodeLocker, interval: float) -> Run:
-    """The safety net: every `interval`, release the locks of idle Slurm nodes."""
+def enqueue_every_node(
+    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue
+) -> None:
+    """Every Slurm node, and every Node with a lock taint that no Slurm node maps to."""
+    for key in resync_keys(mirror, cluster, facts):
+        queue.add(key)
+
+
+def resync(
+    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue, interval: float
+) -> Run:
+    """The safety net: every `interval`, every key again (a lost event, a lost epilog)."""
 
     def run(stop: threading.Event) -> None:
         while not stop.wait(interval):
-            try:
-                locker.reconcile_all()
-            except KubeError as e:
-                log.warning("lock reconcile failed", extra={"error": str(e)})
+            enqueue_every_node(mirror, cluster, facts, queue)
 
     return run
-
-
-def sync_every_node(mirror: SlurmMirror, node_queue: WorkQueue) -> None:
-    for node in mirror.nodes():
-        node_queue.add(node.name)
 
 
 def grpc_service(address: str, tls: TlsFiles, servicer: SyncerServicer) -> serving.GrpcServer:

@@ -11,35 +11,35 @@ its PodDisruptionBudget kept) are never touched.
 Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
 `<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
 
-`decide` is pure (tests/unit/test_nodesync.py); `NodeSync` reads the caches and carries it out.
+The same pass plans the node's lock (tandem.syncer.locking) and the drain at KillWait of a placeholder
+job whose Pod still runs here (tandem.syncer.killwait); one drain a pass: a lock that timed out
+first, then KillWait, then a Kubernetes cause. The pass comes back at the next of its deadlines.
+
+`decide` is pure (tests/unit/test_nodesync.py, test_locking.py); tandem.syncer.nodefacts reads its
+facts from the caches and tandem.syncer.nodeapply carries its plan out.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
-from tandem import keys, slurmd
-from tandem.kube import JSON, KubeClient, pod_finished, rfc3339
-from tandem.metrics import REGISTRY
-from tandem.runner import Requeue
+from tandem import keys
+from tandem.keys import LockState
+from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import Node
-from tandem.syncer.cluster import ClusterView
-from tandem.syncer.mirror import SlurmMirror
-
-log = logging.getLogger(__name__)
+from tandem.syncer import killwait
+from tandem.syncer.holds import NodeMemory
+from tandem.syncer.killwait import KillWaitPlan, NodeKillWait
+from tandem.syncer.locking import (
+    LockPlan,
+    RunningJob,
+    decide_lock,
+)
 
 # Reasons this module writes start so; only those are resumed by it.
 CAUSE_PREFIXES = ("k8s: Node ", "k8s: slurmd Pod ")
 CONDITION = "SlurmCordon"
-
-NODE_SYNC_ACTIONS = REGISTRY.counter(
-    "tandem_node_sync_actions_total",
-    "drains, resumes and Node writes made to keep node state in sync",
-    ["action"],
-)
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,29 @@ class NodeFacts:
     killwait_pod: JSON | None = None
     # The Slurm user this syncer acts as: the only one whose drains it resumes.
     own_user: str = ""
+    # -- the lock (tandem.syncer.locking) --
+    # Whether Slurm has been read at all: an unread mirror knows no job.
+    slurm_read: bool = True
+    # The jobs Slurm has on the node, and those of the held jobs it says ended.
+    jobs: tuple[RunningJob, ...] = ()
+    ended: frozenset[int] = frozenset()
+    # The lock annotation of the slurmd Pod and whether its Node has the lock taint, as this
+    # syncer last wrote them until the caches show that write.
+    lock: LockState = LockState.FALSE
+    tainted: bool = False
+    # The Pods on the Node that a lock may have to move: not finished, not the slurmd Pod.
+    pods: tuple[JSON, ...] = ()
+    # Uids of those that may stay under a strict lock; uid -> job id of those whose job the
+    # mirror does not know yet (to look up before judging).
+    sharers: frozenset[str] = frozenset()
+    undetermined: Mapping[str, int] = field(default_factory=dict)
+    # Whether another Slurm node hosted on the same Node is locked or held by a prolog (it needs
+    # the taint too: its prolog taints the Node before it writes `pending`).
+    neighbours_locked: bool = False
+    # What the hook calls recorded for this node.
+    memory: NodeMemory = field(default_factory=NodeMemory)
+    # The KillWait deadlines recorded for jobs on this node, with the Pod that keeps it, if any.
+    killwaits: tuple[NodeKillWait, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,16 @@ class Plan:
     resume: bool = False
     # The Node's drain annotation and SlurmCordon condition: (reason, True) to show, ("", False) to clear.
     show: tuple[str, bool] | None = None
+    # The taint, the lock annotation, evictions (tandem.syncer.locking).
+    lock: LockPlan = field(default_factory=LockPlan)
+    # The KillWait deadlines: the drain this plan makes (`drain` its reason), those it settles.
+    killwait: KillWaitPlan = field(default_factory=KillWaitPlan)
+
+    @property
+    def requeue_after(self) -> float | None:
+        """When to look at the node again: the lock's next deadline or a KillWait's."""
+        due = [t for t in (self.lock.requeue_after, self.killwait.after) if t is not None]
+        return min(due) if due else None
 
 
 def cause(f: NodeFacts) -> str:
@@ -90,7 +123,22 @@ def cause(f: NodeFacts) -> str:
     return ""
 
 
-def decide(f: NodeFacts) -> Plan:
+def decide(f: NodeFacts, now: float = 0.0) -> Plan:
+    """The node's state both ways and its lock, as of `now` (monotonic seconds). One drain per
+    pass: a lock that timed out names the Pods to blame, which says more than the cause."""
+    lock = decide_lock(f, now)
+    drained = f.slurm.reason if f.slurm is not None and f.slurm.drained else None
+    kw = killwait.decide(f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None)
+    if lock.drain:
+        show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
+        return Plan(drain=lock.drain, show=show, lock=lock, killwait=kw)
+    if kw.drain is not None and f.slurm is not None:
+        reason = kw.drain.reason
+        return Plan(drain=reason, show=_shown(f, f.slurm, reason, False), lock=lock, killwait=kw)
+    return replace(_decide_state(f), lock=lock, killwait=kw)
+
+
+def _decide_state(f: NodeFacts) -> Plan:
     slurm = f.slurm
     if slurm is None:
         return Plan()
@@ -150,88 +198,3 @@ def _shown(f: NodeFacts, slurm: Node, drain: str, resume: bool) -> tuple[str, bo
     if not cordoned and (annotation is not None or condition is not None):
         return ("", False)
     return None
-
-
-class SlurmNodes(Protocol):
-    """What the node sync changes in Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
-
-    def drain_node(self, node: str, reason: str) -> None: ...
-
-    def resume_node(self, node: str) -> None: ...
-
-
-class FactsSource(Protocol):
-    def facts(self, slurm_node: str) -> NodeFacts: ...
-
-
-class CacheFacts:
-    """The facts of one Slurm node, read from the syncer's caches (no API call)."""
-
-    def __init__(self, cluster: ClusterView, mirror: SlurmMirror, own_user: str) -> None:
-        self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
-
-    def facts(self, slurm_node: str) -> NodeFacts:
-        pod = self.cluster.slurmd_pod(slurm_node)
-        name = slurmd.host_of(pod)
-        slurm = self.mirror.node(slurm_node)
-        named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
-        stuck = self.cluster.pod(named[0], named[1]) if named else None
-        kube_node = self.cluster.node(name) if name else None
-        return NodeFacts(slurm_node, slurm, name, kube_node, pod, stuck, self.own_user)
-
-
-class NodeSync:
-    """Carries the plan out for one Slurm node (a Runner's reconcile)."""
-
-    def __init__(
-        self,
-        kube: KubeClient,
-        slurm: SlurmNodes,
-        facts: FactsSource,
-        wrote: Callable[[Node], None] = lambda node: None,
-    ) -> None:
-        # `wrote`: told the Slurm node as this sync left it (the mirror's SlurmMirror.expect_node).
-        self.kube, self.slurm, self.facts, self.wrote = kube, slurm, facts, wrote
-
-    def reconcile(self, slurm_node: str) -> Requeue:
-        f = self.facts.facts(slurm_node)
-        plan = decide(f)
-        if plan.drain:
-            self.slurm.drain_node(slurm_node, plan.drain)
-            NODE_SYNC_ACTIONS.inc(action="drain")
-            log.info("drained for Kubernetes", extra={"node": slurm_node, "reason": plan.drain})
-            if f.slurm is not None:
-                flags = f.slurm.flags if f.slurm.drained else (*f.slurm.flags, "DRAIN")
-                self.wrote(replace(f.slurm, flags=flags, reason=plan.drain, reason_set_by=f.own_user))
-        if plan.resume:
-            self.slurm.resume_node(slurm_node)
-            NODE_SYNC_ACTIONS.inc(action="resume")
-            log.info(
-                "resumed: the cause of its drain cleared",
-                extra={"node": slurm_node, "reason": f.slurm.reason if f.slurm is not None else ""},
-            )
-            if f.slurm is not None:
-                flags = tuple(x for x in f.slurm.flags if x != "DRAIN")
-                self.wrote(replace(f.slurm, flags=flags, reason="", reason_set_by=""))
-        if plan.show is not None and f.kube_node_name:
-            self._show(f.kube_node_name, *plan.show)
-        return None
-
-    def _show(self, kube_node: str, reason: str, cordoned: bool) -> None:
-        path = f"/api/v1/nodes/{kube_node}"
-        self.kube.merge_patch(
-            path, {"metadata": {"annotations": {keys.DRAIN_ANNOTATION: reason if cordoned else None}}}
-        )
-        if cordoned:
-            condition = {
-                "type": CONDITION,
-                "status": "True",
-                "reason": "SlurmNodeDrained",
-                "message": reason,
-                "lastTransitionTime": rfc3339(),
-                "lastHeartbeatTime": rfc3339(),
-            }
-        else:
-            condition = {"type": CONDITION, "$patch": "delete"}
-        self.kube.strategic_patch(f"{path}/status", {"status": {"conditions": [condition]}})
-        NODE_SYNC_ACTIONS.inc(action="show" if cordoned else "clear")

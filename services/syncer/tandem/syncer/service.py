@@ -10,15 +10,13 @@ from typing import NoReturn, Protocol
 import grpc
 
 from tandem import budget, keys, placeholder
-from tandem.events import EventRecorder
-from tandem.kube import JSON, KubeError
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
-from tandem.syncer import convert, killwait
+from tandem.syncer import convert
 from tandem.syncer.cluster import ClusterView
-from tandem.syncer.locks import LockError, NodeLocker
+from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
@@ -32,7 +30,8 @@ A_PLACEHOLDERS_CALL = (
 )
 
 
-# What JobTerminating keeps of its deadline to drain the nodes its Pods still run on.
+# What JobTerminating keeps of its deadline to drain the nodes its Pods still run on: its
+# KillWait deadline (drain_at) is this much before the call's.
 DRAIN_ALLOWANCE_SECONDS = 1.5
 
 
@@ -46,15 +45,13 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     def __init__(
         self,
         mirror: SlurmMirror,
-        locker: NodeLocker,
+        locks: NodeLocks,
         slurm: NodeDrainer,
         cluster: ClusterView,
         terminating_timeout: float,
-        events: EventRecorder | None = None,
     ) -> None:
-        self.events = events
         self.mirror = mirror
-        self.locker = locker
+        self.locks = locks
         self.slurm = slurm
         self.cluster = cluster
         self.terminating_timeout = terminating_timeout
@@ -69,13 +66,12 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         strict = request.strict or self._is_placeholder(request.job_id)
         # The caller's deadline bounds the wait (tandem.budget): a margin is kept to drain the
         # node and answer.
-        timeout = budget.lock_wait(context.time_remaining(), cap=self.locker.timeout)
+        timeout = budget.lock_wait(context.time_remaining(), cap=self.locks.cap)
         try:
-            view = self.locker.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
-        except LockError as e:  # a timeout too: the locker drained the node with the Pods' names
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except KubeError as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+            view = self.locks.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
+        except LockFailed as e:  # a timeout too: the node was drained with the Pods' names
+            code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(e))
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
     def ReleaseNodeLock(
@@ -84,11 +80,10 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         try:
-            view = self.locker.release(request.slurm_node, request.job_id)
-        except LockError as e:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except KubeError as e:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"Kubernetes API: {e}")
+            view = self.locks.release(request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0)
+        except LockFailed as e:
+            code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(e))
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
 
     def GetNodeLock(
@@ -97,8 +92,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node), "slurm_node must name one Slurm node")
         try:
-            view = self.locker.get(request.slurm_node)
-        except LockError as e:
+            view = self.locks.get(request.slurm_node)
+        except LookupError as e:
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         return syncer_pb2.GetNodeLockResponse(lock=convert.lock(view))
 
@@ -106,7 +101,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.ListNodeLocksRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.ListNodeLocksResponse:
         self._require_active(context)
-        return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locker.list()])
+        return syncer_pb2.ListNodeLocksResponse(locks=[convert.lock(v) for v in self.locks.list()])
 
     def JobStarted(
         self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext
@@ -126,50 +121,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
 
-        def remaining_pods() -> list[JSON]:
-            return self._job_pods(status, ref)
-
-        # Wakes on each Pod change (the informer), not on a timer; leaves time to drain.
-        budget = min(self.terminating_timeout, _remaining(context) - DRAIN_ALLOWANCE_SECONDS)
-        if self.cluster.wait_for(lambda: not remaining_pods(), max(0.0, budget)):
-            return syncer_pb2.JobTerminatingResponse(pod_gone=True)
-        if ref.is_group:
-            try:  # every node of the allocation, not only the one the script pushed from
-                status = self.mirror.refresh_job(status.job_id) or status
-            except SlurmApiError as e:
-                log.warning(
-                    "cannot read the group's job before draining",
-                    extra={"job": status.job_id, "error": str(e)},
-                )
-        drained = self._drain_occupied(status, request.slurm_node, remaining_pods())
-        return syncer_pb2.JobTerminatingResponse(pod_gone=False, drained_slurm_nodes=drained)
-
-    def _job_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
-        return killwait.job_pods(
-            status,
-            ref,
-            self.cluster.pods_of_job(status.job_id) if ref.is_group else (),
-            None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
-            self.cluster.kube_node_of,
+        # The node sync drains, at drain_at (just before KillWait), each node where a Pod of the
+        # job still runs; the call waits for the Pods to go or for those drains, on the caches.
+        remaining = _remaining(context)
+        drain_in = min(self.terminating_timeout, remaining - DRAIN_ALLOWANCE_SECONDS)
+        pod_gone, drained = self.locks.at_killwait(
+            status, ref, request.slurm_node, drain_in, timeout=remaining - 0.5
         )
-
-    def _drain_occupied(self, status: JobStatus, slurm_node: str, pods: list[JSON]) -> list[str]:
-        """Just before KillWait: drain each node killwait.drain_targets names (Slurm gives it to
-        no other job while the Pod runs there)."""
-        drained = []
-        for node, pod in killwait.drain_targets(status, slurm_node, pods, self.cluster.kube_node_of).items():
-            reason = killwait.drain_reason(pod, status.job_id)
-            try:
-                self.slurm.drain_node(node, reason)
-                drained.append(node)
-            except SlurmApiError as e:
-                log.warning("cannot drain node at KillWait", extra={"node": node, "error": str(e)})
-                continue
-            if self.events is not None:
-                self.events.record(
-                    pod, "Warning", "SlurmNodeDrained", killwait.drained_event(status.job_id, node, reason)
-                )
-        return drained
+        return syncer_pb2.JobTerminatingResponse(pod_gone=pod_gone, drained_slurm_nodes=drained)
 
     def WatchSlurm(
         self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext

@@ -36,7 +36,7 @@ class SyncerSettings(ClusterSettings):
         Seconds(5.0),
         flag="--lock-reconcile-interval",
         env="TANDEM_LOCK_RECONCILE_INTERVAL",
-        help="how often locks of idle Slurm nodes are released",
+        help="how often every Slurm node, and each Node with a lock taint and no slurmd Pod, is resynced",
     )
     terminating_timeout: Seconds = option(
         Seconds(120.0),

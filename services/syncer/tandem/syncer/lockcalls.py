@@ -1,0 +1,219 @@
+"""The hook calls the node sync answers: a prolog's acquire, an epilog's release and a placeholder's
+end (its KillWait deadline) record what they ask in the hold store, put the Slurm node at the front of the
+node sync's queue, and wait on the caches for the outcome. They write nothing themselves: the node
+sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tandem import budget, slurmd
+from tandem.keys import LockState
+from tandem.metrics import REGISTRY
+from tandem.placeholder import PodRef
+from tandem.slurm.models import JobStatus
+from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.cluster import ClusterView
+from tandem.syncer.holds import HoldStore, KillWait
+from tandem.syncer.locking import NodeLockView, holders, satisfies
+from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.nodefacts import CacheFacts
+from tandem.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+LOCK_WAIT_SECONDS = REGISTRY.histogram(
+    "tandem_lock_wait_seconds", "time a prolog waited for its Node's lock", ["strict"]
+)
+# What an acquire waits past its hold's deadline for the pass that fails it (the drain included).
+SETTLE_SECONDS = budget.HOP_MARGIN_SECONDS / 2
+# The longest an epilog's release waits for the node to be unlocked.
+RELEASE_WAIT_SECONDS = 10.0
+
+
+class LockFailed(Exception):
+    """The lock was not taken: the prolog fails, and Slurm drains the node. `unavailable`:
+    Kubernetes could not be written in time (the caller may try again)."""
+
+    def __init__(self, message: str, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+
+
+class NodeLocks:
+    def __init__(
+        self,
+        store: HoldStore,
+        queue: WorkQueue,
+        cluster: ClusterView,
+        facts: CacheFacts,
+        mirror: SlurmMirror,
+        cap: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # `cap`: --lock-timeout, an optional bound below the caller's budget (tandem.budget).
+        self.store, self.queue, self.cluster, self.facts, self.mirror = store, queue, cluster, facts, mirror
+        self.cap, self.clock = cap, clock
+        REGISTRY.gauge(
+            "tandem_node_locks",
+            "Slurm nodes by lock state (as last written or read)",
+            ["state"],
+            collect=self._count_states,
+        )
+        REGISTRY.gauge(
+            "tandem_node_locks_idle",
+            "Slurm nodes locked (taint on their Node) while Slurm runs no job there and no prolog holds them",
+            collect=self._count_idle,
+        )
+
+    def acquire(self, slurm_node: str, job_id: int, strict: bool, timeout: float) -> NodeLockView:
+        """Hold the node for the job; return once it is locked (strictly for a placeholder) and
+        its Node tainted. Raises LockFailed when the node sync failed the hold (the Pods that did
+        not leave by the deadline, no slurmd Pod, no Node) or could not settle it in time."""
+        began = self.clock()
+        want = LockState.LOCKED_STRICT if strict else LockState.LOCKED
+        seq = self.store.hold(slurm_node, job_id, strict, deadline=began + max(0.0, timeout))
+        self.queue.add(slurm_node, urgent=True)
+
+        def settled() -> bool:
+            if self.store.failure(slurm_node, job_id) is not None or self.store.ended(slurm_node, job_id):
+                return True
+            if self.store.trouble(slurm_node, since=seq, unreachable=True):
+                return True  # answered at once, as the API's own outage: the prolog asks again
+            if self.store.settled(slurm_node) < seq:
+                # A pass that read this hold, not one that began before it (and may unlock a
+                # node that looks locked now), says whether the lock is the job's.
+                return False
+            pod = self.cluster.slurmd_pod(slurm_node)
+            host = slurmd.host_of(pod)
+            return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
+
+        done = self.cluster.wait_for(settled, max(0.0, timeout) + SETTLE_SECONDS)
+        failure = self.store.failure(slurm_node, job_id)
+        if failure is not None:
+            raise LockFailed(failure.message, failure.unavailable)
+        if self.store.ended(slurm_node, job_id):
+            return self._ended_while_locking(slurm_node, job_id)
+        unreachable = self.store.trouble(slurm_node, since=seq, unreachable=True)
+        if unreachable or not done:
+            trouble = unreachable or self.store.trouble(slurm_node)
+            raise LockFailed(
+                f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not locked within {timeout:.0f}s",
+                unavailable=True,
+            )
+        LOCK_WAIT_SECONDS.observe(self.clock() - began, strict=str(strict).lower())
+        return self._settled_view(slurm_node)
+
+    def _ended_while_locking(self, slurm_node: str, job_id: int) -> NodeLockView:
+        """The job was cancelled while its prolog waited (for a Pod its budget kept, say). Its
+        prolog succeeds, since Slurm launches no script of a killed job: a failure would have Slurm
+        drain the node for a prolog error. Only after Slurm itself, asked now, confirms the end:
+        the mirror's copy may predate a requeue, and a job that runs must not run unlocked."""
+        try:
+            status = self.mirror.refresh_job(job_id)
+        except SlurmApiError as e:
+            raise LockFailed(f"Slurm API: {e}", unavailable=True) from e
+        if status is not None and not status.ended:
+            raise LockFailed(f"job {job_id} is running again; lock again", unavailable=True)
+        log.info("hold ended: its job ended while locking", extra={"node": slurm_node, "job": job_id})
+        return self._settled_view(slurm_node)
+
+    def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
+        """The job no longer holds the node; return once a pass has carried that out (the node
+        unlocked, or kept for another holder, or kept while Slurm is not read)."""
+        seq = self.store.release(slurm_node, job_id)
+        self.queue.add(slurm_node, urgent=True)
+
+        def settled() -> bool:
+            return self.store.settled(slurm_node) >= seq or bool(
+                self.store.trouble(slurm_node, since=seq, unreachable=True)
+            )
+
+        done = self.cluster.wait_for(settled, min(timeout, RELEASE_WAIT_SECONDS))
+        if not done or self.store.settled(slurm_node) < seq:
+            trouble = self.store.trouble(slurm_node)
+            raise LockFailed(
+                f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not unlocked in time",
+                unavailable=True,
+            )
+        return self._settled_view(slurm_node)
+
+    def _settled_view(self, slurm_node: str) -> NodeLockView:
+        try:
+            return self.get(slurm_node)
+        except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
+            raise LockFailed(str(e)) from e
+
+    def at_killwait(
+        self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float
+    ) -> tuple[bool, list[str]]:
+        """A placeholder's job ended: record its KillWait deadline, `drain_in` seconds from now
+        (the node sync then drains each node where a Pod of the job still runs), and wait, at
+        most `timeout`, for its Pods to go or for every node's pass to settle. Returns whether the
+        Pods are gone, and the Slurm nodes drained."""
+        now = self.clock()
+        drain_at, deadline = now + max(0.0, drain_in), now + max(0.0, timeout)
+        entry = KillWait(status.job_id, ref, script_node, status, drain_at)
+        self.store.killwait(entry)
+        for slurm_node in entry.nodes:
+            self.queue.add(slurm_node, urgent=True)
+            # A pass comes back at drain_at by itself; this one comes even if that node's last
+            # pass failed (and lies in its backoff, which may outlast KillWait).
+            self.queue.add_after(slurm_node, drain_at - now)
+
+        def gone() -> bool:
+            return not self.facts.killwait_pods(status, ref)
+
+        def settled() -> bool:
+            found = self.store.killwait_of(status.job_id)
+            return gone() or found is None or found.outcome_known
+
+        self.cluster.wait_for(settled, max(0.0, deadline - self.clock()))
+        pod_gone = gone()
+        found = self.store.answer_killwait(status.job_id, drain_at, pod_gone)
+        if pod_gone:
+            return True, []
+        return False, [n for n in entry.nodes if found is not None and n in found.drained]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, slurm_node: str) -> NodeLockView:
+        pod = self.cluster.slurmd_pod(slurm_node)
+        if pod is None:
+            raise LookupError(
+                f"no slurmd Pod {self.cluster.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
+            )
+        return self._view(slurm_node, pod)
+
+    def list(self) -> list[NodeLockView]:
+        """Every Slurm node's lock; one whose slurmd Pod is on no Node yet shows no Node."""
+        pods = sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
+        return [self._view(str(p["metadata"]["name"]), p) for p in pods]
+
+    def _view(self, slurm_node: str, pod: slurmd.Pod) -> NodeLockView:
+        held = set(self.store.holds_of(slurm_node)) | {s.job_id for s in self.mirror.jobs_on(slurm_node)}
+        return NodeLockView(slurm_node, slurmd.host_of(pod), self.facts.lock_of(dict(pod)), sorted(held))
+
+    def _count_states(self) -> dict[tuple[str, ...], float]:
+        counts: dict[tuple[str, ...], float] = {(s.value,): 0.0 for s in LockState}
+        for pod in self.cluster.slurmd_pods():
+            counts[(self.facts.lock_of(pod).value,)] += 1
+        return counts
+
+    def _count_idle(self) -> dict[tuple[str, ...], float]:
+        """What the node sync should have released: the TandemNodeLockedWhileIdle alert."""
+        if not self.mirror.synced:
+            return {(): 0.0}
+        idle = 0
+        now = self.clock()
+        for pod in self.cluster.slurmd_pods():
+            name = str(pod["metadata"]["name"])
+            if self.facts.lock_of(pod) == LockState.FALSE:
+                continue
+            f = self.facts.facts(name)
+            if not holders(f, now) and f.slurm is not None and not f.slurm.busy:
+                idle += 1
+        return {(): float(idle)}
