@@ -517,7 +517,7 @@ def _plain(value: object) -> bool:
     return not callable(value) or isinstance(value, type)
 
 
-def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_already() -> None:
+def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_when_asked() -> None:
     """Before: observe handed decide callables into the live caches (the Node mapping, the fit),
     so a decision read whatever the caches held when it got there (issue 19)."""
     import dataclasses
@@ -528,9 +528,9 @@ def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_alread
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
     controller, _, _ = _controller(pods, jobs)
     controller.cluster = _cordoned_second_node()
-    observed = controller.observe(POD.key)
+    observed, _ = controller.decision(POD.key)
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
-    assert observed.fits is not None and observed.fits[POD.uid].excluded == ("cpu-002",)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
     assert observed.fits[POD.uid].excluded == ("cpu-002",)  # the snapshot holds
 
@@ -540,9 +540,9 @@ def test_a_group_observation_is_a_snapshot_too() -> None:
 
     controller, _, _ = _gang(_member(0), _member(1))
     controller.cluster = _cordoned_second_node()
-    observed = controller.observe(f"{POD.namespace}/pg:train")
+    observed, _ = controller.decision(f"{POD.namespace}/pg:train")
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
-    assert observed.fits is not None
+    assert isinstance(observed.fits, dict)
     assert {uid: f.excluded for uid, f in observed.fits.items()} == {
         "uid-0": ("cpu-002",),
         "uid-1": ("cpu-002",),
@@ -559,8 +559,7 @@ def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
     pods.pods[POD.key] = pod
     controller, slurm, _ = _controller(pods, _tracker())
     slurm.submit_job.return_value = 7
-    observed = controller.observe(POD.key)
-    action = decide.decide(observed)
+    observed, action = controller.decision(POD.key)
     assert isinstance(action, decide.Submit)
     pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
     controller._act(observed, action)

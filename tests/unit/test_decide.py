@@ -5,6 +5,7 @@ row is a group of one (groups.alone) through the one decide that places gangs to
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
@@ -87,6 +88,7 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.O
     """The snapshot of the Pod alone, as the controller observes it: a group of one."""
     recorded = kw.pop("recorded", d.recorded_job_id(p) if p is not None else None)
     fit: Eligibility | None = kw.pop("fit", None)
+    fits = kw.pop("fits", {REF.uid: fit} if fit is not None else None)
     return d.Observed(
         REF.key,
         groups.alone(REF.key, p),
@@ -95,7 +97,7 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.O
         jobs=kw.pop("jobs_of_key", (j,) if j is not None else ()),
         recorded={REF.uid: recorded} if recorded is not None else {},
         hosts=HOSTS,
-        fits={REF.uid: fit} if fit is not None else None,
+        fits=fits,
         kill_wait=30,
         policy=kw.pop("policy", POLICY),
         **kw,
@@ -436,6 +438,25 @@ def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None
         )
     )
     assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
+
+
+@pytest.mark.parametrize(
+    ("observed", "judges"),
+    [
+        (seen(pod(), fits=d.NOT_JUDGED), True),  # a submit excludes the Nodes that would not take it
+        (seen(pod(7), job(state="PENDING", reason="Resources"), fits=d.NOT_JUDGED), True),
+        (seen(pod(7), job(state="RUNNING", started=True), fits=d.NOT_JUDGED), False),  # binds
+        (seen(pod(7), job(state="RUNNING"), fits=d.NOT_JUDGED), False),  # nominates
+        (seen(pod(), job(state="PENDING"), recorded=None, fits=d.NOT_JUDGED), False),  # records
+        (seen(pod(7, node="node-001"), job(state="RUNNING", started=True), fits=d.NOT_JUDGED), False),
+    ],
+    ids=["no job", "job pending", "job started", "job allocated", "unrecorded", "bound"],
+)
+def test_only_decisions_that_read_the_fits_ask_for_them(observed: d.Observed, judges: bool) -> None:
+    """Judging every Node is the dearest part of a reconcile: asked for only where it is read."""
+    assert isinstance(d.decide(observed), d.Judge) == judges
+    judged = dataclasses.replace(observed, fits={REF.uid: _fit("cpu-002")})
+    assert not isinstance(d.decide(judged), d.Judge)
 
 
 def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:

@@ -4,6 +4,7 @@ again in N seconds" or raises."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -238,8 +239,17 @@ class Controller:
             if pod is not None and self._in_gang(pod):
                 return None  # its group's reconcile places it
         self._forget_what_the_caches_show(key)
+        return self._act(*self.decision(key))
+
+    def decision(self, key: str) -> tuple[d.Observed, d.Action]:
+        """What to do for a key: decided on a snapshot, judged against every Node only when the
+        decision needs which Nodes would take the members."""
         observed = self.observe(key)
-        return self._act(observed, d.decide(observed))
+        action = d.decide(observed)
+        if isinstance(action, d.Judge):
+            observed = dataclasses.replace(observed, fits=self._fits(observed.members, observed.job))
+            action = d.decide(observed)
+        return observed, action
 
     def _forget_what_the_caches_show(self, key: str) -> None:
         """What this process wrote that the caches show now: a job id a cached member carries (a
@@ -291,7 +301,8 @@ class Controller:
         return str(members[0]["metadata"]["uid"])
 
     def observe(self, key: str) -> d.Observed:
-        """A snapshot of plain values: everything decide reads, judged now."""
+        """A snapshot of plain values: everything decide reads but the fits (decide asks for
+        them: Judge)."""
         members, group, jobs = self._members_and_jobs(key)
         recorded: dict[str, int] = {}
         for pod in members:
@@ -320,7 +331,7 @@ class Controller:
             cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
             hosts=self._hosts(job),
             slurm_nodes=self.jobs.slurm_node_count(),
-            fits=self._fits(members, job),
+            fits=d.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
             kill_wait=self.kill_wait,
             reject_static_cpu=self.reject_static_cpu,
@@ -621,8 +632,7 @@ class Controller:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         gkey = groups.group_key(pod)
         # A member of a gang stands where its group does.
-        observed = self.observe(gkey if gkey is not None and self._in_gang(pod) else object_key(pod))
-        action = d.decide(observed)
+        observed, action = self.decision(gkey if gkey is not None and self._in_gang(pod) else object_key(pod))
         job = observed.job
         cond = condition(pod, "PodScheduled") or {}
         return scheduler_pb2.Placement(

@@ -4,9 +4,9 @@ check and Event below applies to a Pod alone and to each member of a gang the sa
 
 `decide` is pure: a snapshot of plain values in (the members from the informer cache, the group's
 job from the syncer's stream, the job ids this process wrote that the caches do not show yet, the
-Slurm node -> Node mapping, which Nodes would take each member); one action out. Members are never
-placed one by one: the job asks Slurm for one node per member and the members are bound only when
-the job runs on all of them (every prolog passed, the script started). The controller carries the
+Slurm node -> Node mapping, which Nodes would take each member once decide asks with Judge); one
+action out. Members are never placed one by one: the job asks Slurm for one node per member and
+the members are bound only when the job runs on all of them (every prolog passed, the script started). The controller carries the
 action out; a crash at any line of that leaves the world in a state `decide` maps to the remaining
 step (tests/unit/test_decide.py has one row per line, crash rows included, and runs a Pod alone's
 rows as a group of one):
@@ -40,6 +40,7 @@ rows as a group of one):
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -71,6 +72,13 @@ REASON_WAITING_FOR_GROUP = "WaitingForPodGroup"
 REASON_GROUP_FULL = "GroupAllocationFull"
 
 
+class NotJudged(enum.Enum):
+    NOT_JUDGED = "not judged"
+
+
+NOT_JUDGED = NotJudged.NOT_JUDGED
+
+
 @dataclass(frozen=True)
 class Observed:
     key: str
@@ -96,9 +104,10 @@ class Observed:
     hosts: Mapping[str, str] = field(default_factory=dict)
     # How many Slurm nodes there are (the syncer publishes each); 0 when not known yet.
     slurm_nodes: int = 0
-    # Member uid -> which Slurm nodes' Nodes would take it, judged while observing (None: no Node
-    # is watched; a member is missing once it no longer needs it).
-    fits: Mapping[str, Eligibility] | None = None
+    # Member uid -> which Slurm nodes' Nodes would take it (None: no Node is watched; a member is
+    # missing once it no longer needs it); NOT_JUDGED until decide asks for it with Judge, since
+    # judging every Node costs more than the rest of a reconcile and most decisions never read it.
+    fits: Mapping[str, Eligibility] | NotJudged | None = None
     # The nodes the job excludes now: as Slurm reports them, else as this process last set them.
     job_excludes: frozenset[str] | None = None
     kill_wait: float = 0.0
@@ -120,6 +129,12 @@ class Placement:
 @dataclass(frozen=True)
 class Nothing:
     pass
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Deciding needs to know which Nodes would take the members: observe them with the fits
+    judged, then decide again."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +237,7 @@ class Delete:
 
 Action = (
     Nothing
+    | Judge
     | Wait
     | Cancel
     | Reject
@@ -430,6 +446,8 @@ def _new_job(
             f"{o.slurm_nodes}: it can never be placed",
         )
     members, valid = live[: group.min_count], results[: group.min_count]
+    if o.fits is NOT_JUDGED:
+        return Judge()
     fits = _fits(o, members)
     unfit = tuple(sorted({s for f in fits for s in f.excluded}))
     unschedulable = _unschedulable(group, members, fits, unfit)
@@ -439,7 +457,7 @@ def _new_job(
 
 
 def _fits(o: Observed, members: tuple[JSON, ...]) -> list[Eligibility]:
-    if o.fits is None:
+    if o.fits is None or o.fits is NOT_JUDGED:
         return []
     return [f for m in members if (f := o.fits.get(_uid(m))) is not None]
 
@@ -521,6 +539,8 @@ def _pending(
     nominated = tuple(Placement(m, "", "") for m in unbound if _nominated(m))
     if nominated:
         return Nominate(nominated)  # back to pending (requeued before its script started)
+    if o.fits is NOT_JUDGED:
+        return Judge()
     fits = _fits(o, unbound)
     if fits:
         unfit = tuple(sorted({s for f in fits for s in f.excluded}))
