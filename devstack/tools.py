@@ -74,7 +74,8 @@ REAL_NODE_TOOLS = [
         Tool(
             path.rsplit("/", 1)[1],
             config.CNI_PLUGINS_VERSION,
-            go_install=f"github.com/containernetworking/plugins/{path}",
+            # The module keeps its commands under plugins/ (main/, ipam/, meta/ are inside it).
+            go_install=f"github.com/containernetworking/plugins/plugins/{path}",
             subdir=CNI_SUBDIR,
         )
         for path in ("main/bridge", "ipam/host-local", "main/loopback", "meta/portmap")
