@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from devstack import config, oci, progress
+from devstack import config, host_packages, oci, progress
 
 SOURCE = Path(__file__).with_name("pause.c")
 # containerd's `pinned_images.sandbox` names it; kubelet never pulls it (no registry).
@@ -32,6 +32,8 @@ def ensure_image() -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    # A static binary: gcc and libc6-dev's libc.a.
+    host_packages.ensure(["gcc", "libc6-dev"], "the pause image")
     with progress.step("building the pause image (once per machine)"), tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
         root.mkdir()

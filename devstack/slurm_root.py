@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack import config, progress
+from devstack import config, host_packages, progress
 
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = [
@@ -205,10 +205,7 @@ def chroot_argv(root: Path, argv: list[str], user: tuple[int, int] | None = None
 def ensure_debootstrap() -> None:
     if shutil.which("debootstrap"):
         return
-    with progress.step("installing debootstrap (apt-get)"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        _run(["apt-get", "update", "-qq"], env=env)
-        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"], env=env)
+    host_packages.ensure(["debootstrap"], "making Debian roots")
 
 
 def _configure_apt(root: Path) -> None:

@@ -6,10 +6,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from devstack import config, progress
+from devstack import config, host_packages, progress
 
 TOOLS_SRC = config.REPO_ROOT / "tools"
 
@@ -28,6 +28,10 @@ class Tool:
     tags: str = ""
     # CNI plugins live in a directory of their own (containerd's `bin_dirs`), not on the PATH.
     subdir: str = ""
+    # Debian packages the host needs to build it (checked only when it is built) and to run it
+    # (checked every time, also when the binary comes from the cache).
+    build_debs: tuple[str, ...] = ()
+    run_debs: tuple[str, ...] = ()
 
     @property
     def cached(self) -> Path:
@@ -57,9 +61,12 @@ TOOLS = [
 # What a real Node runs (lab/KUBELET.md): built only when asked for (`python -m devstack
 # real-node-tools`, DEPLOY=chart), so plain `make up` and CI's other legs never wait for them.
 CNI_SUBDIR = "cni"
+# kube-proxy programs Services with iptables and flushes conntrack entries; the kubelet makes its
+# own canary and firewall chains. Neither binary is in Debian's base system.
+_NETFILTER = ("iptables", "conntrack")
 REAL_NODE_TOOLS = [
-    _kubernetes("kubelet"),
-    _kubernetes("kube-proxy"),
+    replace(_kubernetes("kubelet"), run_debs=_NETFILTER),
+    replace(_kubernetes("kube-proxy"), run_debs=_NETFILTER),
     *(
         Tool(
             name,
@@ -69,12 +76,22 @@ REAL_NODE_TOOLS = [
         )
         for name in ("containerd", "ctr", "containerd-shim-runc-v2")
     ),
-    Tool("runc", config.RUNC_VERSION, go_install="github.com/opencontainers/runc", cgo=True, tags="seccomp"),
+    Tool(
+        "runc",
+        config.RUNC_VERSION,
+        go_install="github.com/opencontainers/runc",
+        cgo=True,
+        tags="seccomp",
+        # cgo finds libseccomp through pkg-config; the binary links libseccomp.so.2 dynamically.
+        build_debs=("gcc", "libc6-dev", "pkg-config", "libseccomp-dev"),
+        run_debs=("libseccomp2",),
+    ),
     *(
         Tool(
             path.rsplit("/", 1)[1],
             config.CNI_PLUGINS_VERSION,
-            go_install=f"github.com/containernetworking/plugins/{path}",
+            # The module keeps its commands under plugins/ (main/, ipam/, meta/ are inside it).
+            go_install=f"github.com/containernetworking/plugins/plugins/{path}",
             subdir=CNI_SUBDIR,
         )
         for path in ("main/bridge", "ipam/host-local", "main/loopback", "meta/portmap")
@@ -85,8 +102,13 @@ REAL_NODE_TOOLS = [
 
 def ensure_tools(bin_dir: Path, tools: list[Tool] = TOOLS) -> None:
     """Build what is missing from the cache, then link every tool into `bin_dir` by its plain name."""
+    run_debs = [deb for tool in tools for deb in tool.run_debs]
+    if run_debs:
+        host_packages.ensure(run_debs, "running " + ", ".join(t.name for t in tools if t.run_debs))
     for tool in tools:
         if not tool.cached.exists():
+            if tool.build_debs:
+                host_packages.ensure(tool.build_debs, f"building {tool.name}")
             with progress.step(f"building {tool.name} {tool.version} (once per machine)"):
                 _build(tool)
         link = bin_dir / tool.subdir / tool.name
