@@ -9,6 +9,7 @@ import socket
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from devstack import installed
 from tandem import keys
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,10 @@ GPUS_PER_NODE = 8
 CPUS_PER_NODE = 32
 MEMORY_MB_PER_NODE = 256_000
 KILL_WAIT_SECONDS = 30
+# How `make up` runs Tandem: from this virtualenv, or installed with helm on the lab's real Node.
+DEPLOYS = ("venv", "chart")
+# The real Node's address on the lab's bridge (lab/KUBELET.md: a node IP cannot be loopback).
+REAL_NODE_IP = "10.88.0.1"
 # Slurm 24.11 (Debian trixie) unless SLURM_VERSION says 26.05 (sid): devstack.slurm_root.
 DEFAULT_SLURM_VERSION = "24.11"
 
@@ -132,6 +137,9 @@ class StackConfig:
     hostname: str = field(default_factory=hostname)
     # Replicas of the scheduler and the syncer (1, or 2 electing leaders as a chart's HA install).
     replicas: int = 1
+    # How Tandem runs: "venv" (the services as processes of this virtualenv) or "chart" (installed
+    # with helm onto the lab's real Node: devstack.chart).
+    deploy: str = "venv"
 
     @classmethod
     def from_env(cls) -> StackConfig:
@@ -150,6 +158,12 @@ class StackConfig:
                 raise SystemExit(
                     f"the stack in {state_dir} runs {data.get('replicas', 1)} replica(s); "
                     f"run `make down` before asking for REPLICAS={requested_replicas}"
+                )
+            requested_deploy = os.environ.get("DEPLOY")
+            if requested_deploy and requested_deploy != data.get("deploy", "venv"):
+                raise SystemExit(
+                    f"the stack in {state_dir} runs Tandem with DEPLOY={data.get('deploy', 'venv')}; "
+                    f"run `make down` before asking for DEPLOY={requested_deploy}"
                 )
             requested_slurm = os.environ.get("SLURM_VERSION")
             made_with = data.get("slurm_version", DEFAULT_SLURM_VERSION)
@@ -171,6 +185,7 @@ class StackConfig:
                 slurm_version=made_with,
                 preempt=data.get("preempt", "partition_prio"),
                 replicas=data.get("replicas", 1),
+                deploy=data.get("deploy", "venv"),
             )
         nodes = int(os.environ.get("NODES", "8"))
         if not 1 <= nodes <= MAX_NODES:
@@ -186,12 +201,16 @@ class StackConfig:
         replicas = int(os.environ.get("REPLICAS", "1"))
         if replicas not in (1, 2):
             raise SystemExit(f"REPLICAS must be 1 or 2, not {replicas}")
+        deploy = os.environ.get("DEPLOY") or "venv"
+        if deploy not in DEPLOYS:
+            raise SystemExit(f"DEPLOY must be one of {', '.join(DEPLOYS)}, not {deploy!r}")
         return cls(
             nodes=nodes,
             state_dir=state_dir,
             ports=Ports.from_base(base),
             slurm_version=slurm_version,
             replicas=replicas,
+            deploy=deploy,
         )
 
     def save(self) -> None:
@@ -202,6 +221,7 @@ class StackConfig:
             "slurm_version": self.slurm_version,
             "preempt": self.preempt,
             "replicas": self.replicas,
+            "deploy": self.deploy,
         }
         (self.state_dir / "stack.json").write_text(json.dumps(data, indent=2))
 
@@ -247,7 +267,16 @@ class StackConfig:
         return f"http://127.0.0.1:{self.ports.slurmrestd}"
 
     @property
+    def slurmrestd_url_for_pods(self) -> str:
+        """slurmrestd as a Pod on the real Node reaches it: on the lab bridge, not loopback."""
+        return f"http://{REAL_NODE_IP}:{self.ports.slurmrestd}"
+
+    @property
     def hooks_url(self) -> str:
+        """The hooks gateway as the host reaches it: its own port, or the installed chart's
+        Service (devstack.chart writes chart.json)."""
+        if self.deploy == "chart":
+            return installed.load(self.state_dir).hooks_url
         return f"http://127.0.0.1:{self.ports.hooks_http}"
 
     @property

@@ -12,7 +12,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from devstack import config, pki, slurm
+from devstack import config, installed, pki, slurm
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import mtls
@@ -26,7 +26,9 @@ SYNCER_ROUTER = "syncer-service"
 
 
 def names(cfg: StackConfig) -> tuple[str, ...]:
-    """The stack's Tandem processes, in start order."""
+    """The stack's Tandem processes, in start order (none when the chart runs them)."""
+    if cfg.deploy == "chart":
+        return ()
     if cfg.replicas == 1:
         return SERVICES
     return (
@@ -89,7 +91,7 @@ def ensure_slurm_token(cfg: StackConfig, service: str) -> None:
     except (OSError, ValueError):
         fresh = False
     if not fresh:
-        _publish(path, slurm.rest_token(cfg, user=user), mode=0o400)
+        publish(path, slurm.rest_token(cfg, user=user), mode=0o400)
 
 
 def placeholder_log_dir(cfg: StackConfig) -> Path:
@@ -110,14 +112,14 @@ def write_hooks_env(cfg: StackConfig) -> None:
     which run as their Pod's user, read the rest and present their own job's credential."""
     cfg.slurm_dir.mkdir(parents=True, exist_ok=True)
     token_file = cfg.slurm_dir / "hooks-token"
-    _publish(token_file, hooks_token(cfg), mode=0o400)
-    _publish(
+    publish(token_file, hooks_token(cfg), mode=0o400)
+    publish(
         hooks_env_file(cfg),
         f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\nTANDEM_LOCK_TIMEOUT=50\n",
     )
 
 
-def _publish(path: Path, text: str, mode: int = 0o644) -> None:
+def publish(path: Path, text: str, mode: int = 0o644) -> None:
     """Replace a file the scripts read, whole or not at all (as a Secret's mount swaps its files):
     `make up` runs again while jobs run (the soak restarts daemons through it), and a prolog that
     read a token file in the middle of its rewrite sent an empty token and failed (401)."""
@@ -130,7 +132,11 @@ def _publish(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def grpc_tls(cfg: StackConfig, identity: str) -> mtls.TlsFiles:
-    """The certificate files of a Tandem gRPC identity in the lab (devstack.pki)."""
+    """The certificate files of a Tandem gRPC identity in the lab (devstack.pki); with the chart
+    installed, the operator's is the chart's own (devstack.chart reads it back)."""
+    if cfg.deploy == "chart" and identity == mtls.OPERATOR:
+        d = chart_tls_dir(cfg)
+        return mtls.TlsFiles(str(d / "ca.crt"), str(d / "operator.crt"), str(d / "operator.key"))
     d = pki.grpc_dir(cfg.pki_dir)
     return mtls.TlsFiles(str(d / "ca.crt"), str(d / f"{identity}.crt"), str(d / f"{identity}.key"))
 
@@ -142,8 +148,16 @@ def operator_tls_env(cfg: StackConfig) -> dict[str, str]:
 
 
 def operator_channel(cfg: StackConfig, address: str) -> grpc.Channel:
-    """A channel to a Tandem service as the operator (what the demo, tests and benchmarks read as)."""
-    return grpc.secure_channel(address, mtls.channel_credentials(grpc_tls(cfg, mtls.OPERATOR)))
+    """A channel to a Tandem service as the operator (what the demo, tests and benchmarks read as).
+    The chart's certificates name the Services, and the host dials their ClusterIPs."""
+    name = installed.load(cfg.state_dir).server_name(address) if cfg.deploy == "chart" else None
+    options = [("grpc.ssl_target_name_override", name)] if name else []
+    return grpc.secure_channel(address, mtls.channel_credentials(grpc_tls(cfg, mtls.OPERATOR)), options)
+
+
+def chart_tls_dir(cfg: StackConfig) -> Path:
+    """The installed chart's CA and operator certificate, read back from its Secret."""
+    return cfg.pki_dir / "chart"
 
 
 def _tls_args(cfg: StackConfig, identity: str) -> list[str]:
@@ -152,6 +166,9 @@ def _tls_args(cfg: StackConfig, identity: str) -> list[str]:
 
 
 def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
+    if cfg.deploy == "chart":
+        release = installed.load(cfg.state_dir)
+        return {"tandem-syncer": release.syncer, "tandem-scheduler": release.scheduler}
     p = cfg.ports
     return {
         "tandem-syncer": f"127.0.0.1:{p.syncer_grpc}",
