@@ -14,7 +14,7 @@ NEXT_SLURM := 26.05
 # its ports below 32768, where Linux picks the local ports of outgoing connections).
 NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=30000 SLURM_VERSION=$(NEXT_SLURM)
 
-.PHONY: install proto tools real-node-tools image lint unit integration test test-next-slurm up down status demo bench clean
+.PHONY: install proto tools real-node-tools image lint unit integration test test-next-slurm test-chart up down status demo bench clean
 
 install: $(INSTALLED) $(GENERATED)
 
@@ -62,6 +62,10 @@ test: lint
 # The Slurm-facing integration tests again, on Slurm $(NEXT_SLURM) (CI's second leg).
 test-next-slurm: install
 	$(NEXT_STACK) $(BIN)/pytest tests/integration -m slurm $(PYTEST_ARGS)
+
+# The seed flows again on Tandem as `helm install` puts it on the lab's real Node (CI's third leg).
+test-chart: install
+	DEPLOY=chart $(BIN)/pytest tests/integration -m chart $(PYTEST_ARGS)
 
 up: install
 	$(BIN)/python -m devstack up

@@ -29,6 +29,8 @@ RELEASE = identities.MAIN
 # The lab's Slurm users' JWTs, as an operator makes them with `scontrol token` (values.yaml).
 TOKEN_SECRET = "tandem-slurm-tokens"
 COMPONENTS = ("scheduler", "syncer", "hooks")
+# Where each component serves /metrics in its Pod (the charts' health or HTTP port).
+METRICS_PORT = {"scheduler": 8081, "syncer": 8081, "hooks": 8000}
 # A cold install pulls nothing (the image is imported), but the first Pods wait for their
 # certificates' Secrets and the leader elections: well under this.
 INSTALL_TIMEOUT = "5m"
@@ -146,6 +148,30 @@ def read_back(cfg: StackConfig) -> installed.Installed:
     services.publish(cfg.pki_dir / "hooks.token", hooks_token, mode=0o600)
     result.save(cfg.state_dir)
     return result
+
+
+def metrics_urls(cfg: StackConfig, component: str) -> list[str]:
+    """/metrics of each running replica of a component, by Pod IP (the lab's bridge reaches them
+    from the host; the Services carry only gRPC and the hooks API)."""
+    pods = json.loads(
+        kube.kubectl(
+            cfg,
+            "-n",
+            RELEASE.namespace,
+            "get",
+            "pods",
+            "-l",
+            f"app.kubernetes.io/name=tandem-{component},app.kubernetes.io/instance={RELEASE.name}",
+            "-o",
+            "json",
+        )
+    )["items"]
+    port = METRICS_PORT[component]
+    return [
+        f"http://{p['status']['podIP']}:{port}/metrics"
+        for p in pods
+        if p.get("status", {}).get("podIP") and p["status"].get("phase") == "Running"
+    ]
 
 
 def uninstall(cfg: StackConfig) -> None:

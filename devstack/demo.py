@@ -11,7 +11,7 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from devstack import config, kube, services
+from devstack import chart, config, kube, services
 from devstack.config import StackConfig
 from devstack.table import format_table
 from tandem import keys
@@ -137,22 +137,28 @@ WATCHED_METRICS = {
 }
 
 
-def metrics_url(cfg: StackConfig, service: str) -> str:
+def metrics_urls(cfg: StackConfig, service: str) -> list[str]:
+    """Each replica's /metrics (one process each, or every Pod the chart runs)."""
+    if cfg.deploy == "chart":
+        return chart.metrics_urls(cfg, service.removeprefix("tandem-"))
     p = cfg.ports
     port = {"tandem-scheduler": p.scheduler_health, "tandem-syncer": p.syncer_health}.get(service)
-    return f"http://127.0.0.1:{port}/metrics" if port else f"{cfg.hooks_url}/metrics"
+    return [f"http://127.0.0.1:{port}/metrics" if port else f"{cfg.hooks_url}/metrics"]
 
 
 def scrape(cfg: StackConfig, service: str) -> dict[str, list[tuple[str, float]]]:
-    """Samples by metric name: (labels, value)."""
-    samples: dict[str, list[tuple[str, float]]] = {}
-    for line in httpx.get(metrics_url(cfg, service), timeout=5).text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        name, _, labels = key.partition("{")
-        samples.setdefault(name, []).append(("{" + labels if labels else "", float(value)))
-    return samples
+    """Samples by metric name: (labels, value), summed over the replicas (a standby counts 0)."""
+    summed: dict[str, dict[str, float]] = {}
+    for url in metrics_urls(cfg, service):
+        for line in httpx.get(url, timeout=5).text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            name, _, labels = key.partition("{")
+            by_labels = summed.setdefault(name, {})
+            shown = "{" + labels if labels else ""
+            by_labels[shown] = by_labels.get(shown, 0.0) + float(value)
+    return {name: list(by_labels.items()) for name, by_labels in summed.items()}
 
 
 def metrics_table(cfg: StackConfig) -> str:

@@ -63,7 +63,14 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
-    starts on a stack that is still coming back."""
+    starts on a stack that is still coming back. On a stack where the chart installed Tandem
+    (DEPLOY=chart) only the tests marked `chart` run, none marked `venv`."""
+    if StackConfig.from_env().deploy == "chart":
+        def runs(item: pytest.Item) -> bool:
+            return bool(item.get_closest_marker("chart")) and not item.get_closest_marker("venv")
+
+        config.hook.pytest_deselected(items=[i for i in items if not runs(i)])
+        items[:] = [i for i in items if runs(i)]
     items.sort(key=lambda item: item.get_closest_marker("soak") is not None)

@@ -19,7 +19,7 @@ from devstack.procs import Daemon
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.usefixtures("clean")]
 
 NS = "default"
 PG = ("scheduling.k8s.io", "v1alpha2", "podgroups")
@@ -358,6 +358,7 @@ def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
         h.resume_if_drained(stack_cfg, stuck_node)
 
 
+@pytest.mark.venv
 def test_a_scheduler_killed_mid_group_still_makes_one_job_and_binds_each_member_once(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:

@@ -17,7 +17,7 @@ from devstack import services
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 LOCK_TOLERATION = {"key": h.PREFIX + "lock", "operator": "Exists", "effect": "NoExecute"}
 
 

@@ -11,7 +11,7 @@ from devstack import config
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 
 
 def _bound(core: k8s.CoreV1Api, name: str) -> k8s.V1Pod | None:

@@ -12,7 +12,7 @@ from devstack import kube as devkube
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 
 
 def _running(core: k8s.CoreV1Api, name: str) -> k8s.V1Pod | None:
