@@ -68,6 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     starts on a stack that is still coming back. On a stack where the chart installed Tandem
     (DEPLOY=chart) only the tests marked `chart` run, none marked `venv`."""
     if StackConfig.from_env().deploy == "chart":
+
         def runs(item: pytest.Item) -> bool:
             return bool(item.get_closest_marker("chart")) and not item.get_closest_marker("venv")
 
