@@ -71,9 +71,9 @@ class KubeClient:
         self.host = host
 
     @classmethod
-    def from_kubeconfig(cls, path: str = "", context: str | None = None) -> KubeClient:
+    def from_kubeconfig(cls, path: str = "", context: str | None = None, timeout: float = 30.0) -> KubeClient:
         """From a kubeconfig file (its current context unless one is named), or in-cluster from
-        the ServiceAccount when `path` is empty."""
+        the ServiceAccount when `path` is empty; `timeout` bounds each request but watches."""
         cfg = k8s_client.Configuration()
         if path:
             k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
@@ -82,7 +82,7 @@ class KubeClient:
         auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
         token = auth.removeprefix("Bearer ").strip()
         cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
-        return cls(cfg.host, token=token, ca_file=cfg.ssl_ca_cert, cert=cert)
+        return cls(cfg.host, token=token, ca_file=cfg.ssl_ca_cert, cert=cert, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()

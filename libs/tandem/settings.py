@@ -40,10 +40,16 @@ def option(default: Any, *, flag: str, env: str, help: str) -> Any:
 
 
 @dataclass(frozen=True)
-class ServiceSettings:
-    """What every Tandem service takes: logging, tracing and its gRPC identity."""
+class LogSettings:
+    """What every Tandem command takes."""
 
     log_level: str = option("info", flag="--log-level", env="TANDEM_LOG_LEVEL", help="log level")
+
+
+@dataclass(frozen=True)
+class ServiceSettings(LogSettings):
+    """What every Tandem service takes: logging, tracing and its gRPC identity."""
+
     otlp_endpoint: str = option(
         "",
         flag="--otlp-endpoint",
@@ -72,9 +78,10 @@ class ServiceSettings:
 
 
 @dataclass(frozen=True)
-class ClusterSettings(ServiceSettings):
-    """What the scheduler and the syncer both need: the Kubernetes API, slurmrestd, the slurmd Pods,
-    the scheduler's name, leader election and logging."""
+class ClusterAccess(LogSettings):
+    """How a process reaches the Kubernetes API and slurmrestd, as which Slurm user, and which
+    slurmd Pods and scheduler name are Tandem's: the scheduler, the syncer and the uninstall
+    cleanup (which serves nothing, so it takes no gRPC identity and no leader election)."""
 
     kubeconfig: str = option(
         "", flag="--kubeconfig", env="KUBECONFIG", help="kubeconfig file; empty means in-cluster"
@@ -115,6 +122,13 @@ class ClusterSettings(ServiceSettings):
         env="TANDEM_SCHEDULER_NAME",
         help="spec.schedulerName of the Pods Tandem schedules",
     )
+
+
+@dataclass(frozen=True)
+class ClusterSettings(ServiceSettings, ClusterAccess):
+    """What the scheduler and the syncer both need: the cluster (ClusterAccess), their gRPC
+    identity and tracing (ServiceSettings), and leader election."""
+
     leader_elect: bool = option(
         False,
         flag="--leader-elect",

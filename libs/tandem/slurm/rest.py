@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from tandem import tracing
 from tandem.metrics import REGISTRY
-from tandem.settings import ClusterSettings
+from tandem.settings import ClusterAccess
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.hostlist import split_items
@@ -187,7 +187,7 @@ class SlurmRestClient:
         )
 
     @classmethod
-    def for_service(cls, cfg: ClusterSettings) -> SlurmRestClient:
+    def for_service(cls, cfg: ClusterAccess, timeout: float = 30.0) -> SlurmRestClient:
         """A service's client: it acts as its own Slurm user, with the token its file holds; a
         service without a good one does not start."""
         if not cfg.slurm_token_file:
@@ -199,7 +199,7 @@ class SlurmRestClient:
             tokens = TokenFile(cfg.slurm_token_file, cfg.slurm_user)
         except TokenFileError as e:
             raise SystemExit(str(e)) from e
-        return cls(cfg.slurm_api_base, cfg.slurm_user, tokens, ca_file=cfg.slurm_api_ca_file)
+        return cls(cfg.slurm_api_base, cfg.slurm_user, tokens, timeout=timeout, ca_file=cfg.slurm_api_ca_file)
 
     def close(self) -> None:
         self._http.close()
