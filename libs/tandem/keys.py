@@ -50,6 +50,9 @@ class LockState(StrEnum):
 
 # On a Node whose Slurm node is drained or down: Slurm's reason (the syncer writes and removes it).
 DRAIN_ANNOTATION = PREFIX + "drain"
+# Every annotation Tandem writes on Nodes: what the uninstall cleanup removes, and nothing else
+# under the prefix (SUNK and other tools write their own there).
+NODE_ANNOTATIONS = frozenset({DRAIN_ANNOTATION})
 
 # The Slurm drain reason when a job ended while one of its Pods still ran just before KillWait: the
 # syncer's words, and the placeholder script's when it cannot reach Tandem (placeholder.sh writes
@@ -67,6 +70,20 @@ def killwait_drain_of(reason: str) -> tuple[str, str, int] | None:
     """(namespace, name, job id) of the Pod a KillWait drain names; None for any other reason."""
     m = _KILLWAIT_DRAIN.match(reason)
     return (m.group(1), m.group(2), int(m.group(3))) if m else None
+
+
+# The Slurm drain reason when a prolog's lock timed out because Pods did not leave the Node (their
+# PodDisruptionBudgets kept them): the syncer never resumes it, an administrator does once the Pods
+# are dealt with.
+_LOCK_TIMEOUT_DRAIN = re.compile(r"^k8s: job \d+ could not lock \S+: .+ did not leave$", re.DOTALL)
+
+
+def lock_timeout_drain_reason(job_id: int, kube_node: str, names: str) -> str:
+    return f"k8s: job {job_id} could not lock {kube_node}: {names} did not leave"
+
+
+def is_lock_timeout_drain(reason: str) -> bool:
+    return _LOCK_TIMEOUT_DRAIN.match(reason) is not None
 
 
 # Event reasons the syncer posts on Nodes, which `kubectl tandem` reads as a Node's lock history.

@@ -251,7 +251,7 @@ def _timed_out(
     names = ", ".join(named)
     hold = expired[0]
     waited = hold.deadline - hold.since
-    drain = f"k8s: job {hold.job_id} could not lock {f.kube_node_name}: {names} did not leave"
+    drain = keys.lock_timeout_drain_reason(hold.job_id, f.kube_node_name, names)
     failure = Failure(f"timed out after {waited:.0f}s locking {f.kube_node_name}: still there: {names}")
     events = []
     for p in blocking:
