@@ -1,10 +1,10 @@
-"""The syncer's configuration, from flags and environment."""
+"""The syncer's configuration, and its uninstall cleanup's, from flags and environment."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.settings import ClusterSettings, Seconds, option
+from tandem.settings import ClusterAccess, ClusterSettings, Seconds, option
 
 
 @dataclass(frozen=True)
@@ -49,4 +49,43 @@ class SyncerSettings(ClusterSettings):
         flag="--leader-election-id",
         env="TANDEM_LEADER_ELECTION_ID",
         help="name of the Lease",
+    )
+
+
+@dataclass(frozen=True)
+class UninstallSettings(ClusterAccess):
+    """tandem-uninstall: what `helm uninstall` runs first (the chart's pre-delete hook). Stops the
+    release's scheduler, cancels its placeholder jobs and deletes their Pods, waits for Slurm to end
+    them, stops the syncer, then removes every lock taint, lock annotation and Tandem Node
+    annotation left and resumes the Slurm nodes Tandem drained. Acts as the syncer's Slurm user."""
+
+    release_namespace: str = option(
+        "",
+        flag="--release-namespace",
+        env="TANDEM_RELEASE_NAMESPACE",
+        help="namespace of the release's Deployments",
+    )
+    scheduler_deployment: str = option(
+        "",
+        flag="--scheduler-deployment",
+        env="TANDEM_SCHEDULER_DEPLOYMENT",
+        help="the release's scheduler Deployment, scaled to 0 before anything else (empty: none)",
+    )
+    syncer_deployment: str = option(
+        "",
+        flag="--syncer-deployment",
+        env="TANDEM_SYNCER_DEPLOYMENT",
+        help="the release's syncer Deployment, scaled to 0 once the placeholders ended (empty: none)",
+    )
+    timeout: Seconds = option(
+        Seconds(240.0),
+        flag="--timeout",
+        env="TANDEM_UNINSTALL_TIMEOUT",
+        help="the whole cleanup's time; the waits stop early enough to leave time to remove what is left",
+    )
+    call_timeout: Seconds = option(
+        Seconds(15.0),
+        flag="--call-timeout",
+        env="TANDEM_UNINSTALL_CALL_TIMEOUT",
+        help="the longest one Kubernetes or slurmrestd call may take",
     )
