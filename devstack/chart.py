@@ -175,8 +175,9 @@ def metrics_urls(cfg: StackConfig, component: str) -> list[str]:
 
 
 def uninstall(cfg: StackConfig) -> None:
-    """`helm uninstall`: the release's objects go; the syncer's lock taints and annotations go with
-    its shutdown (README, Uninstalling)."""
+    """`helm uninstall`: its pre-delete hook cancels the release's placeholders and removes the lock
+    taints, lock annotations and Tandem Node annotations left; then the release's objects go
+    (README, Uninstalling)."""
     subprocess.run(
         [
             str(cfg.bin_dir / "helm"),

@@ -56,6 +56,16 @@ def test_every_service_runs_the_labs_image_on_the_real_node_only(tmp_path: Path)
         ], name
 
 
+def test_the_uninstall_cleanup_runs_the_labs_image_on_the_real_node_too(tmp_path: Path) -> None:
+    (job,) = [d for d in _render(_cfg(tmp_path)) if d["kind"] == "Job"]
+    spec = job["spec"]["template"]["spec"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert spec["containers"][0]["image"] == f"tandem.local/tandem:{TAG}"
+    assert spec["nodeSelector"] == {"tandem.lab/real-node": "true"}
+    real_node = {"key": "tandem.lab/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    assert real_node in spec["tolerations"]
+
+
 def test_the_services_reach_the_labs_slurm_and_its_placeholders_find_hooks_env(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     deployments = _deployments(_render(cfg))
