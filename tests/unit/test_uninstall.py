@@ -386,3 +386,19 @@ def test_the_summary_says_what_was_done_and_what_failed() -> None:
     report.problems.append("stop the syncer: Forbidden")
     text = report.render()
     assert "FAILED (1):\n  - stop the syncer: Forbidden" in text and "helm uninstall --no-hooks" in text
+
+
+def test_a_pod_that_went_or_changed_hands_meanwhile_is_not_counted_as_deleted(
+    world: tuple[list[str], FakeKube, FakeSlurm, Clock],
+) -> None:
+    _, kube, slurm, clock = world
+    conflict = KubeError(409, "Conflict", "Precondition failed: UID in precondition: uid-web")
+    kube.fail[("DELETE", "/api/v1/namespaces/demo/pods/web-0")] = conflict
+    report = run(kube, slurm, clock)
+    assert report.ok, report.problems
+    assert report.deleted == [] and report.cancelled == ["11 (demo/web-0)"]
+
+
+def test_the_command_refuses_to_guess_which_release_is_going() -> None:
+    with pytest.raises(SystemExit, match="--scheduler-name and --release-namespace are required"):
+        uninstall.main(["--release-namespace=tandem"])

@@ -84,7 +84,7 @@ class UninstallSettings(ClusterAccess):
         help="the whole cleanup's time; the waits stop early enough to leave time to remove what is left",
     )
     call_timeout: Seconds = option(
-        Seconds(15.0),
+        Seconds(30.0),
         flag="--call-timeout",
         env="TANDEM_UNINSTALL_CALL_TIMEOUT",
         help="the longest one Kubernetes or slurmrestd call may take",

@@ -174,9 +174,10 @@ class Cleanup:
                         pod_path(namespace, meta["name"]), {"preconditions": {"uid": meta["uid"]}}
                     )
                 except KubeError as e:
+                    # Gone already, or the name is another Pod's now: nothing of this job's left.
                     if not (e.not_found or e.conflict):
                         problems.append(f"cannot delete Pod {namespace}/{meta['name']}: {e}")
-                        continue
+                    continue
                 self.report.deleted.append(f"{namespace}/{meta['name']}")
         return problems
 
@@ -320,17 +321,17 @@ class Cleanup:
 
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings.load(UninstallSettings, argv)
-    logs.setup("uninstall", cfg.log_level)
     if not cfg.scheduler_name or not cfg.release_namespace:
         raise SystemExit(
             "--scheduler-name and --release-namespace are required: they say which release is going"
         )
+    logs.setup("uninstall", cfg.log_level)
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig, timeout=cfg.call_timeout)
     slurm: SlurmRestClient | None = None
     early: list[str] = []
     try:
         slurm = SlurmRestClient.for_service(cfg, timeout=cfg.call_timeout)
-    except SystemExit as e:  # a missing, unreadable or expired token: do what needs no Slurm
+    except (SystemExit, OSError) as e:  # no token, an expired one, no CA file: do what needs no Slurm
         early.append(f"no access to slurmrestd: {e}")
         print(early[-1], flush=True)
     try:
