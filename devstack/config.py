@@ -39,6 +39,15 @@ TANDEM_RELEASE = "tandem"
 POLICY_CONFIGMAP = "tandem-policy"
 SLURMD_POD_LABEL = (keys.SLURMD_POD_LABEL, keys.SLURMD_POD_LABEL_VALUE)
 
+# DEPLOY=chart: one real Node, `host-0`, beside the kwok ones (devstack.realnode, lab/KUBELET.md),
+# on the lab bridge; its IP (REAL_NODE_IP, the bridge's own address, made before the apiserver
+# starts) is how Pods reach the apiserver, slurmrestd and CoreDNS on the host.
+REAL_NODE_NAME = "host-0"
+REAL_NODE_BRIDGE = "tandem0"
+POD_CIDR = "10.88.0.0/24"
+SERVICE_CIDR = "10.0.0.0/24"
+CLUSTER_DOMAIN = "cluster.local"
+
 GPU_MODEL = "H100_NVLINK_80GB"
 GPU_GRES_TYPE = "h100"
 GPUS_PER_NODE = 8
@@ -95,6 +104,13 @@ class Ports:
     syncer_health_b: int
     scheduler_grpc_b: int
     scheduler_health_b: int
+    # DEPLOY=chart's real Node: the kubelet's API (on the node IP) and healthz, kube-proxy's
+    # healthz and metrics, and CoreDNS's readiness (all on 127.0.0.1 but the kubelet's API).
+    kubelet: int
+    kubelet_healthz: int
+    kube_proxy_healthz: int
+    kube_proxy_metrics: int
+    coredns_ready: int
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
@@ -120,6 +136,11 @@ class Ports:
             syncer_health_b=base + 20,
             scheduler_grpc_b=base + 21,
             scheduler_health_b=base + 22,
+            kubelet=base + 23,
+            kubelet_healthz=base + 24,
+            kube_proxy_healthz=base + 25,
+            kube_proxy_metrics=base + 26,
+            coredns_ready=base + 27,
             slurmd_base=base + SLURMD_PORT_OFFSET,
         )
 
@@ -259,8 +280,19 @@ class StackConfig:
         return self.state_dir / "env"
 
     @property
+    def real_node(self) -> bool:
+        """DEPLOY=chart: the lab runs one real Node (devstack.realnode)."""
+        return self.deploy == "chart"
+
+    @property
+    def apiserver_host(self) -> str:
+        """The one address the apiserver binds: the node IP with a real Node, whose Pods must
+        reach it (and never 0.0.0.0); loopback otherwise."""
+        return REAL_NODE_IP if self.real_node else "127.0.0.1"
+
+    @property
     def apiserver_url(self) -> str:
-        return f"https://127.0.0.1:{self.ports.apiserver}"
+        return f"https://{self.apiserver_host}:{self.ports.apiserver}"
 
     @property
     def slurmrestd_url(self) -> str:

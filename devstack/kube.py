@@ -84,8 +84,7 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
         [
             str(cfg.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{cfg.ports.etcd_client}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *_address_flags(cfg),
             f"--secure-port={cfg.ports.apiserver}",
             f"--tls-cert-file={k / 'apiserver.crt'}",
             f"--tls-private-key-file={k / 'apiserver.key'}",
@@ -94,9 +93,8 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={k / 'sa.pub'}",
             f"--service-account-signing-key-file={k / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--authorization-mode=RBAC",
-            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={config.SERVICE_CIDR}",
+            *_real_node_flags(cfg),
             FEATURE_GATES,
             "--runtime-config=scheduling.k8s.io/v1alpha2=true",
             "--profiling=false",
@@ -104,6 +102,35 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
         ]
     )
     wait_for("kube-apiserver /readyz", lambda: _apiserver_ready(cfg), 120, daemon)
+
+
+def _address_flags(cfg: StackConfig) -> list[str]:
+    # One address, never 0.0.0.0: the node IP with a real Node (its Pods dial it), else loopback.
+    return [f"--bind-address={cfg.apiserver_host}", f"--advertise-address={cfg.apiserver_host}"]
+
+
+# The apiserver's client certificate towards kubelets (logs, exec), in devstack.pki's directory.
+KUBELET_CLIENT_CERT = "apiserver-kubelet-client"
+
+
+def _real_node_flags(cfg: StackConfig) -> list[str]:
+    """What a real kubelet (DEPLOY=chart, devstack.realnode) needs of the apiserver; kwok alone
+    needs none of it."""
+    if not cfg.real_node:
+        return ["--authorization-mode=RBAC", "--endpoint-reconciler-type=none"]
+    k = cfg.pki_dir
+    return [
+        # Nodes may touch only their own Node and what their Pods use, as in production.
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        # The `kubernetes` Service's endpoints follow the advertise address, for in-cluster config.
+        "--endpoint-reconciler-type=lease",
+        # By Hostname first, the apiserver would ask the host's resolver for "host-0".
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={k / f'{KUBELET_CLIENT_CERT}.crt'}",
+        f"--kubelet-client-key={k / f'{KUBELET_CLIENT_CERT}.key'}",
+        f"--kubelet-certificate-authority={k / 'ca.crt'}",
+    ]
 
 
 def _component_flags(cfg: StackConfig, name: str, port: int) -> list[str]:
@@ -136,7 +163,7 @@ def start_controller_manager(cfg: StackConfig, daemon: Daemon) -> None:
             f"--cluster-signing-key-file={k / 'ca.key'}",
             f"--controllers={CONTROLLERS}",
             "--use-service-account-credentials=true",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={config.SERVICE_CIDR}",
         ]
     )
     wait_for("kube-controller-manager /healthz", lambda: _healthz(cfg.ports.controller_manager), 60, daemon)

@@ -6,6 +6,11 @@ import secrets
 import subprocess
 from pathlib import Path
 
+from devstack.config import REAL_NODE_IP, SERVICE_CIDR
+
+# The first address of the Service range, which the apiserver gives the `kubernetes` Service.
+KUBERNETES_SERVICE_IP = SERVICE_CIDR.rsplit(".", 1)[0] + ".1"
+
 # Identities with a static token, by the short name of their token and kubeconfig files: the
 # person at the keyboard, kwok (standing in for every kubelet), the control plane's controllers
 # under the user names the bootstrap RBAC already binds, and the LWS controller (a lab add-on,
@@ -42,7 +47,9 @@ def ensure_pki(pki: Path) -> None:
     _serving_cert(
         pki,
         "apiserver",
-        "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+        # The node IP and the `kubernetes` Service's ClusterIP: with a real Node (DEPLOY=chart)
+        # the apiserver binds the first and in-cluster clients dial the second.
+        f"IP:127.0.0.1,IP:{REAL_NODE_IP},IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
     )
     # The LWS controller's admission webhooks, which the apiserver calls on 127.0.0.1.
@@ -92,10 +99,18 @@ def ensure_grpc_pki(pki: Path) -> None:
 def _serving_cert(pki: Path, name: str, san: str, usage: str = "serverAuth") -> None:
     """`name`.crt and `name`.key (CN `name`) signed by the CA in `pki`: a TLS server on 127.0.0.1
     (`san`), or with `usage` clientAuth only, a client."""
-    if (pki / f"{name}.crt").exists():
-        return
+    ensure_cert(pki, name, f"/CN={name}", san, usage)
+
+
+def ensure_cert(pki: Path, name: str, subject: str, san: str = "", usage: str = "clientAuth") -> None:
+    """`name`.crt and `name`.key for `subject` (e.g. "/O=system:nodes/CN=system:node:host-0"),
+    signed by the CA in `pki`. Made again when the subject, names or usage asked for changed (a
+    state dir keeps its pki across stacks, and a new SAN must not need `make clean`)."""
     ext = pki / f"{name}.ext"
-    ext.write_text((f"subjectAltName={san}\n" if san else "") + f"extendedKeyUsage={usage}\n")
+    wanted = f"# {subject}\n" + (f"subjectAltName={san}\n" if san else "") + f"extendedKeyUsage={usage}\n"
+    if (pki / f"{name}.crt").exists() and _same_ext(ext, wanted, subject):
+        return
+    ext.write_text(wanted)
     _openssl(
         "req",
         "-newkey",
@@ -106,7 +121,7 @@ def _serving_cert(pki: Path, name: str, san: str, usage: str = "serverAuth") -> 
         "-out",
         pki / f"{name}.csr",
         "-subj",
-        f"/CN={name}",
+        subject,
     )
     _openssl(
         "x509",
@@ -127,6 +142,16 @@ def _serving_cert(pki: Path, name: str, san: str, usage: str = "serverAuth") -> 
     )
 
 
+def _same_ext(ext: Path, wanted: str, subject: str) -> bool:
+    """Whether the cert was made from `wanted`; one made before subjects were recorded in its
+    .ext (plain /CN=name) counts when the rest matches."""
+    try:
+        have = ext.read_text()
+    except FileNotFoundError:
+        return False
+    return have == wanted or (subject.count("=") == 1 and f"# {subject}\n" + have == wanted)
+
+
 def token(pki: Path, user: str) -> str:
     return (pki / f"{user}.token").read_text().strip()
 
@@ -144,6 +169,33 @@ users:
 - name: {user}
   user:
     token: {bearer}
+contexts:
+- name: tandem-local
+  context:
+    cluster: tandem-local
+    user: {user}
+current-context: tandem-local
+"""
+    )
+    path.chmod(0o600)
+
+
+def write_cert_kubeconfig(path: Path, server: str, ca: Path, user: str, cert: Path, key: Path) -> None:
+    """A kubeconfig that authenticates with a client certificate (the real Node's kubelet,
+    kube-proxy and CoreDNS: identities by CN and O, as in a kubeadm cluster)."""
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: tandem-local
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+    client-certificate: {cert}
+    client-key: {key}
 contexts:
 - name: tandem-local
   context:

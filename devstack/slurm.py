@@ -459,6 +459,8 @@ def start_slurmrestd(cfg: StackConfig, daemon: Daemon) -> None:
                 "-t",
                 "8",
                 f"127.0.0.1:{cfg.ports.slurmrestd}",
+                # With a real Node (DEPLOY=chart) its Pods reach slurmrestd on the node IP too.
+                *([f"{config.REAL_NODE_IP}:{cfg.ports.slurmrestd}"] if cfg.real_node else []),
             ],
             user=(65534, 65534),
         ),
