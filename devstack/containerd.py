@@ -46,6 +46,11 @@ class Layout:
     def cni_conf_dir(self) -> Path:
         return self.home / "cni" / "net.d"
 
+    @property
+    def runc_root(self) -> Path:
+        """runc's own state (else /run/containerd/runc/<namespace>, outside the lab's dirs)."""
+        return self.home / "runc"
+
 
 def config_toml(layout: Layout, runc: Path, cni_bin_dir: Path, sandbox_image: str) -> str:
     cri = "plugins.'io.containerd.cri.v1.runtime'"
@@ -67,12 +72,15 @@ def config_toml(layout: Layout, runc: Path, cni_bin_dir: Path, sandbox_image: st
             "  disable_apparmor = true",
             # No CAP_SYS_RESOURCE here: every sandbox fails in runc init without it.
             "  restrict_oom_score_adj = true",
+            # Pods' network namespaces under `state`, not /var/run/netns: unmounted with the rest.
+            "  netns_mounts_under_state_dir = true",
             f"[{cri}.containerd]",
             '  default_runtime_name = "runc"',
             f"[{cri}.containerd.runtimes.runc]",
             '  runtime_type = "io.containerd.runc.v2"',
             f"[{cri}.containerd.runtimes.runc.options]",
             f"  BinaryName = {_quote(runc)}",
+            f"  Root = {_quote(layout.runc_root)}",
             "  SystemdCgroup = false",
             f"[{cri}.cni]",
             f"  bin_dirs = [{_quote(cni_bin_dir)}]",
@@ -92,17 +100,29 @@ def write_config(layout: Layout, runc: Path, cni_bin_dir: Path, sandbox_image: s
     return layout.config
 
 
+def argv(containerd: Path, layout: Layout) -> list[str]:
+    return [str(containerd), "--config", str(layout.config)]
+
+
+def env(bin_dir: Path) -> dict[str, str]:
+    # The shim (containerd-shim-runc-v2) is found on containerd's PATH.
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+def answers(ctr: Path, layout: Layout) -> bool:
+    """Whether containerd serves on its socket."""
+    return layout.socket.exists() and _ctr(ctr, layout, "version").returncode == 0
+
+
 def start(containerd: Path, layout: Layout, bin_dir: Path, log: Path, timeout: float = 30) -> int:
     """Start containerd from `layout.config`; returns its PID once its socket answers."""
-    # The shim (containerd-shim-runc-v2) is found on containerd's PATH.
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [str(containerd), "--config", str(layout.config)],
+            argv(containerd, layout),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=env(bin_dir),
             start_new_session=True,
         )
     ctr = containerd.with_name("ctr")
@@ -110,7 +130,7 @@ def start(containerd: Path, layout: Layout, bin_dir: Path, log: Path, timeout: f
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"containerd exited with {proc.returncode}; see {log}")
-        if layout.socket.exists() and _ctr(ctr, layout, "version").returncode == 0:
+        if answers(ctr, layout):
             return proc.pid
         time.sleep(0.2)
     stop(proc.pid)
@@ -146,6 +166,23 @@ def image_names(ctr: Path, layout: Layout) -> list[str]:
     if out.returncode != 0:
         raise RuntimeError(f"ctr images list failed: {out.stderr.strip()}")
     return out.stdout.split()
+
+
+def remove_all_containers(ctr: Path, layout: Layout) -> list[str]:
+    """Kill and delete every task and container of Kubernetes' namespace, Pod sandboxes
+    included; returns their ids. A shim outlives containerd by design and exits only when its
+    tasks are deleted: what the kubelet has not removed yet would outlive the lab."""
+    listed = _ctr(ctr, layout, "containers", "list", "--quiet")
+    if listed.returncode != 0:
+        raise RuntimeError(f"ctr containers list failed: {listed.stderr.strip()}")
+    ids = listed.stdout.split()
+    for cid in ids:
+        _ctr(ctr, layout, "tasks", "kill", "--signal", "SIGKILL", cid)
+    for cid in ids:
+        # `tasks delete` waits for the kill to land only with --force on a running task.
+        _ctr(ctr, layout, "tasks", "delete", "--force", cid)
+        _ctr(ctr, layout, "containers", "delete", cid)
+    return ids
 
 
 def _ctr(ctr: Path, layout: Layout, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

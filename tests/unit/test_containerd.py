@@ -50,7 +50,8 @@ def test_sandboxes_can_start_without_cap_sys_resource_and_without_a_registry() -
     assert runtime["restrict_oom_score_adj"] is True
     assert runtime["disable_apparmor"] is True
     runc = runtime["containerd"]["runtimes"]["runc"]  # type: ignore[index]
-    assert runc["options"] == {"BinaryName": "/x/runc", "SystemdCgroup": False}
+    assert runc["options"] == {"BinaryName": "/x/runc", "Root": "/lab/ctd/runc", "SystemdCgroup": False}
+    assert runtime["netns_mounts_under_state_dir"] is True
     assert runtime["cni"] == {"bin_dirs": ["/x/cni"], "conf_dir": "/lab/ctd/cni/net.d"}
     assert plugins["io.containerd.cri.v1.images"]["pinned_images"] == {"sandbox": "tandem.local/pause:1"}
     assert plugins["io.containerd.nri.v1.nri"]["disable"] is True
