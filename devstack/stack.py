@@ -7,7 +7,18 @@ import subprocess
 import time
 from pathlib import Path
 
-from devstack import config, identities, kube, lws, pki, prometheus_operator, services, slurm, tools
+from devstack import (
+    config,
+    identities,
+    kube,
+    lws,
+    pki,
+    prometheus_operator,
+    realnode,
+    services,
+    slurm,
+    tools,
+)
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
@@ -21,7 +32,8 @@ def hook_wrapper(cfg: StackConfig, script: str) -> str:
 
 def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
     """In start order; stopped in reverse."""
-    return {**kube.daemons(cfg), **slurm.daemons(cfg), **services.daemons(cfg)}
+    real_node = realnode.daemons(cfg) if cfg.real_node else {}
+    return {**kube.daemons(cfg), **real_node, **slurm.daemons(cfg), **services.daemons(cfg)}
 
 
 def up(cfg: StackConfig) -> float:
@@ -32,6 +44,9 @@ def up(cfg: StackConfig) -> float:
     slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
     pki.ensure_grpc_pki(cfg.pki_dir)
+    if cfg.real_node:
+        # The bridge first: its address is the one the apiserver binds.
+        realnode.prepare_host(cfg)
     kube.write_kubeconfigs(cfg)
     services.write_hooks_env(cfg)
     slurm.ensure_files(cfg, prolog=hook_wrapper(cfg, "prolog.sh"), epilog=hook_wrapper(cfg, "epilog.sh"))
@@ -46,6 +61,8 @@ def up(cfg: StackConfig) -> float:
             print(f"{name} is not running (pid {daemon.pid()} gone); starting it again", flush=True)
         return True
 
+    # The real Node's containerd and image imports go on while the control plane starts.
+    real_node = realnode.Startup(cfg, d, need) if cfg.real_node else None
     if need("etcd"):
         kube.start_etcd(cfg, d["etcd"])
     if need("kube-apiserver"):
@@ -65,6 +82,8 @@ def up(cfg: StackConfig) -> float:
         kube.start_kwok(cfg, d["kwok"])
     if need("lws-controller"):
         lws.start(cfg, d["lws-controller"])
+    if real_node is not None:
+        real_node.start_node()
     if need("munged"):
         slurm.start_munged(cfg, d["munged"])
     if need("mariadbd"):
@@ -86,6 +105,8 @@ def up(cfg: StackConfig) -> float:
         d["kwok"],
     )
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
+    if real_node is not None:
+        real_node.wait()
     started_now = set()
     for name in services.names(cfg):
         if need(name):
@@ -114,12 +135,19 @@ def down(cfg: StackConfig) -> list[str]:
             stopped.append(name)
     if d["slurmctld"].alive():
         slurm.cancel_all_jobs(cfg)
+    # Its Pods go while the apiserver still runs, and what it did to the host is undone; also
+    # after a DEPLOY=chart stack whose stack.json is gone.
+    real_node = cfg.real_node or realnode.started(cfg)
+    if real_node:
+        stopped += realnode.stop(cfg)
     for name in reversed(list(d)):
         if name in services.names(cfg):
             continue
         if d[name].stop():
             stopped.append(name)
     slurm.release_root(cfg)
+    if real_node:
+        realnode.release_host(cfg)
     # A fresh cluster and a fresh Slurm next time; keys, certs and tools stay.
     for path in (
         cfg.state_dir / "etcd",

@@ -63,6 +63,13 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     )
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests of the real Node itself run only on a DEPLOY=chart stack (the running one, or the
+    one the session would start); every other stack has no kubelet to run their Pods."""
+    if item.get_closest_marker("real_node") is not None and not StackConfig.from_env().real_node:
+        pytest.skip("needs a DEPLOY=chart stack (its real Node)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
     starts on a stack that is still coming back. On a stack where the chart installed Tandem
