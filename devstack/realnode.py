@@ -360,11 +360,11 @@ def write_files(cfg: StackConfig) -> None:
     containerd.write_config(
         p.containerd, cfg.bin_dir / "runc", cfg.bin_dir / tools.CNI_SUBDIR, pause.image_name()
     )
-    p.cni_conflist.write_text(json.dumps(cni_conflist(p), indent=2) + "\n")
-    p.resolv_conf.write_text("# The lab has no upstream resolver; Pods use CoreDNS (clusterDNS).\n")
-    p.kubelet_config.write_text(yaml.safe_dump(kubelet_config(cfg, p), sort_keys=False))
-    p.kube_proxy_config.write_text(yaml.safe_dump(kube_proxy_config(cfg, p), sort_keys=False))
-    p.corefile.write_text(corefile(cfg, p))
+    _write(p.cni_conflist, json.dumps(cni_conflist(p), indent=2) + "\n")
+    _write(p.resolv_conf, "# The lab has no upstream resolver; Pods use CoreDNS (clusterDNS).\n")
+    _write(p.kubelet_config, yaml.safe_dump(kubelet_config(cfg, p), sort_keys=False))
+    _write(p.kube_proxy_config, yaml.safe_dump(kube_proxy_config(cfg, p), sort_keys=False))
+    _write(p.corefile, corefile(cfg, p))
     for who, name, user in (
         ("kubelet", "kubelet-client", f"system:node:{NODE}"),
         ("kube-proxy", "kube-proxy", "system:kube-proxy"),
@@ -374,6 +374,18 @@ def write_files(cfg: StackConfig) -> None:
         pki.write_cert_kubeconfig(
             p.kubeconfig(who), cfg.apiserver_url, cfg.pki_dir / "ca.crt", user, crt, key
         )
+
+
+def _write(path: Path, text: str) -> None:
+    """Write `text` unless the file has it already, in one rename. A running kube-proxy exits
+    as soon as its config file is written to ("content of the proxy server's configuration file
+    was updated"), even with the same content, and containerd reloads the CNI config on every
+    write, which a half-written file fails: `make up` on a running stack must touch neither."""
+    if path.exists() and path.read_text() == text:
+        return
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.rename(path)
 
 
 # ---- the host: bridge, route, sysctls, directories

@@ -272,3 +272,20 @@ def test_mounts_are_unmounted_deepest_first(tmp_path: Path, monkeypatch: pytest.
         Path("/lab/node/kubelet/pods/u/volumes/kube api"),
         Path("/lab/node/kubelet"),
     ]
+
+
+def test_make_up_again_leaves_the_watched_files_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A running kube-proxy exits when its config file is written to, same content or not, and
+    # containerd reloads the CNI config on every write.
+    cfg = _cfg(tmp_path, monkeypatch, "chart")
+    p = realnode.paths(cfg)
+    realnode.write_files(cfg)
+    watched = [p.kube_proxy_config, p.cni_conflist, p.corefile, p.kubelet_config]
+    before = {f: f.stat().st_mtime_ns for f in watched}
+
+    realnode.write_files(cfg)
+
+    assert {f: f.stat().st_mtime_ns for f in watched} == before
+    assert not list(p.home.rglob("*.partial"))
