@@ -132,7 +132,12 @@ def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
     assert row[:2] == ["node-001", "cpu-001"]
     assert any(state.startswith(("ALLOCATED", "MIXED")) for state in row)
     assert str(job) in " ".join(row) and f"default/{scene['holder']}" in row
-    assert len([r for r in table.splitlines()[1:] if r.strip()]) == stack_cfg.nodes
+    # Every Node is listed: the kwok ones, and DEPLOY=chart's real Node, which hosts no slurmd.
+    rows = [r.split() for r in table.splitlines()[1:] if r.strip()]
+    assert len([r for r in rows if r[0].startswith("node-")]) == stack_cfg.nodes
+    assert [r[:2] for r in rows if not r[0].startswith("node-")] == (
+        [["host-0", "<none>"]] if stack_cfg.real_node else []
+    )
 
 
 def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None:

@@ -235,7 +235,15 @@ def test_a_daemonset_pod_stays_on_a_node_a_pod_locks(
             "metadata": {"name": name},
             "spec": {
                 "selector": {"matchLabels": {"app": name}},
-                "template": _template(stack_cfg, {"app": name}, tandem=False, tolerations=tolerate_all),
+                # On the Slurm nodes: DEPLOY=chart's real Node, which this toleration would let
+                # in too, has no nginx image to run (no registry).
+                "template": _template(
+                    stack_cfg,
+                    {"app": name},
+                    tandem=False,
+                    tolerations=tolerate_all,
+                    nodeSelector={"type": "kwok"},
+                ),
             },
         },
     )
