@@ -565,9 +565,20 @@ def stop(cfg: StackConfig) -> list[str]:
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, timeout=60)
     with contextlib.suppress(Exception):
         k8s.CoreV1Api(kube.api(cfg)).delete_node(NODE, _request_timeout=5)
+    ctr = cfg.bin_dir / "ctr"
+    if not d["containerd"].alive() and _shims_left(p):
+        # containerd died with Pods running: their shims and containers outlive it by design, and
+        # a containerd started again takes them back (its restart path), so it can remove them.
+        d["containerd"].start(
+            containerd.argv(cfg.bin_dir / "containerd", p.containerd), env=containerd.env(cfg.bin_dir)
+        )
+        with contextlib.suppress(RuntimeError):
+            wait_for(
+                "containerd to answer", lambda: containerd.answers(ctr, p.containerd), 30, d["containerd"]
+            )
     if d["containerd"].alive():
         # What the kubelet did not remove (it was stopped, or died): a shim outlives containerd.
-        containerd.remove_all_containers(cfg.bin_dir / "ctr", p.containerd)
+        containerd.remove_all_containers(ctr, p.containerd)
     if d["containerd"].stop(timeout=20):
         stopped.append("containerd")
     for argv in iptables_cleanup_commands():
@@ -575,6 +586,12 @@ def stop(cfg: StackConfig) -> list[str]:
     unmount_under(p.home)
     remove_cgroups(CGROUP_ROOT)
     return stopped
+
+
+def _shims_left(p: Paths) -> bool:
+    """Whether containerd's state holds a task (each has a directory with its shim's PID)."""
+    tasks = p.containerd.state / "io.containerd.runtime.v2.task" / containerd.K8S_NAMESPACE
+    return tasks.is_dir() and any(tasks.iterdir())
 
 
 def _drain(cfg: StackConfig) -> None:
