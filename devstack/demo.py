@@ -147,18 +147,26 @@ def metrics_urls(cfg: StackConfig, service: str) -> list[str]:
 
 
 def scrape(cfg: StackConfig, service: str) -> dict[str, list[tuple[str, float]]]:
-    """Samples by metric name: (labels, value), summed over the replicas (a standby counts 0)."""
-    summed: dict[str, dict[str, float]] = {}
+    """Samples by metric name: (labels, value), over the replicas: counters summed (a standby
+    counts nothing), gauges the largest (every replica reports its own view of the same state)."""
+    merged: dict[str, dict[str, float]] = {}
+    gauges: set[str] = set()
     for url in metrics_urls(cfg, service):
         for line in httpx.get(url, timeout=5).text.splitlines():
+            if line.startswith("# TYPE ") and line.endswith(" gauge"):
+                gauges.add(line.split()[2])
             if not line or line.startswith("#"):
                 continue
             key, _, value = line.rpartition(" ")
             name, _, labels = key.partition("{")
-            by_labels = summed.setdefault(name, {})
+            by_labels = merged.setdefault(name, {})
             shown = "{" + labels if labels else ""
-            by_labels[shown] = by_labels.get(shown, 0.0) + float(value)
-    return {name: list(by_labels.items()) for name, by_labels in summed.items()}
+            seen = by_labels.get(shown)
+            if seen is None:
+                by_labels[shown] = float(value)
+            else:
+                by_labels[shown] = max(seen, float(value)) if name in gauges else seen + float(value)
+    return {name: list(by_labels.items()) for name, by_labels in merged.items()}
 
 
 def metrics_table(cfg: StackConfig) -> str:

@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 
 from devstack import (
+    chart,
     config,
     identities,
+    installed,
     kube,
     lws,
     pki,
+    progress,
     prometheus_operator,
     realnode,
     services,
@@ -48,7 +51,8 @@ def up(cfg: StackConfig) -> float:
         # The bridge first: its address is the one the apiserver binds.
         realnode.prepare_host(cfg)
     kube.write_kubeconfigs(cfg)
-    services.write_hooks_env(cfg)
+    if not cfg.real_node:
+        services.write_hooks_env(cfg)  # the chart's gateway: once installed, below
     slurm.ensure_files(cfg, prolog=hook_wrapper(cfg, "prolog.sh"), epilog=hook_wrapper(cfg, "epilog.sh"))
     slurm.prepare_root(cfg)
     d = all_daemons(cfg)
@@ -73,11 +77,12 @@ def up(cfg: StackConfig) -> float:
         kube.start_scheduler(cfg, d["kube-scheduler"])
     kube.ensure_cluster_model(cfg)
     prometheus_operator.ensure_installed(cfg)
-    identities.ensure_release_rbac(cfg, identities.MAIN)
-    for name in services.KUBE_CLIENTS:
-        identities.write_kubeconfig(
-            cfg, identities.MAIN, name.removeprefix("tandem-"), services.kubeconfig(cfg, name)
-        )
+    if not cfg.real_node:  # else the chart makes its identities itself
+        identities.ensure_release_rbac(cfg, identities.MAIN)
+        for name in services.KUBE_CLIENTS:
+            identities.write_kubeconfig(
+                cfg, identities.MAIN, name.removeprefix("tandem-"), services.kubeconfig(cfg, name)
+            )
     if need("kwok"):
         kube.start_kwok(cfg, d["kwok"])
     if need("lws-controller"):
@@ -107,6 +112,9 @@ def up(cfg: StackConfig) -> float:
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
     if real_node is not None:
         real_node.wait()
+        with progress.step("helm upgrade --install tandem (the chart, onto the real Node)"):
+            chart.install(cfg, realnode.tandem_image(cfg).rsplit(":", 1)[1])
+        services.write_hooks_env(cfg)  # the prolog, epilog and placeholders call its Service
     started_now = set()
     for name in services.names(cfg):
         if need(name):
@@ -162,6 +170,7 @@ def down(cfg: StackConfig) -> list[str]:
     if cfg.log_dir.exists():
         cfg.log_dir.rename(cfg.state_dir / "log.previous")
     (cfg.state_dir / "stack.json").unlink(missing_ok=True)
+    installed.path(cfg.state_dir).unlink(missing_ok=True)
     return stopped
 
 

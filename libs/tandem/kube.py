@@ -10,8 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import ssl
+import threading
+import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +30,19 @@ API_REQUESTS = REGISTRY.counter(
 )
 
 JSON = dict[str, Any]
+
+# Where the kubelet mounts a Pod's ServiceAccount token and the cluster's CA.
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# The kubelet rotates a projected token before it expires (at 80% of its life, an hour by
+# default): read the file again this often, as client-go does.
+TOKEN_REREAD_SECONDS = 60.0
+
+
+def bearer_token(authorization: str) -> str:
+    """The token of an Authorization value as the `kubernetes` package stores it ("Bearer x",
+    or "bearer x" from its in-cluster loader)."""
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else authorization.strip()
 
 
 class KubeError(RuntimeError):
@@ -54,6 +71,7 @@ class KubeClient:
         ca_file: str | None = None,
         cert: tuple[str, str] | None = None,
         timeout: float = 30.0,
+        token_file: Path | None = None,
     ) -> None:
         verify: ssl.SSLContext | bool = True
         if ca_file:
@@ -61,6 +79,10 @@ class KubeClient:
             if cert:
                 verify.load_cert_chain(*cert)
         self._token = token
+        # A token that rotates (a Pod's projected ServiceAccount token): re-read from this file.
+        self._token_file = token_file
+        self._token_read_at = -TOKEN_REREAD_SECONDS
+        self._token_lock = threading.Lock()
         self._http = httpx.Client(
             base_url=host.rstrip("/"),
             verify=verify,
@@ -74,24 +96,60 @@ class KubeClient:
     def from_kubeconfig(cls, path: str = "", context: str | None = None, timeout: float = 30.0) -> KubeClient:
         """From a kubeconfig file (its current context unless one is named), or in-cluster from
         the ServiceAccount when `path` is empty; `timeout` bounds each request but watches."""
+        if not path:
+            return cls.in_cluster(timeout=timeout)
         cfg = k8s_client.Configuration()
-        if path:
-            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
+        k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
-        token = auth.removeprefix("Bearer ").strip()
         cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
-        return cls(cfg.host, token=token, ca_file=cfg.ssl_ca_cert, cert=cert, timeout=timeout)
+        return cls(cfg.host, token=bearer_token(auth), ca_file=cfg.ssl_ca_cert, cert=cert, timeout=timeout)
+
+    @classmethod
+    def in_cluster(
+        cls,
+        timeout: float = 30.0,
+        account_dir: Path = SERVICE_ACCOUNT_DIR,
+        env: Mapping[str, str] = os.environ,
+    ) -> KubeClient:
+        """As a Pod's ServiceAccount: the apiserver behind the `kubernetes` Service, the token the
+        kubelet keeps fresh in the mounted file (re-read, not read once: it expires)."""
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise RuntimeError(
+                "no --kubeconfig and not in a Pod (KUBERNETES_SERVICE_HOST/PORT unset): "
+                "give --kubeconfig outside a cluster"
+            )
+        address = f"[{host}]" if ":" in host else host
+        return cls(
+            f"https://{address}:{port}",
+            ca_file=str(account_dir / "ca.crt"),
+            timeout=timeout,
+            token_file=account_dir / "token",
+        )
 
     def close(self) -> None:
         self._http.close()
 
     def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = dict(extra or {})
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
+        token = self._current_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         return headers
+
+    def _current_token(self) -> str:
+        if self._token_file is None:
+            return self._token
+        with self._token_lock:
+            now = time.monotonic()
+            if now - self._token_read_at >= TOKEN_REREAD_SECONDS or not self._token:
+                try:
+                    self._token = self._token_file.read_text().strip()
+                    self._token_read_at = now
+                except OSError as e:
+                    # The last token read may still be good; the apiserver says if not.
+                    log.warning("cannot read the ServiceAccount token", extra={"error": str(e)})
+            return self._token
 
     def request(
         self,

@@ -11,19 +11,24 @@ from typing import Any
 
 import pytest
 
-from tandem.kube import JSON
+from tandem.kube import JSON, KubeError
 from tandem.syncer import main as syncer_main
 
 
 class FakeKube:
     """Records the merge patches sent to it, and the other steps in the same list."""
 
-    def __init__(self, steps: list[str]) -> None:
+    def __init__(self, steps: list[str], refusals: int = 0) -> None:
         self.steps = steps
         self.patches: list[tuple[str, JSON]] = []
+        self.refusals = refusals
 
     def merge_patch(self, path: str, body: Any) -> JSON:
         self.patches.append((path, body))
+        if self.refusals:
+            self.refusals -= 1
+            self.steps.append("refused")
+            raise KubeError(403, "Forbidden", "denied by a ValidatingAdmissionPolicy")
         self.steps.append(f"label {body['metadata']['labels'][syncer_main.LEADER_LABEL]}")
         return {}
 
@@ -66,6 +71,49 @@ def test_a_syncer_that_loses_its_lease_drops_its_leader_label() -> None:
         {"metadata": {"labels": {syncer_main.LEADER_LABEL: None}}},
     )
     assert lead.lost.is_set() and not lead.leading.is_set()
+
+
+def test_a_leader_whose_label_was_refused_asks_again_until_it_is_reachable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by `helm install` (issue 20): the chart's admission policy refused the label, the
+    syncer logged it once and led unreachable forever (no Service endpoint, the scheduler waiting
+    on its job stream, every prolog failing)."""
+    monkeypatch.setattr(syncer_main, "LABEL_RETRY_SECONDS", 0.001)
+    steps: list[str] = []
+    kube = FakeKube(steps, refusals=2)
+    lead = syncer_main.Leadership(
+        kube,  # type: ignore[arg-type]
+        lambda _t: True,
+        lambda active: steps.append(f"serve {active}"),
+        threading.Event(),
+    )
+    lead.lead()
+    assert steps == ["serve True", "refused", "refused", "label true"]
+
+
+def test_a_leader_that_loses_its_lease_while_refused_stops_asking(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syncer_main, "LABEL_RETRY_SECONDS", 0.001)
+    steps: list[str] = []
+    kube = FakeKube(steps, refusals=1)
+    lead = syncer_main.Leadership(
+        kube,  # type: ignore[arg-type]
+        lambda _t: True,
+        lambda active: steps.append(f"serve {active}"),
+        threading.Event(),
+    )
+    original = kube.merge_patch
+
+    def lose_after_refusal(path: str, body: Any) -> JSON:
+        """The lease is lost between the refused label and the next try."""
+        try:
+            return original(path, body)
+        finally:
+            lead.lost.set()
+
+    kube.merge_patch = lose_after_refusal  # type: ignore[method-assign]
+    lead.lead()
+    assert steps == ["serve True", "refused"]
 
 
 def test_a_starting_syncer_drops_a_stale_leader_label() -> None:

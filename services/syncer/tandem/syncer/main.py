@@ -32,6 +32,9 @@ from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
 LEADER_LABEL = "tandem.coreweave.com/syncer-leader"
+# A leader whose label was refused asks again after this, doubling up to the maximum.
+LABEL_RETRY_SECONDS = 1.0
+LABEL_RETRY_MAX_SECONDS = 30.0
 # Passes run side by side on different Slurm nodes (never two on one: the work queue's rule); a
 # prolog stuck behind a PodDisruptionBudget holds up no pass, since nothing waits inside one.
 NODE_SYNC_WORKERS = 8
@@ -174,19 +177,21 @@ def readiness(kube: KubeClient, manager: Manager) -> Callable[[], list[str]]:
     return waiting_for
 
 
-def label_self_leader(kube: KubeClient, leader: bool) -> None:
+def label_self_leader(kube: KubeClient, leader: bool) -> bool:
     """In a Pod (POD_NAME/POD_NAMESPACE from the downward API), label it the leader, or remove the
     label: the syncer Service selects it, so prologs and the scheduler reach the replica holding
-    the locks and no other."""
+    the locks and no other. False when the API refused or could not be reached."""
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:
-        return
+        return True
     try:
         kube.merge_patch(
             pod_path(namespace, name), {"metadata": {"labels": {LEADER_LABEL: "true" if leader else None}}}
         )
     except KubeError as e:
         log.error("cannot label this Pod", extra={"leader": leader, "error": str(e)})
+        return False
+    return True
 
 
 class Leadership:
@@ -221,7 +226,18 @@ class Leadership:
                 return
             self.serve(True)
             self.leading.set()
-            label_self_leader(self.kube, leader=True)
+            labelled = label_self_leader(self.kube, leader=True)
+        # Unlabelled, the leader is out of its Service's reach (no prolog, no scheduler calls it):
+        # keep asking (the API back, a policy fixed) until it is labelled or no longer leads.
+        delay = LABEL_RETRY_SECONDS
+        while not labelled:
+            if self.stop.wait(delay):
+                return
+            delay = min(2 * delay, LABEL_RETRY_MAX_SECONDS)
+            with self._lock:
+                if self.lost.is_set():
+                    return
+                labelled = label_self_leader(self.kube, leader=True)
 
     def on_lost(self) -> None:
         """The label goes before `lost` ends the process: a standby must not attract calls."""
