@@ -431,7 +431,26 @@ def prepare_host(cfg: StackConfig) -> None:
     ensure_certs(cfg)
     p = paths(cfg)
     snapshot_host(p)
+    ensure_bridge_netfilter()
     ensure_bridge()
+
+
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+
+
+def ensure_bridge_netfilter() -> None:
+    """A Pod's reply to another Pod that reached it through a Service crosses the bridge only:
+    without br_netfilter iptables never sees it to undo the Service's NAT, and the call hangs.
+    Loaded here already; on a machine where it is not, load it (the value is restored on down)."""
+    if not BRIDGE_NF.exists():
+        subprocess.run(["modprobe", "br_netfilter"], capture_output=True, timeout=30)
+    if not BRIDGE_NF.exists():
+        raise RuntimeError(
+            "the real Node needs the br_netfilter kernel module (Pod -> Service -> Pod traffic): "
+            "`modprobe br_netfilter` failed; load it on the host, then `DEPLOY=chart make up` again"
+        )
+    if BRIDGE_NF.read_text().strip() != "1":
+        BRIDGE_NF.write_text("1\n")
 
 
 # ---- up
