@@ -72,8 +72,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
-    starts on a stack that is still coming back. On a stack where the chart installed Tandem
-    (DEPLOY=chart) only the tests marked `chart` run, none marked `venv`."""
+    starts on a stack that is still coming back; so does a test marked `last` (it uninstalls).
+    On a stack where the chart installed Tandem (DEPLOY=chart) only the tests marked `chart` run,
+    none marked `venv`."""
     if StackConfig.from_env().deploy == "chart":
 
         def runs(item: pytest.Item) -> bool:
@@ -81,4 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         config.hook.pytest_deselected(items=[i for i in items if not runs(i)])
         items[:] = [i for i in items if runs(i)]
-    items.sort(key=lambda item: item.get_closest_marker("soak") is not None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("soak") is not None,
+            item.get_closest_marker("last") is not None,
+        )
+    )
