@@ -16,6 +16,7 @@ import base64
 import json
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -49,8 +50,9 @@ def lab_values(cfg: StackConfig, image_tag: str) -> list[str]:
     ]
 
 
-def helm_args(cfg: StackConfig, image_tag: str) -> list[str]:
-    sets = lab_values(cfg, image_tag)
+def helm_args(cfg: StackConfig, image_tag: str, extra: Sequence[str] = ()) -> list[str]:
+    """`extra` are `--set` pairs on top of the lab's (a test's changed value)."""
+    sets = [*lab_values(cfg, image_tag), *extra]
     return [
         str(cfg.bin_dir / "helm"),
         f"--kubeconfig={cfg.kubeconfig}",
@@ -70,7 +72,7 @@ def helm_args(cfg: StackConfig, image_tag: str) -> list[str]:
     ]
 
 
-def install(cfg: StackConfig, image_tag: str) -> float:
+def install(cfg: StackConfig, image_tag: str, extra: Sequence[str] = ()) -> float:
     """Install or upgrade the release and wait for its Deployments; returns the seconds it took."""
     started = time.monotonic()
     kube.kubectl(
@@ -85,7 +87,7 @@ def install(cfg: StackConfig, image_tag: str) -> float:
             ]
         ),
     )
-    out = subprocess.run(helm_args(cfg, image_tag), capture_output=True, text=True)
+    out = subprocess.run(helm_args(cfg, image_tag, extra), capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"helm upgrade --install {RELEASE.name} failed: {out.stderr.strip()}")
     for component in COMPONENTS:

@@ -195,6 +195,9 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_STATE_DIR": str(cfg.state_dir),
         "TANDEM_SCHEDULER_ADDR": addr["tandem-scheduler"],
         "TANDEM_SYNCER_ADDR": addr["tandem-syncer"],
+        # What kubectl tandem reads (--syncer-address, --syncer-server-name).
+        "TANDEM_SYNCER_ADDRESS": addr["tandem-syncer"],
+        **_server_names(cfg),
         "TANDEM_HOOKS_URL": cfg.hooks_url,
         "TANDEM_HOOKS_TOKEN": services.hooks_token(cfg),
         # An operator's client certificate: grpcurl -cacert ... -cert ... -key ..., kubectl tandem.
@@ -208,6 +211,18 @@ def write_env(cfg: StackConfig) -> None:
     lines = [f"export {k}='{v}'" for k, v in values.items()]
     lines.append(f"export PATH='{cfg.bin_dir}:{venv_bin}':\"$PATH\"")
     cfg.env_file.write_text("\n".join(lines) + "\n")
+
+
+def _server_names(cfg: StackConfig) -> dict[str, str]:
+    """With DEPLOY=chart the host dials ClusterIPs, and the certificates carry the Services' names:
+    grpcurl's -authority and kubectl tandem's --syncer-server-name."""
+    if cfg.deploy != "chart":
+        return {}
+    release = installed.load(cfg.state_dir)
+    return {
+        "TANDEM_SCHEDULER_SERVER_NAME": release.scheduler_name,
+        "TANDEM_SYNCER_SERVER_NAME": release.syncer_name,
+    }
 
 
 def summary(cfg: StackConfig) -> str:

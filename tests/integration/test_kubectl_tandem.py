@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from devstack import config, services
+from devstack import config, installed, services
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from tests.integration import helpers as h
@@ -170,3 +170,34 @@ def test_without_an_operator_certificate_the_cli_says_how_to_get_one(stack_cfg: 
     )
     assert out.returncode == 1
     assert "answers only certified callers" in out.stderr and "TANDEM_GRPC_CERT" in out.stderr
+
+
+@pytest.mark.chart
+def test_nodes_reads_the_syncer_where_the_address_is_not_the_certificates_name(
+    stack_cfg: StackConfig,
+) -> None:
+    """An operator dials the installed syncer by a port-forward or a ClusterIP, so the name its
+    certificate carries is given apart; without it the CLI says which flag is missing."""
+    syncer = services.grpc_addresses(stack_cfg)["tandem-syncer"]
+    name = installed.load(stack_cfg.state_dir).server_name(syncer) if stack_cfg.deploy == "chart" else None
+    if name is None:
+        pytest.skip("the lab's own services are dialled by the names their certificates carry")
+    table = kubectl_tandem(stack_cfg, "--syncer-address", syncer, "--syncer-server-name", name, "nodes")
+    rows = {r.split()[1]: r.split() for r in table.splitlines()[1:] if r.strip()}
+    assert all(rows[n][2] != "<none>" for n in stack_cfg.slurm_node_names()), table  # Slurm's states
+
+    env = {
+        **os.environ,
+        **services.operator_tls_env(stack_cfg),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    env.pop("TANDEM_SYNCER_SERVER_NAME", None)
+    out = subprocess.run(
+        ["kubectl-tandem", f"--kubeconfig={stack_cfg.kubeconfig}", f"--syncer-address={syncer}", "nodes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "--syncer-server-name" in out.stderr, out.stderr

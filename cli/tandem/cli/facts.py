@@ -80,6 +80,7 @@ def gather(
     syncer_address: str = "",
     tls: TlsFiles | None = None,
     slurmd_namespace: str = DEFAULT_SLURMD_NAMESPACE,
+    syncer_server_name: str = "",
 ) -> Facts:
     """`namespace` None: every namespace. The slurmd Pods are read only in `slurmd_namespace`,
     as the syncer reads them: a labelled Pod elsewhere is a tenant's, not a Slurm node."""
@@ -98,7 +99,7 @@ def gather(
     hosted = {name: dict(pod) for name, pod in slurmd.hosting(listed, slurmd_namespace).items()}
     slurm_node_of = {slurmd.host_of(p): name for name, p in hosted.items() if slurmd.host_of(p)}
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
-    slurm = read_syncer(syncer_address, tls) if syncer_address else None
+    slurm = read_syncer(syncer_address, tls, syncer_server_name) if syncer_address else None
     return Facts(pods, hosted, slurm_node_of, nodes, slurm)
 
 
@@ -110,8 +111,10 @@ def events_of(kube: KubeClient, kind: str, name: str, namespace: str | None) -> 
     return sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
 
-def read_syncer(address: str, tls: TlsFiles | None) -> SlurmView:
-    """The syncer's snapshot of Slurm (every job, every node), asked as an operator."""
+def read_syncer(address: str, tls: TlsFiles | None, server_name: str = "") -> SlurmView:
+    """The syncer's snapshot of Slurm (every job, every node), asked as an operator. `server_name`
+    is the name the syncer's certificate carries when `address` is not it (a port-forward, a
+    ClusterIP)."""
     if tls is None:
         raise Unreachable(
             f"the syncer at {address} answers only certified callers: pass --grpc-ca, --grpc-cert and "
@@ -124,7 +127,8 @@ def read_syncer(address: str, tls: TlsFiles | None) -> SlurmView:
     except OSError as e:
         raise Unreachable(f"cannot read the operator certificate: {e}") from e
     try:
-        with grpc.secure_channel(address, credentials) as channel:
+        options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+        with grpc.secure_channel(address, credentials, options) as channel:
             stream = syncer_pb2_grpc.SyncerServiceStub(channel).WatchSlurm(
                 syncer_pb2.WatchSlurmRequest(), timeout=SYNCER_TIMEOUT_S
             )
@@ -139,8 +143,14 @@ def read_syncer(address: str, tls: TlsFiles | None) -> SlurmView:
                     stream.cancel()
                     break
     except grpc.RpcError as e:
+        hint = ""
+        if "Hostname Verification" in (e.details() or "") and not server_name:
+            hint = (
+                f" ({address} is not a name the syncer's certificate carries: pass --syncer-server-name"
+                " <fullname>-syncer.<namespace>.svc, or set TANDEM_SYNCER_SERVER_NAME)"
+            )
         raise Unreachable(
-            f"cannot read Slurm from the syncer at {address}: {e.code().name}: {e.details()}"
+            f"cannot read Slurm from the syncer at {address}: {e.code().name}: {e.details()}{hint}"
         ) from e
     return view
 

@@ -32,6 +32,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     p.add_argument("--syncer-address", default=os.environ.get("TANDEM_SYNCER_ADDRESS", ""), help="host:port")
+    p.add_argument(
+        "--syncer-server-name",
+        default=os.environ.get("TANDEM_SYNCER_SERVER_NAME", ""),
+        help="the name the syncer's certificate carries, when --syncer-address is not it (a port-forward, "
+        "a ClusterIP): <fullname>-syncer.<namespace>.svc (env TANDEM_SYNCER_SERVER_NAME)",
+    )
     # The syncer serves only certified callers: an operator's certificate from Tandem's CA.
     for name, what in (("ca", "CA certificate"), ("cert", "operator certificate"), ("key", "its key")):
         env = f"TANDEM_GRPC_{name.upper()}"
@@ -90,7 +96,13 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     if args.command == "get":
         namespace = None if args.all_namespaces else (args.namespace or default_ns)
         facts = f.gather(
-            kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+            kube,
+            namespace,
+            args.scheduler_name,
+            args.syncer_address,
+            _grpc_tls(args),
+            args.slurmd_namespace,
+            args.syncer_server_name,
         )
         rows = views.pod_rows(facts, now)
         if args.output != "table":
@@ -102,7 +114,13 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         return output.table(columns, rows)
     if args.command == "nodes":
         facts = f.gather(
-            kube, None, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+            kube,
+            None,
+            args.scheduler_name,
+            args.syncer_address,
+            _grpc_tls(args),
+            args.slurmd_namespace,
+            args.syncer_server_name,
         )
         rows = views.node_rows(facts)
         return (
@@ -118,7 +136,13 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
         raise
     facts = f.gather(
-        kube, namespace, args.scheduler_name, args.syncer_address, _grpc_tls(args), args.slurmd_namespace
+        kube,
+        namespace,
+        args.scheduler_name,
+        args.syncer_address,
+        _grpc_tls(args),
+        args.slurmd_namespace,
+        args.syncer_server_name,
     )
     facts.pods = [pod]
     node = views.node_of(pod)
