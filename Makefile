@@ -8,11 +8,13 @@ INSTALLED := $(VENV)/.installed
 PROTOS := $(wildcard proto/tandem/v1/*.proto)
 GENERATED := libs/tandem/v1/.generated
 PYTEST_ARGS ?=
-# The second Slurm release the lab runs (devstack/slurm_root.py); its leg has a stack of its own.
+# The second Slurm release the lab runs (devstack/slurm_root.py), on the previous Kubernetes
+# release (so both Workload API versions stay tested); its leg has a stack of its own.
 NEXT_SLURM := 26.05
+PREVIOUS_KUBERNETES := v1.36.2
 # (under the state dir `make up` would use, which others can traverse: slurmrestd runs as nobody;
 # its ports below 32768, where Linux picks the local ports of outgoing connections).
-NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=30000 SLURM_VERSION=$(NEXT_SLURM)
+NEXT_STACK = TANDEM_STATE_DIR=$$($(BIN)/python -c 'from devstack.config import default_state_dir; print(default_state_dir())')/stack-slurm-$(NEXT_SLURM) TANDEM_PORT_BASE=30000 SLURM_VERSION=$(NEXT_SLURM) KUBERNETES_VERSION=$(PREVIOUS_KUBERNETES)
 
 .PHONY: install proto tools real-node-tools image lint unit integration test test-next-slurm test-chart up down status demo bench clean
 
@@ -59,7 +61,7 @@ unit: install
 test: lint
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
-# The Slurm-facing integration tests again, on Slurm $(NEXT_SLURM) (CI's second leg).
+# The Slurm-facing integration tests again, on Slurm $(NEXT_SLURM) and Kubernetes $(PREVIOUS_KUBERNETES) (CI's second leg).
 test-next-slurm: install
 	$(NEXT_STACK) $(BIN)/pytest tests/integration -m slurm $(PYTEST_ARGS)
 

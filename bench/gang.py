@@ -31,6 +31,7 @@ import httpx
 
 from bench.schedule import ensure_namespace, slurm_client, wait_for_no_jobs
 from devstack import config
+from devstack import kube as devkube
 from devstack.config import StackConfig
 from devstack.table import format_table
 from tandem.kube import KubeClient, KubeError
@@ -38,8 +39,12 @@ from tandem.slurm.models import JobSpec
 
 NAMESPACE = "bench"
 TARGET_SECONDS = 0.3
-PODGROUPS = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{NAMESPACE}/podgroups"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+
+def podgroups(cfg: StackConfig) -> str:
+    """The PodGroups' collection, in the version this stack's apiserver serves."""
+    return f"/apis/{'/'.join(devkube.podgroup_api(cfg))}/namespaces/{NAMESPACE}/podgroups"
 
 
 def wait_idle(cfg: StackConfig, timeout: float = 60.0, settle: float = 1.0) -> None:
@@ -112,9 +117,9 @@ def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
 
     threading.Thread(target=watch, daemon=True).start()
     raw.post(
-        PODGROUPS,
+        podgroups(cfg),
         {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "apiVersion": "/".join(devkube.podgroup_api(cfg)),
             "kind": "PodGroup",
             "metadata": {"name": group},
             "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
@@ -129,7 +134,7 @@ def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
     latency = max(bound.values()) - last
     for i in range(size):
         raw.delete(f"{PODS}/{group}-{i}", {"gracePeriodSeconds": 0})
-    raw.delete(f"{PODGROUPS}/{group}")
+    raw.delete(f"{podgroups(cfg)}/{group}")
     slurm = slurm_client(cfg)
     try:
         wait_for_no_jobs(slurm, "tandem:")
@@ -182,7 +187,7 @@ def main() -> None:
     ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     try:
-        raw.get(PODGROUPS)
+        raw.get(podgroups(cfg))
     except (KubeError, httpx.HTTPError) as e:
         raise SystemExit(f"this cluster serves no PodGroups ({e}): the lab's `make up` enables them") from e
     rows, results = [], []

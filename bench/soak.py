@@ -61,7 +61,8 @@ class Soak:
         self.kube = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
         self.namespace = namespace
         self.pods = f"/api/v1/namespaces/{namespace}/pods"
-        self.podgroups = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
+        self.podgroup_api = "/".join(kube.podgroup_api(cfg))
+        self.podgroups = f"/apis/{self.podgroup_api}/namespaces/{namespace}/podgroups"
         self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -121,7 +122,7 @@ class Soak:
         self.kube.post(
             self.podgroups,
             {
-                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "apiVersion": self.podgroup_api,
                 "kind": "PodGroup",
                 "metadata": {"name": name},
                 "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
@@ -405,7 +406,7 @@ def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
     client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     for path in (
         f"/apis/apps/v1/namespaces/{namespace}/deployments",
-        f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups",
+        f"/apis/{'/'.join(kube.podgroup_api(cfg))}/namespaces/{namespace}/podgroups",
     ):
         for item in client.get(path).get("items") or []:
             _delete(client, f"{path}/{item['metadata']['name']}")

@@ -13,12 +13,12 @@ def main(argv: list[str]) -> int:
     command = argv[0] if argv else "status"
     cfg = StackConfig.from_env()
     if command == "tools":
-        tools.ensure_tools(cfg.bin_dir)
+        tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version))
         return 0
     if command == "real-node-tools":
         from devstack import pause
 
-        tools.ensure_tools(cfg.bin_dir, tools.REAL_NODE_TOOLS)
+        tools.ensure_tools(cfg.bin_dir, tools.real_node_tools(cfg.kubernetes_version))
         print(f"pause image: {pause.ensure_image()}")
         return 0
     if command == "image":

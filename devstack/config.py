@@ -15,7 +15,10 @@ from tandem import keys
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Pinned versions of everything built from Go modules or npm (lab/KUBERNETES.md).
-KUBERNETES_VERSION = "v1.36.2"
+# Kubernetes 1.37 unless KUBERNETES_VERSION names the other one (CI's second leg runs 1.36, so
+# both Workload API versions stay tested); each has its own wrapper module, tools/kubernetes-<minor>.
+KUBERNETES_VERSIONS = ("v1.37.2", "v1.36.2")
+DEFAULT_KUBERNETES_VERSION = KUBERNETES_VERSIONS[0]
 ETCD_VERSION = "v3.6.14"
 KWOK_VERSION = "v0.8.0"
 LWS_VERSION = "v0.9.0"
@@ -24,7 +27,8 @@ GRPCURL_VERSION = "v1.9.3"
 BUF_VERSION = "1.75.0"
 # CRDs only (PodMonitor, PrometheusRule), for the chart's monitoring objects: no operator runs.
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
-# The real Node beside the kwok ones (lab/KUBELET.md); kubelet and kube-proxy are KUBERNETES_VERSION.
+# The real Node beside the kwok ones (lab/KUBELET.md); kubelet and kube-proxy are the stack's
+# Kubernetes version.
 CONTAINERD_VERSION = "v2.4.2"
 RUNC_VERSION = "v1.5.2"
 CNI_PLUGINS_VERSION = "v1.9.1"
@@ -154,6 +158,7 @@ class StackConfig:
     ports: Ports
     # The Slurm major release (devstack.slurm_root.RELEASES) and its preemption plugin.
     slurm_version: str = DEFAULT_SLURM_VERSION
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     preempt: str = "partition_prio"
     hostname: str = field(default_factory=hostname)
     # Replicas of the scheduler and the syncer (1, or 2 electing leaders as a chart's HA install).
@@ -193,6 +198,13 @@ class StackConfig:
                     f"the stack in {state_dir} runs Slurm {made_with}; "
                     f"run `make down` before asking for SLURM_VERSION={requested_slurm}"
                 )
+            requested_kube = os.environ.get("KUBERNETES_VERSION")
+            kube_made_with = data.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION)
+            if requested_kube and requested_kube != kube_made_with:
+                raise SystemExit(
+                    f"the stack in {state_dir} runs Kubernetes {kube_made_with}; "
+                    f"run `make down` before asking for KUBERNETES_VERSION={requested_kube}"
+                )
             return cls(
                 nodes=data["nodes"],
                 state_dir=state_dir,
@@ -204,6 +216,7 @@ class StackConfig:
                     }
                 ),
                 slurm_version=made_with,
+                kubernetes_version=kube_made_with,
                 preempt=data.get("preempt", "partition_prio"),
                 replicas=data.get("replicas", 1),
                 deploy=data.get("deploy", "venv"),
@@ -219,6 +232,12 @@ class StackConfig:
                 f"slurmd ports must stay below {EPHEMERAL_PORTS_START}, where Linux picks outgoing ports"
             )
         slurm_version = os.environ.get("SLURM_VERSION") or DEFAULT_SLURM_VERSION
+        kubernetes_version = os.environ.get("KUBERNETES_VERSION") or DEFAULT_KUBERNETES_VERSION
+        if kubernetes_version not in KUBERNETES_VERSIONS:
+            raise SystemExit(
+                f"KUBERNETES_VERSION must be one of {', '.join(KUBERNETES_VERSIONS)}, "
+                f"not {kubernetes_version!r}"
+            )
         replicas = int(os.environ.get("REPLICAS", "1"))
         if replicas not in (1, 2):
             raise SystemExit(f"REPLICAS must be 1 or 2, not {replicas}")
@@ -230,6 +249,7 @@ class StackConfig:
             state_dir=state_dir,
             ports=Ports.from_base(base),
             slurm_version=slurm_version,
+            kubernetes_version=kubernetes_version,
             replicas=replicas,
             deploy=deploy,
         )
@@ -240,6 +260,7 @@ class StackConfig:
             "nodes": self.nodes,
             "ports": asdict(self.ports),
             "slurm_version": self.slurm_version,
+            "kubernetes_version": self.kubernetes_version,
             "preempt": self.preempt,
             "replicas": self.replicas,
             "deploy": self.deploy,

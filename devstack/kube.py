@@ -39,7 +39,28 @@ def complete_after(seconds: float) -> dict[str, str]:
 
 
 # The Workload API (PodGroups, gangs) is alpha in 1.36: on in every component that knows it.
-FEATURE_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
+# The Workload API, per Kubernetes minor: its gates (GangScheduling is a gate in 1.36 and a plain
+# scheduler plugin in 1.37, which refuses to start on a gate it does not know) and the API
+# versions to serve (none of them is on by default). 1.37: PodGroup and Workload beta in v1beta1,
+# CompositePodGroup alpha in v1alpha3 (its gate needs TopologyAwareWorkloadScheduling).
+WORKLOAD_GATES = {
+    "v1.36": "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true",
+    "v1.37": "GenericWorkload=true,WorkloadWithJob=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true",
+}
+WORKLOAD_APIS = {
+    "v1.36": "scheduling.k8s.io/v1alpha2=true",
+    "v1.37": "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true",
+}
+
+
+def _minor(cfg: StackConfig) -> str:
+    return ".".join(cfg.kubernetes_version.split(".")[:2])
+
+
+def feature_gates(cfg: StackConfig) -> str:
+    return f"--feature-gates={WORKLOAD_GATES[_minor(cfg)]}"
+
+
 CONTROLLERS = "*,-cloud-node-lifecycle-controller,-node-route-controller,-service-lb-controller"
 # In start order.
 DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
@@ -95,8 +116,8 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
             f"--service-account-signing-key-file={k / 'sa.key'}",
             f"--service-cluster-ip-range={config.SERVICE_CIDR}",
             *_real_node_flags(cfg),
-            FEATURE_GATES,
-            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            feature_gates(cfg),
+            f"--runtime-config={WORKLOAD_APIS[_minor(cfg)]}",
             "--profiling=false",
             "-v=1",
         ]
@@ -145,7 +166,7 @@ def _component_flags(cfg: StackConfig, name: str, port: int) -> list[str]:
         f"--secure-port={port}",
         f"--cert-dir={cfg.state_dir / name}",
         "--leader-elect=false",
-        FEATURE_GATES,
+        feature_gates(cfg),
         "--profiling=false",
         "-v=1",
     ]
@@ -588,3 +609,17 @@ spec:
       empty: true
     delete: true
 """
+
+
+def podgroup_api(cfg: StackConfig) -> tuple[str, str]:
+    """(group, version) of the PodGroups this stack's apiserver serves, found as the scheduler
+    finds it (tandem.discovery): for tests and benchmarks that write PodGroups."""
+    from tandem.discovery import Versioned
+    from tandem.kube import KubeClient
+
+    podgroups = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS)
+    served = podgroups.served(KubeClient.from_kubeconfig(str(cfg.kubeconfig)))
+    if served is None:
+        raise RuntimeError(f"the apiserver serves no PodGroups (Kubernetes {cfg.kubernetes_version})")
+    group, version = served.split("/")
+    return group, version

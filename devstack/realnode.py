@@ -425,7 +425,7 @@ def ensure_bridge() -> None:
 def prepare_host(cfg: StackConfig) -> None:
     """What must exist before the apiserver starts: the real Node's tools, images and
     certificates, the host's record, and the bridge whose address the apiserver binds."""
-    tools.ensure_tools(cfg.bin_dir, tools.REAL_NODE_TOOLS)
+    tools.ensure_tools(cfg.bin_dir, tools.real_node_tools(cfg.kubernetes_version))
     pause.ensure_image()
     image.ensure_image()
     ensure_certs(cfg)

@@ -43,7 +43,7 @@ def up(cfg: StackConfig) -> float:
     """Start whatever is not running; report by name what had died. Returns seconds taken."""
     started = time.monotonic()
     cfg.save()
-    tools.ensure_tools(cfg.bin_dir)
+    tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version))
     slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
     pki.ensure_grpc_pki(cfg.pki_dir)

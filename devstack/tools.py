@@ -38,18 +38,25 @@ class Tool:
         return config.cache_dir() / "bin" / self.subdir / f"{self.name}-{self.version}"
 
 
-def _kubernetes(name: str) -> Tool:
-    """A command of the kubernetes module, built in our wrapper module (lab/KUBERNETES.md)."""
-    return Tool(
-        name, config.KUBERNETES_VERSION, module_dir="kubernetes", build_pkg=f"k8s.io/kubernetes/cmd/{name}"
-    )
+def _kubernetes(name: str, version: str) -> Tool:
+    """A command of the kubernetes module, built in the wrapper module of its minor version
+    (tools/kubernetes-v1.37: lab/KUBERNETES.md)."""
+    minor = ".".join(version.split(".")[:2])
+    return Tool(name, version, module_dir=f"kubernetes-{minor}", build_pkg=f"k8s.io/kubernetes/cmd/{name}")
 
 
-TOOLS = [
-    _kubernetes("kube-apiserver"),
-    _kubernetes("kube-controller-manager"),
-    _kubernetes("kube-scheduler"),
-    _kubernetes("kubectl"),
+def kubernetes_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
+    """The control plane and kubectl of one Kubernetes version."""
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    return [_kubernetes(name, version) for name in names]
+
+
+def lab_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
+    """What every stack runs, with the control plane of its Kubernetes version."""
+    return [*kubernetes_tools(version), *OTHER_TOOLS]
+
+
+OTHER_TOOLS = [
     Tool("lws-controller", config.LWS_VERSION, module_dir="lws", build_pkg="sigs.k8s.io/lws/cmd"),
     Tool("etcd", config.ETCD_VERSION, module_dir="etcd", build_pkg="."),
     Tool("kwok", config.KWOK_VERSION, go_install="sigs.k8s.io/kwok/cmd/kwok"),
@@ -57,6 +64,7 @@ TOOLS = [
     Tool("grpcurl", config.GRPCURL_VERSION, go_install="github.com/fullstorydev/grpcurl/cmd/grpcurl"),
     Tool("buf", config.BUF_VERSION, npm_package="@bufbuild/buf"),
 ]
+TOOLS = lab_tools()
 
 # What a real Node runs (lab/KUBELET.md): built only when asked for (`python -m devstack
 # real-node-tools`, DEPLOY=chart), so plain `make up` and CI's other legs never wait for them.
@@ -64,9 +72,18 @@ CNI_SUBDIR = "cni"
 # kube-proxy programs Services with iptables and flushes conntrack entries; the kubelet makes its
 # own canary and firewall chains. Neither binary is in Debian's base system.
 _NETFILTER = ("iptables", "conntrack")
-REAL_NODE_TOOLS = [
-    replace(_kubernetes("kubelet"), run_debs=_NETFILTER),
-    replace(_kubernetes("kube-proxy"), run_debs=_NETFILTER),
+
+
+def real_node_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
+    """The real Node's kubelet and kube-proxy of one Kubernetes version, and the rest."""
+    return [
+        replace(_kubernetes("kubelet", version), run_debs=_NETFILTER),
+        replace(_kubernetes("kube-proxy", version), run_debs=_NETFILTER),
+        *CONTAINER_TOOLS,
+    ]
+
+
+CONTAINER_TOOLS = [
     *(
         Tool(
             name,
@@ -98,6 +115,7 @@ REAL_NODE_TOOLS = [
     ),
     Tool("coredns", config.COREDNS_VERSION, go_install="github.com/coredns/coredns"),
 ]
+REAL_NODE_TOOLS = real_node_tools()
 
 
 def ensure_tools(bin_dir: Path, tools: list[Tool] = TOOLS) -> None:

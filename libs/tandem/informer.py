@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from tandem.discovery import Versioned
 from tandem.kube import JSON, KubeClient, KubeError, object_key
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,17 @@ class Informer:
         indexes: Mapping[str, IndexFunc] | None = None,
         transform: Callable[[JSON], JSON] | None = None,
         optional: bool = False,
+        api: Versioned | None = None,
     ) -> None:
         """`paths`: one collection path per namespace watched (or one cluster-wide path).
         `indexes`: name -> what each object is filed under, for `by_index`. `transform`: what of
         each object to keep (the cache holds every object of the kind: keep only what is read).
         `optional`: a kind the cluster may not serve (an alpha API): a 404 counts as synced and
-        empty, and the list is tried again now and then."""
-        self.optional = optional
+        empty, and the list is tried again now and then. `api`: the group whose served version
+        fills `{api}` in the paths, discovered again at each list (a cluster upgraded under a
+        running informer is followed); while none serves it, the kind counts as absent."""
+        self.optional = optional or api is not None
+        self.api = api
         self.kube = kube
         self.paths = paths
         self.params = dict(params)
@@ -120,10 +125,12 @@ class Informer:
         for t in self.start(stop):
             t.join()
 
-    def _run(self, index: int, path: str, stop: threading.Event) -> None:
+    def _run(self, index: int, template: str, stop: threading.Event) -> None:
         backoff = 0.5
         while not stop.is_set():
+            path = template
             try:
+                path = self._concrete(template)
                 version = self._list(path)
                 self._synced[index].set()
                 self.trouble = ""
@@ -148,8 +155,24 @@ class Informer:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
+    def _concrete(self, template: str) -> str:
+        """The path to list and watch: with `api`, in the version the cluster serves now."""
+        if self.api is None:
+            return template
+        served = self.api.served(self.kube)
+        if served is None:
+            raise KubeError(404, "NotFound", f"no version of {self.api.group} serves {self.api.resource}")
+        return template.format(api=served)
+
     def _list(self, path: str) -> str:
         listing = self.kube.get(path, params=self.params)
+        # A list's items lack apiVersion and kind (the list carries them); the cache's objects name
+        # them, as watched ones do, so that a write or an Event can name what it is about.
+        kind = str(listing.get("kind") or "").removesuffix("List")
+        for o in listing.get("items") or []:
+            o.setdefault("apiVersion", listing.get("apiVersion"))
+            if kind:
+                o.setdefault("kind", kind)
         fresh = {object_key(o): self._keep(o) for o in listing.get("items") or []}
         with self._lock:
             mine = {k: v for k, v in self._cache.items() if self._belongs(k, path)}

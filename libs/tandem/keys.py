@@ -156,7 +156,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Pod groups placed as one Slurm job (gang scheduling). A Kubernetes PodGroup (the Workload API;
 # the Job controller makes one for an Indexed Job) that a Pod joins through
 # spec.schedulingGroup.podGroupName, with a gang policy's minCount.
-PODGROUP_API = "scheduling.k8s.io/v1alpha2"
+PODGROUP_GROUP = "scheduling.k8s.io"
+PODGROUP_RESOURCE = "podgroups"
+# Whichever the apiserver serves, newest first (tandem.discovery): Kubernetes 1.37 serves v1beta1
+# (and v1alpha3, where CompositePodGroups are), 1.36 only v1alpha2; the objects are alike.
+PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 PODGROUP_KIND = "PodGroup"
 PODGROUP_SCHEDULED = "PodGroupScheduled"
 # Each replica group of a LeaderWorkerSet: a leader and size - 1 workers, told apart by these

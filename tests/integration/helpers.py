@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from devstack import config, identities, services, slurm
+from devstack import kube as devkube
 from devstack.config import StackConfig
 from devstack.slurm import slurm_env
 
@@ -304,3 +306,11 @@ TEAM_A = identities.Release(
         f"scheduler.name={TEAM_A_SCHEDULER}",
     ),
 )
+
+
+@functools.cache
+def podgroups() -> tuple[str, str, str]:
+    """(group, version, plural) of the PodGroups the running stack's apiserver serves: v1beta1 on
+    Kubernetes 1.37, v1alpha2 on 1.36 (CI's second leg)."""
+    group, version = devkube.podgroup_api(StackConfig.from_env())
+    return group, version, "podgroups"

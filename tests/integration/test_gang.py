@@ -19,10 +19,9 @@ from devstack.procs import Daemon
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 
 NS = "default"
-PG = ("scheduling.k8s.io", "v1alpha2", "podgroups")
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 
 
@@ -33,7 +32,7 @@ def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
     custom = k8s.CustomObjectsApi(api)
     yield custom
     k8s.BatchV1Api(api).delete_collection_namespaced_job(NS, propagation_policy="Background")
-    for group, version, plural in (LWS, PG):
+    for group, version, plural in (LWS, h.podgroups()):
         for item in custom.list_namespaced_custom_object(group, version, NS, plural)["items"]:
             try:
                 custom.delete_namespaced_custom_object(group, version, NS, plural, item["metadata"]["name"])
@@ -45,11 +44,11 @@ def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
 def _podgroup(custom: k8s.CustomObjectsApi, name: str, min_count: int) -> dict[str, Any]:
     return dict(
         custom.create_namespaced_custom_object(
-            *PG[:2],
+            *h.podgroups()[:2],
             NS,
-            PG[2],
+            h.podgroups()[2],
             {
-                "apiVersion": "scheduling.k8s.io/v1alpha2",
+                "apiVersion": "/".join(h.podgroups()[:2]),
                 "kind": "PodGroup",
                 "metadata": {"name": name},
                 "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
@@ -97,7 +96,7 @@ def _one_job_on_distinct_nodes(cfg: StackConfig, pods: list[k8s.V1Pod]) -> int:
 
 
 def _group_condition(custom: k8s.CustomObjectsApi, name: str) -> dict[str, Any] | None:
-    pg = custom.get_namespaced_custom_object(*PG[:2], NS, PG[2], name)
+    pg = custom.get_namespaced_custom_object(*h.podgroups()[:2], NS, h.podgroups()[2], name)
     return next(
         (c for c in (pg.get("status") or {}).get("conditions") or [] if c["type"] == "PodGroupScheduled"),
         None,

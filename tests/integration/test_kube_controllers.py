@@ -160,9 +160,7 @@ def test_an_indexed_job_gets_a_pod_group_from_the_job_controller(
     )
 
     def groups() -> list[dict[str, Any]]:
-        found = custom.list_namespaced_custom_object("scheduling.k8s.io", "v1alpha2", ns, "podgroups")[
-            "items"
-        ]
+        found = custom.list_namespaced_custom_object(*h.podgroups()[:2], ns, h.podgroups()[2])["items"]
         return [g for g in found if (g["spec"].get("schedulingPolicy") or {}).get("gang")]
 
     group = h.wait_until("a gang PodGroup", groups, 30)[0]

@@ -21,7 +21,6 @@ from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
-PG = ("scheduling.k8s.io", "v1alpha2", "default", "podgroups")
 PIN = {h.PREFIX + "required-nodes": "cpu-001", h.PREFIX + "exclusive": "none"}
 
 
@@ -56,9 +55,11 @@ def scene(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[dict[str, str
     h.create(core, h.tandem_pod(stack_cfg, names["waiter"], PIN))
     h.create(core, h.tandem_pod(stack_cfg, names["invalid"], {h.PREFIX + "exclusive": "sometimes"}))
     custom.create_namespaced_custom_object(
-        *PG,
+        *h.podgroups()[:2],
+        "default",
+        h.podgroups()[2],
         {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "apiVersion": "/".join(h.podgroups()[:2]),
             "kind": "PodGroup",
             "metadata": {"name": names["gang"]},
             "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
@@ -77,7 +78,7 @@ def scene(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[dict[str, str
     h.wait_until("the waiter's place in the queue on its Pod", queued, 30)
     yield names
     try:
-        custom.delete_namespaced_custom_object(*PG, names["gang"])
+        custom.delete_namespaced_custom_object(*h.podgroups()[:2], "default", h.podgroups()[2], names["gang"])
     except ApiException as e:
         if e.status != 404:
             raise

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 def test_apiserver_answers_with_its_version(stack_cfg: StackConfig) -> None:
     out = kube.kubectl(stack_cfg, "version", "-o", "json")
-    assert f'"gitVersion": "{config.KUBERNETES_VERSION}"' in out
+    assert f'"gitVersion": "{stack_cfg.kubernetes_version}"' in out
 
 
 def test_every_node_is_ready_with_its_resources(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

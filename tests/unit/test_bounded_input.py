@@ -88,7 +88,7 @@ def test_a_pod_edited_after_its_job_was_submitted_is_rejected_before_its_exclude
 
 def test_a_group_with_a_huge_hostlist_is_rejected_on_every_member() -> None:
     podgroup = {
-        "apiVersion": keys.PODGROUP_API,
+        "apiVersion": f"{keys.PODGROUP_GROUP}/{keys.PODGROUP_VERSIONS[0]}",
         "kind": keys.PODGROUP_KIND,
         "metadata": {"namespace": "default", "name": "train", "uid": "pg-uid"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},

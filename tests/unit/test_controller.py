@@ -302,7 +302,7 @@ def _member(i: int, job_id: str = "") -> dict[str, Any]:
 
 
 PODGROUP = {
-    "apiVersion": keys.PODGROUP_API,
+    "apiVersion": f"{keys.PODGROUP_GROUP}/{keys.PODGROUP_VERSIONS[0]}",
     "kind": keys.PODGROUP_KIND,
     "metadata": {"namespace": POD.namespace, "name": "train", "uid": "pg-uid", "resourceVersion": "1"},
     "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},

@@ -20,7 +20,7 @@ from tests.unit import test_decide as single
 SCHEDULER = "tandem-test"
 KEY = "default/pg:train"
 PODGROUP = {
-    "apiVersion": keys.PODGROUP_API,
+    "apiVersion": f"{keys.PODGROUP_GROUP}/{keys.PODGROUP_VERSIONS[0]}",
     "kind": keys.PODGROUP_KIND,
     "metadata": {"namespace": "default", "name": "train", "uid": "pg-uid"},
     "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},

@@ -2,8 +2,9 @@
 The scheduler places nothing else: a Pod in no group is a group of one (`alone`).
 
 Two kinds of group:
-  - a Kubernetes PodGroup (scheduling.k8s.io/v1alpha2) with a gang policy, which a Pod joins
-    through spec.schedulingGroup.podGroupName (the Job controller makes one for an Indexed Job);
+  - a Kubernetes PodGroup (scheduling.k8s.io, in whichever version the cluster serves) with a
+    gang policy, which a Pod joins through spec.schedulingGroup.podGroupName (the Job controller
+    makes one for an Indexed Job);
   - each replica group of a LeaderWorkerSet: the leader and its size - 1 workers.
 A Pod in a PodGroup with the basic policy, or in no group, is placed alone: its key is its own.
 

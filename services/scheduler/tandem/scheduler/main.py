@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 
 from tandem import jobtoken, keys, logs, serving, settings, tracing
+from tandem.discovery import Versioned
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -149,8 +150,8 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
     watched namespaces in namespace scope), slimmed to what the filters read."""
     namespaces = cfg.watch_namespaces
     paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] if namespaces else ["/api/v1/pods"]
-    # Gangs: the Workload API's PodGroups (alpha in Kubernetes 1.36; absent is fine).
-    podgroup_api = f"/apis/{keys.PODGROUP_API}"
+    # Gangs: the Workload API's PodGroups, in the version the cluster serves (absent is fine).
+    podgroup_api = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS)
     return Caches(
         pods=Informer(
             kube,
@@ -176,14 +177,12 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
         ),
         podgroups=Informer(
             kube,
-            [f"{podgroup_api}/namespaces/{ns}/podgroups" for ns in namespaces]
+            [f"/apis/{{api}}/namespaces/{ns}/podgroups" for ns in namespaces]
             if namespaces
-            else [f"{podgroup_api}/podgroups"],
+            else ["/apis/{api}/podgroups"],
             {},
             lambda key, old, new: controller().on_podgroup(key, old, new),
-            # A list's items lack kind and apiVersion; Events and status writes name them.
-            transform=lambda pg: {**pg, "apiVersion": keys.PODGROUP_API, "kind": keys.PODGROUP_KIND},
-            optional=True,
+            api=podgroup_api,
         ),
     )
 

@@ -60,7 +60,10 @@ class PodApi:
             "lastTransitionTime": rfc3339(),
             "observedGeneration": meta.get("generation"),
         }
-        path = f"/apis/{keys.PODGROUP_API}/namespaces/{meta['namespace']}/podgroups/{meta['name']}/status"
+        # In the version it was read in (the informer's: whichever the cluster serves).
+        path = (
+            f"/apis/{podgroup['apiVersion']}/namespaces/{meta['namespace']}/podgroups/{meta['name']}/status"
+        )
         answer = self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
         self._written.assume(uid, (status + reason, message), version_of(answer))
         return True
