@@ -167,7 +167,10 @@ def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, 
             values[f.name] = _convert(hints[f.name], raw)
         except ValueError as e:
             parser.error(f"{f.metadata['flag']} / {f.metadata['env']}: {e}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as e:  # a check of the settings together (a __post_init__): a usage error too
+        parser.error(str(e))
 
 
 def _convert(kind: Any, raw: str) -> Any:

@@ -10,16 +10,22 @@ import pytest
 from tandem import keys
 from tandem.hooks import scripts
 from tandem.slurm.models import Node
+from tandem.syncer import health
 from tandem.syncer import nodesync as ns
-from tandem.syncer.cluster import ClusterView
+from tandem.syncer.cluster import ClusterView, slim_node
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
 from tandem.syncer.nodefacts import CacheFacts
 
 
 def kube_node(
-    cordoned: bool = False, ready: bool = True, deleting: bool = False, shown: str | None = None
+    cordoned: bool = False,
+    ready: bool = True,
+    deleting: bool = False,
+    shown: str | None = None,
+    health: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
+    """As tandem.syncer.cluster.slim_node keeps it; `health`: the listed conditions it keeps."""
     return {
         "metadata": {
             "name": "node-001",
@@ -27,7 +33,7 @@ def kube_node(
             "annotations": {keys.DRAIN_ANNOTATION: shown} if shown is not None else {},
         },
         "spec": {"unschedulable": cordoned},
-        "status": {"ready": ready, "slurmCordon": shown},
+        "status": {"ready": ready, "slurmCordon": shown, "health": health or {}},
     }
 
 
@@ -64,6 +70,8 @@ def facts(
     pod: dict[str, Any] | None = None,
     name: str = "node-001",
     stuck: dict[str, Any] | None = None,
+    health_conditions: tuple[str, ...] = (),
+    own_user: str = SYNCER,
 ) -> ns.NodeFacts:
     return ns.NodeFacts(
         "cpu-001",
@@ -72,7 +80,8 @@ def facts(
         node if node is not None else kube_node(),
         pod if pod is not None else slurmd(),
         stuck,
-        SYNCER,
+        own_user,
+        health_conditions,
     )
 
 
@@ -204,6 +213,274 @@ ROWS = [
 @pytest.mark.parametrize(("why", "f", "plan"), ROWS, ids=[r[0] for r in ROWS])
 def test_each_case(why: str, f: ns.NodeFacts, plan: ns.Plan) -> None:
     assert ns.decide(f) == plan, why
+
+
+# -- health conditions (--health-conditions) ------------------------------------------------------
+
+
+def condition(status: str, message: str = "") -> dict[str, str]:
+    return {"status": status, "message": message}
+
+
+GPU = ("GpuUnhealthy",)
+GPU_DRAIN = "k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79"
+GPU_BAD = {"GpuUnhealthy": condition("True", "gpu 3: XID 79")}
+DEADLOCK_DRAIN = "k8s: Node node-001 has KernelDeadlock: task docker:7 blocked for more than 120 seconds"
+DEADLOCK = {"KernelDeadlock": condition("True", "task docker:7 blocked for more than 120 seconds")}
+CORDON_DRAIN = "k8s: Node node-001 is cordoned"
+NHC = "NHC: gpu 3 ECC errors"
+LONG = "x" * 400
+
+HEALTH_ROWS = [
+    (
+        "a listed condition True drains, naming it and its message",
+        facts(node=kube_node(health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(drain=GPU_DRAIN, show=(GPU_DRAIN, True)),
+    ),
+    (
+        "a listed condition True without a message: the type alone",
+        facts(node=kube_node(health={"GpuUnhealthy": condition("True")}), health_conditions=GPU),
+        ns.Plan(
+            drain="k8s: Node node-001 has GpuUnhealthy", show=("k8s: Node node-001 has GpuUnhealthy", True)
+        ),
+    ),
+    (
+        "a listed condition False or Unknown: nothing",
+        facts(
+            node=kube_node(
+                health={"GpuUnhealthy": condition("False"), "KernelDeadlock": condition("Unknown")}
+            ),
+            health_conditions=(*GPU, "KernelDeadlock"),
+        ),
+        ns.Plan(),
+    ),
+    (
+        "drained by us and shown while it holds: nothing more",
+        facts(drained(GPU_DRAIN), kube_node(shown=GPU_DRAIN, health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(),
+    ),
+    (
+        "cleared (False): our drain resumed, the Node cleared",
+        facts(
+            drained(GPU_DRAIN),
+            kube_node(shown=GPU_DRAIN, health={"GpuUnhealthy": condition("False", "healthy")}),
+            health_conditions=GPU,
+        ),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "cleared (Unknown): our drain resumed",
+        facts(
+            drained(GPU_DRAIN),
+            kube_node(shown=GPU_DRAIN, health={"GpuUnhealthy": condition("Unknown")}),
+            health_conditions=GPU,
+        ),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "cleared (the condition gone from the Node): our drain resumed",
+        facts(drained(GPU_DRAIN), kube_node(shown=GPU_DRAIN), health_conditions=GPU),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "its type no longer configured: our drain resumed though the condition is still True",
+        facts(drained(GPU_DRAIN), kube_node(shown=GPU_DRAIN, health=GPU_BAD), health_conditions=()),
+        ns.Plan(resume=True, show=("", False)),
+    ),
+    (
+        "an admin's drain in the same words, cleared: not resumed",
+        facts(
+            drained(GPU_DRAIN, by="root"),
+            kube_node(shown=GPU_DRAIN, health={"GpuUnhealthy": condition("False")}),
+            health_conditions=GPU,
+        ),
+        ns.Plan(),
+    ),
+    (
+        "an admin's drain while the condition holds: not taken over",
+        facts(
+            drained("maintenance", by="root"),
+            kube_node(shown="maintenance", health=GPU_BAD),
+            health_conditions=GPU,
+        ),
+        ns.Plan(),
+    ),
+    (
+        "a condition True that is not listed is ignored",
+        facts(node=kube_node(health=DEADLOCK), health_conditions=GPU),
+        ns.Plan(),
+    ),
+    (
+        "cordoned and unhealthy: the cordon is the one cause",
+        facts(node=kube_node(cordoned=True, health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(drain=CORDON_DRAIN, show=(CORDON_DRAIN, True)),
+    ),
+    (
+        "NotReady and unhealthy: NotReady is the one cause",
+        facts(node=kube_node(ready=False, health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(drain="k8s: Node node-001 is NotReady", show=("k8s: Node node-001 is NotReady", True)),
+    ),
+    (
+        "uncordoned while still unhealthy: our drain now names the condition",
+        facts(drained(CORDON_DRAIN), kube_node(shown=CORDON_DRAIN, health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(drain=GPU_DRAIN, show=(GPU_DRAIN, True)),
+    ),
+    (
+        "cordoned while our health drain holds: the cordon is said",
+        facts(
+            drained(GPU_DRAIN),
+            kube_node(cordoned=True, shown=GPU_DRAIN, health=GPU_BAD),
+            health_conditions=GPU,
+        ),
+        ns.Plan(drain=CORDON_DRAIN, show=(CORDON_DRAIN, True)),
+    ),
+    (
+        "a new message of the same condition: the reason it was drained with stays",
+        facts(
+            drained("k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79 at 10:00:01"),
+            kube_node(
+                shown="k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79 at 10:00:01",
+                health={"GpuUnhealthy": condition("True", "gpu 3: XID 79 at 10:05:17")},
+            ),
+            health_conditions=GPU,
+        ),
+        ns.Plan(),
+    ),
+    (
+        "the message changed and someone resumed it: drained again with the new message",
+        facts(
+            IDLE,
+            kube_node(
+                shown="k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79 at 10:00:01",
+                health={"GpuUnhealthy": condition("True", "gpu 3: XID 79 at 10:05:17")},
+            ),
+            health_conditions=GPU,
+        ),
+        ns.Plan(
+            drain="k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79 at 10:05:17",
+            show=("k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79 at 10:05:17", True),
+        ),
+    ),
+    (
+        "another listed condition holds instead: our drain names it",
+        facts(
+            drained(GPU_DRAIN),
+            kube_node(shown=GPU_DRAIN, health={"GpuUnhealthy": condition("False"), **DEADLOCK}),
+            health_conditions=(*GPU, "KernelDeadlock"),
+        ),
+        ns.Plan(drain=DEADLOCK_DRAIN, show=(DEADLOCK_DRAIN, True)),
+    ),
+    (
+        "two hold: the first listed names the reason",
+        facts(
+            node=kube_node(health={**GPU_BAD, **DEADLOCK}),
+            health_conditions=("KernelDeadlock", *GPU),
+        ),
+        ns.Plan(drain=DEADLOCK_DRAIN, show=(DEADLOCK_DRAIN, True)),
+    ),
+    (
+        "the message on one line, trimmed",
+        facts(
+            node=kube_node(health={"GpuUnhealthy": condition("True", "  gpu 3:\n\tXID 79\r\n\x00 ")}),
+            health_conditions=GPU,
+        ),
+        ns.Plan(drain=GPU_DRAIN, show=(GPU_DRAIN, True)),
+    ),
+    (
+        "a long message: the whole reason capped at 200 characters",
+        facts(node=kube_node(health={"GpuUnhealthy": condition("True", LONG)}), health_conditions=GPU),
+        ns.Plan(
+            drain=f"k8s: Node node-001 has GpuUnhealthy: {LONG}"[:197] + "...",
+            show=(f"k8s: Node node-001 has GpuUnhealthy: {LONG}"[:197] + "...", True),
+        ),
+    ),
+    # Slurm's own HealthCheckProgram (NHC) drains as root, in its own words: shown like any drain,
+    # never resumed by the syncer.
+    (
+        "NHC's drain shows on the Node",
+        facts(drained(NHC, by="root")),
+        ns.Plan(show=(NHC, True)),
+    ),
+    (
+        "NHC's drain, shown: left alone while the Node is well",
+        facts(drained(NHC, by="root"), kube_node(shown=NHC)),
+        ns.Plan(),
+    ),
+    (
+        "NHC's drain while the syncer too acts as root: not our words, not resumed",
+        facts(drained(NHC, by="root"), kube_node(shown=NHC), own_user="root"),
+        ns.Plan(),
+    ),
+    (
+        "NHC's drain while a listed condition holds: no second drain",
+        facts(drained(NHC, by="root"), kube_node(shown=NHC, health=GPU_BAD), health_conditions=GPU),
+        ns.Plan(),
+    ),
+]
+
+
+@pytest.mark.parametrize(("why", "f", "plan"), HEALTH_ROWS, ids=[r[0] for r in HEALTH_ROWS])
+def test_health_conditions(why: str, f: ns.NodeFacts, plan: ns.Plan) -> None:
+    assert ns.decide(f) == plan, why
+
+
+def test_the_node_cache_keeps_only_the_listed_conditions_and_a_bounded_message() -> None:
+    raw = {
+        "metadata": {"name": "node-001"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "message": "kubelet is posting ready status"},
+                {"type": "GpuUnhealthy", "status": "True", "message": LONG, "lastHeartbeatTime": "t"},
+                {"type": "KernelDeadlock", "status": "False", "message": "kernel has no deadlock"},
+                {"type": "MemoryPressure", "status": "False"},
+            ]
+        },
+    }
+    kept = slim_node(raw, ("GpuUnhealthy", "KernelDeadlock", "FrequentKubeletRestart"))["status"]["health"]
+    assert kept == {
+        "GpuUnhealthy": {"status": "True", "message": LONG[: health.REASON_MAX]},
+        "KernelDeadlock": {"status": "False", "message": "kernel has no deadlock"},
+    }
+    assert slim_node(raw)["status"]["health"] == {}
+
+
+def test_a_listed_condition_reaches_the_pass_from_the_caches() -> None:
+    """The setting flows: ClusterView keeps the listed conditions, CacheFacts hands the list to
+    the pass, the pass drains."""
+    slurm = mock.Mock()
+    slurm.list_jobs.return_value = []
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    kube = mock.Mock()
+    view = ClusterView(kube, "slurm", health_conditions=GPU)
+    raw_node = {
+        "metadata": {"name": "node-001", "resourceVersion": "1"},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "GpuUnhealthy", "status": "True", "message": "gpu 3: XID 79"},
+            ]
+        },
+    }
+    raw_slurmd = {
+        "metadata": {
+            "namespace": "slurm",
+            "name": "cpu-001",
+            "uid": "u1",
+            "labels": {keys.SLURMD_POD_LABEL: keys.SLURMD_POD_LABEL_VALUE},
+        },
+        "spec": {"nodeName": "node-001"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    with view.nodes._lock:
+        view.nodes._put("node-001", view.nodes._keep(raw_node))
+    with view.pods._lock:
+        view.pods._put("slurm/cpu-001", view.pods._keep(raw_slurmd))
+    f = CacheFacts(view, mirror, SYNCER).facts("cpu-001")
+    assert f.health_conditions == GPU
+    assert ns.decide(f).drain == GPU_DRAIN
 
 
 def test_a_deleted_node_drains_its_slurm_node() -> None:

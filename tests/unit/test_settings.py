@@ -4,6 +4,7 @@ import pytest
 
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.settings import Seconds, load, split_host_port
+from tandem.syncer.settings import SyncerSettings, UninstallSettings
 
 
 def test_flag_beats_environment_beats_default() -> None:
@@ -34,3 +35,24 @@ def test_bind_addresses() -> None:
     assert split_host_port(":8000") == ("", 8000)
     assert split_host_port("127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert split_host_port("[::1]:9") == ("::1", 9)
+
+
+def test_health_conditions_are_a_comma_separated_list_for_the_syncer_and_its_cleanup() -> None:
+    assert load(SyncerSettings, [], {}).health_conditions == ()
+    cfg = load(SyncerSettings, ["--health-conditions", "GpuUnhealthy, KernelDeadlock,"], {})
+    assert cfg.health_conditions == ("GpuUnhealthy", "KernelDeadlock")
+    env = {"TANDEM_HEALTH_CONDITIONS": "GpuUnhealthy"}
+    assert load(SyncerSettings, [], env).health_conditions == ("GpuUnhealthy",)
+    assert load(UninstallSettings, [], env).health_conditions == ("GpuUnhealthy",)
+
+
+@pytest.mark.parametrize("refused", ["Ready", "SlurmCordon"])
+def test_ready_and_slurm_cordon_are_no_health_conditions(
+    refused: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ready is True on every healthy Node; SlurmCordon is Tandem's own showing of a drain (it
+    would drain the node again for being drained)."""
+    with pytest.raises(SystemExit):
+        load(SyncerSettings, ["--health-conditions", f"GpuUnhealthy,{refused}"], {})
+    err = capsys.readouterr().err
+    assert "--health-conditions" in err and refused in err

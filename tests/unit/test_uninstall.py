@@ -6,6 +6,7 @@ exit status says so. What each step chooses is table-tested in test_uninstall_pl
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -319,6 +320,32 @@ def test_a_second_run_finds_nothing_left_to_do(world: tuple[list[str], FakeKube,
     assert report.ok, report.problems
     assert log == []
     assert report.stopped == [SCHEDULER_DEPLOYMENT, SYNCER_DEPLOYMENT]
+
+
+def test_a_health_drain_stays_while_its_condition_holds(
+    world: tuple[list[str], FakeKube, FakeSlurm, Clock],
+) -> None:
+    """The chart gives the cleanup the syncer's --health-conditions: a node Tandem drained for
+    GpuUnhealthy is left drained while the Node still says so, and resumed once it does not."""
+    log, kube, slurm, clock = world
+    reason = "k8s: Node node-003 has GpuUnhealthy: gpu 3: XID 79"
+    slurm.nodes = [
+        n if n.name != "cpu-003" else Node("cpu-003", "IDLE", ("DRAIN",), reason, SYNCER_USER)
+        for n in slurm.nodes
+    ]
+    bad = {"type": "GpuUnhealthy", "status": "True", "message": "gpu 3: XID 79"}
+    kube.nodes["node-003"]["status"]["conditions"].append(bad)
+    cfg = dataclasses.replace(CFG, health_conditions=("GpuUnhealthy",))
+    report = run(kube, slurm, clock, cfg)
+    assert "resume cpu-003" not in log
+    assert (
+        f"cpu-003 ({reason}): Node node-003 has GpuUnhealthy: gpu 3: XID 79: resume it once that is fixed"
+        in (report.left_drained)
+    )
+    bad["status"] = "False"
+    log.clear()
+    run(kube, slurm, clock, cfg)
+    assert "resume cpu-003" in log
 
 
 def test_without_slurm_the_kubernetes_side_is_still_cleaned_and_the_run_fails(

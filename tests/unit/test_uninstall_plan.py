@@ -237,9 +237,15 @@ def drained(reason: str, by: str = SYNCER) -> Node:
     return Node("cpu-001", "IDLE", ("DRAIN",), reason, by)
 
 
-def kube_node(cordoned: bool = False, ready: bool = True) -> dict[str, Any]:
+def kube_node(
+    cordoned: bool = False, ready: bool = True, health: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
     """As tandem.syncer.cluster.slim_node projects it."""
-    return {"metadata": {"name": "node-001"}, "spec": {"unschedulable": cordoned}, "status": {"ready": ready}}
+    return {
+        "metadata": {"name": "node-001"},
+        "spec": {"unschedulable": cordoned},
+        "status": {"ready": ready, "health": health or {}},
+    }
 
 
 def slim_slurmd(ready: bool = True) -> dict[str, Any]:
@@ -253,6 +259,7 @@ def facts(
     killwait_pod: dict[str, Any] | None = None,
     node_name: str = "node-001",
     own_user: str = SYNCER,
+    health_conditions: tuple[str, ...] = (),
 ) -> NodeFacts:
     return NodeFacts(
         slurm_node="cpu-001",
@@ -262,6 +269,7 @@ def facts(
         slurmd_pod=slurmd_obj if slurmd_obj is not None else slim_slurmd(),
         killwait_pod=killwait_pod,
         own_user=own_user,
+        health_conditions=health_conditions,
     )
 
 
@@ -270,6 +278,8 @@ KILLWAIT = keys.killwait_drain_reason("demo", "web-0", 7)
 LOCK_TIMEOUT = keys.lock_timeout_drain_reason(
     9, "node-001", "demo/db-0 (its PodDisruptionBudget db allows no disruption)"
 )
+UNHEALTHY = "k8s: Node node-001 has GpuUnhealthy: gpu 3: XID 79"
+GPU_BAD = {"GpuUnhealthy": {"status": "True", "message": "gpu 3: XID 79"}}
 STILL_THERE = {
     "metadata": {"namespace": "demo", "name": "web-0", "annotations": {keys.JOB_ID_ANNOTATION: "7"}},
     "spec": {"nodeName": "node-001"},
@@ -302,6 +312,26 @@ DRAIN_ROWS: list[tuple[str, NodeFacts, bool | None]] = [
     (
         "Tandem's slurmd drain, the slurmd Pod still not ready",
         facts(drained("k8s: slurmd Pod cpu-001 is not ready"), kube_node(), slim_slurmd(ready=False)),
+        False,
+    ),
+    (
+        "Tandem's health drain, the condition still True",
+        facts(drained(UNHEALTHY), kube_node(health=GPU_BAD), health_conditions=("GpuUnhealthy",)),
+        False,
+    ),
+    (
+        "Tandem's health drain, the condition cleared",
+        facts(drained(UNHEALTHY), kube_node(), health_conditions=("GpuUnhealthy",)),
+        True,
+    ),
+    (
+        "an admin's drain in health words, the condition cleared",
+        facts(drained(UNHEALTHY, by="root"), kube_node(), health_conditions=("GpuUnhealthy",)),
+        False,
+    ),
+    (
+        "NHC's drain (root, its own words)",
+        facts(drained("NHC: gpu 3 ECC errors", by="root"), kube_node()),
         False,
     ),
     ("Tandem's KillWait drain, the Pod gone", facts(drained(KILLWAIT), kube_node()), True),

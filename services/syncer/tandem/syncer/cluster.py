@@ -8,11 +8,12 @@ and the scheduler binds from it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from tandem import keys, slurmd
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
+from tandem.syncer import health
 
 BY_NODE = "node"
 BY_UID = "uid"
@@ -52,7 +53,9 @@ def slim_pod(pod: JSON) -> JSON:
     }
 
 
-def slim_node(node: JSON) -> JSON:
+def slim_node(node: JSON, health_conditions: Collection[str] = ()) -> JSON:
+    """What the syncer reads of a Node (every Node is cached): its drain annotation and
+    SlurmCordon, cordon, taints, readiness, and the conditions the health drains watch."""
     meta = node.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     cordon = next(
@@ -71,6 +74,7 @@ def slim_node(node: JSON) -> JSON:
         "status": {
             "ready": _condition(node, "Ready") in ("True", None),
             "slurmCordon": cordon.get("message") if cordon is not None else None,
+            "health": health.kept(node, health_conditions),
         },
     }
 
@@ -88,8 +92,11 @@ class ClusterView:
         kube: KubeClient,
         slurmd_namespace: str,
         on_slurmd_moved: Callable[[str], None] = lambda slurm_node: None,
+        health_conditions: tuple[str, ...] = (),
     ) -> None:
         self.slurmd_namespace = slurmd_namespace
+        # The Node condition types that drain a Slurm node while True (tandem.syncer.health).
+        self.health_conditions = health_conditions
         self.on_slurmd_moved = on_slurmd_moved
         # Told the Slurm nodes whose Kubernetes side changed (their Node, or their slurmd Pod).
         self.on_slurm_node_changed: Callable[[str], None] = lambda slurm_node: None
@@ -106,7 +113,9 @@ class ClusterView:
             indexes={BY_NODE: _node_of, BY_UID: _uid_of, BY_JOB: _job_of, SLURMD: self._slurm_node_of},
             transform=slim_pod,
         )
-        self.nodes = Informer(kube, ["/api/v1/nodes"], {}, self._on_node, transform=slim_node)
+        self.nodes = Informer(
+            kube, ["/api/v1/nodes"], {}, self._on_node, transform=lambda n: slim_node(n, health_conditions)
+        )
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)

@@ -48,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
     mirror = SlurmMirror(slurm, cfg.poll_interval)
-    cluster = ClusterView(kube, cfg.slurmd_namespace, on_slurmd_moved=mirror.republish_node)
+    cluster = ClusterView(
+        kube,
+        cfg.slurmd_namespace,
+        on_slurmd_moved=mirror.republish_node,
+        health_conditions=cfg.health_conditions,
+    )
     node_queue = WorkQueue()
     servicer, facts, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))

@@ -79,6 +79,7 @@ class CacheFacts:
             pod,
             stuck,
             self.own_user,
+            health_conditions=self.cluster.health_conditions,
             slurm_read=self.mirror.synced,
             jobs=tuple(RunningJob(s.job_id, placeholder.pod_of(s.job) is not None) for s in statuses),
             ended=ended,

@@ -1,12 +1,13 @@
 """Node state both ways, one Slurm node at a time (as SUNK's syncer does, without the reconfigure).
 
 Kubernetes -> Slurm: a Node cordoned, not Ready, being deleted or gone, or its slurmd Pod deleting or
-not ready, drains the Slurm node with the reason `k8s: <why>` (again if someone resumes it while
-the cause holds); when the cause clears, a drain of ours is resumed. So is a KillWait drain (a job
-ended while its Pod still ran) once that Pod is gone or finished: nothing is left to keep off the
-node. A drain is ours only if Slurm says the syncer's own Slurm user made it (`reason_set_by_user`)
-with one of those reasons: an admin's drain, even worded like ours, and a lock-timeout drain (a Pod
-its PodDisruptionBudget kept) are never touched.
+not ready, or a Node condition listed in `--health-conditions` True (tandem.syncer.health), drains
+the Slurm node with the reason `k8s: <why>` (again if someone resumes it while the cause holds);
+when the cause clears, a drain of ours is resumed. So is a KillWait drain (a job ended while its Pod
+still ran) once that Pod is gone or finished: nothing is left to keep off the node. A drain is ours
+only if Slurm says the syncer's own Slurm user made it (`reason_set_by_user`) with one of those
+reasons: an admin's drain, even worded like ours, and a lock-timeout drain (a Pod its
+PodDisruptionBudget kept) are never touched.
 
 Slurm -> Kubernetes: a Slurm node drained or down (any reason) shows on its Node as the annotation
 `<prefix>drain` (the reason) and the condition `SlurmCordon`; both go when it is back.
@@ -28,7 +29,7 @@ from tandem import keys
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import Node
-from tandem.syncer import killwait
+from tandem.syncer import health, killwait
 from tandem.syncer.holds import NodeMemory
 from tandem.syncer.killwait import KillWaitPlan, NodeKillWait
 from tandem.syncer.locking import (
@@ -55,6 +56,9 @@ class NodeFacts:
     killwait_pod: JSON | None = None
     # The Slurm user this syncer acts as: the only one whose drains it resumes.
     own_user: str = ""
+    # The Node condition types that drain the Slurm node while True (--health-conditions), in the
+    # order of the configuration.
+    health_conditions: tuple[str, ...] = ()
     # -- the lock (tandem.syncer.locking) --
     # Whether Slurm has been read at all: an unread mirror knows no job.
     slurm_read: bool = True
@@ -110,8 +114,9 @@ def cause(f: NodeFacts) -> str:
     name = f.kube_node_name
     if name and node is None:
         return f"k8s: Node {name} was deleted"
+    status = (node or {}).get("status") or {}
     if node is not None:
-        meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+        meta, spec = node.get("metadata") or {}, node.get("spec") or {}
         if meta.get("deletionTimestamp"):
             return f"k8s: Node {name} is being deleted"
         if spec.get("unschedulable"):
@@ -120,7 +125,8 @@ def cause(f: NodeFacts) -> str:
             return f"k8s: Node {name} is NotReady"
     if not (pod.get("status") or {}).get("ready", True):
         return f"k8s: slurmd Pod {pod_meta.get('name')} is not ready"
-    return ""
+    # Last: a cordon or NotReady says more about the whole Node than one device's condition.
+    return health.cause(name, status.get("health") or {}, f.health_conditions)
 
 
 def decide(f: NodeFacts, now: float = 0.0) -> Plan:
@@ -147,8 +153,10 @@ def _decide_state(f: NodeFacts) -> Plan:
     drain, resume = "", False
     if why and not slurm.drained:
         drain = why
-    elif why and ours and slurm.reason != why:
-        drain = why  # a different cause of ours: say the current one
+    elif why and ours and not health.same_condition(slurm.reason, why, f.kube_node_name):
+        # A different cause of ours: say the current one. The same health condition with a new
+        # message is not a different cause (health.same_condition).
+        drain = why
     elif not why and slurm.drained and ours:
         resume = True
     show = _shown(f, slurm, drain, resume)

@@ -5,10 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.settings import ClusterAccess, ClusterSettings, Seconds, option
+from tandem.syncer import health
 
 
 @dataclass(frozen=True)
-class SyncerSettings(ClusterSettings):
+class HealthSettings:
+    """Which Node conditions drain a Slurm node (tandem.syncer.health): the syncer drains and
+    resumes on them, and the uninstall cleanup leaves such a drain while its condition holds."""
+
+    health_conditions: tuple[str, ...] = option(
+        (),
+        flag="--health-conditions",
+        env="TANDEM_HEALTH_CONDITIONS",
+        help="comma-separated Node condition types (e.g. GpuUnhealthy,KernelDeadlock) that drain the "
+        "Slurm node while True; empty: none",
+    )
+
+    def __post_init__(self) -> None:
+        if bad := health.refused(self.health_conditions):
+            raise ValueError(
+                f"--health-conditions / TANDEM_HEALTH_CONDITIONS: {', '.join(bad)} cannot be a health "
+                "condition (Ready is True on a healthy Node; SlurmCordon is Tandem's own)"
+            )
+
+
+@dataclass(frozen=True)
+class SyncerSettings(ClusterSettings, HealthSettings):
     """Tandem syncer: Slurm mirror, node locks and drains."""
 
     grpc_address: str = option(
@@ -53,7 +75,7 @@ class SyncerSettings(ClusterSettings):
 
 
 @dataclass(frozen=True)
-class UninstallSettings(ClusterAccess):
+class UninstallSettings(ClusterAccess, HealthSettings):
     """tandem-uninstall: what `helm uninstall` runs first (the chart's pre-delete hook). Stops the
     release's scheduler, cancels its placeholder jobs and deletes their Pods, waits for Slurm to end
     them, stops the syncer, then removes every lock taint, lock annotation and Tandem Node

@@ -264,10 +264,11 @@ class Cleanup:
                 slurm_node=node.name,
                 slurm=node,
                 kube_node_name=host,
-                kube_node=slim_node(nodes[host]) if host in nodes else None,
+                kube_node=slim_node(nodes[host], self.cfg.health_conditions) if host in nodes else None,
                 slurmd_pod=slim_pod(dict(pod)) if pod is not None else None,
                 killwait_pod=slim_pod(killwait_pod) if killwait_pod is not None else None,
                 own_user=self.cfg.slurm_user,
+                health_conditions=self.cfg.health_conditions,
             )
             verdict = plan.drain_verdict(facts)
             if verdict is None:

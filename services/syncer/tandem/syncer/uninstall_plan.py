@@ -146,9 +146,10 @@ def drain_verdict(f: NodeFacts) -> DrainVerdict | None:
     reason, and it is one Tandem writes); an administrator's, or Slurm's own ("Prolog error"), stay
     whatever their words. Of Tandem's, each is resumed once what it guarded against is gone, by the
     syncer's own rules:
-      - a Kubernetes cause (`k8s: Node ... is cordoned`): once the cause has cleared; while the
-        Node is still cordoned, NotReady or gone it stays drained, for an administrator to resume
-        when the machine is back (Tandem no longer will);
+      - a Kubernetes cause (`k8s: Node ... is cordoned`, `k8s: Node ... has GpuUnhealthy: ...`):
+        once the cause has cleared; while the Node is still cordoned, NotReady, gone or has a
+        health condition (--health-conditions, the syncer's list) it stays drained, for an
+        administrator to resume when the machine is back (Tandem no longer will);
       - KillWait (`k8s: pod ... still running at KillWait`): once that Pod is gone;
       - a lock that timed out (`k8s: job N could not lock ...`): always, since no prolog takes
         Tandem's lock after it is gone.
