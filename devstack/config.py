@@ -58,6 +58,9 @@ GPUS_PER_NODE = 8
 CPUS_PER_NODE = 32
 MEMORY_MB_PER_NODE = 256_000
 KILL_WAIT_SECONDS = 30
+# The Node conditions that drain a Slurm node in the lab (the syncer's --health-conditions, the
+# chart's syncer.healthConditions): what a GPU health checker would set.
+HEALTH_CONDITIONS = ("GpuUnhealthy",)
 # How `make up` runs Tandem: from this virtualenv, or installed with helm on the lab's real Node.
 DEPLOYS = ("venv", "chart")
 # The real Node's address on the lab's bridge (lab/KUBELET.md: a node IP cannot be loopback).

@@ -233,6 +233,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             *slurm_args,
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--scheduler-name={cfg.scheduler_name}",
+            f"--health-conditions={','.join(config.HEALTH_CONDITIONS)}",
         ]
     if name == "tandem-scheduler":
         return [
