@@ -6,6 +6,7 @@ failures come back (backoff, never for a terminal error), what is counted and wh
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -309,7 +310,7 @@ PODGROUP = {
 }
 
 
-def _gang(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, mock.Mock]:
+def _gang(*members: dict[str, Any], min_count: int = 2) -> tuple[Controller, mock.Mock, mock.Mock]:
     pods = FakePodCache()
     pods.synced = True
     pods.pods = {f"{POD.namespace}/{m['metadata']['name']}": m for m in members}
@@ -317,7 +318,8 @@ def _gang(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, mock.Mock]:
     slurm.submit_job.return_value = 9
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
-    podgroups = {f"{POD.namespace}/train": PODGROUP}
+    podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}}
+    podgroups = {f"{POD.namespace}/train": podgroup}
     lab = parse("default: {defaultUser: 1001}")  # Pods without user-id run as tandem-pods
     controller = Controller(
         kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups, policy=lambda: lab
@@ -596,3 +598,45 @@ def test_a_members_placement_is_where_its_group_stands() -> None:
     )
     placed = controller.placement(_member(1, "9"))
     assert placed.job_id == 9 and placed.state == scheduler_pb2.PLACEMENT_STATE_STARTED
+
+
+def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced() -> None:
+    """Kubernetes 1.37 made gang.minCount mutable: a pending job of 2 for a group now of 3 is
+    cancelled with a Normal Event on each member, and once it ended one job of 3 is submitted and
+    recorded on the members it kept (issue 21)."""
+    members = [_member(i, "9") for i in range(3)]
+    controller, slurm, kube = _gang(*members, min_count=3)
+    controller.jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-003", kube_node="node-003"))
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    name = placeholder.job_name(ref, SCHEDULER)
+    asked = Job(
+        job_id=9, name=name, admin_comment=name, state="PENDING", state_reason="Resources", node_count=2
+    )
+    controller.jobs._apply(JobStatus(asked))
+    slurm.submit_job.return_value = 10
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.cancel_job.assert_called_once_with(9)
+    controller.reconcile(f"{POD.namespace}/pg:train")  # still pending: cancelled once
+    slurm.cancel_job.assert_called_once_with(9)
+    slurm.submit_job.assert_not_called()
+    controller.jobs._apply(JobStatus(replace(asked, state="CANCELLED", state_reason="")))
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_called_once()
+    assert slurm.submit_job.call_args.args[0].nodes == 3
+    kube.delete.assert_not_called()
+    assert controller.observe(f"{POD.namespace}/pg:train").recorded == {f"uid-{i}": 10 for i in range(3)}
+    controller._background.shutdown(wait=True)
+    posted = [(c.args[0]["metadata"]["name"], c.args[1:]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    message = (
+        "PodGroup default/train's minCount grew to 3 while Slurm job 9 (2 nodes) was pending: "
+        "cancelling it to place the group as one job of 3"
+    )
+    assert posted[:3] == [(f"train-{i}", ("Normal", "SlurmJobCancelled", message)) for i in range(3)]
+    assert posted[3] == (
+        "train",
+        (
+            "Normal",
+            "SlurmJobSubmitted",
+            "job 10 for PodGroup default/train (3 nodes, one per member) submitted",
+        ),
+    )

@@ -72,18 +72,27 @@ def member(
 
 
 def job(
-    state: str = "RUNNING", started: bool = False, terminating: bool = False, reason: str = ""
+    state: str = "RUNNING",
+    started: bool = False,
+    terminating: bool = False,
+    reason: str = "",
+    node_count: int = 3,
+    job_id: int = 7,
 ) -> JobStatus:
+    """The group's job as Slurm reports it: asking for (or holding) one node per member of the
+    minCount it was submitted for (node_count; 0 while only a push made it known)."""
     assert GROUP is not None
+    nodes = NODES[:node_count] if node_count else NODES
     return JobStatus(
         Job(
-            job_id=7,
+            job_id=job_id,
             name=placeholder.job_name(GROUP.ref, SCHEDULER),
             admin_comment=placeholder.job_name(GROUP.ref, SCHEDULER),
             state=state,
             state_reason=reason,
-            nodes=NODES if state != "PENDING" else (),
+            nodes=nodes if state != "PENDING" else (),
             partition="batch",
+            node_count=node_count,
         ),
         started=started,
         terminating=terminating,
@@ -115,6 +124,22 @@ def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -
 
 def three(**kw: Any) -> list[dict[str, Any]]:
     return [member(i, **kw) for i in range(3)]
+
+
+def min_count(n: int) -> groups.Group | None:
+    """The group once its PodGroup's gang.minCount was changed to n (mutable since Kubernetes 1.37)."""
+    podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": n}}}}
+    return groups.resolve(KEY, [], {"default/train": podgroup}.get)
+
+
+def never_ran(node_count: int = 3) -> JobStatus:
+    """The group's job cancelled while pending: it never held a node."""
+    return JobStatus(replace(job(state="CANCELLED", node_count=node_count).job, nodes=()))
+
+
+def grown(bound: int = 0, **kw: Any) -> list[dict[str, Any]]:
+    """Five members carrying job 7 (submitted for three), the first `bound` running on its nodes."""
+    return [member(i, 7, f"node-00{i + 1}" if i < bound else "", **kw) for i in range(5)]
 
 
 def test_a_podgroup_is_read_with_its_gang_policy_and_a_basic_one_is_no_group() -> None:
@@ -243,6 +268,62 @@ ROWS: list[tuple[str, d.Observed, type]] = [
         d.Bind,
     ),
     ("all bound", seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True)), d.Nothing),
+    # minCount changed after the job was submitted (issue 21).
+    (
+        "minCount grew while the job was pending: the job is cancelled, each member told",
+        seen(grown(), job(state="PENDING", reason="Resources"), group=min_count(5)),
+        d.Cancel,
+    ),
+    (
+        "minCount grew before the new members exist: the job is cancelled all the same",
+        seen(three(job_id=7), job(state="PENDING", reason="Resources"), group=min_count(5)),
+        d.Cancel,
+    ),
+    (
+        "the outgrown job's cancel sent: nothing until it ended",
+        seen(grown(), job(state="PENDING"), group=min_count(5), cancel_sent=frozenset({7})),
+        d.Nothing,
+    ),
+    (
+        "the outgrown job ended, never run: one new job of minCount, the members kept",
+        seen(grown(), never_ran(), group=min_count(5)),
+        d.Submit,
+    ),
+    (
+        "the outgrown job ended, fewer members than minCount: they wait for the rest, kept",
+        seen(three(job_id=7), never_ran(), group=min_count(5)),
+        d.Pend,
+    ),
+    (
+        "crash after the new job's submit, before any record: recorded",
+        seen(grown(), job(state="PENDING", node_count=5, job_id=8), group=min_count(5)),
+        d.Record,
+    ),
+    (
+        "minCount grew while the job runs: the others wait, the job is never cancelled",
+        seen(grown(bound=3), job(started=True), group=min_count(5)),
+        d.Pend,
+    ),
+    (
+        "minCount grew while the prologs run: the Nodes are nominated for the first members",
+        seen(grown(), job(), group=min_count(5)),
+        d.Nominate,
+    ),
+    (
+        "minCount grew past the job Slurm started: its nodes' members bound, never a Wait",
+        seen(grown(), job(started=True), group=min_count(5)),
+        d.Bind,
+    ),
+    (
+        "minCount grew, the job's node count not known yet: wait for its nodes, as before",
+        seen(grown(), job(started=True, node_count=0), group=min_count(5)),
+        d.Wait,
+    ),
+    (
+        "minCount shrank below what runs: nothing cancelled, nothing deleted",
+        seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True), group=min_count(2)),
+        d.Nothing,
+    ),
 ]
 
 
@@ -481,3 +562,80 @@ def test_a_group_is_nominated_while_its_prologs_run_and_cleared_if_requeued() ->
 def test_the_lines_where_a_gang_differs_by_design(why: str, expected: type) -> None:
     (observed,) = [r[1] for r in single.ROWS if r[0] == why]
     assert isinstance(d.decide(_gang_of_one(observed)), expected)
+
+
+def test_a_pending_job_minCount_grew_past_is_cancelled_and_replaced_by_one_of_minCount() -> None:
+    """Before: the job kept asking for the old number of nodes, and once it ran the members waited
+    forever on "Slurm job 7's 5 nodes are not all known yet" (issue 21)."""
+    members = grown()
+    cancel = d.decide(seen(members, job(state="PENDING", reason="Resources"), group=min_count(5)))
+    assert cancel == d.Cancel(
+        (7,),
+        "minCount grew to 5, past the 3 nodes the pending job asks for",
+        tuple(members),
+        "SlurmJobCancelled",
+        "PodGroup default/train's minCount grew to 5 while Slurm job 7 (3 nodes) was pending: "
+        "cancelling it to place the group as one job of 5",
+    )
+    observed = seen(members, job(state="PENDING"), group=min_count(5), cancel_sent=frozenset({7}))
+    assert d.placement_state(observed, cancel) == "PENDING"  # not terminating: a new job follows
+    ended = seen(members, never_ran(), group=min_count(5))
+    submit = d.decide(ended)
+    assert isinstance(submit, d.Submit)
+    assert [p["metadata"]["name"] for p in submit.members] == [f"train-{i}" for i in range(5)]
+    assert d.placement_state(ended, submit) == "PENDING"
+
+
+def test_a_job_cancelled_before_it_ran_for_another_reason_still_ends_its_members() -> None:
+    """Only a job minCount outgrew is replaced: one Slurm ended as it was asked still deletes."""
+    action = d.decide(seen(three(job_id=7), never_ran()))
+    assert isinstance(action, d.Delete) and action.event_reason == "SlurmJobEnded"
+
+
+def test_a_running_job_minCount_grew_past_keeps_running_and_the_others_are_told_why() -> None:
+    """Before: "Slurm job 7's 5 nodes are not all known yet", forever (issue 21)."""
+    members = grown(bound=3)
+    action = d.decide(seen(members, job(started=True), group=min_count(5)))
+    assert action == d.Pend(
+        tuple(members[3:]),
+        d.REASON_GROUP_FULL,
+        "PodGroup default/train's minCount grew to 5 after Slurm job 7 started on 3 nodes: a running "
+        "Slurm job cannot grow, so the members on its nodes keep running and this one waits for one "
+        "of them to free; set minCount back to 3, or recreate the group to place all 5 as one job",
+    )
+
+
+def test_members_past_an_allocated_jobs_nodes_are_told_once_the_others_are_nominated() -> None:
+    members = grown()
+    nominate = d.decide(seen(members, job(), group=min_count(5)))
+    assert isinstance(nominate, d.Nominate)
+    assert [p.pod["metadata"]["name"] for p in nominate.placements] == ["train-0", "train-1", "train-2"]
+    for i in range(3):
+        members[i]["status"]["nominatedNodeName"] = f"node-00{i + 1}"
+    told = d.decide(seen(members, job(), group=min_count(5)))
+    assert isinstance(told, d.Pend) and told.reason == d.REASON_GROUP_FULL
+    assert [p["metadata"]["name"] for p in told.pods] == ["train-3", "train-4"]
+    assert "cannot grow" in told.message
+
+
+def test_a_bind_waits_for_the_nodes_the_job_holds_not_for_minCount() -> None:
+    """The allocation is read against the job's own node count: before, against minCount, so a
+    job of 3 for a group grown to 5 never bound (issue 21). While Slurm has not said it (a job
+    only a push made known), against minCount, as before."""
+    partial = JobStatus(replace(job(started=True).job, nodes=("cpu-001",)), started=True)
+    assert d.decide(seen(three(job_id=7), partial, group=min_count(5))) == d.Wait(
+        "Slurm job 7's 3 nodes are not all known yet"
+    )
+    unknown = JobStatus(replace(partial.job, node_count=0), started=True)
+    assert d.decide(seen(three(job_id=7), unknown)) == d.Wait("Slurm job 7's 3 nodes are not all known yet")
+    bind = d.decide(seen(grown(), job(started=True), group=min_count(5)))
+    assert isinstance(bind, d.Bind) and len(bind.placements) == 3
+
+
+def test_a_group_whose_minCount_shrank_below_what_runs_keeps_running() -> None:
+    bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
+    assert d.decide(seen(bound, job(started=True), group=min_count(1))) == d.Nothing()
+    # A fourth member (the group grew back) waits for a free node, in today's words.
+    extra = d.decide(seen([*bound, member(3, 7)], job(started=True), group=min_count(2)))
+    assert isinstance(extra, d.Pend) and extra.reason == d.REASON_GROUP_FULL
+    assert extra.message == "each of Slurm job 7's 3 nodes already runs a member of the group"

@@ -128,6 +128,7 @@ def test_job_fields() -> None:
         group_id=1002,
         flags=("EXACT_CPU_COUNT_REQUESTED", "JOB_WAS_RUNNING"),
         priority=100,
+        node_count=2,
     )
     assert not job.finished
     assert job.script_started
@@ -162,6 +163,28 @@ def test_a_pending_job_carries_slurms_expected_start(state: str, start: object, 
     raw = {**V40_JOB, "job_state": [state], "start_time": start, "priority": {"set": False}}
     job = Dialect().parse_job(raw)
     assert (job.expected_start, job.priority) == (expected, 0)
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+@pytest.mark.parametrize(
+    ("state", "nodes", "count", "expected"),
+    [
+        # Pending: the nodes the job asks for (a group's: one per member as it was at the submit).
+        ("PENDING", "", _num(3), 3),
+        # Allocated: the nodes it holds.
+        ("RUNNING", "gpu-[000-001]", _num(2), 2),
+        # Not said: unknown, never a count of nothing.
+        ("PENDING", "", {"set": False, "infinite": False, "number": 0}, 0),
+        ("PENDING", "", {"set": True, "infinite": True, "number": 0}, 0),
+        ("PENDING", "", None, 0),
+    ],
+)
+def test_a_job_carries_the_node_count_slurm_gives(
+    version: str, state: str, nodes: str, count: dict[str, Any] | None, expected: int
+) -> None:
+    """A group's job says how many nodes it asks for, so a minCount grown since is seen (issue 21)."""
+    raw = _with(V40_JOB, job_state=[state], nodes=nodes, node_count=count)
+    assert Dialect(version).parse_job(raw).node_count == expected
 
 
 def test_state_flags_follow_the_base_state() -> None:

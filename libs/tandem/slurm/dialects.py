@@ -136,6 +136,8 @@ class Dialect:
             excluded_nodes=_nodes(raw.get("excluded_nodes")),
             priority=_number(raw.get("priority")) or 0,
             expected_start=(_number(raw.get("start_time")) or 0) if state == "PENDING" else 0,
+            # The nodes asked for while pending, the nodes held once allocated.
+            node_count=_number(raw.get("node_count")) or 0,
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:

@@ -44,6 +44,9 @@ class Job:
     # (Unix seconds; 0 while Slurm has no estimate).
     priority: int = 0
     expected_start: int = 0
+    # How many nodes the job asks for (pending) or holds (allocated): Slurm's node_count; 0 when
+    # not known (a job known only from a push, before any poll read it).
+    node_count: int = 0
 
     @property
     def finished(self) -> bool:

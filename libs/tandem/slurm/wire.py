@@ -28,6 +28,7 @@ def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
         excluded_nodes=list(j.excluded_nodes),
         priority=j.priority,
         expected_start=j.expected_start,
+        node_count=j.node_count,
         queue_position=status.queue_position,
         queue_length=status.queue_length,
     )
@@ -50,6 +51,7 @@ def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
         excluded_nodes=tuple(msg.excluded_nodes),
         priority=msg.priority,
         expected_start=msg.expected_start,
+        node_count=msg.node_count,
     )
     return JobStatus(
         job,

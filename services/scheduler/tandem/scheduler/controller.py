@@ -388,8 +388,10 @@ class Controller:
                 return None
             case d.Wait(why=why):
                 raise NotYet(why)
-            case d.Cancel(job_ids=job_ids, why=why):
+            case d.Cancel(job_ids=job_ids, why=why, pods=pods, event_reason=reason, message=message):
                 self._cancel(o.key, job_ids, why)
+                for pod in pods:
+                    self._event(pod, "Normal", reason, message)
                 return None
         group = o.group
         assert group is not None  # every other action is about Pods that are there

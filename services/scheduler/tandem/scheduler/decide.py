@@ -15,23 +15,33 @@ rows included, and runs a Pod alone's rows as a group of one):
     job live, its PodGroup deleted                -> cancel the job
     a live job besides the recorded one           -> cancel it (a submit retried after a lost answer)
     bound member, job stopped/ended/requeued/moved -> delete it
-    member not bound yet, job ended               -> delete it
+    member not bound yet, job ended               -> delete it (but for a job cancelled before it
+                                                     ran because minCount grew past it: a new job)
     a member refused, the job live, none bound    -> cancel the job (refused after the submit)
     a member refused (invalid, Slurm said no)     -> nothing, until the members are recreated
     the PodGroup not there                        -> each member: what it waits for
     a member invalid (members disagree), some bound -> a Warning Event on each bound member;
                                                      never evicted by a policy change
     a member invalid, or members disagree         -> reject every member: one Warning Event each
-    every member bound                            -> nothing
+    every member bound                            -> nothing (minCount shrank below the job's
+                                                     nodes, too: the group keeps running)
     no job, fewer than minCount members           -> each member: how many are missing
     no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
     no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event
     no job                                        -> submit the job, the nodes whose Nodes would not
                                                      take some member excluded (and record its id)
+    job pending, minCount grew past its nodes     -> cancel it, a Normal Event on each member; once
+                                                     it ended, the lines above submit a new job when
+                                                     minCount members are there
     members without the job id                    -> record it on them
     job stopping                                  -> nothing: its end deletes the members
     job running, script started                   -> bind each unbound member to a free node
-    job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName)
+    job running, every node taken                 -> the others wait (GroupAllocationFull); when
+                                                     minCount grew past the job's nodes, saying so:
+                                                     a running job cannot grow, never cancelled for it
+    job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName);
+                                                     once nominated, minCount grown past the job's
+                                                     nodes: the others told as above
     job pending, a member nominated               -> clear the nomination (requeued before its start)
     job pending, the fit changed                  -> update the job's excluded nodes
     job pending, too few Nodes would take them    -> Unschedulable
@@ -70,6 +80,9 @@ REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
 REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
 REASON_WAITING_FOR_GROUP = "WaitingForPodGroup"
 REASON_GROUP_FULL = "GroupAllocationFull"
+# The Normal Event on each member whose group's pending job is cancelled because minCount grew
+# past the nodes it asks for (a new job follows).
+EVENT_JOB_OUTGROWN = "SlurmJobCancelled"
 
 
 class NotJudged(enum.Enum):
@@ -148,6 +161,11 @@ class Wait:
 class Cancel:
     job_ids: tuple[int, ...]
     why: str
+    # A Normal Event with this reason and message on each of these members (none for a cancel
+    # nobody needs telling of: the members are gone, or their deletion says it).
+    pods: tuple[JSON, ...] = ()
+    event_reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -269,15 +287,17 @@ def decide(o: Observed) -> Action:
         return Cancel(extra, f"a second job for {whose} (a submit retried after its answer was lost)")
     if group is None:
         return Nothing()
+    replaced: int | None = None
     if job is not None:
         carrying = tuple(m for m in live if o.recorded.get(_uid(m)) == job.job_id)
         stopped = _stopped_under(o, job, carrying)
         if stopped is not None:
             return stopped
-        if job.ended and not carrying and not alone:
-            # Over, and no live member was part of it (they were replaced): a new job. A Pod
-            # alone's jobs are all its own (found by its uid): it records this one, then goes.
-            job = None
+        if job.ended and not alone and (not carrying or _outgrown_before_it_ran(group, job)):
+            # Over, and no live member was part of it (they were replaced), or cancelled before it
+            # ran because minCount grew past it: a new job. A Pod alone's jobs are all its own
+            # (found by its uid): it records this one, then goes.
+            replaced, job = job.job_id, None
     if any(refused(m) for m in live):
         # Never to be bound: its job would only hold nodes (the policy changed after the submit,
         # or a crash came between the refusal and this cancel), unless part of it runs already.
@@ -301,9 +321,13 @@ def decide(o: Observed) -> Action:
         return invalid
     if not unbound:
         return Nothing()
-    job_id = job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o, live)
+    job_id = job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o, live, replaced)
     if job_id is None:
         return _new_job(o, group, live, results)
+    if job is not None and job.pending and _outgrown(group, job) and not any(_bound(m) for m in live):
+        if job.job_id in o.cancel_sent:
+            return Nothing()  # its end brings the new job
+        return _cancel_outgrown(group, job, live)
     unrecorded = tuple(m for m in live if o.recorded.get(_uid(m)) != job_id)
     if unrecorded:
         # A previous life submitted, or recording failed, or a crash came in between.
@@ -376,7 +400,7 @@ def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> D
                 "deleting the Pod",
             )
     unbound = tuple(m for m in carrying if not _bound(m) and not refused(m))
-    if unbound and job.ended:
+    if unbound and job.ended and not (o.group is not None and _outgrown_before_it_ran(o.group, job)):
         return Delete(
             unbound,
             "Warning",
@@ -480,10 +504,52 @@ def _unschedulable(
     return Pend(members, REASON_UNSCHEDULABLE, message, event="FailedScheduling")
 
 
-def _recorded_by_all(o: Observed, live: tuple[JSON, ...]) -> int | None:
-    """The job id the members carry (a previous life submitted and recorded it)."""
-    ids = {job_id for m in live if (job_id := o.recorded.get(_uid(m))) is not None}
+def _recorded_by_all(o: Observed, live: tuple[JSON, ...], replaced: int | None = None) -> int | None:
+    """The job id the members carry (a previous life submitted and recorded it), but the one a new
+    job replaces."""
+    ids = {job_id for m in live if (job_id := o.recorded.get(_uid(m))) is not None and job_id != replaced}
     return max(ids) if ids else None
+
+
+def _outgrown(group: groups.Group, job: JobStatus) -> bool:
+    """The group's minCount grew past the nodes its job asks for (or holds), as Slurm says them."""
+    return not group.alone and 0 < job.job.node_count < group.min_count
+
+
+def _outgrown_before_it_ran(group: groups.Group, job: JobStatus) -> bool:
+    """Ended without ever running, on fewer nodes than minCount asks now: the job decide cancels
+    when minCount grows while it is pending. Its members wait for the new job, not deleted."""
+    return job.ended and not job.started and not job.job.nodes and _outgrown(group, job)
+
+
+def _size_name(group: groups.Group) -> str:
+    return "minCount" if group.podgroup is not None else "size"
+
+
+def _cancel_outgrown(group: groups.Group, job: JobStatus, live: tuple[JSON, ...]) -> Cancel:
+    """A pending job asks for too few nodes now: cancelled, so the group becomes one job of minCount
+    (Slurm cannot change a pending job's node count for Tandem: its nodes, tasks and resources per
+    node are all the submit's)."""
+    wanted, asked = group.min_count, job.job.node_count
+    return Cancel(
+        (job.job_id,),
+        f"{_size_name(group)} grew to {wanted}, past the {asked} nodes the pending job asks for",
+        live,
+        EVENT_JOB_OUTGROWN,
+        f"{group.title}'s {_size_name(group)} grew to {wanted} while Slurm job {job.job_id} ({asked} "
+        f"nodes) was pending: cancelling it to place the group as one job of {wanted}",
+    )
+
+
+def _outgrown_message(group: groups.Group, job: JobStatus) -> str:
+    """Why members past a running job's nodes wait, when minCount grew after it started."""
+    size, wanted, held = _size_name(group), group.min_count, job.job.node_count
+    return (
+        f"{group.title}'s {size} grew to {wanted} after Slurm job {job.job_id} started on {held} nodes: "
+        "a running Slurm job cannot grow, so the members on its nodes keep running and this one waits "
+        f"for one of them to free; set {size} back to {held}, or recreate the group to place all {wanted} "
+        "as one job"
+    )
 
 
 def _assign(
@@ -491,10 +557,12 @@ def _assign(
 ) -> tuple[Placement, ...] | str:
     """Each unbound member's node, in rank order on the job's nodes no member runs on yet; or why
     no assignment can be made yet."""
-    if len(job.job.nodes) < group.min_count:
+    # The nodes the job holds, as Slurm counts them; while not known, as many as minCount asks.
+    wanted = job.job.node_count or group.min_count
+    if len(job.job.nodes) < wanted:
         # Told of the allocation before all of it was read: binding now would place only part
         # of the group.
-        return f"Slurm job {job.job_id}'s {group.min_count} nodes are not all known yet"
+        return f"Slurm job {job.job_id}'s {wanted} nodes are not all known yet"
     hosts: dict[str, str] = {}
     for slurm_node in job.job.nodes:
         kube_node = o.hosts.get(slurm_node)
@@ -512,8 +580,11 @@ def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ..
     if isinstance(placements, str):
         return Wait(placements)
     if not placements:
+        unbound = tuple(m for m in live if not _bound(m))
+        if _outgrown(group, job):
+            return Pend(unbound, REASON_GROUP_FULL, _outgrown_message(group, job))
         return Pend(
-            tuple(m for m in live if not _bound(m)),
+            unbound,
             REASON_GROUP_FULL,
             f"each of Slurm job {job.job_id}'s {len(job.job.nodes)} nodes already runs a member of the group",
         )
@@ -530,7 +601,13 @@ def _nominate(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON
     if isinstance(placements, str):
         return Nothing()  # the bind waits for it; a nomination is only a hint
     changed = tuple(p for p in placements if _nominated(p.pod) != p.kube_node)
-    return Nominate(changed) if changed else Nothing()
+    if changed:
+        return Nominate(changed)
+    placed = {_uid(p.pod) for p in placements}
+    left = tuple(m for m in live if not _bound(m) and _uid(m) not in placed)
+    if left and _outgrown(group, job):
+        return Pend(left, REASON_GROUP_FULL, _outgrown_message(group, job))
+    return Nothing()
 
 
 def _pending(
@@ -577,12 +654,14 @@ def placement_state(o: Observed, action: Action, pod: JSON | None = None) -> str
     if pod is None:
         pod = o.members[0] if o.members else {}
     job = o.job
+    if job is not None and o.group is not None and _outgrown_before_it_ran(o.group, job):
+        job = None  # cancelled to be replaced: its members wait for the new job
     uid = _uid(pod)
     mine = _touches(action, uid)
     if (isinstance(action, Reject) and mine) or (pod and refused(pod)):
         return "INVALID"
     if (
-        isinstance(action, Cancel)
+        (isinstance(action, Cancel) and not action.pods)
         or (isinstance(action, Delete) and mine)
         or (pod.get("metadata") or {}).get("deletionTimestamp")
         or (job is not None and (job.terminating or job.ended))
