@@ -314,3 +314,12 @@ def podgroups() -> tuple[str, str, str]:
     Kubernetes 1.37, v1alpha2 on 1.36 (CI's second leg)."""
     group, version = devkube.podgroup_api(StackConfig.from_env())
     return group, version, "podgroups"
+
+
+def indexed_job_gang(size: int) -> dict[str, Any]:
+    """What makes an Indexed Job's PodGroup a gang: on Kubernetes 1.37 the Job says so
+    (`spec.scheduling`, basic when absent); 1.36's Job controller made every Indexed Job with
+    parallelism = completions > 1 a gang by itself, and has no such field."""
+    if podgroups()[1] == "v1alpha2":
+        return {}
+    return {"scheduling": {"schedulingPolicy": {"gang": {"minCount": size}}}}

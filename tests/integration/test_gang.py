@@ -115,6 +115,7 @@ def test_an_indexed_job_of_three_is_one_slurm_job_on_three_nodes(
                 "completionMode": "Indexed",
                 "completions": 3,
                 "parallelism": 3,
+                **h.indexed_job_gang(3),
                 "template": {
                     **_template(stack_cfg),
                     "spec": {**_template(stack_cfg)["spec"], "restartPolicy": "Never"},
@@ -217,6 +218,45 @@ def test_without_enough_free_nodes_the_whole_group_pends(
     _one_job_on_distinct_nodes(stack_cfg, pods)
 
 
+def test_a_mincount_grown_while_the_job_pends_becomes_one_job_of_the_new_size(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
+) -> None:
+    """Kubernetes 1.37 lets gang.minCount change (issue 21): the pending job of 2 is cancelled
+    and the group runs as one job of 3, every member on a node of it."""
+    total = len(stack_cfg.slurm_node_names())
+    blocker = h.sbatch(stack_cfg, "--exclusive", f"--nodes={total}")
+    h.wait_until(
+        "blocker running", lambda: "R" in h.squeue(stack_cfg, "-h", "-j", str(blocker), "-o", "%t"), 30
+    )
+    try:
+        group = h.unique("grow")
+        _podgroup(custom, group, 2)
+        for i in range(2):
+            h.create(core, _member(stack_cfg, f"{group}-{i}", group))
+        first = h.wait_until("the job of 2", lambda: h.job_id_of(core, f"{group}-0"), 30)
+        assert h.rest_job(stack_cfg, first)["node_count"] == 2
+        try:
+            custom.patch_namespaced_custom_object(
+                *h.podgroups()[:2],
+                NS,
+                h.podgroups()[2],
+                group,
+                {"spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}},
+            )
+        except ApiException as e:
+            if e.status == 422 and h.podgroups()[1] == "v1alpha2":
+                pytest.skip("Kubernetes 1.36's v1alpha2 PodGroup keeps minCount immutable")
+            raise
+        h.create(core, _member(stack_cfg, f"{group}-2", group))
+        h.wait_until("the job of 2 cancelled", lambda: first not in h.squeue_ids(stack_cfg), 30)
+        said = [e.message for e in h.events_for(core, f"{group}-0") if e.reason == "SlurmJobCancelled"]
+        assert said and f"minCount grew to 3 while Slurm job {first} (2 nodes) was pending" in said[0], said
+    finally:
+        h.scancel(stack_cfg, blocker)
+    pods = h.wait_until("three members bound", lambda: _all_bound(core, 3), 60)
+    assert _one_job_on_distinct_nodes(stack_cfg, pods) != first
+
+
 def test_scancel_deletes_every_member(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:
@@ -242,6 +282,7 @@ def test_a_deleted_member_is_replaced_on_the_same_node(
                 "completionMode": "Indexed",
                 "completions": 2,
                 "parallelism": 2,
+                **h.indexed_job_gang(2),
                 "backoffLimit": 5,
                 "template": {
                     **_template(stack_cfg),

@@ -154,6 +154,7 @@ def test_an_indexed_job_gets_a_pod_group_from_the_job_controller(
                 "completionMode": "Indexed",
                 "completions": 2,
                 "parallelism": 2,
+                **h.indexed_job_gang(2),
                 "template": _pod_template({"job": "train"}, restartPolicy="Never"),
             },
         },
