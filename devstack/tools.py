@@ -46,9 +46,11 @@ def _kubernetes(name: str, version: str) -> Tool:
 
 
 def kubernetes_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
-    """The control plane and kubectl of one Kubernetes version."""
-    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-    return [_kubernetes(name, version) for name in names]
+    """The control plane of one Kubernetes version, and one kubectl for both (a client one minor
+    newer than the apiserver is supported: a fresh machine builds one kubectl less)."""
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    kubectl = _kubernetes("kubectl", config.DEFAULT_KUBERNETES_VERSION)
+    return [*(_kubernetes(name, version) for name in names), kubectl]
 
 
 def lab_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
