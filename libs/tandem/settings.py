@@ -174,7 +174,9 @@ def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, 
 
 
 def _convert(kind: Any, raw: str) -> Any:
-    if isinstance(kind, types.UnionType):  # `X | None`
+    if isinstance(kind, types.UnionType):  # `X | None`: blank is None (not set)
+        if not raw.strip():
+            return None
         kind = next(k for k in typing.get_args(kind) if k is not type(None))
     if kind is bool:
         low = raw.strip().lower()

@@ -21,6 +21,7 @@ from tandem.scheduler import decide
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
+from tandem.scheduler.killwait_source import KillWait
 from tandem.scheduler.policy import parse
 from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
@@ -640,3 +641,40 @@ def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced()
             "job 10 for PodGroup default/train (3 nodes, one per member) submitted",
         ),
     )
+
+
+# --- Slurm's KillWait, as it is now ------------------------------------------------------------------
+
+
+def test_each_decision_reads_kill_wait_as_it_is_now_and_the_job_is_told_it() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    pod = _pod()
+    pod["spec"]["terminationGracePeriodSeconds"] = 40
+    pods.pods[POD.key] = pod
+    controller, slurm, _ = _controller(pods, _tracker())
+    now = KillWait(30.0, "Slurm's running configuration")
+    controller.kill_wait = lambda: now
+    _, action = controller.decision(POD.key)
+    assert isinstance(action, decide.Reject)
+    assert "(KillWait 30s minus 5s, KillWait from Slurm's running configuration), got 40" in action.message
+    now = KillWait(60.0, "slurm.conf at /etc/slurm/slurm.conf")  # raised in Slurm: no restart
+    slurm.submit_job.return_value = 7
+    controller.reconcile(POD.key)
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.environment["TANDEM_KILL_WAIT"] == "60"
+
+
+def test_nothing_is_decided_until_kill_wait_is_known() -> None:
+    """slurmrestd unreachable since the start: a Pod is neither refused for a guessed KillWait nor
+    submitted; the key comes back after its backoff."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, _ = _controller(pods, _tracker())
+    controller.kill_wait = lambda: None
+    with pytest.raises(NotYet, match="KillWait is not known yet"):
+        controller.reconcile(POD.key)
+    slurm.submit_job.assert_not_called()
+    # A placement read still answers (as if Slurm's default applied).
+    assert controller.placement(pods.pods[POD.key]).state == scheduler_pb2.PLACEMENT_STATE_PENDING

@@ -395,6 +395,53 @@ def test_the_slurmd_side_is_told_to_mount_the_hooks_token_root_only() -> None:
         assert "defaultMode: 0400" in (CHART / "templates" / template).read_text(), template
 
 
+# --- Slurm's KillWait ------------------------------------------------------------------------------
+
+
+def test_by_default_the_scheduler_reads_kill_wait_from_slurm(default_docs: list[Doc]) -> None:
+    c = container(deployment(default_docs, "scheduler"))
+    assert not any(a.startswith(("--slurm-kill-wait", "--slurm-conf-file")) for a in c["args"])
+    volumes = deployment(default_docs, "scheduler")["spec"]["template"]["spec"]["volumes"]
+    assert not any(v["name"] == "slurm-conf" for v in volumes)
+
+
+def test_a_kill_wait_given_overrides_slurms() -> None:
+    c = container(deployment(render("global.slurm.killWait=45s"), "scheduler"))
+    assert "--slurm-kill-wait=45s" in c["args"]
+
+
+def test_a_slurm_conf_configmap_is_mounted_read_only_and_passed_to_the_scheduler_only() -> None:
+    docs = render("global.slurm.confConfigMap=slurm-conf", "global.slurm.confConfigMapKey=slurm.conf.main")
+    dep = deployment(docs, "scheduler")
+    c = container(dep)
+    assert "--slurm-conf-file=/etc/tandem/slurm-conf/slurm.conf" in c["args"]
+    assert not any(a.startswith("--slurm-kill-wait") for a in c["args"])
+    assert {"name": "slurm-conf", "mountPath": "/etc/tandem/slurm-conf", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    (vol,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "slurm-conf"]
+    # The whole directory, not a subPath: the kubelet swaps in the ConfigMap's edits, read again.
+    assert vol["configMap"] == {
+        "name": "slurm-conf",
+        "defaultMode": 0o444,
+        "items": [{"key": "slurm.conf.main", "path": "slurm.conf"}],
+    }
+    assert not any(m.get("subPath") for m in c["volumeMounts"] if m["name"] == "slurm-conf")
+    for other in ("syncer", "hooks"):
+        assert not any("slurm-conf" in a for a in container(deployment(docs, other))["args"])
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("", True), ("30s", True), ("500ms", True), ("2m", True), ("thirty", False), ("30", False)],
+)
+def test_kill_wait_is_blank_or_a_duration(value: str, ok: bool) -> None:
+    res = _helm_template(f"global.slurm.killWait={value}")
+    assert (res.returncode == 0) is ok, res.stderr
+    if not ok:
+        assert "/global/slurm/killWait" in res.stderr
+
+
 # --- slurmrestd over HTTPS -------------------------------------------------------------------
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

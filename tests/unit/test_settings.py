@@ -12,7 +12,16 @@ def test_flag_beats_environment_beats_default() -> None:
     cfg = load(SchedulerSettings, ["--scheduler-name", "from-flag"], env)
     assert cfg.scheduler_name == "from-flag"
     assert cfg.slurm_kill_wait == 45.0
-    assert load(SchedulerSettings, [], {}).slurm_kill_wait == 30.0
+    # Not given: read from Slurm (tandem.scheduler.killwait_source); blank is not given either.
+    assert load(SchedulerSettings, [], {}).slurm_kill_wait is None
+    assert load(SchedulerSettings, [], {"TANDEM_SLURM_KILL_WAIT": ""}).slurm_kill_wait is None
+    assert load(SchedulerSettings, ["--slurm-kill-wait="], {}).slurm_kill_wait is None
+
+
+def test_the_slurm_conf_file_is_a_path_empty_by_default() -> None:
+    assert load(SchedulerSettings, [], {}).slurm_conf_file == ""
+    cfg = load(SchedulerSettings, ["--slurm-conf-file", "/etc/tandem/slurm-conf/slurm.conf"], {})
+    assert cfg.slurm_conf_file == "/etc/tandem/slurm-conf/slurm.conf"
 
 
 def test_namespaces_are_a_comma_separated_list() -> None:

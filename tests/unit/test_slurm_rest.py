@@ -984,3 +984,55 @@ def test_an_infinite_number_in_an_answer_is_a_malformed_answer(make_client: Make
     client, _ = make_client(lambda _r: httpx.Response(200, text='{"jobs": [{"job_id": Infinity}]}'))
     with pytest.raises(SlurmApiError, match=r"GET job: slurmrestd's answer is malformed \(OverflowError"):
         client.get_job(7)
+
+
+# --- GET /conf: Slurm's running configuration (KillWait) ----------------------------------------
+
+
+def test_get_conf_answers_the_running_configuration(make_client: MakeClient) -> None:
+    answer = {"slurm_conf": {"KillWait": 30, "UnkillableStepTimeout": 100}, "slurm_conf_meta": {}}
+    client, slurm = make_client(lambda request: _ok(answer), version="v0.0.45")
+    assert client.get_conf() == {"KillWait": 30, "UnkillableStepTimeout": 100}
+    assert slurm.paths == ["/slurm/v0.0.45/conf"]
+    assert slurm.requests[0].headers["X-SLURM-USER-NAME"] == "slurm"
+    assert slurm.requests[0].headers["X-SLURM-USER-TOKEN"] == "fixed-token"
+
+
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != "v0.0.45"])
+def test_get_conf_is_none_without_asking_where_the_parser_version_has_none(
+    make_client: MakeClient, version: str
+) -> None:
+    client, slurm = make_client(lambda request: _ok({"slurm_conf": {"KillWait": 30}}), version=version)
+    assert client.get_conf() is None
+    assert slurm.paths == []
+
+
+def test_get_conf_is_none_when_slurmrestd_does_not_serve_it(make_client: MakeClient) -> None:
+    client, _ = make_client(lambda request: httpx.Response(404, text="Not Found"), version="v0.0.45")
+    assert client.get_conf() is None
+
+
+@pytest.mark.parametrize(
+    ("why", "answer", "status"),
+    [
+        ("slurmctld down", _error(500, {"error": "Unable to contact slurm controller"}), 500),
+        ("token refused", _error(401, {"error": "Authentication failure"}), 401),
+        ("no slurm_conf", _ok({}), 502),
+        ("slurm_conf not an object", _ok({"slurm_conf": [1]}), 502),
+        ("errors in a 200", _ok({"errors": [{"error": "Unable to read configuration"}]}), 200),
+    ],
+)
+def test_get_conf_raises_on_any_other_answer(
+    make_client: MakeClient, why: str, answer: httpx.Response, status: int
+) -> None:
+    client, _ = make_client(lambda request: answer, version="v0.0.45")
+    with pytest.raises(SlurmApiError) as raised:
+        client.get_conf()
+    assert raised.value.status == status, why
+
+
+def test_get_conf_without_slurmrestd_raises_as_unreachable(make_client: MakeClient) -> None:
+    client, _ = make_client(_refuse, version="v0.0.45")
+    with pytest.raises(SlurmApiError) as raised:
+        client.get_conf()
+    assert raised.value.status == 0

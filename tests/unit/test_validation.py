@@ -442,13 +442,57 @@ def test_grace_period_must_stay_below_kill_wait_minus_five(grace: int, kill_wait
 def test_grace_period_problem_states_the_limit_and_where_it_comes_from() -> None:
     problem = only_error(validate(make_pod(grace=30), 30.0))
     assert str(problem) == (
-        "spec.terminationGracePeriodSeconds: must be less than 25 (--slurm-kill-wait 30s minus 5s), got 30"
+        "spec.terminationGracePeriodSeconds: must be less than 25"
+        " (KillWait 30s minus 5s, KillWait from --slurm-kill-wait), got 30"
     )
+
+
+KILL_WAIT_SOURCES = [
+    (
+        "Slurm's running configuration",
+        30.0,
+        40,
+        "must be less than 25 (KillWait 30s minus 5s, KillWait from Slurm's running configuration), got 40",
+    ),
+    (
+        "slurm.conf at /etc/slurm/slurm.conf",
+        60.0,
+        55,
+        "must be less than 55 (KillWait 60s minus 5s, KillWait from slurm.conf at /etc/slurm/slurm.conf),"
+        " got 55",
+    ),
+    (
+        "--slurm-kill-wait",
+        20.0,
+        15,
+        "must be less than 15 (KillWait 20s minus 5s, KillWait from --slurm-kill-wait), got 15",
+    ),
+    (
+        "Slurm's default",
+        30.0,
+        25,
+        "must be less than 25 (KillWait 30s minus 5s, KillWait from Slurm's default), got 25",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "kill_wait", "grace", "rule"), KILL_WAIT_SOURCES, ids=[r[0] for r in KILL_WAIT_SOURCES]
+)
+def test_grace_period_problem_cites_where_kill_wait_came_from(
+    source: str, kill_wait: float, grace: int, rule: str
+) -> None:
+    problem = only_error(validate(make_pod(grace=grace), kill_wait, kill_wait_source=source))
+    assert problem.field == "spec.terminationGracePeriodSeconds"
+    assert problem.rule == rule
 
 
 def test_fractional_kill_wait_is_shown_as_given() -> None:
     problem = only_error(validate(make_pod(grace=26), 30.5))
-    assert problem.rule == "must be less than 25.5 (--slurm-kill-wait 30.5s minus 5s), got 26"
+    assert (
+        problem.rule
+        == "must be less than 25.5 (KillWait 30.5s minus 5s, KillWait from --slurm-kill-wait), got 26"
+    )
 
 
 def test_an_absent_grace_period_is_kubernetes_default_of_30() -> None:

@@ -547,6 +547,10 @@ key apiCaKey. Mounted and passed as --slurm-api-ca-file only when one is set.
 
 {{- define "tandem.slurmApiCa.dir" -}}/etc/tandem/slurm-api-ca{{- end -}}
 
+{{/* Where the scheduler mounts global.slurm.confConfigMap (slurm.conf, for KillWait=). Not subPath:
+a ConfigMap's edit reaches the file, and the scheduler reads it again. */}}
+{{- define "tandem.slurmConf.dir" -}}/etc/tandem/slurm-conf{{- end -}}
+
 {{- define "tandem.slurmApiCa.volume" -}}
 {{- $src := include "tandem.slurmApiCa.source" . -}}
 {{- if $src -}}

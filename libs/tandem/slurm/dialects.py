@@ -28,6 +28,9 @@ SUPPORTED_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41", "v0
 _SHARED = {value: {"ok": "oversubscribe"}.get(value, value) for value in keys.EXCLUSIVE_VALUES}
 # Sharing within a topology segment only came with Slurm 24.05's v0.0.41.
 _TOPO_SINCE = "v0.0.41"
+# GET /conf (Slurm's running configuration) is served from this data-parser version on (Slurm
+# 26.05; v0.0.44 answers that it is not served, 24.11's versions have no such path).
+_CONF_SINCE = "v0.0.45"
 
 
 class UnsupportedBySlurm(ValueError):
@@ -117,6 +120,7 @@ class Dialect:
         # Versions are listed newest first: a smaller index is a newer version.
         newer = SUPPORTED_VERSIONS.index(version) <= SUPPORTED_VERSIONS.index(_TOPO_SINCE)
         self._sharing = _SHARED if newer else {k: v for k, v in _SHARED.items() if k != "topo"}
+        self.serves_conf = SUPPORTED_VERSIONS.index(version) <= SUPPORTED_VERSIONS.index(_CONF_SINCE)
 
     def parse_job(self, raw: dict[str, Any]) -> Job:
         state, flags = _states(raw.get("job_state"))

@@ -317,6 +317,28 @@ class SlurmRestClient:
             return None
         return data
 
+    def get_conf(self) -> dict[str, Any] | None:
+        """Slurm's running configuration (`scontrol show config`) as slurmrestd's /conf serves it:
+        `slurm_conf`, keys as slurm.conf spells them (KillWait: seconds). None when not served: the
+        data-parser version has no /conf (before v0.0.45; Slurm 24.11 has none at all) or the
+        server answers 404. Other errors raise as every call does."""
+        if not self.dialect.serves_conf:
+            return None
+        with _answer_of("GET conf"):
+            try:
+                data = self._request("GET", "conf").json()
+            except SlurmApiError as e:
+                if e.status == 404:
+                    return None
+                raise
+            problem = _errors(data)
+            if problem:
+                raise SlurmApiError(f"GET conf: {problem}", 200)
+            conf = data["slurm_conf"]
+            if not isinstance(conf, dict):
+                raise TypeError(f"slurm_conf is a {type(conf).__name__}, not an object")
+            return conf
+
     def update_job(self, job_id: int, **fields: str) -> None:
         """Change a job's string fields (e.g. `extra`, `comment`) as its owner or an operator may."""
         with _answer_of("POST job"):

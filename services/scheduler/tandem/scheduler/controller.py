@@ -21,6 +21,7 @@ from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups, jobspec
 from tandem.scheduler.jobs import JobTracker
+from tandem.scheduler.killwait_source import FROM_DEFAULT, FROM_FLAG, KillWait
 from tandem.scheduler.podapi import PodApi, condition
 from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.scheduler.validation import Problem, Validation, effective_requests
@@ -127,7 +128,7 @@ class Controller:
         queue: WorkQueue,
         pods: PodCache,
         placeholder_cfg: jobspec.PlaceholderConfig,
-        kill_wait: float,
+        kill_wait: float | Callable[[], KillWait | None],
         podgroups: ObjectCache | None = None,
         cluster: ClusterCaches | None = None,
         reject_static_cpu: bool = False,
@@ -148,7 +149,11 @@ class Controller:
         self.pods = pods
         self.api = PodApi(kube)
         self.placeholder_cfg = placeholder_cfg
-        self.kill_wait = kill_wait
+        # Slurm's KillWait now (tandem.scheduler.killwait_source: cached, read again now and then);
+        # None until it is first known. A number: fixed, as --slurm-kill-wait gives it.
+        self.kill_wait: Callable[[], KillWait | None] = (
+            kill_wait if callable(kill_wait) else _fixed(KillWait(float(kill_wait), FROM_FLAG))
+        )
         # Pod uid (or group key) -> the job this process submitted for it, until the stream
         # shows the job or the Pod carries its id.
         self._submitted: AssumeCache[int] = AssumeCache()
@@ -238,13 +243,18 @@ class Controller:
             pod = self.pods.get(key)
             if pod is not None and self._in_gang(pod):
                 return None  # its group's reconcile places it
+        kill_wait = self.kill_wait()
+        if kill_wait is None:
+            # Not read from Slurm yet (slurmrestd unreachable so far: the source logs why). A Pod
+            # refused for a guessed KillWait would stay refused, so nothing is decided until then.
+            raise NotYet("Slurm's KillWait is not known yet")
         self._forget_what_the_caches_show(key)
-        return self._act(*self.decision(key))
+        return self._act(*self.decision(key, kill_wait))
 
-    def decision(self, key: str) -> tuple[d.Observed, d.Action]:
+    def decision(self, key: str, kill_wait: KillWait | None = None) -> tuple[d.Observed, d.Action]:
         """What to do for a key: decided on a snapshot, judged against every Node only when the
         decision needs which Nodes would take the members."""
-        observed = self.observe(key)
+        observed = self.observe(key, kill_wait)
         action = d.decide(observed)
         if isinstance(action, d.Judge):
             observed = dataclasses.replace(observed, fits=self._fits(observed.members, observed.job))
@@ -300,9 +310,11 @@ class Controller:
             return key
         return str(members[0]["metadata"]["uid"])
 
-    def observe(self, key: str) -> d.Observed:
+    def observe(self, key: str, kill_wait: KillWait | None = None) -> d.Observed:
         """A snapshot of plain values: everything decide reads but the fits (decide asks for
-        them: Judge)."""
+        them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
+        by the read-only placement()) Slurm's default while none is known."""
+        kill_wait = kill_wait or self.kill_wait() or _UNKNOWN_KILL_WAIT
         members, group, jobs = self._members_and_jobs(key)
         recorded: dict[str, int] = {}
         for pod in members:
@@ -333,7 +345,8 @@ class Controller:
             slurm_nodes=self.jobs.slurm_node_count(),
             fits=d.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
-            kill_wait=self.kill_wait,
+            kill_wait=kill_wait.seconds,
+            kill_wait_source=kill_wait.source,
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
         )
@@ -404,7 +417,7 @@ class Controller:
             case d.Refuse(pods=pods, reason=reason, message=message):
                 self._refuse(group, pods, reason, message)
             case d.Submit(members=members, validations=validations, excluded=excluded):
-                self._submit(group, members, validations, excluded)
+                self._submit(group, members, validations, excluded, o.kill_wait)
             case d.Record(pods=pods, job_id=job_id):
                 for pod in pods:
                     self._record(pod, job_id)
@@ -468,8 +481,16 @@ class Controller:
         members: tuple[JSON, ...],
         validations: tuple[Validation, ...],
         excluded: tuple[str, ...] = (),
+        kill_wait: float | None = None,
     ) -> None:
+        """`kill_wait`: the KillWait the members were validated against, which the placeholder
+        script is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
         what = "the placeholder job" if group.alone else "the group's job"
+        cfg = self.placeholder_cfg
+        if kill_wait is not None:
+            cfg = dataclasses.replace(
+                cfg, environment={**cfg.environment, "TANDEM_KILL_WAIT": str(int(kill_wait))}
+            )
         attributes = (
             {"k8s.pod": group.key} if group.alone else {"k8s.group": group.key, "members": len(members)}
         )
@@ -481,7 +502,7 @@ class Controller:
             spec = jobspec.build_group_job_spec(
                 group.ref,
                 members,
-                self.placeholder_cfg,
+                cfg,
                 [v.requests for v in validations],
                 excluded,
                 validations[0].job_annotations,  # the members agree (validation.disagreements)
@@ -648,6 +669,14 @@ class Controller:
             state=f"PLACEMENT_STATE_{d.placement_state(observed, action, pod)}",
             reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
         )
+
+
+# What placement() shows while Slurm's KillWait is not known yet (a reconcile waits instead).
+_UNKNOWN_KILL_WAIT = KillWait(30.0, f"{FROM_DEFAULT} (not read from Slurm yet)")
+
+
+def _fixed(value: KillWait) -> Callable[[], KillWait | None]:
+    return lambda: value
 
 
 def _version(obj: JSON) -> str | None:

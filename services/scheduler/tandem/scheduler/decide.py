@@ -123,7 +123,10 @@ class Observed:
     fits: Mapping[str, Eligibility] | NotJudged | None = None
     # The nodes the job excludes now: as Slurm reports them, else as this process last set them.
     job_excludes: frozenset[str] | None = None
+    # Slurm's KillWait now (it may change: tandem.scheduler.killwait_source) and where it came
+    # from, which a refusal for a grace period cites.
     kill_wait: float = 0.0
+    kill_wait_source: str = "--slurm-kill-wait"
     # --reject-static-cpu: a Pod the kubelet would pin CPUs for is refused, not only warned about.
     reject_static_cpu: bool = False
     # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
@@ -315,7 +318,9 @@ def decide(o: Observed) -> Action:
         if not unbound:
             return Nothing()
         return Pend(unbound, REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
-    results = tuple(validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy) for m in live)
+    results = tuple(
+        validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source) for m in live
+    )
     invalid = _invalid(group, live, results)
     if invalid is not None:
         return invalid

@@ -30,6 +30,7 @@ from tandem.scheduler.controller import (
     unschedulable_index,
 )
 from tandem.scheduler.jobs import JobTracker
+from tandem.scheduler.killwait_source import KillWaitSource
 from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
@@ -42,7 +43,8 @@ log = logging.getLogger("tandem.scheduler")
 
 def placeholder_config(cfg: SchedulerSettings) -> jobspec.PlaceholderConfig:
     """What every placeholder job gets: the script, its environment, its credential's key. A
-    service whose flags cannot make one does not start."""
+    service whose flags cannot make one does not start. TANDEM_KILL_WAIT is added at each submit:
+    the KillWait current then (tandem.scheduler.killwait_source)."""
     if not cfg.scheduler_name:
         raise SystemExit("--scheduler-name (TANDEM_SCHEDULER_NAME) is required")
     try:
@@ -54,7 +56,6 @@ def placeholder_config(cfg: SchedulerSettings) -> jobspec.PlaceholderConfig:
         environment={
             "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             "TANDEM_HOOKS_ENV": cfg.hooks_env_file,
-            "TANDEM_KILL_WAIT": str(int(cfg.slurm_kill_wait)),
         },
         gpu_types=gpu_types,
         scheduler_name=cfg.scheduler_name,
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     tls = cfg.grpc_tls("tandem-scheduler")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
+    # Read from Slurm at a decision, again every minute or so; --slurm-kill-wait overrides it.
+    kill_wait = KillWaitSource(cfg.slurm_kill_wait, slurm, cfg.slurm_conf_file)
     channel = serving.channel(cfg.syncer_address, tls)
     # What the controller reads calls it back on each change: it exists by the time they start.
     controller: Controller
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         queue,
         caches.pods,
         placeholder_cfg,
-        cfg.slurm_kill_wait,
+        kill_wait.current,
         caches.podgroups,
         ClusterCaches(caches.nodes, caches.bound),
         cfg.reject_static_cpu,

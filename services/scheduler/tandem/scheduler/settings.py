@@ -26,11 +26,20 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_WATCH_NAMESPACE",
         help="comma-separated namespaces; empty means the whole cluster",
     )
-    slurm_kill_wait: Seconds = option(
-        Seconds(30.0),
+    # None: not given, KillWait is read from Slurm (tandem.scheduler.killwait_source).
+    slurm_kill_wait: Seconds | None = option(
+        None,
         flag="--slurm-kill-wait",
         env="TANDEM_SLURM_KILL_WAIT",
-        help="Slurm's KillWait; Pods' grace periods must stay below it minus 5s",
+        help="override Slurm's KillWait (Pods' grace periods must stay below it minus 5s); unset or"
+        " empty: read from slurmrestd's /conf (Slurm 26.05+), else --slurm-conf-file, else 30s",
+    )
+    slurm_conf_file: str = option(
+        "",
+        flag="--slurm-conf-file",
+        env="TANDEM_SLURM_CONF_FILE",
+        help="a copy of slurm.conf (KillWait=) for a slurmrestd without /conf (Slurm 24.11); read"
+        " again when it changes",
     )
     syncer_address: str = option(
         "tandem-syncer:50052",

@@ -140,10 +140,15 @@ def effective_requests(pod: Pod) -> dict[str, int]:
 
 
 def validate(
-    pod: Pod, kill_wait_seconds: float, reject_static_cpu: bool = False, policy: Policy | None = None
+    pod: Pod,
+    kill_wait_seconds: float,
+    reject_static_cpu: bool = False,
+    policy: Policy | None = None,
+    kill_wait_source: str = "--slurm-kill-wait",
 ) -> Validation:
     """`policy`: the tenant policy (the scheduler always passes its own); None checks only that
-    Slurm can be handed the Pod."""
+    Slurm can be handed the Pod. `kill_wait_source`: where Slurm's KillWait came from, as a
+    refusal cites it (tandem.scheduler.killwait_source)."""
     errors: list[Problem] = []
     warnings: list[str] = []
     found = pod_annotations(pod)
@@ -157,7 +162,7 @@ def validate(
     request_problems: list[Problem] = []
     total = _effective(pod, request_problems)
     errors.extend(_request_problems(total, request_problems))
-    errors.extend(_grace_problems(pod, kill_wait_seconds))
+    errors.extend(_grace_problems(pod, kill_wait_seconds, kill_wait_source))
     requests = {} if request_problems else {name: _to_units(name, value) for name, value in total.items()}
     verdict = Verdict()
     if policy is not None and not any(p.field.startswith("metadata.annotations[") for p in errors):
@@ -392,7 +397,7 @@ def _format_cpu(cores: Decimal) -> str:
 # --- termination grace period --------------------------------------------------------------------
 
 
-def _grace_problems(pod: Pod, kill_wait_seconds: float) -> list[Problem]:
+def _grace_problems(pod: Pod, kill_wait_seconds: float, source: str) -> list[Problem]:
     field = "spec.terminationGracePeriodSeconds"
     raw = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     grace = DEFAULT_GRACE_SECONDS if raw is None else raw
@@ -401,7 +406,7 @@ def _grace_problems(pod: Pod, kill_wait_seconds: float) -> list[Problem]:
     limit = kill_wait_seconds - KILL_WAIT_MARGIN_SECONDS
     if grace < limit:
         return []
-    why = f"--slurm-kill-wait {_number(kill_wait_seconds)}s minus {KILL_WAIT_MARGIN_SECONDS}s"
+    why = f"KillWait {_number(kill_wait_seconds)}s minus {KILL_WAIT_MARGIN_SECONDS}s, KillWait from {source}"
     got = f"{grace} (the default when unset)" if raw is None else str(grace)
     return [Problem(field, f"must be less than {_number(limit)} ({why}), got {got}")]
 
