@@ -245,7 +245,10 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             kubeconfig_arg,
             *slurm_args,
             f"--scheduler-name={cfg.scheduler_name}",
-            f"--slurm-kill-wait={config.KILL_WAIT_SECONDS}s",
+            # KillWait as Slurm says it (slurmrestd's /conf on 26.05, slurm.conf on 24.11),
+            # followed within 2 s of a change (the integration test changes it).
+            f"--slurm-conf-file={cfg.slurm_conf}",
+            "--slurm-conf-refresh=2s",
             f"--syncer-address={addr['tandem-syncer']}",
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--hooks-env-file={hooks_env_file(cfg)}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -438,6 +439,17 @@ def switch_preemption(cfg: StackConfig, preempt: str) -> StackConfig:
     start_slurmctld(cfg, daemon)
     wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
     return cfg
+
+
+def set_kill_wait(cfg: StackConfig, seconds: int) -> None:
+    """KillWait=`seconds` in slurm.conf, and slurmctld restarted to run with it (as
+    switch_preemption, not `scontrol reconfigure`); jobs stay. A test puts the lab's value back."""
+    text = re.sub(r"(?m)^KillWait=\d+$", f"KillWait={seconds}", cfg.slurm_conf.read_text())
+    cfg.slurm_conf.write_text(text)
+    daemon = daemons(cfg)["slurmctld"]
+    daemon.stop()
+    start_slurmctld(cfg, daemon)
+    wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:

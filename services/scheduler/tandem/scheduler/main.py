@@ -72,8 +72,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     tls = cfg.grpc_tls("tandem-scheduler")
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
-    # Read from Slurm at a decision, again every minute or so; --slurm-kill-wait overrides it.
-    kill_wait = KillWaitSource(cfg.slurm_kill_wait, slurm, cfg.slurm_conf_file)
+    # Read from Slurm at a decision, again every --slurm-conf-refresh; --slurm-kill-wait overrides it.
+    kill_wait = KillWaitSource(
+        cfg.slurm_kill_wait, slurm, cfg.slurm_conf_file, refresh_seconds=cfg.slurm_conf_refresh
+    )
     channel = serving.channel(cfg.syncer_address, tls)
     # What the controller reads calls it back on each change: it exists by the time they start.
     controller: Controller

@@ -41,6 +41,12 @@ class SchedulerSettings(ClusterSettings):
         help="a copy of slurm.conf (KillWait=) for a slurmrestd without /conf (Slurm 24.11); read"
         " again when it changes",
     )
+    slurm_conf_refresh: Seconds = option(
+        60.0,
+        flag="--slurm-conf-refresh",
+        env="TANDEM_SLURM_CONF_REFRESH",
+        help="how often KillWait is read from Slurm again (a change is followed within this)",
+    )
     syncer_address: str = option(
         "tandem-syncer:50052",
         flag="--syncer-address",
