@@ -162,6 +162,11 @@ PODGROUP_RESOURCE = "podgroups"
 # (and v1alpha3, where CompositePodGroups are), 1.36 only v1alpha2; the objects are alike.
 PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 PODGROUP_KIND = "PodGroup"
+# PodGroups of different shapes placed together (a leader and its workers, prefill and decode):
+# each child PodGroup names its parent in spec.parentCompositePodGroupName, and Tandem places the
+# whole as one Slurm heterogeneous job, a component per child. Alpha in 1.37 (gate CompositePodGroup).
+COMPOSITE_RESOURCE = "compositepodgroups"
+COMPOSITE_VERSIONS = ("v1alpha3",)
 PODGROUP_SCHEDULED = "PodGroupScheduled"
 # Each replica group of a LeaderWorkerSet: a leader and size - 1 workers, told apart by these
 # labels and annotation, which the LWS controller puts on every Pod of the group.

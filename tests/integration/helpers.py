@@ -174,7 +174,8 @@ def squeue_ids(cfg: StackConfig) -> set[int]:
     out = subprocess.run(
         ["squeue", "-h", "-o", "%i"], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
     ).stdout
-    return {int(x) for x in out.split()}
+    # A het job's components print as `<het job id>+<offset>`: the het job's id stands for all.
+    return {int(x.partition("+")[0]) for x in out.split()}
 
 
 def scontrol(cfg: StackConfig, *args: str, check: bool = True) -> str:

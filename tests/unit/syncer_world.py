@@ -58,7 +58,7 @@ def _mirror(synced: bool, jobs: tuple[Job, ...] = (), nodes: tuple[Node, ...] | 
     slurm.list_nodes.return_value = (
         list(nodes) if nodes is not None else [Node("cpu-001", "ALLOCATED" if jobs else "IDLE")]
     )
-    slurm.get_job.return_value = None
+    slurm.get_job_components.return_value = []
     mirror = SlurmMirror(slurm, poll_interval=60)
     if synced:
         mirror.poll_once()

@@ -17,13 +17,13 @@ from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import controller as ctl
-from tandem.scheduler import decide
+from tandem.scheduler import decide, groups
 from tandem.scheduler.controller import Controller, group_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.scheduler.killwait_source import KillWait
 from tandem.scheduler.policy import parse
-from tandem.slurm.models import Job, JobStatus
+from tandem.slurm.models import HetComponent, Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import scheduler_pb2, slurm_pb2
 from tandem.workqueue import WorkQueue
@@ -48,6 +48,19 @@ class FakePodCache:
 
     def by_index(self, index: str, value: str) -> list[Any]:
         return [p for p in self.pods.values() if group_index(p) == [value]]
+
+
+class FakeObjects:
+    """An informer of PodGroups (indexed by their CompositePodGroup) or of CompositePodGroups."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+
+    def get(self, key: str) -> Any | None:
+        return self.objects.get(key)
+
+    def by_index(self, index: str, value: str) -> list[Any]:
+        return [o for o in self.objects.values() if groups.parent_index(o) == [value]]
 
 
 def _controller(pods: FakePodCache, jobs: JobTracker) -> tuple[Controller, mock.Mock, mock.Mock]:
@@ -320,7 +333,7 @@ def _gang(*members: dict[str, Any], min_count: int = 2) -> tuple[Controller, moc
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
     podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}}
-    podgroups = {f"{POD.namespace}/train": podgroup}
+    podgroups = FakeObjects({f"{POD.namespace}/train": podgroup})
     lab = parse("default: {defaultUser: 1001}")  # Pods without user-id run as tandem-pods
     controller = Controller(
         kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups, policy=lambda: lab
@@ -678,3 +691,121 @@ def test_nothing_is_decided_until_kill_wait_is_known() -> None:
     slurm.submit_job.assert_not_called()
     # A placement read still answers (as if Slurm's default applied).
     assert controller.placement(pods.pods[POD.key]).state == scheduler_pb2.PLACEMENT_STATE_PENDING
+
+
+# --- CompositePodGroup: one heterogeneous job --------------------------------------------------
+
+
+def _child(name: str, min_count: int) -> dict[str, Any]:
+    meta = {"namespace": POD.namespace, "name": name, "uid": f"pg-{name}", "resourceVersion": "1"}
+    return {
+        **PODGROUP,
+        "metadata": meta,
+        "spec": {
+            "parentCompositePodGroupName": "serve",
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+        },
+    }
+
+
+def _composite_member(podgroup: str, i: int, cpu: str) -> dict[str, Any]:
+    pod = _pod(requests={"cpu": cpu, "memory": "1Gi"})
+    pod["metadata"].update(name=f"{podgroup}-{i}", uid=f"uid-{podgroup}-{i}")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": podgroup}
+    return pod
+
+
+def _composite(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, JobTracker]:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods = {f"{POD.namespace}/{m['metadata']['name']}": m for m in members}
+    slurm = mock.Mock()
+    slurm.submit_job.return_value = 12
+    cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
+    hosts = {f"cpu-00{i}": f"node-00{i}" for i in range(1, 5)}
+    jobs = _tracker(hosts=hosts)
+    composite = {
+        "apiVersion": f"{keys.PODGROUP_GROUP}/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"namespace": POD.namespace, "name": "serve", "uid": "cpg-uid", "resourceVersion": "1"},
+        "spec": {"schedulingPolicy": {"gang": {}}},
+    }
+    children = {
+        f"{POD.namespace}/{c['metadata']['name']}": c for c in (_child("decode", 2), _child("prefill", 1))
+    }
+    controller = Controller(
+        mock.Mock(),
+        slurm,
+        jobs,
+        mock.Mock(),
+        WorkQueue(),
+        pods,
+        cfg,
+        30.0,
+        FakeObjects(children),
+        policy=lambda: parse("default: {defaultUser: 1001}"),
+        composites=FakeObjects({f"{POD.namespace}/serve": composite}),
+    )
+    return controller, slurm, jobs
+
+
+SERVE = [
+    _composite_member("prefill", 0, "4"),
+    _composite_member("decode", 0, "1"),
+    _composite_member("decode", 1, "1"),
+]
+
+
+def test_a_composite_pod_group_is_one_het_job_a_component_per_podgroup_sized_by_its_own_pods() -> None:
+    controller, slurm, _ = _composite(*SERVE)
+    # A member's own key and its PodGroup's place nothing: the CompositePodGroup's does.
+    controller.reconcile(f"{POD.namespace}/decode-0")
+    controller.reconcile(f"{POD.namespace}/pg:decode")
+    slurm.submit_job.assert_not_called()
+    controller.reconcile(f"{POD.namespace}/cpg:serve")
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.name == placeholder.job_name(
+        placeholder.PodRef(POD.namespace, "cpg:serve", "cpg-uid"), SCHEDULER
+    )
+    # Components in PodGroup name order: decode (2 nodes of 1 CPU), prefill (1 node of 4 CPUs).
+    assert [(c.nodes, c.cpus) for c in spec.components] == [(2, 1), (1, 4)]
+
+
+def test_a_composite_waits_for_every_component_and_says_which_lacks_members() -> None:
+    controller, slurm, _ = _composite(*SERVE[:2])
+    controller.reconcile(f"{POD.namespace}/cpg:serve")
+    slurm.submit_job.assert_not_called()
+    kube: mock.Mock = controller.api.kube  # type: ignore[assignment]
+    writes = [c.args[1] for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
+    message = writes[0]["status"]["conditions"][0]["message"]
+    assert "CompositePodGroup default/serve needs 3 members" in message and "1 of decode" in message
+
+
+def test_each_member_of_a_het_job_is_bound_to_a_node_of_its_own_component() -> None:
+    members = [
+        {**m, "metadata": {**m["metadata"], "annotations": {keys.JOB_ID_ANNOTATION: "12"}}} for m in SERVE
+    ]
+    controller, _, jobs = _composite(*members)
+    name = placeholder.job_name(placeholder.PodRef(POD.namespace, "cpg:serve", "cpg-uid"), SCHEDULER)
+    jobs._apply(
+        JobStatus(
+            Job(
+                12,
+                name,
+                "RUNNING",
+                nodes=("cpu-003", "cpu-004", "cpu-001"),
+                node_count=3,
+                admin_comment=name,
+                components=(HetComponent(12, 2, ("cpu-003", "cpu-004")), HetComponent(14, 1, ("cpu-001",))),
+            ),
+            started=True,
+        )
+    )
+    controller.reconcile(f"{POD.namespace}/cpg:serve")
+    kube: mock.Mock = controller.api.kube  # type: ignore[assignment]
+    bound = {
+        body["metadata"]["name"]: body["target"]["name"]
+        for path, body in (c.args for c in kube.post.call_args_list)
+        if path.endswith("/binding")
+    }
+    assert bound == {"decode-0": "node-003", "decode-1": "node-004", "prefill-0": "node-001"}

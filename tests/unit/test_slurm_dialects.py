@@ -248,10 +248,68 @@ def test_a_jobs_state_entry_as_slurm_24_11_answers_it() -> None:
     assert Dialect("v0.0.42").parse_job_state(raw) == (14, "CANCELLED", ("COMPLETING",))
 
 
-@pytest.mark.parametrize("job_id", ["14_3", "14_[1-3]", "14_*", "14+1", ""])
-def test_jobs_state_entries_of_array_and_het_jobs_are_not_plain_jobs(job_id: str) -> None:
-    # Slurm prints an array task or a het component's id as a string Tandem never submits.
+@pytest.mark.parametrize("job_id", ["14_3", "14_[1-3]", "14_*", "+1", "14+", "a+1", ""])
+def test_jobs_state_entries_of_array_jobs_are_not_plain_jobs(job_id: str) -> None:
+    # Slurm prints an array task's id as a string Tandem never submits.
     assert Dialect().parse_job_state({"job_id": job_id, "state": ["RUNNING"]}) is None
+
+
+def test_a_het_component_in_jobs_state_is_known_by_its_own_id() -> None:
+    # As 24.11 lists het job 14's second component (job 15): "<own id>+<offset>".
+    assert Dialect().parse_job_state({"job_id": "15+1", "state": ["PENDING"]}) == (15, "PENDING", ())
+
+
+def test_a_het_job_is_submitted_as_one_description_per_component_with_one_script() -> None:
+    first = JobSpec(
+        name="tandem:t/ns/cpg:x/u", script="#!/bin/bash", environment={"A": "1"}, cpus=4, memory_mb=512
+    )
+    later = JobSpec(
+        name="tandem:t/ns/cpg:x/u",
+        script="#!/bin/bash",
+        environment={"A": "1"},
+        cpus=1,
+        memory_mb=64,
+        nodes=2,
+    )
+    body = Dialect("v0.0.41").submit_body(
+        JobSpec(name="", script="", environment={}, cpus=0, memory_mb=0, components=(first, later))
+    )
+    assert "job" not in body
+    leader, workers = body["jobs"]
+    assert leader["script"] == "#!/bin/bash" and "script" not in workers
+    assert (leader["cpus_per_task"], leader["nodes"], leader["memory_per_node"]["number"]) == (4, "1", 512)
+    assert (
+        workers["cpus_per_task"],
+        workers["nodes"],
+        workers["tasks"],
+        workers["memory_per_node"]["number"],
+    ) == (1, "2", 2, 64)
+
+
+def test_a_het_component_is_parsed_with_its_het_job_and_offset() -> None:
+    # As 24.11's v0.0.42 lists the second component of het job 12.
+    raw = {
+        "job_id": 13,
+        "name": "x",
+        "job_state": ["RUNNING"],
+        "nodes": "cpu-[003,005]",
+        "node_count": {"set": True, "infinite": False, "number": 2},
+        "het_job_id": {"set": True, "infinite": False, "number": 12},
+        "het_job_offset": {"set": True, "infinite": False, "number": 1},
+        "het_job_id_set": "12-13",
+    }
+    job = Dialect("v0.0.42").parse_job(raw)
+    assert (job.job_id, job.het_job_id, job.het_job_offset, job.nodes) == (13, 12, 1, ("cpu-003", "cpu-005"))
+    assert job.het_job_ids == (12, 13)
+    assert Dialect("v0.0.42").parse_job({**raw, "het_job_id_set": "12,14-15"}).het_job_ids == (12, 14, 15)
+    plain = Dialect("v0.0.42").parse_job(
+        {
+            **raw,
+            "het_job_id": {"set": True, "infinite": False, "number": 0},
+            "het_job_offset": {"set": True, "infinite": False, "number": 0},
+        }
+    )
+    assert (plain.het_job_id, plain.het_job_offset) == (0, 0)
 
 
 def test_node_fields() -> None:

@@ -449,7 +449,7 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Sta
     world.add_pod(_pod("trainer", "node-001"))
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
-    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
+    mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     servicer = _stack(stacks, world, mirror).servicer
     threading.Timer(0.2, world.remove_pod, ["apps/trainer"]).start()
     context = mock.Mock()
@@ -486,7 +486,7 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     mirror._push(7, "cpu-001")
-    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
+    mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     world.add_pod(_slurmd("cpu-001", "node-001"))
     stack = _stack(stacks, world, mirror)
     servicer, slurm = stack.servicer, stack.slurm
@@ -535,7 +535,7 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     mirror = _mirror(synced=True, nodes=nodes)
     name = placeholder.job_name(ref, "tandem")
     allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
-    mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
+    mirror.slurm.get_job_components = mock.Mock(return_value=[allocation])  # type: ignore[method-assign]
     mirror.refresh_job(7)
     events = mock.Mock()
     stack = _stack(stacks, world, mirror, events=events)
@@ -565,8 +565,8 @@ def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Sta
     ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
     name = placeholder.job_name(ref, "tandem")
     mirror = _mirror(synced=True)
-    mirror.slurm.get_job = mock.Mock(  # type: ignore[method-assign]
-        return_value=Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    mirror.slurm.get_job_components = mock.Mock(  # type: ignore[method-assign]
+        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)]
     )
     slurm = mock.Mock()
     slurm.drain_node.side_effect = SlurmApiError("slurmrestd: connection refused", 0)
@@ -593,8 +593,8 @@ def _ended_placeholder(slurm_node: Node) -> tuple[World, SlurmMirror, str]:
     world.add_pod(_pod("trainer", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
     name = placeholder.job_name(placeholder.PodRef("apps", "trainer", "uid-trainer"), "tandem")
     mirror = _mirror(synced=True, nodes=(slurm_node,))
-    mirror.slurm.get_job = mock.Mock(  # type: ignore[method-assign]
-        return_value=Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    mirror.slurm.get_job_components = mock.Mock(  # type: ignore[method-assign]
+        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)]
     )
     return world, mirror, name
 
@@ -702,7 +702,7 @@ def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) ->
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
-    mirror.slurm.get_job = mock.Mock(return_value=None)  # type: ignore[method-assign]
+    mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     stack = _stack(stacks, world, mirror)
     servicer, slurm = stack.servicer, stack.slurm
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
@@ -725,7 +725,7 @@ def test_a_group_job_started_push_publishes_its_whole_allocation() -> None:
     mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
     name = placeholder.job_name(ref, "tandem")
     allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
-    mirror.slurm.get_job = mock.Mock(return_value=allocation)  # type: ignore[method-assign]
+    mirror.slurm.get_job_components = mock.Mock(return_value=[allocation])  # type: ignore[method-assign]
     status = mirror.job_started(7, "cpu-001")
     assert status.started and status.job.nodes == ("cpu-001", "cpu-002")
 
@@ -772,7 +772,7 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     servicer.active = True
 
     def started(job: Job, node: str) -> grpc.StatusCode | None:
-        mirror.slurm.get_job = mock.Mock(return_value=job)  # type: ignore[method-assign]
+        mirror.slurm.get_job_components = mock.Mock(return_value=[job])  # type: ignore[method-assign]
         context = mock.Mock()
         context.abort.side_effect = RuntimeError
         try:
@@ -902,7 +902,7 @@ def test_a_job_cancelled_while_its_prolog_waits_ends_the_call_without_a_prolog_e
     world, stack, mirror, outcome = _prolog_stuck_behind_a_budget(stacks)
     cancelled = Job(job_id=9, name="train", state="CANCELLED", nodes=("cpu-001",))
     mirror.slurm.list_jobs.return_value = [cancelled]
-    mirror.slurm.get_job.return_value = cancelled
+    mirror.slurm.get_job_components.return_value = [cancelled]
     mirror.slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
     began = time.monotonic()
     mirror.poll_once()
@@ -922,7 +922,9 @@ def test_a_hold_dropped_on_a_stale_copy_of_an_ended_job_is_not_taken_for_its_end
     _, stack, mirror, outcome = _prolog_stuck_behind_a_budget(stacks)
     ended = Job(job_id=9, name="train", state="CANCELLED", nodes=("cpu-001",))
     mirror.slurm.list_jobs.return_value = [ended]
-    mirror.slurm.get_job.return_value = Job(job_id=9, name="train", state="RUNNING", nodes=("cpu-001",))
+    mirror.slurm.get_job_components.return_value = [
+        Job(job_id=9, name="train", state="RUNNING", nodes=("cpu-001",))
+    ]
     mirror.poll_once()
     stack.queue.add("cpu-001")
     _until("the prolog's call answered", lambda: "after" in outcome)

@@ -71,6 +71,17 @@ def _expanded(hostlist: str) -> tuple[str, ...]:
     return tuple(expand(hostlist))
 
 
+def _id_set(value: Any) -> tuple[int, ...]:
+    """Slurm's job id set, `12-13` or `12,14-15`, expanded; () when absent or unreadable."""
+    ids: list[int] = []
+    for part in str(value or "").split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return ()
+        ids.extend(range(int(first), int(last or first) + 1))
+    return tuple(ids)
+
+
 def _reason(value: Any) -> str:
     text = str(value or "")
     return "" if text == "None" else text
@@ -142,6 +153,9 @@ class Dialect:
             expected_start=(_number(raw.get("start_time")) or 0) if state == "PENDING" else 0,
             # The nodes asked for while pending, the nodes held once allocated.
             node_count=_number(raw.get("node_count")) or 0,
+            het_job_id=_number(raw.get("het_job_id")) or 0,
+            het_job_offset=_number(raw.get("het_job_offset")) or 0,
+            het_job_ids=_id_set(raw.get("het_job_id_set")),
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:
@@ -156,8 +170,12 @@ class Dialect:
 
     def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
         """One element of GET /jobs/state: (job id, base state, flags); None for an element of an
-        array or heterogeneous job, whose id is a string like "14_3" or "14+1"."""
+        array job, whose id is a string like "14_3". A heterogeneous job's component says
+        "<its own job id>+<offset>" ("15+1"): its own id is what counts."""
         job_id = str(raw.get("job_id", ""))
+        own, plus, offset = job_id.partition("+")
+        if plus and own.isdigit() and offset.isdigit():
+            job_id = own
         if not job_id.isdigit():
             return None
         state, flags = _states(raw.get("state"))
@@ -185,6 +203,16 @@ class Dialect:
         return results
 
     def submit_body(self, spec: JobSpec) -> dict[str, Any]:
+        """`{"job": ...}`, or for a heterogeneous job `{"jobs": [...]}`: one job description per
+        component, the batch script in the first only (it runs once, for the whole job)."""
+        if spec.components:
+            jobs = [self._job_desc(c) for c in spec.components]
+            for later in jobs[1:]:
+                later.pop("script", None)
+            return {"jobs": jobs}
+        return {"job": self._job_desc(spec)}
+
+    def _job_desc(self, spec: JobSpec) -> dict[str, Any]:
         job = _common_submit(spec)
         job["environment"] = [f"{k}={v}" for k, v in spec.environment.items()]
         job["memory_per_node"] = _set(spec.memory_mb)
@@ -210,7 +238,7 @@ class Dialect:
             job["user_id"] = str(spec.user_id)
         if spec.group_id is not None:
             job["group_id"] = str(spec.group_id)
-        return {"job": job}
+        return job
 
     def node_state_body(self, state: str, reason: str = "") -> dict[str, Any]:
         """POST /node/{name}: DRAIN with a reason, or RESUME."""

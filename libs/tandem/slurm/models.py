@@ -24,6 +24,16 @@ STARTED_MARKER = ": started"
 
 
 @dataclass(frozen=True)
+class HetComponent:
+    """One component of a heterogeneous job: its own job id (the het job's id + its offset), the
+    nodes it asks for or holds, and which ones once allocated."""
+
+    job_id: int
+    node_count: int = 0
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Job:
     job_id: int
     name: str
@@ -47,6 +57,15 @@ class Job:
     # How many nodes the job asks for (pending) or holds (allocated): Slurm's node_count; 0 when
     # not known (a job known only from a push, before any poll read it).
     node_count: int = 0
+    # A component of a heterogeneous job: the het job's id (its first component's) and this one's
+    # offset; 0 and 0 for any other job. Slurm lists each component as a job of its own.
+    het_job_id: int = 0
+    het_job_offset: int = 0
+    # Every component's job id (Slurm's het_job_id_set): a het job is whole once all are read.
+    het_job_ids: tuple[int, ...] = ()
+    # A heterogeneous job as one (tandem.slurm.hetjob.merged): its components in offset order,
+    # `nodes` and `node_count` then being theirs together; empty for any other job.
+    components: tuple[HetComponent, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -155,3 +174,6 @@ class JobSpec:
     # Where the batch script's stdout and stderr go (Slurm's %j patterns work); empty: Slurm's default.
     output: str = ""
     extra_fields: dict[str, object] = field(default_factory=dict)
+    # A heterogeneous job: one spec per component, in order (the first's script runs, on the
+    # first component's first node); the fields above are then unused. Empty: a plain job.
+    components: tuple[JobSpec, ...] = ()

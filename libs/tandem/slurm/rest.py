@@ -259,15 +259,19 @@ class SlurmRestClient:
             return int(job_id)
 
     def get_job(self, job_id: int) -> Job | None:
+        return next((j for j in self.get_job_components(job_id) if j.job_id == job_id), None)
+
+    def get_job_components(self, job_id: int) -> list[Job]:
+        """A job as GET job/{id} lists it: a heterogeneous job's first component brings every
+        component (each a job of its own); any other job, itself. Empty when Slurm knows none."""
         with _answer_of("GET job"):
             try:
                 data = self._request("GET", f"job/{job_id}").json()
             except SlurmApiError as e:
                 if e.status == 404 or "Invalid job id" in str(e):
-                    return None
+                    return []
                 raise
-            jobs = data.get("jobs") or []
-            return self.dialect.parse_job(jobs[0]) if jobs else None
+            return [self.dialect.parse_job(j) for j in data.get("jobs") or []]
 
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
         """All jobs; None when nothing changed since `changed_since` (unix seconds)."""

@@ -3,7 +3,7 @@ syncer writes them on its stream, the scheduler reads them back; both convert he
 
 from __future__ import annotations
 
-from tandem.slurm.models import Job, JobStatus, Node
+from tandem.slurm.models import HetComponent, Job, JobStatus, Node
 from tandem.v1 import slurm_pb2
 
 _GONE = "GONE"
@@ -29,6 +29,10 @@ def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
         priority=j.priority,
         expected_start=j.expected_start,
         node_count=j.node_count,
+        components=[
+            slurm_pb2.HetComponent(job_id=c.job_id, node_count=c.node_count, nodes=list(c.nodes))
+            for c in j.components
+        ],
         queue_position=status.queue_position,
         queue_length=status.queue_length,
     )
@@ -52,6 +56,7 @@ def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
         priority=msg.priority,
         expected_start=msg.expected_start,
         node_count=msg.node_count,
+        components=tuple(HetComponent(c.job_id, c.node_count, tuple(c.nodes)) for c in msg.components),
     )
     return JobStatus(
         job,

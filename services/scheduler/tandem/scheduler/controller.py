@@ -82,9 +82,18 @@ class ObjectCache(Protocol):
     def get(self, key: str) -> JSON | None: ...
 
 
+class IndexedCache(ObjectCache, Protocol):
+    """An informer read by key and by index (PodGroups, by the CompositePodGroup they belong to)."""
+
+    def by_index(self, index: str, value: str) -> list[JSON]: ...
+
+
 class _NoPodGroups:
     def get(self, key: str) -> JSON | None:
         return None
+
+    def by_index(self, index: str, value: str) -> list[JSON]:
+        return []
 
 
 # The Pod informer's index of Pods by the group they name (tandem.scheduler.groups.group_key).
@@ -93,6 +102,8 @@ BY_GROUP = "group"
 BY_UNSCHEDULABLE = "unschedulable"
 # The bound-Pod informer's index by Node.
 BY_NODE = "node"
+# The PodGroup informer's index by the CompositePodGroup each belongs to (`ns/<name>`).
+BY_PARENT = "parent"
 
 
 def unschedulable_index(pod: JSON) -> list[str]:
@@ -129,15 +140,17 @@ class Controller:
         pods: PodCache,
         placeholder_cfg: jobspec.PlaceholderConfig,
         kill_wait: float | Callable[[], KillWait | None],
-        podgroups: ObjectCache | None = None,
+        podgroups: IndexedCache | None = None,
         cluster: ClusterCaches | None = None,
         reject_static_cpu: bool = False,
         policy: Callable[[], Policy] = lambda: BUILTIN,
+        composites: ObjectCache | None = None,
     ) -> None:
         self.reject_static_cpu = reject_static_cpu
         self.policy = policy
         self.slurm = slurm
-        self.podgroups: ObjectCache = podgroups or _NoPodGroups()
+        self.podgroups: IndexedCache = podgroups or _NoPodGroups()
+        self.composites: ObjectCache = composites or _NoPodGroups()
         self.cluster = cluster
         # What this process wrote that its caches do not show yet (tandem.assume). Slurm writes
         # carry no resourceVersion: each is forgotten when the job stream shows it.
@@ -186,12 +199,21 @@ class Controller:
 
     # -- entry points ------------------------------------------------------------------------
 
+    def _placement_key(self, gkey: str) -> str:
+        """The key that places a group (a child PodGroup's: its CompositePodGroup's)."""
+        return groups.placement_key(gkey, self.podgroups.get, self.composites.get)
+
+    def _key_of(self, pod: JSON) -> str:
+        """The key a Pod is placed under: its group's, or its own when alone."""
+        gkey = groups.group_key(pod)
+        return self._placement_key(gkey) if gkey is not None else object_key(pod)
+
     def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
         # A member of a group is placed with its group: the group's key is what is reconciled.
         for pod in (old, new):
             gkey = groups.group_key(pod) if pod is not None else None
             if gkey is not None:
-                self.queue.add(gkey)
+                self.queue.add(self._placement_key(gkey))
         self.queue.add(key)
 
     def on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
@@ -200,19 +222,19 @@ class Controller:
             return  # a heartbeat
         for pod in self.pods.items():
             if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(groups.group_key(pod) or object_key(pod))
+                self.queue.add(self._key_of(pod))
 
     def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
         """Room freed on a Node (a Pod left or finished): the Pods no Node would take look again."""
         if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
             for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
-                self.queue.add(groups.group_key(pod) or object_key(pod))
+                self.queue.add(self._key_of(pod))
 
     def on_policy_changed(self) -> None:
         """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
         now (and its job cancelled); a bound one is only told (decide.would_be_refused)."""
         for pod in self.pods.items():
-            self.queue.add(groups.group_key(pod) or object_key(pod))
+            self.queue.add(self._key_of(pod))
 
     def on_podgroup(self, key: str, old: JSON | None, new: JSON | None) -> None:
         pg = new or old
@@ -220,8 +242,19 @@ class Controller:
             return
         gkey = groups.key_of_podgroup(pg)
         self.queue.add(gkey)
+        self.queue.add(self._placement_key(gkey))  # its CompositePodGroup's, when it has one
         for pod in self.pods.by_index(BY_GROUP, gkey):
             self.queue.add(object_key(pod))  # a basic policy: its Pods go one by one
+
+    def on_composite(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """A CompositePodGroup came, changed or went: it and each child PodGroup look again (a
+        child is placed by its own key when its composite is basic)."""
+        composite = new or old
+        if composite is None:
+            return
+        self.queue.add(groups.key_of_composite(composite))
+        for child in self.podgroups.by_index(BY_PARENT, key):
+            self.queue.add(groups.key_of_podgroup(child))
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
         if job.ended:
@@ -233,16 +266,19 @@ class Controller:
         """A slurmd Pod moved (or its Node became known): Pods of jobs on that node look again."""
         for pod in self.pods.items():
             gkey = groups.group_key(pod)
-            jobs = self.jobs.for_pod_key(gkey) if gkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
+            pkey = self._placement_key(gkey) if gkey else None
+            jobs = self.jobs.for_pod_key(pkey) if pkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
             for job in jobs:
                 if slurm_node in job.job.nodes and not job.ended:
-                    self.queue.add(gkey or object_key(pod), urgent=True)
+                    self.queue.add(pkey or object_key(pod), urgent=True)
 
     def reconcile(self, key: str) -> Requeue:
         if not groups.is_group_key(key):
             pod = self.pods.get(key)
             if pod is not None and self._in_gang(pod):
                 return None  # its group's reconcile places it
+        elif self._placement_key(key) != key:
+            return None  # a child PodGroup: its CompositePodGroup's reconcile places it
         kill_wait = self.kill_wait()
         if kill_wait is None:
             # Not read from Slurm yet (slurmrestd unreachable so far: the source logs why). A Pod
@@ -288,12 +324,24 @@ class Controller:
         gkey = groups.group_key(pod)
         if gkey is None:
             return False
+        if self._placement_key(gkey) != gkey:
+            return True  # a child of a gang CompositePodGroup
         return groups.resolve(gkey, self.pods.by_index(BY_GROUP, gkey), self.podgroups.get) is not None
 
     # -- observing -----------------------------------------------------------------------------
 
     def _members_and_jobs(self, key: str) -> tuple[tuple[JSON, ...], groups.Group | None, list[JobStatus]]:
         """The Pods a key places, what they are (a group, or a Pod alone) and every job it has."""
+        composite = groups.composite_key(key)
+        if composite is not None:
+            children = self.podgroups.by_index(BY_PARENT, composite)
+            members = tuple(
+                pod
+                for child in children
+                for pod in self.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
+            )
+            group = groups.resolve_composite(key, self.composites.get(composite), children, members)
+            return members, group, self.jobs.for_pod_key(key)
         if groups.is_group_key(key):
             members = tuple(self.pods.by_index(BY_GROUP, key))
             return members, groups.resolve(key, members, self.podgroups.get), self.jobs.for_pod_key(key)
@@ -416,8 +464,8 @@ class Controller:
                     self._event(pod, "Warning", reason, message)
             case d.Refuse(pods=pods, reason=reason, message=message):
                 self._refuse(group, pods, reason, message)
-            case d.Submit(members=members, validations=validations, excluded=excluded):
-                self._submit(group, members, validations, excluded, o.kill_wait)
+            case d.Submit(members=members, validations=validations, excluded=excluded, components=components):
+                self._submit(group, members, validations, excluded, o.kill_wait, components)
             case d.Record(pods=pods, job_id=job_id):
                 for pod in pods:
                     self._record(pod, job_id)
@@ -426,8 +474,10 @@ class Controller:
             case d.Nominate(placements=placements):
                 for placement in placements:
                     self.api.nominate(placement.pod, placement.kube_node)
-            case d.Exclude(job_id=job_id, hostlist=hostlist):
-                self.slurm.set_excluded_nodes(job_id, hostlist)
+            case d.Exclude(job_id=job_id, hostlist=hostlist, component_ids=component_ids):
+                # A het job's components each keep their own list (Slurm sets the one asked).
+                for each in component_ids or (job_id,):
+                    self.slurm.set_excluded_nodes(each, hostlist)
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
             case d.Bind(job=job, placements=placements):
@@ -482,9 +532,11 @@ class Controller:
         validations: tuple[Validation, ...],
         excluded: tuple[str, ...] = (),
         kill_wait: float | None = None,
+        components: tuple[int, ...] = (),
     ) -> None:
         """`kill_wait`: the KillWait the members were validated against, which the placeholder
-        script is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
+        script is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL. `components`: a
+        heterogeneous job's, as how many of the members (in order) each holds."""
         what = "the placeholder job" if group.alone else "the group's job"
         cfg = self.placeholder_cfg
         if kill_wait is not None:
@@ -506,6 +558,7 @@ class Controller:
                 [v.requests for v in validations],
                 excluded,
                 validations[0].job_annotations,  # the members agree (validation.disagreements)
+                components,
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()
@@ -655,7 +708,9 @@ class Controller:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         gkey = groups.group_key(pod)
         # A member of a gang stands where its group does.
-        observed, action = self.decision(gkey if gkey is not None and self._in_gang(pod) else object_key(pod))
+        observed, action = self.decision(
+            self._key_of(pod) if gkey is not None and self._in_gang(pod) else object_key(pod)
+        )
         job = observed.job
         cond = condition(pod, "PodScheduled") or {}
         return scheduler_pb2.Placement(

@@ -206,6 +206,9 @@ class Submit:
     validations: tuple[validation.Validation, ...]
     # Slurm nodes whose Nodes would not take some member.
     excluded: tuple[str, ...] = ()
+    # A heterogeneous job: how many of the members (in order) each component holds; empty: one
+    # homogeneous job.
+    components: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,8 @@ class Exclude:
 
     job_id: int
     hostlist: str
+    # A heterogeneous job's components, each set alike; empty: the job alone.
+    component_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -351,6 +356,8 @@ def decide(o: Observed) -> Action:
 
 
 def _podgroup_deleted(key: str, group: groups.Group) -> bool:
+    if groups.composite_key(key) is not None:
+        return group.ref.uid == "" and bool(group.waiting_for)
     return group.podgroup is None and bool(group.waiting_for) and groups.podgroup_key(key) is not None
 
 
@@ -460,8 +467,8 @@ def would_be_refused_message(group: groups.Group, message: str) -> str:
 def _new_job(
     o: Observed, group: groups.Group, live: tuple[JSON, ...], results: tuple[validation.Validation, ...]
 ) -> Action:
-    missing = group.min_count - len(live)
-    if missing > 0:
+    missing = _missing(group, live)
+    if missing:
         return Pend(
             live,
             REASON_WAITING_FOR_MEMBERS,
@@ -474,7 +481,9 @@ def _new_job(
             f"{group.title} needs {group.min_count} nodes, one per member, and Slurm has "
             f"{o.slurm_nodes}: it can never be placed",
         )
-    members, valid = live[: group.min_count], results[: group.min_count]
+    chosen = _chosen(group, live)
+    members = tuple(live[i] for i in chosen)
+    valid = tuple(results[i] for i in chosen)
     if o.fits is NOT_JUDGED:
         return Judge()
     fits = _fits(o, members)
@@ -482,7 +491,34 @@ def _new_job(
     unschedulable = _unschedulable(group, members, fits, unfit)
     if unschedulable is not None:
         return unschedulable
-    return Submit(members, valid, unfit)
+    counts = tuple(c.min_count for c in group.components)
+    return Submit(members, valid, unfit, counts)
+
+
+def _missing(group: groups.Group, live: tuple[JSON, ...]) -> str:
+    """How many members the group still lacks before it can be one job ("" for none): a het job
+    names what each component lacks."""
+    if not group.components:
+        missing = group.min_count - len(live)
+        return str(missing) if missing > 0 else ""
+    lacking = []
+    for index, component in enumerate(group.components):
+        have = sum(1 for m in live if group.component_of(m) == index)
+        if have < component.min_count:
+            lacking.append(f"{component.min_count - have} of {component.name}")
+    return ", ".join(lacking)
+
+
+def _chosen(group: groups.Group, live: tuple[JSON, ...]) -> list[int]:
+    """Which live members (their indexes, in rank order) the job is made for: the first minCount,
+    or each component's first, component by component."""
+    if not group.components:
+        return list(range(min(group.min_count, len(live))))
+    chosen = []
+    for index, component in enumerate(group.components):
+        mine = [i for i, m in enumerate(live) if group.component_of(m) == index]
+        chosen.extend(mine[: component.min_count])
+    return chosen
 
 
 def _fits(o: Observed, members: tuple[JSON, ...]) -> list[Eligibility]:
@@ -517,8 +553,15 @@ def _recorded_by_all(o: Observed, live: tuple[JSON, ...], replaced: int | None =
 
 
 def _outgrown(group: groups.Group, job: JobStatus) -> bool:
-    """The group's minCount grew past the nodes its job asks for (or holds), as Slurm says them."""
-    return not group.alone and 0 < job.job.node_count < group.min_count
+    """The group's minCount grew past the nodes its job asks for (or holds), as Slurm says them;
+    for a het job, some component's past the nodes of its own."""
+    if group.alone:
+        return False
+    if job.job.components and len(job.job.components) == len(group.components):
+        return any(
+            0 < c.node_count < g.min_count for c, g in zip(job.job.components, group.components, strict=True)
+        )
+    return 0 < job.job.node_count < group.min_count
 
 
 def _outgrown_before_it_ran(group: groups.Group, job: JobStatus) -> bool:
@@ -564,7 +607,7 @@ def _assign(
     no assignment can be made yet."""
     # The nodes the job holds, as Slurm counts them; while not known, as many as minCount asks.
     wanted = job.job.node_count or group.min_count
-    if len(job.job.nodes) < wanted:
+    if len(job.job.nodes) < wanted or any(len(c.nodes) < c.node_count for c in job.job.components):
         # Told of the allocation before all of it was read: binding now would place only part
         # of the group.
         return f"Slurm job {job.job_id}'s {wanted} nodes are not all known yet"
@@ -574,9 +617,23 @@ def _assign(
         if kube_node is None:
             return f"no Node known to host Slurm node {slurm_node} yet"
         hosts[slurm_node] = kube_node
-    taken = {str((m.get("spec") or {}).get("nodeName")) for m in live if _bound(m)}
-    free = [s for s in job.job.nodes if hosts[s] not in taken]
-    unbound = [m for m in live if not _bound(m)]
+    if not job.job.components:
+        return _placed_on(live, job.job.nodes, hosts)
+    # A het job: each member on a node of its own component, sized for its kind.
+    placements: list[Placement] = []
+    for index, component in enumerate(job.job.components):
+        mine = tuple(m for m in live if group.component_of(m) == index)
+        placements.extend(_placed_on(mine, component.nodes, hosts))
+    return tuple(placements)
+
+
+def _placed_on(
+    members: tuple[JSON, ...], nodes: tuple[str, ...], hosts: Mapping[str, str]
+) -> tuple[Placement, ...]:
+    """The unbound members, in order, each on one of these nodes no member runs on yet."""
+    taken = {str((m.get("spec") or {}).get("nodeName")) for m in members if _bound(m)}
+    free = [s for s in nodes if hosts[s] not in taken]
+    unbound = [m for m in members if not _bound(m)]
     return tuple(Placement(m, s, hosts[s]) for m, s in zip(unbound, free, strict=False))
 
 
@@ -628,7 +685,7 @@ def _pending(
         unfit = tuple(sorted({s for f in fits for s in f.excluded}))
         wanted = excluded_nodes(result, unfit)
         if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
-            return Exclude(job.job_id, compress(sorted(wanted)))
+            return Exclude(job.job_id, compress(sorted(wanted)), tuple(c.job_id for c in job.job.components))
         unschedulable = _unschedulable(group, unbound, fits, unfit)
         if unschedulable is not None:
             return unschedulable

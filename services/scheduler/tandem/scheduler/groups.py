@@ -1,15 +1,20 @@
 """Which Pods form a group that Slurm places as one job (gang scheduling), read off the Pods.
 The scheduler places nothing else: a Pod in no group is a group of one (`alone`).
 
-Two kinds of group:
+Three kinds of group:
   - a Kubernetes PodGroup (scheduling.k8s.io, in whichever version the cluster serves) with a
     gang policy, which a Pod joins through spec.schedulingGroup.podGroupName (the Job controller
     makes one for an Indexed Job);
-  - each replica group of a LeaderWorkerSet: the leader and its size - 1 workers.
+  - a CompositePodGroup with a gang policy: its child PodGroups (each naming it as its parent),
+    placed together as one heterogeneous job, a component per child sized by its own Pods;
+  - each replica group of a LeaderWorkerSet: the leader and its size - 1 workers; two components
+    (leader, workers) when the leader asks for other resources than its workers.
 A Pod in a PodGroup with the basic policy, or in no group, is placed alone: its key is its own.
 
-A group's key is `<namespace>/pg:<PodGroup>` or `<namespace>/lws:<LWS>:<group index>`: the same
-string names its placeholder job (tandem.placeholder), so a restarted scheduler finds the job.
+A group's key is `<namespace>/pg:<PodGroup>`, `<namespace>/cpg:<CompositePodGroup>` or
+`<namespace>/lws:<LWS>:<group index>`: the same string names its placeholder job
+(tandem.placeholder), so a restarted scheduler finds the job. A Pod names its PodGroup only: the
+controller finds the composite a PodGroup belongs to (`placement_key`).
 """
 
 from __future__ import annotations
@@ -20,9 +25,13 @@ from dataclasses import dataclass
 from tandem import keys
 from tandem.kube import JSON
 from tandem.placeholder import GROUP_SEPARATOR, PodRef
+from tandem.scheduler.validation import effective_requests
 
 _PODGROUP = "pg"
+_COMPOSITE = "cpg"
 _LWS = "lws"
+# The components of a LeaderWorkerSet group whose leader differs from its workers.
+LEADER, WORKERS = "leader", "workers"
 
 
 def group_name(pod: JSON) -> str | None:
@@ -54,21 +63,76 @@ def podgroup_key(key: str) -> str | None:
     return f"{namespace}/{rest}" if kind == _PODGROUP else None
 
 
+def composite_key(key: str) -> str | None:
+    """`ns/cpg:name` -> `ns/name` (the CompositePodGroup object's key); None for other groups."""
+    namespace, _, name = key.partition("/")
+    kind, _, rest = name.partition(GROUP_SEPARATOR)
+    return f"{namespace}/{rest}" if kind == _COMPOSITE else None
+
+
+def names_an_object(key: str) -> bool:
+    """The group is a Kubernetes object (a PodGroup or a CompositePodGroup), which may be deleted."""
+    return podgroup_key(key) is not None or composite_key(key) is not None
+
+
 def key_of_podgroup(podgroup: JSON) -> str:
     meta = podgroup.get("metadata") or {}
     return f"{meta.get('namespace')}/{_PODGROUP}{GROUP_SEPARATOR}{meta.get('name')}"
+
+
+def key_of_composite(composite: JSON) -> str:
+    meta = composite.get("metadata") or {}
+    return f"{meta.get('namespace')}/{_COMPOSITE}{GROUP_SEPARATOR}{meta.get('name')}"
+
+
+def parent_of(podgroup: JSON | None) -> str:
+    """The CompositePodGroup a PodGroup belongs to ("" for none)."""
+    return str(((podgroup or {}).get("spec") or {}).get("parentCompositePodGroupName") or "")
+
+
+def parent_index(podgroup: JSON) -> list[str]:
+    """The PodGroup informer's index: `ns/<CompositePodGroup>` for a child."""
+    parent = parent_of(podgroup)
+    return [f"{(podgroup.get('metadata') or {}).get('namespace')}/{parent}"] if parent else []
+
+
+def placement_key(
+    key: str, podgroup_of: Callable[[str], JSON | None], composite_of: Callable[[str], JSON | None]
+) -> str:
+    """The key that places a group: a PodGroup's own, or its CompositePodGroup's when it has a
+    gang parent (or one not there yet: its members wait for it)."""
+    pg_key = podgroup_key(key)
+    parent = parent_of(podgroup_of(pg_key)) if pg_key else ""
+    if not parent:
+        return key
+    namespace = key.partition("/")[0]
+    composite = composite_of(f"{namespace}/{parent}")
+    if composite is not None and _gang(composite) is None:
+        return key  # a basic composite: each child is placed as a group of its own
+    return f"{namespace}/{_COMPOSITE}{GROUP_SEPARATOR}{parent}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component of a heterogeneous job: a kind of member, each on a node sized for it."""
+
+    name: str  # the child PodGroup's name, or LEADER / WORKERS
+    min_count: int
 
 
 @dataclass(frozen=True)
 class Group:
     """A group as the scheduler places it."""
 
-    ref: PodRef  # namespace, group name (pg:... / lws:...:...), uid (empty until known)
+    ref: PodRef  # namespace, group name (pg:... / cpg:... / lws:...:...), uid (empty until known)
     min_count: int
     # The PodGroup object (its status and Events), None for a LeaderWorkerSet group.
     podgroup: JSON | None = None
     # Why no job can be made for it yet ("" when one can): e.g. its PodGroup is not there.
     waiting_for: str = ""
+    # A heterogeneous job's components, in order (min_count is theirs summed); empty: one
+    # homogeneous job, a node per member.
+    components: tuple[Component, ...] = ()
 
     @property
     def key(self) -> str:
@@ -87,8 +151,30 @@ class Group:
         kind, _, rest = self.ref.name.partition(GROUP_SEPARATOR)
         if kind == _PODGROUP:
             return f"PodGroup {self.ref.namespace}/{rest}"
+        if kind == _COMPOSITE:
+            return f"CompositePodGroup {self.ref.namespace}/{rest}"
         lws, _, index = rest.partition(GROUP_SEPARATOR)
         return f"LeaderWorkerSet {self.ref.namespace}/{lws} group {index}"
+
+    def component_of(self, pod: JSON) -> int:
+        """Which component a member belongs to (-1: none of them); 0 for a homogeneous group."""
+        if not self.components:
+            return 0
+        if self.ref.name.startswith(f"{_LWS}{GROUP_SEPARATOR}"):
+            return 0 if _is_leader(pod) else 1
+        podgroup = str(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "")
+        return next((i for i, c in enumerate(self.components) if c.name == podgroup), -1)
+
+
+def _is_leader(pod: JSON) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(keys.LWS_WORKER_INDEX_LABEL)) == "0"
+
+
+def _gang(obj: JSON) -> JSON | None:
+    policy = (obj.get("spec") or {}).get("schedulingPolicy") or {}
+    gang = policy.get("gang")
+    return gang if isinstance(gang, dict) else None
 
 
 def alone(key: str, pod: JSON | None) -> Group:
@@ -96,6 +182,35 @@ def alone(key: str, pod: JSON | None) -> Group:
     namespace, _, name = key.partition("/")
     uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
     return Group(PodRef(namespace, name, uid), 1)
+
+
+def resolve_composite(
+    key: str, composite: JSON | None, children: Iterable[JSON], members: Iterable[JSON]
+) -> Group:
+    """A CompositePodGroup with a gang policy: one component per child PodGroup (by name), of its
+    gang's minCount (a basic child: as many as it has members), all placed as one het job."""
+    namespace, _, name = key.partition("/")
+    title = f"CompositePodGroup {composite_key(key)}"
+    if composite is None:
+        return Group(PodRef(namespace, name, ""), 0, None, f"{title} does not exist (yet)")
+    uid = str((composite.get("metadata") or {}).get("uid") or "")
+    count: dict[str, int] = {}
+    for pod in members:
+        podgroup = str(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "")
+        count[podgroup] = count.get(podgroup, 0) + 1
+    components = []
+    for child in sorted(children, key=lambda c: str((c.get("metadata") or {}).get("name"))):
+        child_name = str((child.get("metadata") or {}).get("name"))
+        gang = _gang(child)
+        size = int(gang.get("minCount") or 1) if gang is not None else count.get(child_name, 0)
+        components.append(Component(child_name, max(1, size)))
+    wanted = int((_gang(composite) or {}).get("minGroupCount") or 0) or len(components)
+    total = sum(c.min_count for c in components)
+    ref = PodRef(namespace, name, uid)
+    if not components or len(components) < wanted:
+        why = f"{wanted} PodGroups of {title} ({len(components)} there)"
+        return Group(ref, max(total, 1), None, why, tuple(components))
+    return Group(ref, total, None, "", tuple(components))
 
 
 def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:
@@ -115,14 +230,29 @@ def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON
         uid = str((podgroup.get("metadata") or {}).get("uid") or "")
         return Group(PodRef(namespace, name, uid), max(1, int(gang.get("minCount") or 1)), podgroup)
     uid, size = "", 0
-    for pod in members:
+    pods = list(members)
+    for pod in pods:
         meta = pod.get("metadata") or {}
         uid = uid or str((meta.get("labels") or {}).get(keys.LWS_GROUP_KEY_LABEL) or "")
         raw = str((meta.get("annotations") or {}).get(keys.LWS_SIZE_ANNOTATION) or "")
         size = size or (int(raw) if raw.isdigit() else 0)
     if not uid or size < 1:
         return Group(PodRef(namespace, name, uid), max(size, 1), None, "the LWS group's key and size labels")
-    return Group(PodRef(namespace, name, uid), size, None)
+    parts = (Component(LEADER, 1), Component(WORKERS, size - 1)) if _leader_differs(pods) and size > 1 else ()
+    return Group(PodRef(namespace, name, uid), size, None, "", parts)
+
+
+def _leader_differs(members: list[JSON]) -> bool:
+    """The LWS leader asks for other resources than its workers (a leaderTemplate of its own):
+    each then gets a node sized for it, not every node for the larger."""
+    leaders = [p for p in members if _is_leader(p)]
+    workers = [p for p in members if not _is_leader(p)]
+    if not leaders or not workers:
+        return False
+    try:
+        return effective_requests(leaders[0]) != effective_requests(workers[0])
+    except ValueError:
+        return False  # validation refuses the group, and says why
 
 
 def rank(pod: JSON) -> tuple[int, str]:

@@ -104,11 +104,32 @@ def build_group_job_spec(
     requests: Sequence[Mapping[str, int]],
     unfit: Sequence[str] = (),
     annotations: Mapping[str, str] | None = None,
+    components: Sequence[int] = (),
 ) -> JobSpec:
-    """One job for a group: a node per member, each node sized for the largest member (Slurm's
-    heterogeneous jobs would size each node for its own member; a leader and its workers
-    usually ask alike, and one homogeneous job keeps one job id, one prolog per node and one
-    placeholder script). The members' job annotations agree (validation.disagreements)."""
+    """One job for a group: a node per member, each node sized for the largest member. With
+    `components` (how many of the members, in order, each component holds), a heterogeneous job
+    instead: each component's nodes sized for its own largest member (a leader and its workers,
+    prefill and decode). The members' job annotations agree (validation.disagreements)."""
+    if not components:
+        return _sized_for_largest(group, members, cfg, requests, unfit, annotations)
+    parts, start = [], 0
+    for count in components:
+        end = start + count
+        parts.append(
+            _sized_for_largest(group, members[start:end], cfg, requests[start:end], unfit, annotations)
+        )
+        start = end
+    return replace(parts[0], components=tuple(parts))
+
+
+def _sized_for_largest(
+    group: PodRef,
+    members: Sequence[Pod],
+    cfg: PlaceholderConfig,
+    requests: Sequence[Mapping[str, int]],
+    unfit: Sequence[str],
+    annotations: Mapping[str, str] | None,
+) -> JobSpec:
     largest = {name: max(r.get(name, 0) for r in requests) for name in {n for r in requests for n in r}}
     spec = build_job_spec(members[0], cfg, largest, ref=group, unfit=unfit, annotations=annotations)
     return replace(spec, nodes=len(members))
@@ -214,4 +235,5 @@ def with_trace_context(spec: JobSpec, traceparent: str) -> JobSpec:
         spec,
         extra=extra,
         environment={**spec.environment, "TRACEPARENT": traceparent, "TANDEM_JOB_EXTRA": extra},
+        components=tuple(with_trace_context(c, traceparent) for c in spec.components),
     )

@@ -18,10 +18,11 @@ from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
 from tandem.runner import Runner
-from tandem.scheduler import eligibility, jobspec
+from tandem.scheduler import eligibility, groups, jobspec
 from tandem.scheduler.controller import (
     BY_GROUP,
     BY_NODE,
+    BY_PARENT,
     BY_UNSCHEDULABLE,
     ClusterCaches,
     Controller,
@@ -101,11 +102,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         ClusterCaches(caches.nodes, caches.bound),
         cfg.reject_static_cpu,
         policy.current,
+        caches.composites,
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
     manager.add_source("Pods", caches.pods, caches.pods.run)
     manager.add_source("PodGroups", caches.podgroups, caches.podgroups.run)
+    manager.add_source("CompositePodGroups", caches.composites, caches.composites.run)
     manager.add_source("Nodes", caches.nodes, caches.nodes.run)
     manager.add_source("bound Pods", caches.bound, caches.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
@@ -147,6 +150,7 @@ class Caches:
     nodes: Informer
     bound: Informer  # every Pod bound to a Node
     podgroups: Informer
+    composites: Informer
 
 
 def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]) -> Caches:
@@ -157,6 +161,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
     paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] if namespaces else ["/api/v1/pods"]
     # Gangs: the Workload API's PodGroups, in the version the cluster serves (absent is fine).
     podgroup_api = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS)
+    composite_api = Versioned(keys.PODGROUP_GROUP, keys.COMPOSITE_RESOURCE, keys.COMPOSITE_VERSIONS)
     return Caches(
         pods=Informer(
             kube,
@@ -187,7 +192,17 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             else ["/apis/{api}/podgroups"],
             {},
             lambda key, old, new: controller().on_podgroup(key, old, new),
+            indexes={BY_PARENT: groups.parent_index},
             api=podgroup_api,
+        ),
+        composites=Informer(
+            kube,
+            [f"/apis/{{api}}/namespaces/{ns}/{keys.COMPOSITE_RESOURCE}" for ns in namespaces]
+            if namespaces
+            else [f"/apis/{{api}}/{keys.COMPOSITE_RESOURCE}"],
+            {},
+            lambda key, old, new: controller().on_composite(key, old, new),
+            api=composite_api,
         ),
     )
 

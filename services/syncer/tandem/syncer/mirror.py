@@ -1,6 +1,7 @@
 """The syncer's mirror of Slurm: jobs and nodes, fed by an `update_time`-filtered poll of
 slurmrestd (the safety net) and by pushes from the hooks and the scheduler (the fast path),
-published to subscribers as changes."""
+published to subscribers as changes. A heterogeneous job is kept as Slurm lists it, a component
+per job id (each prolog locks for its own), and read and published as one (tandem.slurm.hetjob)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from tandem import placeholder, tracing
+from tandem.slurm import hetjob
 from tandem.slurm import queue as slurm_queue
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
@@ -30,7 +32,7 @@ Published = tuple[Change, dict[str, str]]
 class SlurmReader(Protocol):
     """What the syncer reads of Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
 
-    def get_job(self, job_id: int) -> Job | None: ...
+    def get_job_components(self, job_id: int) -> list[Job]: ...
 
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None: ...
 
@@ -84,6 +86,8 @@ class SlurmMirror:
         self.poll_interval = poll_interval
         self._jobs: dict[int, JobStatus] = {}
         self._by_node: defaultdict[str, set[int]] = defaultdict(set)
+        # A heterogeneous job's id -> its components' job ids.
+        self._het: defaultdict[int, set[int]] = defaultdict(set)
         self._nodes: dict[str, Node] = {}
         self._subs: list[Subscription] = []
         self._lock = threading.RLock()
@@ -110,8 +114,16 @@ class SlurmMirror:
         return self._synced.wait(timeout)
 
     def job(self, job_id: int) -> JobStatus | None:
+        """A job by its id: a heterogeneous job's id gives the whole job, a later component's
+        id that component alone (what its prolog locked for)."""
         with self._lock:
-            return self._jobs.get(job_id)
+            status = self._jobs.get(job_id)
+            if status is not None and status.job.het_job_id == job_id:
+                return self._whole(job_id) or status
+            return status
+
+    def _whole(self, het_job_id: int) -> JobStatus | None:
+        return hetjob.merged(self._jobs[j] for j in self._het.get(het_job_id, ()) if j in self._jobs)
 
     def node(self, name: str) -> Node | None:
         with self._lock:
@@ -131,7 +143,13 @@ class SlurmMirror:
         every change after it."""
         sub = Subscription(self, scheduler_name)
         with self._lock:
-            everything: list[Change] = [*self._nodes.values(), *self._jobs.values()]
+            # A het job once, whole (none of it while a component is unread).
+            jobs = (
+                self._whole(j) if s.job.het_job_id else s
+                for j, s in self._jobs.items()
+                if not s.job.het_job_offset
+            )
+            everything: list[Change] = [*self._nodes.values(), *(s for s in jobs if s is not None)]
             snapshot = [c for c in everything if sub.wants(c)]
             self._subs.append(sub)
         return snapshot, sub
@@ -174,11 +192,11 @@ class SlurmMirror:
 
     def refresh_job(self, job_id: int) -> JobStatus | None:
         """Fetch one job now (e.g. a prolog for a job nobody told us about)."""
-        job = self.slurm.get_job(job_id)
+        jobs = self.slurm.get_job_components(job_id)
         with self._lock:
-            if job is None:
-                return self._jobs.get(job_id)
-            return self._apply_job(job)
+            for job in jobs:
+                self._apply_job(job)
+            return self.job(job_id)
 
     def _push(self, job_id: int, node: str, started: bool = False, terminating: bool = False) -> JobStatus:
         with self._lock:
@@ -205,7 +223,7 @@ class SlurmMirror:
             if updated != self._jobs.get(job_id):
                 self._store(updated)
                 self._publish(updated)
-            return updated
+            return self.job(job_id) or updated
 
     # -- the poll --------------------------------------------------------------------------------
 
@@ -304,6 +322,8 @@ class SlurmMirror:
             for n in old.job.nodes:
                 self._by_node[n].discard(status.job_id)
         self._jobs[status.job_id] = status
+        if status.job.het_job_id:
+            self._het[status.job.het_job_id].add(status.job_id)
         self._seen_at.setdefault(status.job_id, time.monotonic())
         for n in status.job.nodes:
             self._by_node[n].add(status.job_id)
@@ -315,8 +335,18 @@ class SlurmMirror:
         if old is not None:
             for n in old.job.nodes:
                 self._by_node[n].discard(job_id)
+            het = old.job.het_job_id
+            if het:
+                self._het[het].discard(job_id)
+                if not self._het[het]:
+                    del self._het[het]
 
     def _publish(self, change: Change) -> None:
+        if isinstance(change, JobStatus) and hetjob.is_component(change):
+            whole = self._whole(change.job.het_job_id)
+            if whole is None:
+                return  # its first component is not known yet: published once it is
+            change = whole
         caused_by = tracing.inject()
         for sub in list(self._subs):
             if sub.wants(change):

@@ -16,9 +16,10 @@
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-# Gangs: the PodGroups Pods join (read), and their PodGroupScheduled condition (written).
+# Gangs: the PodGroups Pods join and the CompositePodGroups those belong to (read), and their
+# PodGroupScheduled condition (written).
 - apiGroups: [scheduling.k8s.io]
-  resources: [podgroups]
+  resources: [podgroups, compositepodgroups]
   verbs: [get, list, watch]
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups/status]
