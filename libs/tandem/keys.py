@@ -167,6 +167,7 @@ PODGROUP_KIND = "PodGroup"
 # whole as one Slurm heterogeneous job, a component per child. Alpha in 1.37 (gate CompositePodGroup).
 COMPOSITE_RESOURCE = "compositepodgroups"
 COMPOSITE_VERSIONS = ("v1alpha3",)
+COMPOSITE_KIND = "CompositePodGroup"
 PODGROUP_SCHEDULED = "PodGroupScheduled"
 # Each replica group of a LeaderWorkerSet: a leader and size - 1 workers, told apart by these
 # labels and annotation, which the LWS controller puts on every Pod of the group.

@@ -82,6 +82,12 @@ def _composite(custom: k8s.CustomObjectsApi, name: str, children: dict[str, int]
         )
 
 
+def _scheduled(custom: k8s.CustomObjectsApi, name: str) -> dict[str, Any] | None:
+    composite = custom.get_namespaced_custom_object(*COMPOSITES[:2], NS, COMPOSITES[2], name)
+    conditions = (composite.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodGroupScheduled" and c["status"] == "True"), None)
+
+
 def _member(cfg: StackConfig, name: str, podgroup: str, **kw: Any) -> dict[str, Any]:
     pod = h.tandem_pod(cfg, name, **kw)
     pod["spec"]["schedulingGroup"] = {"podGroupName": podgroup}
@@ -158,6 +164,9 @@ def test_a_composite_podgroup_is_one_het_job_a_component_per_podgroup_sized_by_i
     assert (decoders["NumNodes"], prefiller["NumNodes"]) == ("2", "1")
     assert "gpu:2" in prefiller.get("TresPerNode", "") and "gpu" not in decoders.get("TresPerNode", "")
     assert (decoders["MinCPUsNode"], prefiller["MinCPUsNode"]) == ("1", "4")
+    # The CompositePodGroup says so, as a PodGroup does.
+    condition = h.wait_until("PodGroupScheduled=True on the composite", lambda: _scheduled(custom, name), 10)
+    assert condition["status"] == "True", condition
 
     # Deleting every member cancels the whole job, every component.
     for pod in pods:
@@ -219,3 +228,44 @@ def test_a_leaderworkerset_whose_leader_differs_is_a_two_component_het_job(
     assert next(p.spec.node_name for p in pods if p.metadata.name == leader_pod) == h.kube_node_of(
         leaders["BatchHost"]
     )
+
+
+def test_at_killwait_only_the_node_of_a_member_still_there_is_drained_in_any_component(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
+) -> None:
+    """The placeholder's script runs on the first component's node; a member of the second that
+    outlives KillWait still has its own node drained (the syncer reads the het job whole)."""
+    name = h.unique("stuck")
+    leader, workers = f"{name}-leader", f"{name}-workers"
+    _composite(custom, name, {leader: 1, workers: 2})
+    h.create(core, _member(stack_cfg, f"{leader}-0", leader, cpu="2"))
+    slow = _member(stack_cfg, f"{workers}-0", workers)
+    slow["metadata"]["annotations"].update(devkube.delete_delay(45))  # outlives KillWait (30 s)
+    h.create(core, slow)
+    h.create(core, _member(stack_cfg, f"{workers}-1", workers))
+    pods = h.wait_until("all three bound", lambda: _bound(core, 3), 60)
+    job_id = _one_het_job(stack_cfg, pods, {f"{leader}-0": 0, f"{workers}-0": 1, f"{workers}-1": 1})
+    slurm_of = {h.kube_node_of(n): n for n in stack_cfg.slurm_node_names()}
+    by_name = {p.metadata.name: slurm_of[p.spec.node_name] for p in pods}
+    stuck = by_name[f"{workers}-0"]
+    try:
+        h.scancel(stack_cfg, job_id)
+
+        def drained() -> str | None:
+            state, reason = h.node_state(stack_cfg, stuck)
+            return reason if "drain" in state else None
+
+        reason = h.wait_until("the stuck member's node drained before KillWait", drained, 40, every=0.5)
+        assert f"{workers}-0" in reason, reason
+        for other in (by_name[f"{leader}-0"], by_name[f"{workers}-1"]):
+            assert "drain" not in h.node_state(stack_cfg, other)[0], other
+        h.wait_until("members gone", lambda: not core.list_namespaced_pod(NS).items, 60, every=0.5)
+        h.wait_until(
+            "the stuck member's node resumed once it is gone",
+            lambda: "drain" not in h.node_state(stack_cfg, stuck)[0],
+            15,
+            every=0.5,
+        )
+    finally:
+        h.wait_until("members gone", lambda: not core.list_namespaced_pod(NS).items, 60, every=0.5)
+        h.resume_if_drained(stack_cfg, stuck)

@@ -599,7 +599,7 @@ class Controller:
                 extra={
                     "pod": group.key,
                     "job": job_id,
-                    "nodes": spec.nodes,
+                    "nodes": len(members),
                     "uid": spec.user_id,
                     "gid": spec.group_id,
                 },
@@ -609,6 +609,14 @@ class Controller:
             where = f" to partition {spec.partition}" if spec.partition else ""
             if group.alone:
                 message = f"placeholder job {job_id} submitted{where}"
+            elif spec.components:
+                parts = ", ".join(
+                    f"{c.nodes} for {g.name}" for c, g in zip(spec.components, group.components, strict=False)
+                )
+                message = (
+                    f"heterogeneous job {job_id} for {group.title} ({len(members)} nodes, one per member: "
+                    f"{parts}; each sized for its own members) submitted{where}"
+                )
             else:
                 message = (
                     f"job {job_id} for {group.title} ({spec.nodes} nodes, one per member) submitted{where}"

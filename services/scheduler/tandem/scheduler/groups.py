@@ -126,7 +126,8 @@ class Group:
 
     ref: PodRef  # namespace, group name (pg:... / cpg:... / lws:...:...), uid (empty until known)
     min_count: int
-    # The PodGroup object (its status and Events), None for a LeaderWorkerSet group.
+    # The PodGroup or CompositePodGroup object (its status and Events), None for a
+    # LeaderWorkerSet group.
     podgroup: JSON | None = None
     # Why no job can be made for it yet ("" when one can): e.g. its PodGroup is not there.
     waiting_for: str = ""
@@ -209,8 +210,9 @@ def resolve_composite(
     ref = PodRef(namespace, name, uid)
     if not components or len(components) < wanted:
         why = f"{wanted} PodGroups of {title} ({len(components)} there)"
-        return Group(ref, max(total, 1), None, why, tuple(components))
-    return Group(ref, total, None, "", tuple(components))
+        return Group(ref, max(total, 1), composite, why, tuple(components))
+    # The composite carries the group's PodGroupScheduled condition and Events.
+    return Group(ref, total, composite, "", tuple(components))
 
 
 def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:

@@ -61,8 +61,11 @@ class PodApi:
             "observedGeneration": meta.get("generation"),
         }
         # In the version it was read in (the informer's: whichever the cluster serves).
+        resource = (
+            keys.COMPOSITE_RESOURCE if podgroup.get("kind") == keys.COMPOSITE_KIND else keys.PODGROUP_RESOURCE
+        )
         path = (
-            f"/apis/{podgroup['apiVersion']}/namespaces/{meta['namespace']}/podgroups/{meta['name']}/status"
+            f"/apis/{podgroup['apiVersion']}/namespaces/{meta['namespace']}/{resource}/{meta['name']}/status"
         )
         answer = self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
         self._written.assume(uid, (status + reason, message), version_of(answer))

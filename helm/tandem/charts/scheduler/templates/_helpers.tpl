@@ -22,6 +22,6 @@
   resources: [podgroups, compositepodgroups]
   verbs: [get, list, watch]
 - apiGroups: [scheduling.k8s.io]
-  resources: [podgroups/status]
+  resources: [podgroups/status, compositepodgroups/status]
   verbs: [patch]
 {{- end -}}
