@@ -5,6 +5,10 @@ For groups of 2, 4 and 8 members (one node each), in one run on one stack:
            running (the script writes the time);
   Tandem - a PodGroup (gang, minCount = size) and its members, from the last member's creation
            to every member bound (seen on a watch).
+and a heterogeneous row (--het, default 1+3: a leader of 4 CPUs and workers of 1):
+  bare   - a Slurm heterogeneous job of those two components, from submit to its script running;
+  Tandem - a CompositePodGroup of two PodGroups (leader, workers) and their members, from the last
+           member's creation to every member bound (one het job, each member on its component).
 Each is repeated --repeat times, one at a time, each from an idle cluster (every Slurm node idle
 for a second: Slurm schedules at most every 250 ms here, so a run does not inherit the last one's
 pass).
@@ -24,6 +28,7 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +72,13 @@ def wait_idle(cfg: StackConfig, timeout: float = 60.0, settle: float = 1.0) -> N
         slurm.close()
 
 
-def bare(cfg: StackConfig, size: int) -> float:
-    """Seconds from submitting a `size`-node job to its script running."""
+LEADER_CPUS = 4
+
+
+def bare(cfg: StackConfig, size: int, het: tuple[int, int] | None = None) -> float:
+    """Seconds from submitting a `size`-node job (with `het`: a het job of a leader component and
+    a worker component of these node counts, the leader's nodes of LEADER_CPUS) to its script
+    running."""
     wait_idle(cfg)
     slurm = slurm_client(cfg)
     marks = Path(tempfile.mkdtemp(prefix="tandem-gang-", dir=cfg.state_dir))
@@ -81,6 +91,11 @@ def bare(cfg: StackConfig, size: int) -> float:
         memory_mb=100,
         nodes=size,
     )
+    if het is not None:
+        spec = replace(
+            spec,
+            components=(replace(spec, nodes=het[0], cpus=LEADER_CPUS), replace(spec, nodes=het[1])),
+        )
     try:
         t = time.time()
         job_id = slurm.submit_job(spec)
@@ -144,7 +159,87 @@ def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
     return latency
 
 
-def _member(cfg: StackConfig, name: str, group: str) -> dict[str, Any]:
+def tandem_het(cfg: StackConfig, raw: KubeClient, het: tuple[int, int], run: int) -> float:
+    """Seconds from the last member's creation to every member bound, for a CompositePodGroup of
+    a leader PodGroup and a worker PodGroup of these sizes."""
+    wait_idle(cfg)
+    group = f"het-{het[0]}-{het[1]}-{run}"
+    size = sum(het)
+    bound: dict[str, float] = {}
+    everyone = threading.Event()
+    version = raw.get(PODS)["metadata"]["resourceVersion"]
+
+    def watch() -> None:
+        for event in raw.watch(PODS, {"resourceVersion": version}, 120):
+            obj = event.get("object") or {}
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            if name.startswith(f"{group}-") and (obj.get("spec") or {}).get("nodeName"):
+                bound.setdefault(name, time.time())
+                if len(bound) == size:
+                    everyone.set()
+                    return
+
+    threading.Thread(target=watch, daemon=True).start()
+    raw.post(
+        composites(),
+        {
+            "apiVersion": f"{COMPOSITE_GROUP_VERSION}",
+            "kind": "CompositePodGroup",
+            "metadata": {"name": group},
+            "spec": {
+                "workloadRef": {"workloadName": group, "templateName": "serve"},
+                "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            },
+        },
+    )
+    children = {f"{group}-leader": het[0], f"{group}-workers": het[1]}
+    for child, count in children.items():
+        raw.post(
+            podgroups(cfg),
+            {
+                "apiVersion": "/".join(devkube.podgroup_api(cfg)),
+                "kind": "PodGroup",
+                "metadata": {"name": child},
+                "spec": {
+                    "parentCompositePodGroupName": group,
+                    "workloadRef": {"workloadName": group, "templateName": child.rsplit("-", 1)[1]},
+                    "schedulingPolicy": {"gang": {"minCount": count}},
+                },
+            },
+        )
+    names = []
+    last = 0.0
+    for child, count in children.items():
+        cpu = str(LEADER_CPUS) if child.endswith("-leader") else "1"
+        for i in range(count):
+            names.append(f"{child}-{i}")
+            raw.post(PODS, _member(cfg, names[-1], child, cpu))
+            last = time.time()
+    if not everyone.wait(120):
+        raise SystemExit(f"{group}: only {len(bound)} of {size} members bound after 120 s")
+    latency = max(bound.values()) - last
+    for name in names:
+        raw.delete(f"{PODS}/{name}", {"gracePeriodSeconds": 0})
+    for child in children:
+        raw.delete(f"{podgroups(cfg)}/{child}")
+    raw.delete(f"{composites()}/{group}")
+    slurm = slurm_client(cfg)
+    try:
+        wait_for_no_jobs(slurm, "tandem:")
+    finally:
+        slurm.close()
+    _wait_for_no_pods(raw)
+    return latency
+
+
+COMPOSITE_GROUP_VERSION = "scheduling.k8s.io/v1alpha3"
+
+
+def composites() -> str:
+    return f"/apis/{COMPOSITE_GROUP_VERSION}/namespaces/{NAMESPACE}/compositepodgroups"
+
+
+def _member(cfg: StackConfig, name: str, group: str, cpu: str = "1") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -157,7 +252,7 @@ def _member(cfg: StackConfig, name: str, group: str) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": "1", "memory": "100Mi"}},
+                    "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}},
                 }
             ],
         },
@@ -179,11 +274,18 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs per size and phase")
     parser.add_argument("--sizes", default="2,4,8", help="group sizes (members = nodes)")
+    parser.add_argument(
+        "--het", default="1+3", help="a heterogeneous row: leader+workers members ('' for none)"
+    )
     args = parser.parse_args()
     cfg = config.StackConfig.from_env()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if max(sizes) > cfg.nodes:
-        raise SystemExit(f"a group of {max(sizes)} needs {max(sizes)} nodes; this stack has {cfg.nodes}")
+    sizes: list[int | tuple[int, int]] = [int(s) for s in args.sizes.split(",")]
+    if args.het:
+        first, _, rest = args.het.partition("+")
+        sizes.append((int(first), int(rest)))
+    largest = max(s if isinstance(s, int) else sum(s) for s in sizes)
+    if largest > cfg.nodes:
+        raise SystemExit(f"a group of {largest} needs {largest} nodes; this stack has {cfg.nodes}")
     ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     try:
@@ -191,9 +293,20 @@ def main() -> None:
     except (KubeError, httpx.HTTPError) as e:
         raise SystemExit(f"this cluster serves no PodGroups ({e}): the lab's `make up` enables them") from e
     rows, results = [], []
-    for size in sizes:
-        bare_runs = [bare(cfg, size) for _ in range(args.repeat)]
-        tandem_runs = [tandem(cfg, raw, size, run) for run in range(args.repeat)]
+    for shape in sizes:
+        if isinstance(shape, int):
+            size: int | str = shape
+            bare_runs = [bare(cfg, shape) for _ in range(args.repeat)]
+            tandem_runs = [tandem(cfg, raw, shape, run) for run in range(args.repeat)]
+        else:
+            try:
+                raw.get(composites())
+            except (KubeError, httpx.HTTPError) as e:
+                print(f"no heterogeneous row: this cluster serves no CompositePodGroups ({e})")
+                continue
+            size = f"het {shape[0]}+{shape[1]}"
+            bare_runs = [bare(cfg, sum(shape), shape) for _ in range(args.repeat)]
+            tandem_runs = [tandem_het(cfg, raw, shape, run) for run in range(args.repeat)]
         b50, t50 = statistics.median(bare_runs), statistics.median(tandem_runs)
         print(
             f"size {size}: bare {sorted(round(x, 3) for x in bare_runs)}; "
