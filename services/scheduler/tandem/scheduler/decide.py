@@ -29,13 +29,18 @@ rows included, and runs a Pod alone's rows as a group of one):
     no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
     no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event
     no job                                        -> submit the job, the nodes whose Nodes would not
-                                                     take some member excluded (and record its id)
+                                                     take some member excluded (and record its id);
+                                                     a group of components (CompositePodGroup, LWS
+                                                     leader unlike its workers): a het job, each
+                                                     component's first minCount members, each
+                                                     component sized for its own
     job pending, minCount grew past its nodes     -> cancel it, a Normal Event on each member; once
                                                      it ended, the lines above submit a new job when
                                                      minCount members are there
     members without the job id                    -> record it on them
     job stopping                                  -> nothing: its end deletes the members
-    job running, script started                   -> bind each unbound member to a free node
+    job running, script started                   -> bind each unbound member to a free node (of
+                                                     a het job: of its own component)
     job running, every node taken                 -> the others wait (GroupAllocationFull); when
                                                      minCount grew past the job's nodes, saying so:
                                                      a running job cannot grow, never cancelled for it
