@@ -639,3 +639,25 @@ def test_a_group_whose_minCount_shrank_below_what_runs_keeps_running() -> None:
     extra = d.decide(seen([*bound, member(3, 7)], job(started=True), group=min_count(2)))
     assert isinstance(extra, d.Pend) and extra.reason == d.REASON_GROUP_FULL
     assert extra.message == "each of Slurm job 7's 3 nodes already runs a member of the group"
+
+
+def test_a_group_preempted_whole_by_kube_scheduler_cancels_its_job_and_its_podgroup_says_why() -> None:
+    """Workload-aware preemption (disruptionMode All) takes every member at once: the group's one
+    Slurm job is cancelled and the PodGroup, which outlives its Pods, carries the Event."""
+    preempted = three(job_id=7, node="node-001", deleting=True)
+    for pod in preempted:
+        pod["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+    action = d.decide(seen(preempted, job(started=True)))
+    assert isinstance(action, d.Cancel) and action.job_ids == (7,)
+    assert action.subject is PODGROUP and action.event_reason == "SlurmJobCancelled"
+    assert action.message == (
+        "Slurm job 7 cancelled: kube-scheduler preempted every member of the group (workload-aware preemption)"
+    )
+    # Deleted by someone else: the same cancel, said plainly.
+    plain = d.decide(seen(three(job_id=7, node="node-001", deleting=True), job(started=True)))
+    assert (
+        isinstance(plain, d.Cancel)
+        and plain.message == "Slurm job 7 cancelled: every member of the group is gone"
+    )

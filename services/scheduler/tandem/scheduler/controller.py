@@ -451,8 +451,8 @@ class Controller:
                 raise NotYet(why)
             case d.Cancel(job_ids=job_ids, why=why, pods=pods, event_reason=reason, message=message):
                 self._cancel(o.key, job_ids, why)
-                for pod in pods:
-                    self._event(pod, "Normal", reason, message)
+                for target in (*pods, *((action.subject,) if action.subject is not None else ())):
+                    self._event(target, "Normal", reason, message)
                 return None
         group = o.group
         assert group is not None  # every other action is about Pods that are there

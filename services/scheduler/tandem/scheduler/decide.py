@@ -11,7 +11,9 @@ started). The controller carries the action out; a crash at any line of that lea
 state `decide` maps to the remaining step (tests/unit/test_decide.py has one row per line, crash
 rows included, and runs a Pod alone's rows as a group of one):
 
-    no live member (deleted, deleting, finished)  -> cancel every live job of the group
+    no live member (deleted, deleting, finished)  -> cancel every live job of the group (an Event on
+                                                     its PodGroup, naming a preemption by
+                                                     kube-scheduler when that is why)
     job live, its PodGroup deleted                -> cancel the job
     a live job besides the recorded one           -> cancel it (a submit retried after a lost answer)
     bound member, job stopped/ended/requeued/moved -> delete it
@@ -88,6 +90,9 @@ REASON_GROUP_FULL = "GroupAllocationFull"
 # The Normal Event on each member whose group's pending job is cancelled because minCount grew
 # past the nodes it asks for (a new job follows).
 EVENT_JOB_OUTGROWN = "SlurmJobCancelled"
+# The Normal Event on a group's PodGroup when its job is cancelled because no member is left
+# (deleted, or preempted as a whole by kube-scheduler).
+EVENT_JOB_CANCELLED = "SlurmJobCancelled"
 
 
 class NotJudged(enum.Enum):
@@ -174,6 +179,8 @@ class Cancel:
     pods: tuple[JSON, ...] = ()
     event_reason: str = ""
     message: str = ""
+    # The group's PodGroup (or CompositePodGroup), to carry that Event when no member is left.
+    subject: JSON | None = None
 
 
 @dataclass(frozen=True)
@@ -290,7 +297,16 @@ def decide(o: Observed) -> Action:
     alone = group is None or group.alone
     if not live:
         gone = tuple(j.job_id for j in o.jobs if not j.ended and j.job_id not in o.cancel_sent)
-        return Cancel(gone, _gone_why(o)) if gone else Nothing()
+        if not gone:
+            return Nothing()
+        why = _gone_why(o)
+        if group is None or group.podgroup is None:
+            return Cancel(gone, why)
+        # The group's object outlives its Pods: it tells what became of its job.
+        jobs = ", ".join(map(str, gone))
+        return Cancel(
+            gone, why, (), EVENT_JOB_CANCELLED, f"Slurm job {jobs} cancelled: {why}", group.podgroup
+        )
     job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
     if job_live and job is not None and group is not None and _podgroup_deleted(o.key, group):
         return Cancel((job.job_id,), "its PodGroup was deleted")
@@ -366,6 +382,12 @@ def _podgroup_deleted(key: str, group: groups.Group) -> bool:
     return group.podgroup is None and bool(group.waiting_for) and groups.podgroup_key(key) is not None
 
 
+def _preempted(pod: JSON) -> bool:
+    """kube-scheduler evicted it to make room for a higher priority (its DisruptionTarget says so)."""
+    c = condition(pod, "DisruptionTarget") or {}
+    return c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
+
+
 def _live(pod: JSON) -> bool:
     return not (pod.get("metadata") or {}).get("deletionTimestamp") and not pod_finished(pod)
 
@@ -380,6 +402,8 @@ def _uid(pod: JSON) -> str:
 
 def _gone_why(o: Observed) -> str:
     if o.group is not None and not o.group.alone:
+        if o.members and all(_preempted(m) for m in o.members):
+            return "kube-scheduler preempted every member of the group (workload-aware preemption)"
         return "every member of the group is gone"
     if not o.members:
         return "Pod deleted"
