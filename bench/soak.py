@@ -6,9 +6,10 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
     REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
-2-3), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting from
-the high partition, some scancel'ed), Pods deleted at random. Faults: `kill -9` of a random Tandem
-process every ~20 s (restarted as `make up` would), and slurmctld, slurmrestd, slurmdbd and
+2-3), a heterogeneous gang (a CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster
+serves them), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting
+from the high partition, some scancel'ed), Pods deleted at random. Faults: `kill -9` of a random
+Tandem process every ~20 s (restarted as `make up` would), and slurmctld, slurmrestd, slurmdbd and
 kube-apiserver each restarted at least once.
 
 Invariants, counted after the settle (each must be 0):
@@ -63,6 +64,8 @@ class Soak:
         self.pods = f"/api/v1/namespaces/{namespace}/pods"
         self.podgroup_api = "/".join(kube.podgroup_api(cfg))
         self.podgroups = f"/apis/{self.podgroup_api}/namespaces/{namespace}/podgroups"
+        self.composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
+        self.serves_composites = _served(self.kube, self.composites)
         self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -76,6 +79,7 @@ class Soak:
         actions = [
             (self.single_pod, 5),
             (self.gang, 2),
+            *([(self.het_gang, 1)] if self.serves_composites else []),
             (self.scale_deployment, 2),
             (self.plain_job, 3),
             (self.delete_some, 3),
@@ -133,6 +137,43 @@ class Soak:
             pod["metadata"]["annotations"] = {}
             self.kube.post(self.pods, pod)
         self.done["gangs created"] += 1
+
+    def het_gang(self) -> None:
+        """A CompositePodGroup of a leader PodGroup (one 2-CPU Pod) and a workers PodGroup: one
+        Slurm heterogeneous job."""
+        name, workers = self._name("het"), self.rng.randint(1, 2)
+        self.kube.post(
+            self.composites,
+            {
+                "apiVersion": COMPOSITE_API,
+                "kind": "CompositePodGroup",
+                "metadata": {"name": name},
+                "spec": {
+                    "workloadRef": {"workloadName": name, "templateName": "het"},
+                    "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                },
+            },
+        )
+        for child, size, cpu in ((f"{name}-leader", 1, "2"), (f"{name}-workers", workers, "500m")):
+            self.kube.post(
+                self.podgroups,
+                {
+                    "apiVersion": self.podgroup_api,
+                    "kind": "PodGroup",
+                    "metadata": {"name": child},
+                    "spec": {
+                        "parentCompositePodGroupName": name,
+                        "workloadRef": {"workloadName": name, "templateName": child.rsplit("-", 1)[1]},
+                        "schedulingPolicy": {"gang": {"minCount": size}},
+                    },
+                },
+            )
+            for i in range(size):
+                pod = self._pod(f"{child}-{i}", schedulingGroup={"podGroupName": child})
+                pod["metadata"]["annotations"] = {}
+                pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+                self.kube.post(self.pods, pod)
+        self.done["het gangs created"] += 1
 
     def scale_deployment(self) -> None:
         replicas = self.rng.randint(0, 4)
@@ -240,9 +281,11 @@ class Soak:
         nodes = slurm_nodes(self.cfg)
         live_pods = [p for p in pods if not pod_finished(p)]
         by_uid = {p["metadata"]["uid"]: p for p in live_pods}
-        groups = Counter(_group_of(p) for p in live_pods if _group_of(p))
+        parents = self._parents()
+        groups = Counter(_group_of(p, parents) for p in live_pods if _group_of(p, parents))
         placeholder = [j for j in jobs if j["name"].startswith(f"tandem:{self.cfg.scheduler_name}/")]
-        owners = Counter(j["name"].rsplit("/", 1)[1] for j in placeholder)
+        # A het job's components share its id and name: one job.
+        owners = Counter(name.rsplit("/", 1)[1] for name, _ in {(j["name"], j["id"]) for j in placeholder})
         kube_node = {config.slurm_node_name(i): config.kube_node_name(i) for i in range(self.cfg.nodes)}
         running_on: dict[str, set[int]] = {}
         for j in jobs:
@@ -303,7 +346,7 @@ class Soak:
                 counts["stale_killwait_drains"] += 1
         bound_in_group: dict[str, set[bool]] = {}
         for p in live_pods:
-            group = _group_of(p)
+            group = _group_of(p, parents)
             if group and not p["metadata"].get("deletionTimestamp"):
                 bound_in_group.setdefault(group, set()).add(bool((p.get("spec") or {}).get("nodeName")))
         counts["partly_bound_gangs"] = sum(1 for states in bound_in_group.values() if states == {True, False})
@@ -320,6 +363,15 @@ class Soak:
         )
         return {n: counts[n] for n in names}
 
+    def _parents(self) -> dict[str, str]:
+        """`ns/<PodGroup>` -> its CompositePodGroup, for every PodGroup that has one."""
+        items = self.kube.get(f"/apis/{self.podgroup_api}/podgroups").get("items") or []
+        return {
+            f"{pg['metadata']['namespace']}/{pg['metadata']['name']}": parent
+            for pg in items
+            if (parent := (pg.get("spec") or {}).get("parentCompositePodGroupName"))
+        }
+
     def _node(self, name: str) -> dict[str, Any] | None:
         try:
             return self.kube.get(f"/api/v1/nodes/{name}")
@@ -327,9 +379,26 @@ class Soak:
             return None
 
 
-def _group_of(pod: dict[str, Any]) -> str:
+COMPOSITE_API = "scheduling.k8s.io/v1alpha3"
+
+
+def _served(client: KubeClient, path: str) -> bool:
+    try:
+        client.get(path)
+    except KubeError:
+        return False
+    return True
+
+
+def _group_of(pod: dict[str, Any], parents: dict[str, str]) -> str:
+    """The group a Pod is placed with, keyed as its placeholder job names it (a child PodGroup's:
+    its CompositePodGroup's)."""
     name = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
-    return f"{pod['metadata']['namespace']}/pg:{name}" if name else ""
+    if not name:
+        return ""
+    namespace = pod["metadata"]["namespace"]
+    parent = parents.get(f"{namespace}/{name}")
+    return f"{namespace}/cpg:{parent}" if parent else f"{namespace}/pg:{name}"
 
 
 def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
@@ -344,8 +413,14 @@ def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
     for line in out.splitlines():
         job_id, name, state, nodes = line.split("|", 3)
         if state in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
+            # A het job's component prints as `<het job id>+<offset>`: its nodes are the het job's.
             jobs.append(
-                {"id": int(job_id), "name": name, "state": state, "nodes": expand(nodes) if nodes else []}
+                {
+                    "id": int(job_id.partition("+")[0]),
+                    "name": name,
+                    "state": state,
+                    "nodes": expand(nodes) if nodes else [],
+                }
             )
     return jobs
 
@@ -404,9 +479,11 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
 def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
     """What the churn made, gone: its Deployment, PodGroups and Pods, and the plain jobs."""
     client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
     for path in (
         f"/apis/apps/v1/namespaces/{namespace}/deployments",
         f"/apis/{'/'.join(kube.podgroup_api(cfg))}/namespaces/{namespace}/podgroups",
+        *([composites] if _served(client, composites) else []),
     ):
         for item in client.get(path).get("items") or []:
             _delete(client, f"{path}/{item['metadata']['name']}")

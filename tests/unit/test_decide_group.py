@@ -652,9 +652,8 @@ def test_a_group_preempted_whole_by_kube_scheduler_cancels_its_job_and_its_podgr
     action = d.decide(seen(preempted, job(started=True)))
     assert isinstance(action, d.Cancel) and action.job_ids == (7,)
     assert action.subject is PODGROUP and action.event_reason == "SlurmJobCancelled"
-    assert action.message == (
-        "Slurm job 7 cancelled: kube-scheduler preempted every member of the group (workload-aware preemption)"
-    )
+    why = "kube-scheduler preempted every member of the group (workload-aware preemption)"
+    assert action.message == f"Slurm job 7 cancelled: {why}"
     # Deleted by someone else: the same cancel, said plainly.
     plain = d.decide(seen(three(job_id=7, node="node-001", deleting=True), job(started=True)))
     assert (
