@@ -7,83 +7,22 @@ The three services export over real OTLP/gRPC to an in-memory collector in this 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass
 
-import grpc
 import pytest
 from kubernetes import client as k8s
-from opentelemetry.proto.collector.trace.v1 import (
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
 
-from devstack import services
+from bench import otlp
+from bench.otlp import ExportedSpan, InMemoryCollector
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 
-@dataclass(frozen=True)
-class ExportedSpan:
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, str]
-
-
-class InMemoryCollector(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self.spans: list[ExportedSpan] = []
-
-    def Export(self, request: object, context: grpc.ServicerContext) -> object:
-        for rs in request.resource_spans:  # type: ignore[attr-defined]
-            service = next(
-                (a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), ""
-            )
-            for scope in rs.scope_spans:
-                for s in scope.spans:
-                    self.spans.append(
-                        ExportedSpan(
-                            service=service,
-                            name=s.name,
-                            trace_id=s.trace_id.hex(),
-                            span_id=s.span_id.hex(),
-                            parent_id=s.parent_span_id.hex(),
-                            attributes={
-                                a.key: a.value.string_value or str(a.value.int_value) for a in s.attributes
-                            },
-                        )
-                    )
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
-def _restart_services(cfg: StackConfig, extra_env: dict[str, str]) -> None:
-    daemons = services.daemons(cfg)
-    for name in services.SERVICES:
-        daemons[name].stop()
-    for name in services.SERVICES:
-        services.start(cfg, name, daemons[name], extra_env)
-    for name in services.SERVICES:
-        services.wait_serving(cfg, name, daemons[name])
-
-
 @pytest.fixture(scope="module")
 def collector(stack_cfg: StackConfig) -> Iterator[InMemoryCollector]:
-    sink = InMemoryCollector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    _restart_services(stack_cfg, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
-    try:
+    with otlp.tracing_to_memory(stack_cfg) as sink:
         yield sink
-    finally:
-        _restart_services(stack_cfg, {})
-        server.stop(0)
 
 
 def test_one_pods_scheduling_is_one_trace_across_all_three_services(

@@ -119,6 +119,10 @@ class HookHandler:
             reference = self.credentials.caller(request.headers) or NODE  # screened: not None
             status, body = self.routes.serve(path, request.body, reference)
             span.set_attribute("http.response.status_code", int(status))
+            # Which job and node: a bare job's prolog call has no trace to join, only these.
+            for attribute, value in (("slurm.job_id", body.get("job")), ("slurm.node", body.get("node"))):
+                if isinstance(value, int | str) and value != "":
+                    span.set_attribute(attribute, value)
             if status >= 400:
                 tracing.mark_error(span, str(body.get("error", "")))
         HOOK_CALLS.inc(route=path, code=str(int(status)))
