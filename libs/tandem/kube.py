@@ -26,8 +26,23 @@ from tandem.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
 API_REQUESTS = REGISTRY.counter(
-    "tandem_kube_requests_total", "Kubernetes API requests made, by verb (watches included)", ["verb"]
+    "tandem_kube_requests_total",
+    "Kubernetes API requests made, by verb and resource (watches included)",
+    ["verb", "resource"],
 )
+
+
+def resource_of(path: str) -> str:
+    """`pods/binding` from `/api/v1/namespaces/ns/pods/x/binding`: what a request is about, with
+    no name in it (a metric label: a handful of values, never one per object)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else parts
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return "namespaces" if parts[-2:-1] == ["namespaces"] else "(root)"
+    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
 
 JSON = dict[str, Any]
 
@@ -162,7 +177,7 @@ class KubeClient:
         timeout: float | None = None,
     ) -> JSON:
         content = json.dumps(body).encode() if body is not None else None
-        API_REQUESTS.inc(verb=method)
+        API_REQUESTS.inc(verb=method, resource=resource_of(path))
         headers = self._headers({"Content-Type": content_type} if content is not None else None)
         try:
             r = self._http.request(
@@ -211,7 +226,7 @@ class KubeClient:
 
     def watch(self, path: str, params: Mapping[str, str], timeout_seconds: int = 300) -> Iterator[JSON]:
         """Stream watch events ({"type", "object"}) until the server closes the watch."""
-        API_REQUESTS.inc(verb="WATCH")
+        API_REQUESTS.inc(verb="WATCH", resource=resource_of(path))
         query = {
             **params,
             "watch": "1",

@@ -174,6 +174,10 @@ class Controller:
         self._recorded: AssumeCache[int] = AssumeCache()
         # Job id -> cancel sent: its script is shutting down; once is enough until the job ends.
         self._cancelled: AssumeCache[bool] = AssumeCache()
+        # Pod uid -> the Node this process bound it to, until the informer shows spec.nodeName: a
+        # reconcile in between would bind it again (a 409 and a retry: a tenth of the bindings
+        # in a burst, issue 22).
+        self._bound: AssumeCache[str] = AssumeCache()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
         REGISTRY.gauge(
             "tandem_pods",
@@ -305,6 +309,8 @@ class Controller:
         members, _, jobs = self._members_and_jobs(key)
         carried = set()
         for pod in members:
+            if (pod.get("spec") or {}).get("nodeName"):
+                self._bound.forget(str(pod["metadata"]["uid"]))
             uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
             if annotated is None:
                 continue
@@ -350,6 +356,13 @@ class Controller:
             return (), groups.alone(key, None), self.jobs.for_pod_key(key)  # deleted: by its name
         return (pod,), groups.alone(key, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
 
+    def _as_bound(self, pod: JSON) -> JSON:
+        """The Pod as this process bound it, while the informer's copy does not show that yet."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return pod
+        node = self._bound.get(str(pod["metadata"]["uid"]))
+        return pod if node is None else {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
+
     @staticmethod
     def _owner(key: str, members: tuple[JSON, ...]) -> str:
         """Whose submit is remembered: a group's key, a Pod alone's uid (a Pod of the same name
@@ -364,6 +377,7 @@ class Controller:
         by the read-only placement()) Slurm's default while none is known."""
         kill_wait = kill_wait or self.kill_wait() or _UNKNOWN_KILL_WAIT
         members, group, jobs = self._members_and_jobs(key)
+        members = tuple(self._as_bound(pod) for pod in members)
         recorded: dict[str, int] = {}
         for pod in members:
             uid = str(pod["metadata"]["uid"])
@@ -608,8 +622,11 @@ class Controller:
                 self._record(pod, job_id)
             where = f" to partition {spec.partition}" if spec.partition else ""
             if group.alone:
-                message = f"placeholder job {job_id} submitted{where}"
-            elif spec.components:
+                # No Event: a Pod alone reads its job in its PodScheduled condition while the job
+                # pends and in its Scheduled Event once bound, as kube-scheduler's Pods do; one
+                # Event more was a quarter of the API requests Tandem made per Pod (issue 22).
+                return
+            if spec.components:
                 parts = ", ".join(
                     f"{c.nodes} for {g.name}" for c, g in zip(spec.components, group.components, strict=False)
                 )
@@ -669,6 +686,7 @@ class Controller:
             attributes={"k8s.pod": object_key(pod), "k8s.node": kube_node, "slurm.job_id": job_id},
         ):
             self.api.bind(pod, kube_node)
+        self._bound.assume(str(pod["metadata"]["uid"]), kube_node)
         started = self.jobs.started_at.get(job_id, picked_up)
         BIND_SECONDS.observe(time.monotonic() - started)
         created = _created_at(pod)
