@@ -871,3 +871,20 @@ def test_a_pod_is_bound_once_even_when_a_reconcile_comes_before_the_informer_sho
     pods.pods[POD.key] = {**_pod(job_id="7"), "spec": {**_pod()["spec"], "nodeName": "node-001"}}
     controller.reconcile(POD.key)
     assert controller._bound.get(POD.uid) is None
+
+
+def test_a_job_just_pending_writes_nothing_and_comes_back_when_its_reason_would_show() -> None:
+    """One status write and one watch event per Pod less (issue 22): a job that pends for a moment
+    leaves its Pod's condition alone; still pending later, Slurm's reason is written then."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod("7")
+    pending = JobStatus(replace(_status("PENDING").job, nodes=(), state_reason="Resources"))
+    controller, _, kube = _controller(pods, _tracker(pending))
+    after = controller.reconcile(POD.key)
+    assert after is not None and 0 < after <= decide.PENDING_AFTER_SECONDS
+    assert kube.strategic_patch.call_count == 0 and kube.merge_patch.call_count == 0
+    with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=time.monotonic() + after):
+        assert controller.reconcile(POD.key) is None
+    (path, patch), _ = kube.strategic_patch.call_args
+    assert path.endswith("/status") and patch["status"]["conditions"][0]["reason"] == decide.REASON_PENDING

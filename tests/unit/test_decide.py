@@ -467,3 +467,30 @@ def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:
     assert d.decide(seen(nominated, job(state="RUNNING"))) == d.Nothing()
     requeued = seen(nominated, job(state="PENDING", reason="Resources"))
     assert d.decide(requeued) == d.Nominate((d.Placement(nominated, "", ""),))
+
+
+def test_a_passing_state_is_written_only_once_it_lasts() -> None:
+    """Most placeholders pend and pass their prologs in well under a second; a condition or a
+    nomination written for that moment is an API request and a watch event per Pod that nobody
+    reads (issue 22). Before: both were written at once, whatever the job's age."""
+    pending = seen(pod(7), job("PENDING", reason="Resources"), job_phase_age=0.5)
+    assert d.decide(pending) == d.Later(
+        d.PENDING_AFTER_SECONDS - 0.5, "Slurm may start the job before its reason shows"
+    )
+    lasting = replace(pending, job_phase_age=d.PENDING_AFTER_SECONDS)
+    assert isinstance(d.decide(lasting), d.Pend)
+    allocated = seen(pod(7), job(state="RUNNING"), job_phase_age=0.25)
+    later = d.decide(allocated)
+    assert isinstance(later, d.Later) and later.after == d.NOMINATE_AFTER_SECONDS - 0.25
+    assert d.decide(replace(allocated, job_phase_age=d.NOMINATE_AFTER_SECONDS)) == _the_pod_in(
+        NOMINATED, allocated
+    )
+    started = seen(pod(7), job(state="RUNNING", started=True), job_phase_age=0.0)
+    assert isinstance(d.decide(started), d.Bind), "a start binds at once, however young"
+
+
+def test_a_nomination_is_cleared_at_once_when_the_job_is_requeued() -> None:
+    nominated = pod(7)
+    nominated["status"]["nominatedNodeName"] = "node-001"
+    requeued = seen(nominated, job(state="PENDING", reason="Resources"), job_phase_age=0.0)
+    assert d.decide(requeued) == d.Nominate((d.Placement(nominated, "", ""),))

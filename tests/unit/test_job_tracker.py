@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import grpc
 
 from tandem import placeholder
 from tandem.scheduler.jobs import JobTracker
+from tandem.slurm.wire import job_from_proto
 from tandem.v1 import slurm_pb2, syncer_pb2
 
 SCHEDULER = "tandem-test"
@@ -100,3 +103,19 @@ def test_a_slurm_node_whose_node_becomes_known_wakes_the_pods_waiting_to_bind_th
     tracker.run(stop)
     assert woken == ["cpu-009"]
     assert tracker.kube_node("cpu-009") == "node-009"
+
+
+def test_how_long_a_job_has_been_in_its_phase_restarts_when_the_phase_changes() -> None:
+    """What decide reads to leave a passing pending or allocated state unwritten (issue 22)."""
+    tracker = JobTracker(SCHEDULER, mock.Mock(), lambda pod, job: None)
+    assert tracker.in_phase_for(1) == float("inf")
+    pending = job_from_proto(_job(1, slurm_pb2.JOB_STATE_PENDING))
+    with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=100.0):
+        tracker._apply(pending)
+    with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=101.5):
+        tracker._apply(replace(pending, job=replace(pending.job, state_reason="Resources")))
+        assert tracker.in_phase_for(1) == 1.5, "a new reason is the same phase"
+    with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=102.0):
+        tracker._apply(replace(pending, job=replace(pending.job, state="RUNNING", nodes=("cpu-001",))))
+    with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=102.25):
+        assert tracker.in_phase_for(1) == 0.25

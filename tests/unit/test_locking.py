@@ -151,13 +151,11 @@ PLACEHOLDER = RunningJob(7, placeholder=True)
 PLAIN = RunningJob(7)
 
 ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
-    # -- normal: a plain lock takes the taint, then pending, then locked once nothing must leave --
+    # -- normal: a plain lock takes the taint, then pending while Pods must leave, then locked --
     (
         "normal: an empty Node locks in one pass",
         facts(mem=memory(hold())),
-        LockPlan(
-            taint=True, annotate_first=PENDING, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7
-        ),
+        LockPlan(taint=True, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
     ),
     (
         "normal: a Pod that does not tolerate the taint is evicted, back at the hold's deadline",
@@ -167,7 +165,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "normal: a Pod that tolerates the lock stays under a plain lock",
         facts(mem=memory(hold()), pods=(AGENT,), tainted=True),
-        LockPlan(annotate_first=PENDING, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
     ),
     (
         "normal: pending and the Pod gone: locked",
@@ -388,7 +386,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "crash: taint written, annotation not yet (prolog waiting)",
         facts(mem=memory(hold()), tainted=True),
-        LockPlan(annotate_first=PENDING, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
     ),
     (
         "crash: taint written, annotation not, prolog gone: the taint goes",

@@ -411,6 +411,7 @@ class Controller:
             kill_wait_source=kill_wait.source,
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
+            job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
         )
 
     def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
@@ -463,6 +464,8 @@ class Controller:
                 return None
             case d.Wait(why=why):
                 raise NotYet(why)
+            case d.Later(after=after):
+                return after
             case d.Cancel(job_ids=job_ids, why=why, pods=pods, event_reason=reason, message=message):
                 self._cancel(o.key, job_ids, why)
                 for target in (*pods, *((action.subject,) if action.subject is not None else ())):

@@ -46,13 +46,17 @@ rows included, and runs a Pod alone's rows as a group of one):
     job running, every node taken                 -> the others wait (GroupAllocationFull); when
                                                      minCount grew past the job's nodes, saying so:
                                                      a running job cannot grow, never cancelled for it
-    job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName);
+    job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName),
+                                                     once allocated for NOMINATE_AFTER_SECONDS (most
+                                                     scripts start sooner: the bind says it all);
                                                      once nominated, minCount grown past the job's
                                                      nodes: the others told as above
     job pending, a member nominated               -> clear the nomination (requeued before its start)
     job pending, the fit changed                  -> update the job's excluded nodes
     job pending, too few Nodes would take them    -> Unschedulable
-    job pending                                   -> Slurm's reason on every member (and the PodGroup)
+    job pending                                   -> Slurm's reason on every member (and the PodGroup),
+                                                     once pending for PENDING_AFTER_SECONDS (until
+                                                     then: look again then)
 """
 
 from __future__ import annotations
@@ -93,6 +97,14 @@ EVENT_JOB_OUTGROWN = "SlurmJobCancelled"
 # The Normal Event on a group's PodGroup when its job is cancelled because no member is left
 # (deleted, or preempted as a whole by kube-scheduler).
 EVENT_JOB_CANCELLED = "SlurmJobCancelled"
+
+
+# How long a job pends, or holds its nodes with its prologs running, before its members say so:
+# most placeholders pass both in well under a second, and a status write that a person would never
+# see costs the API server, and every watcher of Pods, one request and one event per Pod (issue 22).
+# A job pending longer is waiting on something a person may want to read (Resources, Priority).
+PENDING_AFTER_SECONDS = 2.0
+NOMINATE_AFTER_SECONDS = 1.0
 
 
 class NotJudged(enum.Enum):
@@ -139,6 +151,9 @@ class Observed:
     kill_wait_source: str = "--slurm-kill-wait"
     # --reject-static-cpu: a Pod the kubelet would pin CPUs for is refused, not only warned about.
     reject_static_cpu: bool = False
+    # Seconds since the job was first seen in its current phase (pending, allocated with its
+    # prologs running: tandem.scheduler.jobs.phase); infinite when not known.
+    job_phase_age: float = float("inf")
     # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
     policy: Policy = BUILTIN
 
@@ -167,6 +182,15 @@ class Judge:
 class Wait:
     """Nothing can be done yet and no change will announce when: look again after a backoff."""
 
+    why: str
+
+
+@dataclass(frozen=True)
+class Later:
+    """Nothing to write yet: a passing state becomes worth a write after `after` seconds, unless a
+    change (the job starting) comes first."""
+
+    after: float
     why: str
 
 
@@ -277,6 +301,7 @@ Action = (
     Nothing
     | Judge
     | Wait
+    | Later
     | Cancel
     | Reject
     | Warn
@@ -692,6 +717,9 @@ def _nominate(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON
     if isinstance(placements, str):
         return Nothing()  # the bind waits for it; a nomination is only a hint
     changed = tuple(p for p in placements if _nominated(p.pod) != p.kube_node)
+    if changed and o.job_phase_age < NOMINATE_AFTER_SECONDS:
+        wait = NOMINATE_AFTER_SECONDS - o.job_phase_age
+        return Later(wait, "the prologs may pass before a nomination shows")
     if changed:
         return Nominate(changed)
     placed = {_uid(p.pod) for p in placements}
@@ -720,6 +748,9 @@ def _pending(
             return unschedulable
     if job.job.state_reason in ("", "None"):
         return Nothing()  # not yet looked at: the next change tells
+    if o.job_phase_age < PENDING_AFTER_SECONDS:
+        wait = PENDING_AFTER_SECONDS - o.job_phase_age
+        return Later(wait, "Slurm may start the job before its reason shows")
     return Pend(unbound, REASON_PENDING, queue.pending_message(job))
 
 

@@ -61,6 +61,8 @@ class JobTracker:
         self._gone_at: dict[int, float] = {}
         # When the stream told us each job's script started (to measure our own share of latency).
         self.started_at: dict[int, float] = {}
+        # When the stream first showed each job in its current phase (tandem.scheduler.jobs.phase).
+        self._phase_since: dict[int, float] = {}
         # The trace context of the call that told the syncer a job's script started (the bind's
         # parent span).
         self.trace_context: dict[int, dict[str, str]] = {}
@@ -95,6 +97,13 @@ class JobTracker:
     def slurm_node_names(self) -> list[str]:
         with self._lock:
             return list(self._kube_nodes)
+
+    def in_phase_for(self, job_id: int) -> float:
+        """Seconds since the stream first showed the job in its current phase (pending,
+        allocated with its prologs running, ...); infinite for a job it has not shown."""
+        with self._lock:
+            since = self._phase_since.get(job_id)
+        return float("inf") if since is None else max(0.0, time.monotonic() - since)
 
     def slurm_node_count(self) -> int:
         """How many Slurm nodes the syncer has published (0 before its snapshot)."""
@@ -170,6 +179,8 @@ class JobTracker:
                     status = replace(
                         status, job=replace(job, name=old.job.name, admin_comment=old.job.admin_comment)
                     )
+            if old is None or phase(old) != phase(status):
+                self._phase_since[job.job_id] = time.monotonic()
             if status.started and (old is None or not old.started):
                 self.started_at[job.job_id] = time.monotonic()
                 if trace_context:
@@ -199,6 +210,7 @@ class JobTracker:
             if at < cutoff:
                 del self._gone_at[job_id]
                 self.started_at.pop(job_id, None)
+                self._phase_since.pop(job_id, None)
                 self.trace_context.pop(job_id, None)
                 status = self._jobs.pop(job_id, None)
                 pod = placeholder.pod_of(status.job) if status is not None else None
@@ -207,3 +219,15 @@ class JobTracker:
                         index[key].discard(job_id)
                         if not index[key]:
                             del index[key]
+
+
+def phase(status: JobStatus) -> str:
+    """Which step of a placeholder's life the job is at, as the Pod would show it: how long a job
+    has been so decides when a passing state is worth a write (tandem.scheduler.decide)."""
+    if status.ended:
+        return "ended"
+    if status.pending:
+        return "pending"
+    if status.running and not status.started:
+        return "allocated"
+    return "started" if status.started else status.state_name.lower()

@@ -204,9 +204,10 @@ def _lock(
     if not blocking:
         message = f"Locked ({want.value}) for Slurm job {for_job} on Slurm node {f.slurm_node}"
         event = Event(node_ref(f.kube_node_name), "Normal", keys.NODE_LOCKED_EVENT, message)
+        # Nothing to wait for: straight to the lock. `pending` would be overwritten in this same
+        # pass, one API write more per lock that nobody could see (issue 22).
         return LockPlan(
             taint=taint,
-            annotate_first=first,
             annotate=want,
             events=(event,),
             forget=ended,
