@@ -36,10 +36,11 @@ tandem_call() {
     left=$((deadline - SECONDS))
     [ "$left" -gt 0 ] || { echo "tandem: no answer from ${TANDEM_HOOKS_URL:-} within $2s" >&2; return 28; }
     rc=0
-    # `timeout` as well as --max-time: the budget holds even if curl itself hangs.
-    reply=$(printf '%s\n' "$credential" | timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' -H @- \
+    # `timeout` as well as --max-time: the budget holds even if curl itself hangs. The credential
+    # as a here-string, not a pipe from printf: one forked shell less for every call.
+    reply=$(timeout "$left" curl -sS --max-time "$left" -w '\n%{http_code}' -H @- \
       -H "Content-Type: application/json" -H "traceparent: ${TRACEPARENT:-}" -d "$3" \
-      "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1") || rc=$?
+      "${TANDEM_HOOKS_URL:?TANDEM_HOOKS_URL is not set}/v1/$1" <<<"$credential") || rc=$?
     code=${reply##*$'\n'}
     reply=${reply%$'\n'*}
     [ "$reply" = "$code" ] && reply=""
