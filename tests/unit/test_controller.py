@@ -888,3 +888,36 @@ def test_a_job_just_pending_writes_nothing_and_comes_back_when_its_reason_would_
         assert controller.reconcile(POD.key) is None
     (path, patch), _ = kube.strategic_patch.call_args
     assert path.endswith("/status") and patch["status"]["conditions"][0]["reason"] == decide.REASON_PENDING
+
+
+def test_a_running_pods_kubelet_reports_queue_nothing_and_its_deletion_does() -> None:
+    """kwok (a kubelet) reports a bound Pod Running, then Ready: two updates no decision reads,
+    a fifth of the scheduler's reconciles in a burst before (issue 22)."""
+
+    def queued(old: dict[str, Any], new: dict[str, Any]) -> bool:
+        controller, _, _ = _controller(FakePodCache(), _tracker())
+        controller.on_pod(POD.key, old, new)
+        return len(controller.queue) == 1
+
+    bound = {
+        **_pod("7"),
+        "spec": {**_pod("7")["spec"], "nodeName": "node-001"},
+        "status": {"phase": "Pending"},
+    }
+    running = {
+        **bound,
+        "metadata": {**bound["metadata"], "resourceVersion": "2"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "podIP": "10.0.0.9",
+        },
+    }
+    assert not queued(bound, running)
+    deleting = {**running, "metadata": {**running["metadata"], "deletionTimestamp": "2026-11-26T00:00:00Z"}}
+    assert queued(running, deleting)
+    assert queued(running, {**running, "status": {**running["status"], "phase": "Succeeded"}})
+    preempted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    assert queued(running, {**running, "status": {**running["status"], "conditions": [preempted]}})
+    assert queued(_pod("7"), bound), "the bind itself"
+    assert queued(_pod("7"), {**_pod("7"), "status": {"phase": "Pending", "nominatedNodeName": "node-001"}})

@@ -49,6 +49,12 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
 )
 
+WAKEUPS = REGISTRY.counter(
+    "tandem_scheduler_wakeups_total",
+    "keys queued for a reconcile, by what queued them (a Pod, its job, a Node, a freed Node, ...)",
+    ["source"],
+)
+
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
 
@@ -213,6 +219,9 @@ class Controller:
         return self._placement_key(gkey) if gkey is not None else object_key(pod)
 
     def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and _running_report(old, new):
+            return
+        WAKEUPS.inc(source="pod")
         # A member of a group is placed with its group: the group's key is what is reconciled.
         for pod in (old, new):
             gkey = groups.group_key(pod) if pod is not None else None
@@ -224,6 +233,7 @@ class Controller:
         """A Node's labels, taints, cordon, readiness or room changed: every unbound Pod looks again."""
         if _content(old) == _content(new):
             return  # a heartbeat
+        WAKEUPS.inc(source="node")
         for pod in self.pods.items():
             if not (pod.get("spec") or {}).get("nodeName"):
                 self.queue.add(self._key_of(pod))
@@ -231,6 +241,7 @@ class Controller:
     def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
         """Room freed on a Node (a Pod left or finished): the Pods no Node would take look again."""
         if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
+            WAKEUPS.inc(source="room freed")
             for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
                 self.queue.add(self._key_of(pod))
 
@@ -261,6 +272,7 @@ class Controller:
             self.queue.add(groups.key_of_podgroup(child))
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
+        WAKEUPS.inc(source="job")
         if job.ended:
             self._cancelled.forget(str(job.job_id))  # the stream shows the cancel done
         # A Pod to bind or to stop goes ahead of pending-reason updates.
@@ -788,6 +800,31 @@ def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None
         if j.job_id in recorded:
             return j
     return candidates[-1] if candidates else None
+
+
+def _running_report(old: JSON, new: JSON) -> bool:
+    """A bound Pod's kubelet reporting on it (Running, Ready, container states): nothing a decision
+    reads changed, so nothing is queued. Two of the six updates a Pod gets in its life, a fifth of
+    the scheduler's reconciles in a burst (issue 22)."""
+    bound = (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get("nodeName")
+    return bool(bound) and _decision_view(old) == _decision_view(new)
+
+
+def _decision_view(pod: JSON) -> JSON:
+    """What of a Pod any decision reads: all but its resourceVersion and the kubelet's reports."""
+    status = pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    return {
+        "metadata": {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")},
+        "spec": pod.get("spec"),
+        "finished": pod_finished(pod),
+        "conditions": [c for c in status.get("conditions") or [] if c.get("type") in _DECISION_CONDITIONS],
+        "nominated": status.get("nominatedNodeName"),
+    }
+
+
+# The Pod conditions decisions read: this scheduler's refusals, and kube-scheduler's preemption.
+_DECISION_CONDITIONS = ("PodScheduled", "DisruptionTarget")
 
 
 def _content(obj: JSON | None) -> JSON | None:
