@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem.dra.claims import MAX_DEVICES, ClaimRequest
+from tandem.dra.shape import at, items, obj
 from tandem.dra.slices import NodeDevices
 
 # k8s.io/api/resource/v1 ResourceClaimReservedForMaxSize.
@@ -77,7 +78,7 @@ def claim_status(
     """The status that allocates `claim`'s request the devices of Slurm's `indices` on `node` and
     reserves it for `pod`; else why not, in one line. `class_config`: the DeviceClass's
     spec.config (copied in as FromClass, as kube-scheduler does)."""
-    name = str((claim.get("metadata") or {}).get("name") or "")
+    name = str(at(claim, "metadata", "name") or "")
     if len(set(indices)) != len(indices):
         return f"Slurm's indices for ResourceClaim {name} repeat one"
     if len(indices) != request.count:
@@ -121,21 +122,21 @@ def claim_status(
     config = _config(claim, request, class_config)
     if config:
         allocation["devices"]["config"] = config
-    status = claim.get("status") or {}
-    reserved = [dict(r) for r in status.get("reservedFor") or []]
+    status = obj(claim.get("status"))
+    reserved = [dict(obj(r)) for r in items(status.get("reservedFor"))]
     if not any(str(r.get("uid") or "") == pod.uid for r in reserved):
         if len(reserved) >= MAX_RESERVED_FOR:
             return f"ResourceClaim {name} is reserved for {len(reserved)} consumers already"
         reserved.append(pod.reference())
     existing = status.get("allocation")
     if existing:
-        results = (existing.get("devices") or {}).get("results") or []
+        results = [obj(r) for r in items(at(existing, "devices", "results"))]
         held = sorted((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results)
         if held != sorted((node.driver, node.pool, device) for device in chosen):
             names = ", ".join(device for _, _, device in held) or "no device"
             return f"ResourceClaim {name} is allocated already, to {names}"
         # Written before (a crash between the write and the bind): keep what is there.
-        was_reserved = any(str(r.get("uid") or "") == pod.uid for r in status.get("reservedFor") or [])
+        was_reserved = any(str(obj(r).get("uid") or "") == pod.uid for r in items(status.get("reservedFor")))
         return ClaimStatus(
             status={**status, "allocation": existing, "reservedFor": reserved},
             devices=tuple(chosen),
@@ -151,8 +152,9 @@ def _config(claim: Obj, request: ClaimRequest, class_config: Sequence[Obj]) -> l
         {"source": "FromClass", "requests": [request.request], **_device_configuration(c)}
         for c in class_config
     ]
-    for c in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
-        applies = list(c.get("requests") or [])
+    for raw in items(at(claim, "spec", "devices", "config")):
+        c = obj(raw)
+        applies = [str(r) for r in items(c.get("requests"))]
         # A config naming requests applies to those only; none named: to every request.
         if applies and request.request not in applies:
             continue

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tandem.dra.shape import at, items, obj
+
 DRIVER = "gpu.nvidia.com"
 # NVIDIA's DeviceClasses (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-*.yaml) ->
 # the `type` attribute their selector requires.
@@ -147,8 +149,8 @@ def parse_product_types(text: str) -> dict[str, str]:
 def pod_gpus(pod: Pod, claims: Mapping[str, Obj], templates: Mapping[str, Obj], cfg: DraConfig) -> PodGpus:
     """The GPUs a Pod's claims ask for. `claims` and `templates`: the Pod's namespace's
     ResourceClaims and ResourceClaimTemplates by name (what the informers hold)."""
-    spec = pod.get("spec") or {}
-    entries = spec.get("resourceClaims") or []
+    spec = obj(pod.get("spec"))
+    entries = items(spec.get("resourceClaims"))
     if not entries:
         return PodGpus()
     if len(entries) > MAX_POD_CLAIMS:
@@ -156,11 +158,12 @@ def pod_gpus(pod: Pod, claims: Mapping[str, Obj], templates: Mapping[str, Obj], 
             refusals=(Refusal("spec.resourceClaims", f"{len(entries)} claims, more than {MAX_POD_CLAIMS}"),)
         )
     generated = _generated_claim_names(pod)
-    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    uid = str(at(pod, "metadata", "uid") or "")
     requests: list[ClaimRequest] = []
     refusals: list[Refusal] = []
     waiting: list[str] = []
-    for i, entry in enumerate(entries):
+    for i, raw_entry in enumerate(entries):
+        entry = obj(raw_entry)
         name = str(entry.get("name") or "")
         where = f"spec.resourceClaims[{name or i}]"
         direct = entry.get("resourceClaimName")
@@ -170,20 +173,20 @@ def pod_gpus(pod: Pod, claims: Mapping[str, Obj], templates: Mapping[str, Obj], 
             continue
         if direct:
             claim = claims.get(str(direct))
-            if claim is None:
+            if not isinstance(claim, Mapping):
                 waiting.append(f"ResourceClaim {direct}")
                 continue
             owner = _shared_elsewhere(claim, uid)
             if owner:
                 refusals.append(Refusal(f"ResourceClaim {direct}", owner))
                 continue
-            claim_spec, claim_name, label = claim.get("spec") or {}, str(direct), f"ResourceClaim {direct}"
+            claim_spec, claim_name, label = obj(claim.get("spec")), str(direct), f"ResourceClaim {direct}"
         else:
             found = templates.get(str(template))
-            if found is None:
+            if not isinstance(found, Mapping):
                 waiting.append(f"ResourceClaimTemplate {template}")
                 continue
-            claim_spec = (found.get("spec") or {}).get("spec") or {}
+            claim_spec = obj(at(found, "spec", "spec"))
             claim_name, label = generated.get(name, ""), f"ResourceClaimTemplate {template}"
         got = _claim_requests(claim_spec, label, name, claim_name, cfg)
         if isinstance(got, Refusal):
@@ -204,8 +207,8 @@ def pod_gpus(pod: Pod, claims: Mapping[str, Obj], templates: Mapping[str, Obj], 
 def _claim_requests(
     claim_spec: Obj, label: str, pod_claim: str, claim_name: str, cfg: DraConfig
 ) -> ClaimRequest | Refusal:
-    devices = claim_spec.get("devices") or {}
-    requests = devices.get("requests") or []
+    devices = obj(claim_spec.get("devices"))
+    requests = items(devices.get("requests"))
     if not requests:
         return Refusal(label, "asks for no device")
     if len(requests) > 1:
@@ -215,7 +218,7 @@ def _claim_requests(
         )
     if devices.get("constraints"):
         return Refusal(f"{label} spec.devices.constraints", "constraints are not translated to Slurm")
-    request = requests[0]
+    request = obj(requests[0])
     where = f"{label} spec.devices.requests[{request.get('name') or 0}]"
     if request.get("firstAvailable"):
         return Refusal(where, "firstAvailable (a prioritized list) is not translated to Slurm; use exactly")
@@ -237,7 +240,7 @@ def _claim_requests(
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_DEVICES:
         return Refusal(f"{where}.exactly.count", f"{count!r} is not a count from 1 to {MAX_DEVICES}")
     kind = DEVICE_CLASSES[device_class]
-    gres_type = _selected_type(exactly.get("selectors") or [], kind, f"{where}.exactly.selectors", cfg)
+    gres_type = _selected_type(items(exactly.get("selectors")), kind, f"{where}.exactly.selectors", cfg)
     if isinstance(gres_type, Refusal):
         return gres_type
     return ClaimRequest(
@@ -333,7 +336,7 @@ def _unsupported(expression: str) -> str:
 
 def _generated_claim_names(pod: Pod) -> dict[str, str]:
     # The ResourceClaim controller records the claim it made from a template on the Pod's status.
-    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    statuses = [obj(s) for s in items(at(pod, "status", "resourceClaimStatuses"))]
     return {
         str(s.get("name")): str(s.get("resourceClaimName"))
         for s in statuses[:MAX_POD_CLAIMS]
@@ -343,20 +346,21 @@ def _generated_claim_names(pod: Pod) -> dict[str, str]:
 
 def _shared_elsewhere(claim: Obj, pod_uid: str) -> str:
     # Slurm allocates devices to one job; a claim other Pods hold (or may hold next) has no job.
-    status = claim.get("status") or {}
-    others = [r for r in status.get("reservedFor") or [] if str(r.get("uid") or "") != pod_uid]
+    status = obj(claim.get("status"))
+    reserved = [obj(r) for r in items(status.get("reservedFor"))]
+    others = [r for r in reserved if str(r.get("uid") or "") != pod_uid]
     if others:
         return "is reserved for other consumers; a claim shared between Pods has no one Slurm job"
-    if status.get("allocation") and not status.get("reservedFor"):
+    if status.get("allocation") and not reserved:
         return "is allocated already, not by Tandem for this Pod"
     return ""
 
 
 def _asks_extended_gpus(spec: Obj) -> bool:
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        resources = container.get("resources") or {}
+    for container in [*items(spec.get("containers")), *items(spec.get("initContainers"))]:
+        resources = obj(obj(container).get("resources"))
         for kind in ("requests", "limits"):
-            if GPU_RESOURCE in (resources.get(kind) or {}):
+            if GPU_RESOURCE in obj(resources.get(kind)):
                 return True
     return False
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from tandem.dra.claims import DRIVER, DraConfig
 from tandem.dra.gres import MAX_INDEX, Gres
+from tandem.dra.shape import at, items, obj
 
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 # Kubernetes' bounds: ResourceSliceMaxDevices per slice; a driver splits a node's pool into a few.
@@ -81,7 +82,7 @@ def node_devices(node: str, slices: Sequence[Obj], cfg: DraConfig) -> NodeDevice
         return f"no ResourceSlice of {DRIVER} for Node {node}"
     if len(mine) > MAX_SLICES:
         return f"{len(mine)} ResourceSlices of {DRIVER} for Node {node}, more than {MAX_SLICES}"
-    pools = {str((_spec(s).get("pool") or {}).get("name") or "") for s in mine}
+    pools = {str(obj(_spec(s).get("pool")).get("name") or "") for s in mine}
     if len(pools) != 1:
         return f"the ResourceSlices of Node {node} name {len(pools)} pools: {', '.join(sorted(pools))}"
     # A pool being republished has slices of two generations: only the newest counts, once whole.
@@ -93,7 +94,7 @@ def node_devices(node: str, slices: Sequence[Obj], cfg: DraConfig) -> NodeDevice
             f"the pool of Node {node} has {len(current)} of its {expected} ResourceSlices"
             f" (generation {generation})"
         )
-    raw = [d for s in current for d in _spec(s).get("devices") or []]
+    raw = [d for s in current for d in items(_spec(s).get("devices"))]
     if len(raw) > MAX_DEVICES:
         return f"Node {node} publishes {len(raw)} devices, more than {MAX_DEVICES}"
     numbered = _numbered(raw, cfg)
@@ -160,7 +161,7 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         if not isinstance(d, Mapping):
             return "a ResourceSlice device is not an object"
         name = str(d.get("name") or "")
-        attrs = d.get("attributes") or {}
+        attrs = obj(d.get("attributes"))
         kind = _string(attrs, "type")
         if kind not in ("gpu", "mig"):
             continue  # vfio passthrough and whatever comes next: not GPUs Slurm shares
@@ -212,13 +213,12 @@ def _pci_ranks(typed: Sequence[tuple[str, str, str, int | None, str, bool]]) -> 
     }
 
 
-def _spec(s: Obj) -> Obj:
-    spec = s.get("spec") if isinstance(s, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}
+def _spec(s: Any) -> Obj:
+    return obj(at(s, "spec"))
 
 
 def _pool_int(s: Obj, key: str) -> int:
-    value = (_spec(s).get("pool") or {}).get(key)
+    value = obj(_spec(s).get("pool")).get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
@@ -227,7 +227,7 @@ def _attribute(attrs: Obj, name: str) -> Any:
     found = attrs.get(name)
     if found is None and "/" not in name:
         found = attrs.get(f"{DRIVER}/{name}")
-    return found if isinstance(found, Mapping) else {}
+    return obj(found)
 
 
 def _string(attrs: Obj, name: str) -> str:
