@@ -5,4 +5,5 @@ Pure functions over the API objects as plain dicts (what the informers hold):
 - claims: a Pod's ResourceClaims and templates -> the GPU count and GRES type its job asks for.
 - slices: a node's ResourceSlices against its Slurm GRES -> the device of each Slurm index.
 - allocation: the Slurm indices a job got on a node -> the claim's `status.allocation`.
+- shape: reading objects whose fields may be of the wrong kind (absent, never a crash).
 """
