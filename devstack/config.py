@@ -55,6 +55,10 @@ CLUSTER_DOMAIN = "cluster.local"
 GPU_MODEL = "H100_NVLINK_80GB"
 GPU_GRES_TYPE = "h100"
 GPUS_PER_NODE = 8
+# What NVML (and so NVIDIA's DRA driver) calls that GPU, and its memory (lab/GPU.md): the lab's
+# ResourceSlices (devstack.resourceslices) describe the same GPUs gres.conf does.
+GPU_PRODUCT_NAME = "NVIDIA H100 80GB HBM3"
+GPU_MEMORY_MIB = 81559
 CPUS_PER_NODE = 32
 MEMORY_MB_PER_NODE = 256_000
 KILL_WAIT_SECONDS = 30

@@ -1,0 +1,94 @@
+"""The lab's DRA objects: the ResourceSlice each GPU node would have, and NVIDIA's DeviceClasses.
+
+kwok nodes have no GPUs and no DRA driver, so the lab publishes what NVIDIA's driver
+(gpu.nvidia.com) would, from the same facts gres.conf is written from (devstack.slurm.gres_conf):
+per GPU node one slice, its pool named after the Node, a device `gpu-<i>` per GPU with the `index`
+attribute equal to Slurm's GRES index (gres.conf lists /dev/nvidia0..7 in order, so file i is
+index i) and the identity and memory of a real H100 (lab/GPU.md). `resource.kubernetes.io/pciBusID`
+follows the same order, so numbering by bus (what the driver's newer releases leave Tandem) agrees.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from devstack import config
+
+DRIVER = "gpu.nvidia.com"
+# Attribute names without a domain are the driver's own (gpu.nvidia.com/<name>).
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+API_VERSION = "resource.k8s.io/v1"
+# A fixed namespace for the lab's GPU UUIDs: the same node and index always get the same one.
+_UUIDS = uuid.UUID("6a1b3c5e-7d2f-4e8a-9b0c-1d2e3f405162")
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """NVML's form (`GPU-<uuid>`), stable per node and index."""
+    return f"GPU-{uuid.uuid5(_UUIDS, f'{node}/{index}')}"
+
+
+def pci_bus_id(index: int) -> str:
+    # Ascending with the index, as on a real board where NVML's index follows the bus.
+    return f"0000:{0x18 + 0x10 * index:02x}:00.0"
+
+
+def gpu_device(node: str, index: int) -> dict[str, Any]:
+    return {
+        "name": f"gpu-{index}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "index": {"int": index},
+            "uuid": {"string": gpu_uuid(node, index)},
+            "productName": {"string": config.GPU_PRODUCT_NAME},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": "Hopper"},
+            PCI_BUS_ID: {"string": pci_bus_id(index)},
+        },
+        "capacity": {"memory": {"value": f"{config.GPU_MEMORY_MIB}Mi"}},
+    }
+
+
+def resource_slice(node: str, gpus: int = config.GPUS_PER_NODE) -> dict[str, Any]:
+    """The one slice of a GPU Node's pool (generation 1 of 1 slice)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [gpu_device(node, i) for i in range(gpus)],
+        },
+    }
+
+
+def resource_slices(nodes: int) -> list[dict[str, Any]]:
+    """A slice for every GPU node of a lab of `nodes` nodes, on its Kubernetes Node's name."""
+    return [resource_slice(config.kube_node_name(i)) for i in range(nodes) if config.is_gpu_node(i)]
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """NVIDIA's two GPU DeviceClasses, with the selectors its chart installs
+    (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-{gpu,mig}.yaml). The chart also
+    sets `extendedResourceName: nvidia.com/gpu` on the GPU class; the lab leaves it out, since its
+    nodes still serve nvidia.com/gpu as an extended resource for the Pods that ask that way."""
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.driver == '{DRIVER}'"
+                            f" && device.attributes['{DRIVER}'].type == '{kind}'"
+                        }
+                    }
+                ]
+            },
+        }
+        for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig"))
+    ]

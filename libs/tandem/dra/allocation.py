@@ -1,0 +1,170 @@
+"""The Slurm GPU indices a job got on a node -> the ResourceClaim status Tandem writes.
+
+Tandem is the allocator for the claims of the Pods it schedules (kube-scheduler never sees them),
+so it writes what kube-scheduler's DRA plugin would: `status.allocation` naming one device per
+allocated GPU, restricted to the node, with the DeviceClass's and the claim's configuration, and
+the Pod in `status.reservedFor`, in one status write. The devices are the ones Slurm chose (its
+`IDX:`), looked up by index in the node's ResourceSlices; kube-scheduler's allocator would pick
+its own (k8s.io/dynamic-resource-allocation structured/internal/stable/allocator_stable.go is the
+shape followed here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.dra.claims import MAX_DEVICES, ClaimRequest
+from tandem.dra.shape import at, items, obj
+from tandem.dra.slices import NodeDevices
+
+# k8s.io/api/resource/v1 ResourceClaimReservedForMaxSize.
+MAX_RESERVED_FOR = 256
+# The finalizer kube-scheduler adds before it allocates (k8s.io/api/resource/v1 Finalizer): the
+# claim cannot vanish while a Pod may be using its devices. Tandem adds it too, with a metadata
+# update before the status write.
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PodConsumer:
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, str]:
+        # ResourceClaimConsumerReference: the core group is "" and omitted.
+        return {"resource": "pods", "name": self.name, "uid": self.uid}
+
+
+@dataclass(frozen=True)
+class ClaimStatus:
+    """The claim's new `status` (allocation and reservedFor); `unchanged` when it already says so."""
+
+    status: dict[str, Any]
+    devices: tuple[str, ...]
+    unchanged: bool = False
+
+
+def split_indices(
+    requests: Sequence[ClaimRequest], indices: Sequence[int]
+) -> dict[str, tuple[int, ...]] | str:
+    """Slurm's indices for the Pod on its node, shared out over the Pod's claims in the Pod's order,
+    ascending: {pod claim name: indices}; else why they do not fit the claims."""
+    wanted = sum(r.count for r in requests)
+    ordered = sorted(indices)
+    if len(set(ordered)) != len(ordered):
+        return "Slurm's indices repeat one"
+    if len(ordered) != wanted:
+        return f"Slurm allocated {len(ordered)} GPUs on the node, the Pod's claims ask for {wanted}"
+    shares: dict[str, tuple[int, ...]] = {}
+    start = 0
+    for r in requests:
+        shares[r.pod_claim] = tuple(ordered[start : start + r.count])
+        start += r.count
+    return shares
+
+
+def claim_status(
+    claim: Obj,
+    request: ClaimRequest,
+    node: NodeDevices,
+    indices: Sequence[int],
+    pod: PodConsumer,
+    class_config: Sequence[Obj] = (),
+) -> ClaimStatus | str:
+    """The status that allocates `claim`'s request the devices of Slurm's `indices` on `node` and
+    reserves it for `pod`; else why not, in one line. `class_config`: the DeviceClass's
+    spec.config (copied in as FromClass, as kube-scheduler does)."""
+    name = str(at(claim, "metadata", "name") or "")
+    if len(set(indices)) != len(indices):
+        return f"Slurm's indices for ResourceClaim {name} repeat one"
+    if len(indices) != request.count:
+        return f"ResourceClaim {name} asks for {request.count} devices, Slurm gave it {len(indices)}"
+    if request.count > MAX_DEVICES:
+        return f"ResourceClaim {name} asks for {request.count} devices, more than {MAX_DEVICES}"
+    by_index = node.by_index()
+    chosen = []
+    for index in sorted(indices):
+        device = by_index.get(index)
+        if device is None:
+            return (
+                f"Slurm gave index {index} on Node {node.node}, its ResourceSlice has no device of that index"
+            )
+        if device.kind != request.kind:
+            return (
+                f"Slurm gave index {index} ({device.name}, a {device.kind}) to a request for a {request.kind}"
+            )
+        if request.gres_type and device.gres_type != request.gres_type:
+            return (
+                f"Slurm gave index {index} ({device.name}, {device.gres_type})"
+                f" to a request for {request.gres_type}"
+            )
+        if device.tainted:
+            # Device taints are for the allocator to respect; Slurm does not know them.
+            return f"device {device.name} (Slurm index {index}) on Node {node.node} is tainted"
+        chosen.append(device.name)
+    allocation: dict[str, Any] = {
+        "devices": {
+            "results": [
+                {"request": request.request, "driver": node.driver, "pool": node.pool, "device": device}
+                for device in chosen
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.node]}]}
+            ]
+        },
+    }
+    config = _config(claim, request, class_config)
+    if config:
+        allocation["devices"]["config"] = config
+    status = obj(claim.get("status"))
+    reserved = [dict(obj(r)) for r in items(status.get("reservedFor"))]
+    if not any(str(r.get("uid") or "") == pod.uid for r in reserved):
+        if len(reserved) >= MAX_RESERVED_FOR:
+            return f"ResourceClaim {name} is reserved for {len(reserved)} consumers already"
+        reserved.append(pod.reference())
+    existing = status.get("allocation")
+    if existing:
+        results = [obj(r) for r in items(at(existing, "devices", "results"))]
+        held = sorted((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results)
+        if held != sorted((node.driver, node.pool, device) for device in chosen):
+            names = ", ".join(device for _, _, device in held) or "no device"
+            return f"ResourceClaim {name} is allocated already, to {names}"
+        # Written before (a crash between the write and the bind): keep what is there.
+        was_reserved = any(str(obj(r).get("uid") or "") == pod.uid for r in items(status.get("reservedFor")))
+        return ClaimStatus(
+            status={**status, "allocation": existing, "reservedFor": reserved},
+            devices=tuple(chosen),
+            unchanged=was_reserved,
+        )
+    return ClaimStatus(
+        status={**status, "allocation": allocation, "reservedFor": reserved}, devices=tuple(chosen)
+    )
+
+
+def _config(claim: Obj, request: ClaimRequest, class_config: Sequence[Obj]) -> list[dict[str, Any]]:
+    config: list[dict[str, Any]] = [
+        {"source": "FromClass", "requests": [request.request], **_device_configuration(c)}
+        for c in class_config
+    ]
+    for raw in items(at(claim, "spec", "devices", "config")):
+        c = obj(raw)
+        applies = [str(r) for r in items(c.get("requests"))]
+        # A config naming requests applies to those only; none named: to every request.
+        if applies and request.request not in applies:
+            continue
+        entry: dict[str, Any] = {"source": "FromClaim", **_device_configuration(c)}
+        if applies:
+            entry["requests"] = applies
+        config.append(entry)
+    return config
+
+
+def _device_configuration(c: Obj) -> dict[str, Any]:
+    # DeviceConfiguration is inlined: today its one member is `opaque` (driver + parameters).
+    return {k: v for k, v in c.items() if k not in ("requests", "source")}

@@ -1,0 +1,254 @@
+"""A node's ResourceSlices against its Slurm GRES: the device behind each Slurm index, and a one-line
+difference when the two sides disagree (count, type, index)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devstack import config, resourceslices
+from tandem.dra.claims import DraConfig
+from tandem.dra.gres import parse_gres
+from tandem.dra.slices import MAX_DEVICES, NodeDevices, SlicedDevice, agreement, node_devices
+
+H100 = "NVIDIA H100 80GB HBM3"
+CFG = DraConfig(product_types={H100: "h100"})
+NODE = "node-000"
+
+
+def gpu(i: int, *, index: int | None = None, bus: str | None = None, **attrs: Any) -> dict[str, Any]:
+    """A whole GPU as NVIDIA's driver publishes it: with `index` (up to v25.3, the lab) or only
+    its PCI bus (since v25.8, named after its minor number)."""
+    attributes: dict[str, Any] = {"type": {"string": "gpu"}, "productName": {"string": H100}}
+    if index is not None:
+        attributes["index"] = {"int": index}
+    if bus is not None:
+        attributes["resource.kubernetes.io/pciBusID"] = {"string": bus}
+    attributes.update(attrs)
+    return {"name": f"gpu-{i}", "attributes": attributes, "capacity": {"memory": {"value": "81559Mi"}}}
+
+
+def mig(parent: int, profile: str, start: int, index: int | None = None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "type": {"string": "mig"},
+        "profile": {"string": profile},
+        "productName": {"string": H100},
+    }
+    if index is not None:
+        attributes["index"] = {"int": index}
+    return {"name": f"gpu-{parent}-mig-{profile.replace('.', '')}-19-{start}", "attributes": attributes}
+
+
+def pool(
+    *devices: dict[str, Any],
+    node: str = NODE,
+    generation: int = 1,
+    count: int = 1,
+    driver: str = "gpu.nvidia.com",
+    pool_name: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{node}-{driver}-{generation}"},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": pool_name or node, "generation": generation, "resourceSliceCount": count},
+            "nodeName": node,
+            "devices": list(devices),
+        },
+    }
+
+
+def indexed(n: int = 8) -> list[dict[str, Any]]:
+    return [pool(*(gpu(i, index=i) for i in range(n)))]
+
+
+def agree(slices: list[dict[str, Any]], gres: str, used: str = "") -> str:
+    return agreement(node_devices(NODE, slices, CFG), parse_gres(gres), parse_gres(used)).difference
+
+
+def test_the_lab_slice_agrees_with_the_lab_gres_conf() -> None:
+    slices = resourceslices.resource_slices(4)
+    assert [s["spec"]["nodeName"] for s in slices] == [config.kube_node_name(0), config.kube_node_name(2)]
+    got = agreement(
+        node_devices(config.kube_node_name(2), slices, CFG),
+        parse_gres(f"gpu:{config.GPU_GRES_TYPE}:{config.GPUS_PER_NODE}(S:0-1)"),
+        parse_gres("gpu:h100:2(IDX:0-1)"),
+    )
+    assert got.agree, got.difference
+    assert got.devices is not None
+    assert [(d.name, d.index) for d in got.devices.devices] == [(f"gpu-{i}", i) for i in range(8)]
+    assert (got.devices.pool, got.devices.driver) == ("node-002", "gpu.nvidia.com")
+
+
+@pytest.mark.parametrize(
+    ("slices", "gres", "used"),
+    [
+        (indexed(), "gpu:h100:8(S:0-1)", ""),
+        (indexed(), "gpu:h100:8(S:0-1)", "gpu:h100:3(IDX:0-1,7)"),
+        (indexed(), "gpu:h100:8", "gpu:h100:0(IDX:N/A)"),
+        # The driver since v25.8: no index, names after minors; Slurm (AutoDetect=nvml) numbers by bus.
+        (
+            [pool(*(gpu(7 - i, bus=f"0000:{0x18 + 0x10 * i:02x}:00.0") for i in range(8)))],
+            "gpu:h100:8(S:0-1)",
+            "",
+        ),
+        # A pool split in slices (the driver's one-slice-per-GPU layout), counter set first.
+        (
+            [pool(node=NODE, count=3), pool(gpu(0, index=0), count=3), pool(gpu(1, index=1), count=3)],
+            "gpu:h100:2",
+            "",
+        ),
+        # A pool being republished: the older generation is ignored.
+        ([pool(gpu(0, index=5), generation=1), pool(gpu(0, index=0), generation=2)], "gpu:h100:1", ""),
+        # Other drivers' and other nodes' slices are not this node's GPUs.
+        (
+            [
+                *indexed(2),
+                pool(gpu(9, index=9), driver="nic.example.com"),
+                pool(gpu(9, index=9), node="node-001"),
+            ],
+            "gpu:h100:2",
+            "",
+        ),
+        # vfio passthrough devices are not GPUs Slurm shares.
+        (
+            [pool(gpu(0, index=0), {"name": "gpu-vfio-0", "attributes": {"type": {"string": "vfio"}}})],
+            "gpu:h100:1",
+            "",
+        ),
+        # MIG slices the lab numbers like Slurm; gres_used tells which index is which type.
+        (
+            [pool(gpu(0, index=0), mig(1, "1g.10gb", 0, index=1), mig(1, "1g.10gb", 1, index=2))],
+            "gpu:h100:1(S:0),gpu:1g.10gb:2(S:0)",
+            "gpu:h100:1(IDX:0),gpu:1g.10gb:1(IDX:2)",
+        ),
+        # Partitions the driver offers for a GPU Slurm counts whole: unnumbered, not Slurm's.
+        ([pool(gpu(0, index=0), mig(0, "1g.10gb", 0), mig(0, "1g.10gb", 1))], "gpu:h100:1", ""),
+        # shard and other GRES are not devices of their own.
+        (indexed(2), "gpu:h100:2,shard:8", ""),
+    ],
+)
+def test_agreeing_nodes(slices: list[dict[str, Any]], gres: str, used: str) -> None:
+    assert agree(slices, gres, used) == ""
+
+
+@pytest.mark.parametrize(
+    ("slices", "gres", "used", "difference"),
+    [
+        ([], "gpu:h100:8", "", "no ResourceSlice of gpu.nvidia.com for Node node-000"),
+        (
+            indexed(),
+            "gpu:h100:7(S:0-1)",
+            "",
+            "Slurm has 7 gpu:h100, the ResourceSlice has 8 devices of that type",
+        ),
+        (indexed(7), "gpu:h100:8", "", "Slurm has 8 gpu:h100, the ResourceSlice has 7 devices of that type"),
+        (
+            [pool(*(gpu(i, index=i) for i in (0, 1, 2, 3, 4, 5, 6, 8)))],
+            "gpu:h100:8",
+            "",
+            "Slurm has gpu:h100 index 7, the ResourceSlice has no device with index 7",
+        ),
+        (
+            indexed(2),
+            "gpu:a100:2",
+            "",
+            "Slurm has 2 gpu:a100, the ResourceSlice has 0 devices of that type",
+        ),
+        (indexed(2), "gpu:2", "", "Slurm's GPUs have no type"),
+        (
+            [pool(gpu(0, index=0), mig(1, "1g.10gb", 0, index=1), mig(1, "1g.10gb", 1, index=2))],
+            "gpu:h100:1,gpu:1g.10gb:2",
+            "gpu:1g.10gb:1(IDX:0)",
+            "Slurm has gpu:1g.10gb index 0, the ResourceSlice's gpu-0 with index 0 is h100",
+        ),
+        (
+            [pool(gpu(0, index=0), mig(0, "1g.10gb", 0), mig(0, "1g.10gb", 1))],
+            "gpu:1g.10gb:2",
+            "",
+            "Slurm has 2 gpu:1g.10gb, the ResourceSlice has 0 devices of that type"
+            " (its MIG devices carry no index)",
+        ),
+        (
+            [pool(gpu(0, index=0), count=2)],
+            "gpu:h100:1",
+            "",
+            "the pool of Node node-000 has 1 of its 2 ResourceSlices (generation 1)",
+        ),
+        (
+            [pool(gpu(0, index=0)), pool(gpu(1, index=1), pool_name="elsewhere")],
+            "gpu:h100:2",
+            "",
+            "name 2 pools: elsewhere, node-000",
+        ),
+        ([pool(gpu(0, index=0), gpu(1, index=0))], "gpu:h100:2", "", "gpu-0 and gpu-1 both have index 0"),
+        (
+            [pool(gpu(0, index=0), gpu(1))],
+            "gpu:h100:2",
+            "",
+            "some GPUs have an index attribute and some do not",
+        ),
+        (
+            [pool(gpu(0))],
+            "gpu:h100:1",
+            "",
+            "device gpu-0 has neither an index nor a resource.kubernetes.io/pciBusID",
+        ),
+        (
+            [pool(gpu(0, productName={"string": "NVIDIA B200"}))],
+            "gpu:h100:1",
+            "",
+            "device gpu-0 has productName 'NVIDIA B200', which maps to no Slurm GRES type",
+        ),
+        (
+            [pool(mig(0, "1g.10gb+me", 0, index=0))],
+            "gpu:h100:1",
+            "",
+            "device gpu-0-mig-1g10gb+me-19-0 has MIG profile '1g.10gb+me', which maps to no Slurm GRES type",
+        ),
+        ([pool(gpu(0, index=-1))], "gpu:h100:1", "", "device gpu-0 has index -1, not an int from 0 to 4095"),
+        ([pool(gpu(0, index=True))], "gpu:h100:1", "", "has index True"),
+        ([pool(gpu(0, index={"x": 1}))], "gpu:h100:1", "", "has index"),  # type: ignore[arg-type]
+        ([pool("not a device")], "gpu:h100:1", "", "a ResourceSlice device is not an object"),  # type: ignore[arg-type]
+        (
+            [pool(*(gpu(i, index=i % 4096) for i in range(MAX_DEVICES + 1)))],
+            "gpu:h100:1",
+            "",
+            f"publishes {MAX_DEVICES + 1} devices, more than {MAX_DEVICES}",
+        ),
+        ([pool(gpu(i, index=i), count=65) for i in range(65)], "gpu:h100:1", "", "more than 64"),
+    ],
+)
+def test_disagreeing_nodes_say_how_in_one_line(
+    slices: list[dict[str, Any]], gres: str, used: str, difference: str
+) -> None:
+    got = agree(slices, gres, used)
+    assert difference in got
+    assert "\n" not in got
+
+
+def test_garbage_slices_are_skipped_or_refused_not_crashed_on() -> None:
+    junk: list[Any] = [{}, {"spec": None}, {"spec": {"driver": "gpu.nvidia.com"}}, "x", None]
+    assert agree([*junk, *indexed(1)], "gpu:h100:1") == ""
+
+
+def test_tainted_devices_are_marked_for_the_allocator() -> None:
+    slices = [pool(gpu(0, index=0), {**gpu(1, index=1), "taints": [{"key": "k", "effect": "NoSchedule"}]})]
+    devices = node_devices(NODE, slices, CFG)
+    assert isinstance(devices, NodeDevices)
+    assert [d.tainted for d in devices.devices] == [False, True]
+
+
+def test_attributes_may_be_written_qualified() -> None:
+    qualified = {
+        "name": "gpu-0",
+        "attributes": {
+            "gpu.nvidia.com/type": {"string": "gpu"},
+            "gpu.nvidia.com/productName": {"string": H100},
+            "gpu.nvidia.com/index": {"int": 0},
+        },
+    }
+    devices = node_devices(NODE, [pool(qualified)], CFG)
+    assert isinstance(devices, NodeDevices)
+    assert devices.devices == (SlicedDevice("gpu-0", "gpu", "h100", 0),)
