@@ -59,6 +59,13 @@ GPUS_PER_NODE = 8
 # ResourceSlices (devstack.resourceslices) describe the same GPUs gres.conf does.
 GPU_PRODUCT_NAME = "NVIDIA H100 80GB HBM3"
 GPU_MEMORY_MIB = 81559
+# One GPU node of the lab (when it has that many nodes) has its GPU 0 in MIG mode, split into 7
+# slices of the smallest profile (lab/GPU.md), and its other 7 GPUs whole: Pods and Slurm jobs
+# share one physical GPU there, slice by slice.
+MIG_NODE = 6
+MIG_PROFILE = "1g.10gb"
+MIG_SLICES = 7
+MIG_MEMORY_MIB = 9984  # 9.75 GiB
 CPUS_PER_NODE = 32
 MEMORY_MB_PER_NODE = 256_000
 KILL_WAIT_SECONDS = 30
@@ -366,6 +373,39 @@ def default_state_dir() -> Path:
 def is_gpu_node(index: int) -> bool:
     """Half the nodes (the even ones) are GPU nodes."""
     return index % 2 == 0
+
+
+@dataclass(frozen=True)
+class GpuGres:
+    """One gres.conf record of a lab node: `count` GPUs (or MIG slices) of one GRES type, device
+    files `<file><first>`..; records are listed, and so indexed by Slurm, in this order."""
+
+    gres_type: str
+    count: int
+    file: str  # "nvidia" (a GPU) or "nvidia-cap" (a MIG slice's access file)
+    first: int = 0
+
+    @property
+    def mig(self) -> bool:
+        return self.file == "nvidia-cap"
+
+
+def gpu_gres(index: int) -> tuple[GpuGres, ...]:
+    """A lab node's GPUs as Slurm counts them, in Slurm's index order; () for a CPU node."""
+    if not is_gpu_node(index):
+        return ()
+    if index == MIG_NODE:
+        # GPU 0's slices first: Slurm indexes them 0-6, GPUs 1-7 then 7-13.
+        return (
+            GpuGres(MIG_PROFILE, MIG_SLICES, "nvidia-cap"),
+            GpuGres(GPU_GRES_TYPE, GPUS_PER_NODE - 1, "nvidia", first=1),
+        )
+    return (GpuGres(GPU_GRES_TYPE, GPUS_PER_NODE, "nvidia"),)
+
+
+def gres_string(index: int) -> str:
+    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`."""
+    return ",".join(f"gpu:{g.gres_type}:{g.count}" for g in gpu_gres(index))
 
 
 def slurm_node_name(index: int) -> str:

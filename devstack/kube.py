@@ -12,10 +12,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from devstack import config, pki
+from devstack import config, pki, resourceslices
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import keys
+from tandem.kube import KubeClient, KubeError
 
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 # A test Pod carrying this annotation (a Go duration, e.g. "4s") is deleted that long after its graceful
@@ -299,6 +300,27 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
         slurm_node = config.slurm_node_name(i)
         if slurm_node not in existing_pods:
             core.create_namespaced_pod(config.SLURM_NAMESPACE, slurmd_pod_manifest(i))
+    ensure_gpu_devices(cfg)
+
+
+def ensure_gpu_devices(cfg: StackConfig) -> None:
+    """What NVIDIA's DRA driver would publish: its DeviceClasses and each GPU Node's ResourceSlice,
+    from the facts gres.conf is written from (devstack.resourceslices)."""
+    kube = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    try:
+        base = f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}"
+        for path, objects in (
+            (f"{base}/{keys.DEVICE_CLASSES}", resourceslices.device_classes()),
+            (f"{base}/{keys.RESOURCE_SLICES}", resourceslices.resource_slices(cfg.nodes)),
+        ):
+            for obj in objects:
+                try:
+                    kube.post(path, obj)
+                except KubeError as e:
+                    if e.status != 409:
+                        raise
+    finally:
+        kube.close()
 
 
 def wait_for_default_service_account(core: k8s.CoreV1Api, namespace: str, timeout: float = 30) -> None:

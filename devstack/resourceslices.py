@@ -33,24 +33,59 @@ def pci_bus_id(index: int) -> str:
     return f"0000:{0x18 + 0x10 * index:02x}:00.0"
 
 
-def gpu_device(node: str, index: int) -> dict[str, Any]:
+def gpu_device(node: str, minor: int, index: int | None = None) -> dict[str, Any]:
+    """GPU `minor` (/dev/nvidia<minor>), whose Slurm index is `index` (the minor by default: a
+    node whose GPUs are all whole lists them in order)."""
     return {
-        "name": f"gpu-{index}",
+        "name": f"gpu-{minor}",
         "attributes": {
             "type": {"string": "gpu"},
-            "index": {"int": index},
-            "uuid": {"string": gpu_uuid(node, index)},
+            "index": {"int": minor if index is None else index},
+            "uuid": {"string": gpu_uuid(node, minor)},
             "productName": {"string": config.GPU_PRODUCT_NAME},
             "brand": {"string": "Nvidia"},
             "architecture": {"string": "Hopper"},
-            PCI_BUS_ID: {"string": pci_bus_id(index)},
+            PCI_BUS_ID: {"string": pci_bus_id(minor)},
         },
         "capacity": {"memory": {"value": f"{config.GPU_MEMORY_MIB}Mi"}},
     }
 
 
-def resource_slice(node: str, gpus: int = config.GPUS_PER_NODE) -> dict[str, Any]:
-    """The one slice of a GPU Node's pool (generation 1 of 1 slice)."""
+def mig_device(node: str, parent: int, number: int, index: int) -> dict[str, Any]:
+    """MIG slice `number` of GPU `parent`, of the lab's profile, Slurm index `index`: named as
+    NVIDIA's driver names a MIG device (`gpu-<parent>-mig-<profile>-<profile id>-<n>`)."""
+    profile = config.MIG_PROFILE
+    return {
+        "name": f"gpu-{parent}-mig-{profile.replace('.', '')}-19-{number}",
+        "attributes": {
+            "type": {"string": "mig"},
+            "profile": {"string": profile},
+            "index": {"int": index},
+            "uuid": {"string": f"MIG-{uuid.uuid5(_UUIDS, f'{node}/{parent}/{number}')}"},
+            "parentUUID": {"string": gpu_uuid(node, parent)},
+            "productName": {"string": config.GPU_PRODUCT_NAME},
+        },
+        "capacity": {"memory": {"value": f"{config.MIG_MEMORY_MIB}Mi"}},
+    }
+
+
+def devices(node: str, layout: tuple[config.GpuGres, ...]) -> list[dict[str, Any]]:
+    """The devices of a node whose GPUs Slurm counts as `layout` (config.gpu_gres), each with the
+    index Slurm gives it: records in order, each record's files in order."""
+    found: list[dict[str, Any]] = []
+    for g in layout:
+        for n in range(g.count):
+            index = len(found)
+            found.append(mig_device(node, 0, n, index) if g.mig else gpu_device(node, g.first + n, index))
+    return found
+
+
+def resource_slice(
+    node: str, layout: tuple[config.GpuGres, ...] | None = None, gpus: int | None = None
+) -> dict[str, Any]:
+    """The one slice of a GPU Node's pool (generation 1 of 1 slice): its devices as `layout`
+    (default: 8 whole H100s), the first `gpus` of them when given (a slice short of Slurm's)."""
+    listed = devices(node, layout if layout is not None else config.gpu_gres(0))[:gpus]
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
@@ -59,14 +94,18 @@ def resource_slice(node: str, gpus: int = config.GPUS_PER_NODE) -> dict[str, Any
             "driver": DRIVER,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "nodeName": node,
-            "devices": [gpu_device(node, i) for i in range(gpus)],
+            "devices": listed,
         },
     }
 
 
 def resource_slices(nodes: int) -> list[dict[str, Any]]:
     """A slice for every GPU node of a lab of `nodes` nodes, on its Kubernetes Node's name."""
-    return [resource_slice(config.kube_node_name(i)) for i in range(nodes) if config.is_gpu_node(i)]
+    return [
+        resource_slice(config.kube_node_name(i), config.gpu_gres(i))
+        for i in range(nodes)
+        if config.is_gpu_node(i)
+    ]
 
 
 def device_classes() -> list[dict[str, Any]]:

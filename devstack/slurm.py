@@ -183,7 +183,7 @@ def slurm_conf(cfg: StackConfig) -> str:
     ]
     for i, name in enumerate(cfg.slurm_node_names()):
         gres = (
-            f" Gres=gpu:{config.GPU_GRES_TYPE}:{config.GPUS_PER_NODE} Features=gpu,{config.GPU_GRES_TYPE}"
+            f" Gres={config.gres_string(i)} Features=gpu,{config.GPU_GRES_TYPE}"
             if config.is_gpu_node(i)
             else " Features=cpu"
         )
@@ -227,12 +227,11 @@ def gres_conf(cfg: StackConfig) -> str:
     # Slurm drops GPUs that have no device file, even with Flags=CountOnly; each fake GPU is
     # a symlink to /dev/null (a character device), so the count is tracked and nothing is opened.
     lines = ["AutoDetect=off"]
-    last = config.GPUS_PER_NODE - 1
     for i, name in enumerate(cfg.slurm_node_names()):
-        if config.is_gpu_node(i):
+        for g in config.gpu_gres(i):
             lines.append(
-                f"NodeName={name} Name=gpu Type={config.GPU_GRES_TYPE} "
-                f"File={paths(cfg)['dev']}/{name}/nvidia[0-{last}]"
+                f"NodeName={name} Name=gpu Type={g.gres_type} "
+                f"File={paths(cfg)['dev']}/{name}/{g.file}[{g.first}-{g.first + g.count - 1}]"
             )
     return "\n".join(lines) + "\n"
 
@@ -244,10 +243,11 @@ def _ensure_node_dirs(cfg: StackConfig) -> None:
         if config.is_gpu_node(i):
             dev = p["dev"] / name
             dev.mkdir(parents=True, exist_ok=True)
-            for g in range(config.GPUS_PER_NODE):
-                link = dev / f"nvidia{g}"
-                if not link.is_symlink():
-                    link.symlink_to("/dev/null")
+            for g in config.gpu_gres(i):
+                for n in range(g.first, g.first + g.count):
+                    link = dev / f"{g.file}{n}"
+                    if not link.is_symlink():
+                        link.symlink_to("/dev/null")
 
 
 def slurm_env(cfg: StackConfig) -> dict[str, str]:

@@ -152,6 +152,17 @@ OWN_ANNOTATIONS = frozenset({JOB_ID_ANNOTATION, LOCK_KEY})
 # Node labels naming the GPU model, read from a Pod's required node affinity.
 GPU_MODEL_LABELS = ("gpu.nvidia.com/model", "gpu.nvidia.com/class")
 GPU_RESOURCE = "nvidia.com/gpu"
+# GPUs by device (Dynamic Resource Allocation): a Pod's ResourceClaims, the Nodes' ResourceSlices
+# and the DeviceClasses they name, in the version the apiserver serves (GA since Kubernetes 1.34).
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSIONS = ("v1",)
+RESOURCE_CLAIMS = "resourceclaims"
+RESOURCE_CLAIM_TEMPLATES = "resourceclaimtemplates"
+RESOURCE_SLICES = "resourceslices"
+# The Node condition the syncer sets while the Node's ResourceSlices and its Slurm node's GPU GRES
+# disagree (count, type or index): no Pod claiming GPUs is placed there.
+GPU_MISMATCH_CONDITION = "SlurmGpuMismatch"
+DEVICE_CLASSES = "deviceclasses"
 
 # Pod groups placed as one Slurm job (gang scheduling). A Kubernetes PodGroup (the Workload API;
 # the Job controller makes one for an Indexed Job) that a Pod joins through

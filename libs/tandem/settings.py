@@ -141,6 +141,14 @@ class ClusterSettings(ServiceSettings, ClusterAccess):
         env="TANDEM_LEADER_ELECTION_NAMESPACE",
         help="namespace of the Lease (default: this Pod's namespace)",
     )
+    gpu_products: str = option(
+        "NVIDIA H100 80GB HBM3=h100,NVIDIA A100-SXM4-80GB=a100,NVIDIA A100 80GB PCIe=a100",
+        flag="--gpu-products",
+        env="TANDEM_GPU_PRODUCTS",
+        help="NVML product name (a ResourceSlice's productName)=Slurm GRES type, comma-separated:"
+        " what a GPU claim's productName selector asks Slurm for, and how a Node's devices are"
+        " matched to its Slurm GRES",
+    )
 
 
 def load(cls: type[T], argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> T:

@@ -40,9 +40,22 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
             True,
         ),
         ("scheduler", ("update", "podgroups.scheduling.k8s.io", "-n", "default"), False),
+        # GPUs by claim (issue 23): read the claims and the Nodes' devices, allocate a claim.
+        ("scheduler", ("watch", "resourceclaims.resource.k8s.io", "--all-namespaces"), True),
+        ("scheduler", ("watch", "resourceslices.resource.k8s.io"), True),
+        (
+            "scheduler",
+            ("patch", "resourceclaims.resource.k8s.io", "--subresource=status", "-n", "default"),
+            True,
+        ),
+        ("scheduler", ("patch", "resourceclaims.resource.k8s.io", "--subresource=binding"), True),
+        ("scheduler", ("delete", "resourceclaims.resource.k8s.io", "-n", "default"), False),
+        ("scheduler", ("create", "resourceslices.resource.k8s.io"), False),
         ("syncer", ("create", "pods", "--subresource=eviction", "-n", "default"), True),
         ("syncer", ("patch", "nodes"), True),
         ("syncer", ("patch", "pods", "-n", "tandem-slurm"), True),
+        ("syncer", ("watch", "resourceslices.resource.k8s.io"), True),
+        ("syncer", ("patch", "resourceslices.resource.k8s.io"), False),
         # What none of them may do.
         ("scheduler", ("list", "secrets", "--all-namespaces"), False),
         ("syncer", ("list", "secrets", "--all-namespaces"), False),

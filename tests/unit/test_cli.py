@@ -140,6 +140,7 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "REASON": "",
             "LOCK": "locked_strict",
             "JOBS": "13",
+            "GPUS": "",
             "PODS": "team-a/running",
         },
         {
@@ -149,6 +150,7 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "REASON": "k8s: Node cordoned",
             "LOCK": "false",
             "JOBS": "",
+            "GPUS": "",
             "PODS": "",
         },
     ]
@@ -164,6 +166,7 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
     )
     rows = views.node_rows(facts(running, slurm=slurm))
     assert (rows[0]["SLURM STATE"], rows[0]["JOBS"]) == ("ALLOCATED", "13,20")
+    assert rows[0]["GPUS"] == ""
     assert (rows[1]["SLURM STATE"], rows[1]["REASON"]) == ("IDLE+DRAIN", "k8s: Node cordoned")
 
 
@@ -290,3 +293,42 @@ def test_the_cli_reads_slurmd_pods_only_in_the_slurmd_namespace() -> None:
     found = f.gather(kube, "default", slurmd_namespace="tandem-slurm")
     assert "/api/v1/pods" not in asked  # no Pod of any other namespace is read as a slurmd
     assert found.slurm_node_of == {"node-000": "gpu-000"}
+
+
+def test_nodes_show_which_gpu_indices_each_job_holds_and_a_disagreeing_node() -> None:
+    """Issue 23: the indices are Slurm's IDX, the devices a claim of the job's Pod is given."""
+    slurm = f.SlurmView(
+        jobs={
+            12: JobStatus(Job(12, "x", "RUNNING", nodes=("gpu-000",), gres_detail=("gpu:h100:2(IDX:0-1)",))),
+            13: JobStatus(
+                Job(13, "y", "RUNNING", nodes=("gpu-000",), gres_detail=("gpu:h100:4(IDX:2-3,6-7)",))
+            ),
+            14: JobStatus(
+                Job(14, "z", "COMPLETED", nodes=("gpu-000",), gres_detail=("gpu:h100:2(IDX:4-5)",))
+            ),
+        },
+        nodes={"gpu-000": Node("gpu-000", "MIXED"), "gpu-002": Node("gpu-002", "IDLE")},
+    )
+    seen = facts(slurm=slurm)
+    seen.nodes["node-002"]["status"] = {
+        "conditions": [
+            {"type": keys.GPU_MISMATCH_CONDITION, "status": "True", "message": "Slurm has 8 gpu:h100"}
+        ]
+    }
+    rows = views.node_rows(seen)
+    assert rows[0]["GPUS"] == "0-1=12 2-3,6-7=13"
+    assert rows[1]["GPUS"] == "disagree: Slurm has 8 gpu:h100"
+
+
+def test_describe_names_the_pod_s_claims_and_its_job_s_gpus() -> None:
+    the_pod = pod("infer", 12, node="node-000", phase="Running")
+    the_pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two"}]
+    the_pod["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "infer-gpus-x7"}]
+    slurm = f.SlurmView(
+        jobs={
+            12: JobStatus(Job(12, "x", "RUNNING", nodes=("gpu-000",), gres_detail=("gpu:h100:2(IDX:4-5)",)))
+        }
+    )
+    story = views.describe(facts(the_pod, slurm=slurm), the_pod, [], [], NOW)
+    assert story["Slurm job"]["gpus"] == "gpu:h100:2(IDX:4-5)"
+    assert story["GPU claims"] == ["gpus: ResourceClaim infer-gpus-x7"]

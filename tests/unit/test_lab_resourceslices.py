@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
-from devstack import config, resourceslices
+from devstack import config, resourceslices, slurm
+from devstack.config import StackConfig
+from tandem.dra import gres, slices
+from tandem.dra.claims import DraConfig
 
 
 def test_one_slice_per_gpu_node_on_its_kubernetes_node() -> None:
@@ -64,3 +67,29 @@ def test_device_classes_select_as_nvidias_chart_does() -> None:
                 }
             }
         ]
+
+
+def test_the_mig_node_s_slices_and_gpus_are_numbered_as_slurm_numbers_them() -> None:
+    """Issue 23: GPU 0 of the MIG node is 7 slices of 1g.10gb (Slurm's indices 0-6), GPUs 1-7 whole
+    (7-13), in gres.conf's order; its slice says the same, so both sides agree."""
+    layout = config.gpu_gres(config.MIG_NODE)
+    assert config.gres_string(config.MIG_NODE) == "gpu:1g.10gb:7,gpu:h100:7"
+    devices = resourceslices.devices("node-006", layout)
+    assert [d["attributes"]["index"]["int"] for d in devices] == list(range(14))
+    assert [d["attributes"]["type"]["string"] for d in devices] == ["mig"] * 7 + ["gpu"] * 7
+    assert devices[0]["name"] == "gpu-0-mig-1g10gb-19-0" and devices[7]["name"] == "gpu-1"
+    assert {d["attributes"]["parentUUID"]["string"] for d in devices[:7]} == {
+        resourceslices.gpu_uuid("node-006", 0)
+    }
+    cfg = DraConfig(product_types={config.GPU_PRODUCT_NAME: config.GPU_GRES_TYPE})
+    numbered = slices.node_devices("node-006", [resourceslices.resource_slice("node-006", layout)], cfg)
+    assert not isinstance(numbered, str)
+    assert slices.agreement(numbered, gres.parse_gres(config.gres_string(config.MIG_NODE))).agree
+
+
+def test_gres_conf_lists_the_mig_slices_before_the_whole_gpus() -> None:
+    conf = slurm.gres_conf(StackConfig.from_env())
+    lines = [line for line in conf.splitlines() if line.startswith("NodeName=gpu-006 ")]
+    assert len(lines) == 2
+    assert "Type=1g.10gb" in lines[0] and lines[0].endswith("/gpu-006/nvidia-cap[0-6]")
+    assert "Type=h100" in lines[1] and lines[1].endswith("/gpu-006/nvidia[1-7]")

@@ -10,11 +10,11 @@ from typing import Any
 from tandem import keys
 from tandem.cli.facts import Facts
 from tandem.kube import JSON, parse_rfc3339, pod_finished
-from tandem.scheduler import decide, groups
+from tandem.scheduler import decide, gpuclaims, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 
-REFUSED = frozenset({decide.REASON_INVALID, decide.REASON_SUBMIT_FAILED, decide.REASON_CANNOT_FIT})
+REFUSED = frozenset(decide.REFUSED_REASONS)
 WAITING = frozenset(
     {
         decide.REASON_WAITING_FOR_MEMBERS,
@@ -37,7 +37,7 @@ POD_COLUMNS = (
     "LOCK",
     "AGE",
 )
-NODE_COLUMNS = ("NODE", "SLURM NODE", "SLURM STATE", "REASON", "LOCK", "JOBS", "PODS")
+NODE_COLUMNS = ("NODE", "SLURM NODE", "SLURM STATE", "REASON", "LOCK", "JOBS", "GPUS", "PODS")
 
 
 def scheduled_condition(pod: JSON) -> JSON:
@@ -159,12 +159,41 @@ def node_rows(facts: Facts) -> list[dict[str, str]]:
                 "REASON": why,
                 "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
                 "JOBS": ",".join(str(j) for j in sorted(jobs)),
+                "GPUS": _gpus(facts, node, slurm_node),
                 "PODS": ",".join(
                     sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node)
                 ),
             }
         )
     return rows
+
+
+def _gpus(facts: Facts, node: JSON, slurm_node: str) -> str:
+    """Which GPU indices each job holds on the node (`0-1=12 4-7=20`: Slurm's IDX, which a Pod's
+    claim is allocated the devices of), or why Pods claiming GPUs are kept off it."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == keys.GPU_MISMATCH_CONDITION and c.get("status") == "True":
+            return f"disagree: {c.get('message', '')}"
+    if facts.slurm is None or not slurm_node:
+        return ""
+    held = []
+    for status in facts.slurm.jobs.values():
+        if slurm_node in status.job.nodes and status.holds_nodes and status.job.gres_detail:
+            indices = gpuclaims.job_gpu_indices(status.job, slurm_node)
+            if isinstance(indices, tuple) and indices:
+                held.append((indices, status.job_id))
+    return " ".join(f"{compress_indices(i)}={job}" for i, job in sorted(held))
+
+
+def compress_indices(indices: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> "0-2,5", as Slurm prints an IDX list."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def describe(
@@ -198,6 +227,11 @@ def describe(
     if status is not None:
         story["Slurm job"]["nodes"] = ",".join(status.job.nodes)
         story["Slurm job"]["reason"] = status.job.state_reason
+        if status.job.gres_detail:
+            story["Slurm job"]["gpus"] = ", ".join(status.job.gres_detail)
+    claims = _claims(pod)
+    if claims:
+        story["GPU claims"] = claims
     if not row["NODE"] and row["REASON"] and not refused:
         story["Waiting"] = {
             "reason": row["REASON"],
@@ -213,6 +247,22 @@ def describe(
         }
     story["Events"] = [_event_line(e, now) for e in pod_events] or ["(none)"]
     return story
+
+
+def _claims(pod: JSON) -> list[str]:
+    """The Pod's claims and the ResourceClaim each resolved to (a template's: the one the
+    controller made); their devices are on the claims (`kubectl get resourceclaim -o yaml`) and
+    in the Pod's Scheduled Event."""
+    made = {
+        str(s.get("name")): str(s.get("resourceClaimName") or "")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    lines = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = str(entry.get("name") or "")
+        claim = entry.get("resourceClaimName") or made.get(name) or "(not made yet)"
+        lines.append(f"{name}: ResourceClaim {claim}")
+    return lines
 
 
 def lock_events(events: list[JSON]) -> list[JSON]:

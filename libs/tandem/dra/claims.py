@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.dra.shape import at, items, obj
+from tandem.keys import GPU_RESOURCE
 
 DRIVER = "gpu.nvidia.com"
 # NVIDIA's DeviceClasses (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-*.yaml) ->
 # the `type` attribute their selector requires.
 DEVICE_CLASSES: Mapping[str, str] = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
-# The extended resource the device plugin serves; a Pod asks for GPUs one way or the other.
-GPU_RESOURCE = "nvidia.com/gpu"
 
 # Kubernetes' own bounds (k8s.io/api/resource/v1): CELSelectorExpressionMaxLength,
 # DeviceSelectorsMaxSize, DeviceRequestsMaxSize and AllocationResultsMaxSize; a Pod lists at most
@@ -144,6 +143,11 @@ def parse_product_types(text: str) -> dict[str, str]:
             )
         mapping[product] = gres
     return mapping
+
+
+def dra_config(products: str) -> DraConfig:
+    """The config from --gpu-products; ValueError naming the bad item."""
+    return DraConfig(product_types=parse_product_types(products))
 
 
 def pod_gpus(pod: Pod, claims: Mapping[str, Obj], templates: Mapping[str, Obj], cfg: DraConfig) -> PodGpus:

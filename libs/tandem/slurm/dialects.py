@@ -156,6 +156,8 @@ class Dialect:
             het_job_id=_number(raw.get("het_job_id")) or 0,
             het_job_offset=_number(raw.get("het_job_offset")) or 0,
             het_job_ids=_id_set(raw.get("het_job_id_set")),
+            tres_per_node=str(raw.get("tres_per_node") or ""),
+            gres_detail=_strings(raw.get("gres_detail")),
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:
@@ -166,6 +168,7 @@ class Dialect:
             flags=flags,
             reason=str(raw.get("reason") or ""),
             reason_set_by=str(raw.get("reason_set_by_user") or ""),
+            gres=str(raw.get("gres") or "") if isinstance(raw.get("gres"), str) else "",
         )
 
     def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
@@ -250,3 +253,8 @@ class Dialect:
 
 def _set(number: int) -> dict[str, Any]:
     return {"set": True, "infinite": False, "number": number}
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """A list of strings as a tuple; anything else (absent, a lone string) as none."""
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()

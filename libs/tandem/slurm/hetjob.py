@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from tandem.slurm.models import HetComponent, JobStatus
+from tandem.slurm.models import HetComponent, Job, JobStatus
 
 
 def het_job_id(status: JobStatus) -> int:
@@ -44,6 +44,7 @@ def merged(components: Iterable[JobStatus]) -> JobStatus | None:
         node_count=sum(p.job.node_count for p in parts),
         excluded_nodes=tuple(sorted({n for p in parts for n in p.job.excluded_nodes})),
         components=members,
+        gres_detail=tuple(g for p in parts for g in _per_node(p.job)),
     )
     return replace(
         first,
@@ -53,3 +54,11 @@ def merged(components: Iterable[JobStatus]) -> JobStatus | None:
         # Purged together; a component still known keeps the job known.
         gone=all(p.gone for p in parts),
     )
+
+
+def _per_node(job: Job) -> tuple[str, ...]:
+    """A component's GRES per node, "" for each node when it holds none (or Slurm listed fewer):
+    the merged list stays aligned with the merged nodes."""
+    if len(job.gres_detail) == len(job.nodes):
+        return job.gres_detail
+    return ("",) * len(job.nodes)

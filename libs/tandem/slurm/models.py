@@ -66,6 +66,15 @@ class Job:
     # A heterogeneous job as one (tandem.slurm.hetjob.merged): its components in offset order,
     # `nodes` and `node_count` then being theirs together; empty for any other job.
     components: tuple[HetComponent, ...] = ()
+    # The GRES the job asks for on each node, as Slurm prints it (`gres/gpu:h100:2`); "" for none.
+    tres_per_node: str = ""
+    # Once allocated: the GRES it holds on each of `nodes`, in the same order (`gpu:h100:2(IDX:0-1)`,
+    # tandem.dra.gres); empty until Slurm says, and for a job without GRES.
+    gres_detail: tuple[str, ...] = ()
+
+    @property
+    def asks_gres(self) -> bool:
+        return bool(self.tres_per_node)
 
     @property
     def finished(self) -> bool:
@@ -126,6 +135,8 @@ class Node:
     reason: str = ""
     # The Slurm user who set the reason (slurmctld records it; nobody else can write it).
     reason_set_by: str = ""
+    # Its configured GRES as Slurm prints them (`gpu:h100:8(S:0-1)`, tandem.dra.gres); "" for none.
+    gres: str = ""
 
     @property
     def drained(self) -> bool:

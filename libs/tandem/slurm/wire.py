@@ -35,6 +35,8 @@ def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
         ],
         queue_position=status.queue_position,
         queue_length=status.queue_length,
+        tres_per_node=j.tres_per_node,
+        gres_detail=list(j.gres_detail),
     )
 
 
@@ -57,6 +59,8 @@ def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
         expected_start=msg.expected_start,
         node_count=msg.node_count,
         components=tuple(HetComponent(c.job_id, c.node_count, tuple(c.nodes)) for c in msg.components),
+        tres_per_node=msg.tres_per_node,
+        gres_detail=tuple(msg.gres_detail),
     )
     return JobStatus(
         job,

@@ -12,14 +12,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from tandem import placeholder, tracing
+from tandem import keys, placeholder, tracing
 from tandem.assume import AssumeCache, version_of
+from tandem.dra.allocation import FINALIZER
+from tandem.dra.claims import PodGpus
+from tandem.dra.shape import at, items
+from tandem.dra.slices import NodeDevices
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups, jobspec
+from tandem.scheduler.dra_source import BY_CLAIM, DraCaches
+from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import FROM_DEFAULT, FROM_FLAG, KillWait
 from tandem.scheduler.podapi import PodApi, condition
@@ -151,8 +157,12 @@ class Controller:
         reject_static_cpu: bool = False,
         policy: Callable[[], Policy] = lambda: BUILTIN,
         composites: ObjectCache | None = None,
+        dra: DraCaches | None = None,
     ) -> None:
         self.reject_static_cpu = reject_static_cpu
+        # GPUs by claim (tandem.dra); None: Pods' ResourceClaims are not read.
+        self.dra = dra
+        self.kube = kube
         self.policy = policy
         self.slurm = slurm
         self.podgroups: IndexedCache = podgroups or _NoPodGroups()
@@ -270,6 +280,16 @@ class Controller:
         self.queue.add(groups.key_of_composite(composite))
         for child in self.podgroups.by_index(BY_PARENT, key):
             self.queue.add(groups.key_of_podgroup(child))
+
+    def on_claim(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """A ResourceClaim came or changed: the Pods naming it look again (one made from a template
+        is what a Pod waits for before its bind)."""
+        for pod in self.pods.by_index(BY_CLAIM, key):
+            self.queue.add(self._key_of(pod))
+
+    def on_claim_template(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        for pod in self.pods.by_index(BY_CLAIM, f"template:{key}"):
+            self.queue.add(self._key_of(pod))
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
         WAKEUPS.inc(source="job")
@@ -405,6 +425,21 @@ class Controller:
         duplicates: tuple[int, ...] = ()
         if job is not None and job.job_id in recorded.values():
             duplicates = tuple(j.job_id for j in jobs if not j.ended and j is not job)
+        hosts = self._hosts(job)
+        gpus: dict[str, PodGpus] = {}
+        claims: dict[str, JSON] = {}
+        devices: dict[str, NodeDevices | str] = {}
+        class_config: dict[str, tuple[JSON, ...]] = {}
+        if self.dra is not None:
+            for pod in members:
+                found = self.dra.pod_gpus(pod)
+                if found is not None:
+                    gpus[str(pod["metadata"]["uid"])] = found
+            if any(g.requests for g in gpus.values()) and job is not None and job.job.nodes:
+                # What the bind writes the claims' allocations from.
+                claims = self.dra.claims_of(members)
+                devices = self.dra.devices(hosts.values())
+                class_config = self.dra.class_config()
         return d.Observed(
             key,
             group,
@@ -415,7 +450,7 @@ class Controller:
             submitted_job_id=submitted,
             duplicates=duplicates,
             cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
-            hosts=self._hosts(job),
+            hosts=hosts,
             slurm_nodes=self.jobs.slurm_node_count(),
             fits=d.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
@@ -424,6 +459,10 @@ class Controller:
             reject_static_cpu=self.reject_static_cpu,
             policy=self.policy(),
             job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
+            gpus=gpus,
+            claims=claims,
+            devices=devices,
+            class_config=class_config,
         )
 
     def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
@@ -509,9 +548,11 @@ class Controller:
                     self.slurm.set_excluded_nodes(each, hostlist)
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
-            case d.Bind(job=job, placements=placements):
+            case d.Bind(job=job, placements=placements, claims=claim_writes):
                 for placement in placements:
-                    self._bind(placement.pod, job, placement.slurm_node, placement.kube_node)
+                    writes = claim_writes.get(str(placement.pod["metadata"]["uid"]), ())
+                    self._allocate(placement.pod, writes)
+                    self._bind(placement.pod, job, placement.slurm_node, placement.kube_node, writes)
                 bound = {str(p.pod["metadata"]["uid"]) for p in placements}
                 unbound = [
                     m
@@ -588,6 +629,7 @@ class Controller:
                 excluded,
                 validations[0].job_annotations,  # the members agree (validation.disagreements)
                 components,
+                [v.gpu_type for v in validations],
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()
@@ -692,7 +734,37 @@ class Controller:
         answer = self.api.record_job(pod, job_id)
         self._recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
 
-    def _bind(self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str) -> None:
+    def _allocate(self, pod: JSON, writes: tuple[ClaimWrite, ...]) -> None:
+        """Each claim allocated the devices Slurm chose and reserved for the Pod, as kube-scheduler's
+        DRA plugin does before its bind: the finalizer first (the claim cannot go while the Pod may
+        use its devices), then the status, each guarded by the resourceVersion read. A crash in
+        between leaves a state the next decision finishes (tandem.dra.allocation.claim_status)."""
+        for write in writes:
+            api = f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}"
+            path = f"{api}/namespaces/{write.namespace}/{keys.RESOURCE_CLAIMS}/{write.name}"
+            version = str(at(write.claim, "metadata", "resourceVersion") or "")
+            if write.needs_finalizer:
+                finalizers = [str(f) for f in items(at(write.claim, "metadata", "finalizers"))]
+                answer = self.kube.json_patch(
+                    path,
+                    [
+                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                        {"op": "add", "path": "/metadata/finalizers", "value": [*finalizers, FINALIZER]},
+                    ],
+                )
+                version = str(at(answer, "metadata", "resourceVersion") or "")
+            if not write.status_written:
+                self.kube.merge_patch(
+                    f"{path}/status", {"metadata": {"resourceVersion": version}, "status": write.status}
+                )
+            log.info(
+                "claim allocated",
+                extra={"pod": object_key(pod), "claim": write.name, "devices": list(write.devices)},
+            )
+
+    def _bind(
+        self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str, writes: tuple[ClaimWrite, ...] = ()
+    ) -> None:
         job_id = job.job_id
         picked_up = time.monotonic()
         with tracing.span(
@@ -718,11 +790,14 @@ class Controller:
                 "bind_ms": round((time.monotonic() - picked_up) * 1000, 1),
             },
         )
+        devices = [f"{w.name}: {', '.join(w.devices)}" for w in writes]
+        claimed = f"; claims allocated the GPUs Slurm chose ({'; '.join(devices)})" if devices else ""
         self._event(
             pod,
             "Normal",
             "Scheduled",
-            f"Successfully assigned {object_key(pod)} to {kube_node} (Slurm job {job_id} on {slurm_node})",
+            f"Successfully assigned {object_key(pod)} to {kube_node}"
+            f" (Slurm job {job_id} on {slurm_node}{claimed})",
         )
 
     def _cancel(self, key: str, job_ids: tuple[int, ...], why: str) -> None:

@@ -63,12 +63,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tandem import keys
+from tandem.dra.claims import PodGpus
+from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import groups, validation
+from tandem.scheduler import gpuclaims, groups, validation
 from tandem.scheduler.eligibility import Eligibility
+from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.podapi import condition
 from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.slurm import queue
@@ -84,8 +87,10 @@ REASON_SLURM_UNAVAILABLE = "SlurmUnavailable"
 REASON_UNSCHEDULABLE = "Unschedulable"
 # A group with more members than Slurm has nodes.
 REASON_CANNOT_FIT = "GroupCannotFit"
+# The GPUs Slurm gave the job cannot be given to the Pod's ResourceClaims (tandem.dra).
+REASON_GPU_MISMATCH = "GpuAllocationMismatch"
 # Set by this scheduler when it refused a Pod: no retry until the Pod is recreated.
-REFUSED_REASONS = (REASON_INVALID, REASON_SUBMIT_FAILED, REASON_CANNOT_FIT)
+REFUSED_REASONS = (REASON_INVALID, REASON_SUBMIT_FAILED, REASON_CANNOT_FIT, REASON_GPU_MISMATCH)
 # A Warning Event on a bound Pod the policy (or validation) would now refuse: it keeps running.
 REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
 REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
@@ -112,6 +117,7 @@ class NotJudged(enum.Enum):
 
 
 NOT_JUDGED = NotJudged.NOT_JUDGED
+NO_GPUS = PodGpus()
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,15 @@ class Observed:
     job_phase_age: float = float("inf")
     # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
     policy: Policy = BUILTIN
+    # Member uid -> what its ResourceClaims ask Slurm for (tandem.dra.claims); absent for a
+    # member that claims nothing.
+    gpus: Mapping[str, PodGpus] = field(default_factory=dict)
+    # What a claim's allocation is written from before the bind: the claims the members name, by
+    # name; the job's Nodes' devices (Kubernetes Node -> its GPUs, or why its ResourceSlices cannot
+    # be read); each DeviceClass's spec.config.
+    claims: Mapping[str, JSON] = field(default_factory=dict)
+    devices: Mapping[str, NodeDevices | str] = field(default_factory=dict)
+    class_config: Mapping[str, tuple[JSON, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -285,6 +300,8 @@ class Exclude:
 class Bind:
     job: JobStatus
     placements: tuple[Placement, ...]
+    # Member uid -> its claims' allocations, written before its bind (the devices Slurm chose).
+    claims: Mapping[str, tuple[ClaimWrite, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -372,14 +389,19 @@ def decide(o: Observed) -> Action:
     results = tuple(
         validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source) for m in live
     )
-    invalid = _invalid(group, live, results)
+    invalid = _invalid(group, live, results) or _unclaimable(o, group, live)
     if invalid is not None:
         return invalid
     if not unbound:
         return Nothing()
     job_id = job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o, live, replaced)
     if job_id is None:
-        return _new_job(o, group, live, results)
+        waiting = [w for m in live for w in o.gpus.get(_uid(m), NO_GPUS).waiting]
+        if waiting:
+            return Wait(f"waiting for {', '.join(waiting)}")
+        return _new_job(
+            o, group, live, tuple(_with_claimed_gpus(o, m, r) for m, r in zip(live, results, strict=True))
+        )
     if job is not None and job.pending and _outgrown(group, job) and not any(_bound(m) for m in live):
         if job.job_id in o.cancel_sent:
             return Nothing()  # its end brings the new job
@@ -504,6 +526,34 @@ def _invalid(
     if not group.alone:
         message = f"{group.title} cannot be one Slurm job: {message}"
     return Reject(live, message, problems)
+
+
+def _unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Action | None:
+    """Reject members whose GPU claims Slurm cannot allocate as asked (tandem.dra.claims says
+    which field); a bound member only hears of it, as for any rule."""
+    refused = [(m, o.gpus[_uid(m)]) for m in live if _uid(m) in o.gpus and o.gpus[_uid(m)].refusals]
+    if not refused:
+        return None
+    problems = tuple(validation.Problem(r.where, r.reason) for _, g in refused for r in g.refusals)
+    if group.alone:
+        message = "GPU claims not allocatable by Slurm: " + refused[0][1].message()
+    else:
+        message = "; ".join(f"{m['metadata']['name']}: {g.message()}" for m, g in refused)
+        message = f"{group.title} cannot be one Slurm job: GPU claims not allocatable by Slurm: {message}"
+    bound = tuple(m for m in live if _bound(m))
+    if bound:
+        return Warn(bound, REASON_WOULD_BE_REFUSED, would_be_refused_message(group, message))
+    return Reject(live, message, problems)
+
+
+def _with_claimed_gpus(o: Observed, pod: JSON, result: validation.Validation) -> validation.Validation:
+    """The job asks Slurm for the GPUs the member's claims ask for, as GRES of their type."""
+    gpus = o.gpus.get(_uid(pod))
+    if gpus is None or not gpus.requests:
+        return result
+    return replace(
+        result, requests={**result.requests, keys.GPU_RESOURCE: gpus.count}, gpu_type=gpus.gres_type
+    )
 
 
 def would_be_refused_message(group: groups.Group, message: str) -> str:
@@ -704,7 +754,25 @@ def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ..
             REASON_GROUP_FULL,
             f"each of Slurm job {job.job_id}'s {len(job.job.nodes)} nodes already runs a member of the group",
         )
-    return Bind(job, placements)
+    writes: dict[str, tuple[ClaimWrite, ...]] = {}
+    for p in placements:
+        gpus = o.gpus.get(_uid(p.pod))
+        if gpus is None or not gpus.requests:
+            continue
+        got = gpuclaims.claim_writes(
+            p.pod, gpus, job.job, p.slurm_node, o.devices.get(p.kube_node), o.claims, o.class_config
+        )
+        if isinstance(got, gpuclaims.NotSeen):
+            return Wait(got.why)
+        if isinstance(got, gpuclaims.Mismatch):
+            return Refuse(
+                live,
+                REASON_GPU_MISMATCH,
+                f"the GPUs Slurm gave job {job.job_id} cannot be given to the Pod's ResourceClaims:"
+                f" {got.why}",
+            )
+        writes[_uid(p.pod)] = got
+    return Bind(job, placements, writes)
 
 
 def _nominated(pod: JSON) -> str:

@@ -9,6 +9,8 @@ never bound where the kubelet refuses it or it cannot stay. A Slurm node is out 
     lacks room: allocatable minus the requests of the Pods bound there (any scheduler's) is less
         than the Pod's requests, or it holds its maximum of Pods;
     runs a Pod the Pod's required anti-affinity on kubernetes.io/hostname rules out;
+    shows SlurmGpuMismatch (its ResourceSlices and Slurm's GPUs disagree) and the Pod claims GPUs
+        by ResourceClaim: the claim would be given devices other than the ones Slurm chose;
 or no Node is known to host its slurmd. The rest is Slurm's to choose from; what is out goes to
 Slurm as excluded nodes. The first failing check names the node's reason, counted in a message in
 kube-scheduler's words: `0/64 nodes are available: 60 node(s) didn't match Pod's node
@@ -38,9 +40,9 @@ def slim_node(node: JSON) -> JSON:
     is then no change, and does not send every waiting Pod to be judged again against every Node
     (at 64 Nodes and 200 Pods, the scheduler's largest cost)."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    gpus = any(c.get("type") == keys.GPU_MISMATCH_CONDITION and c.get("status") == "True" for c in conditions)
     return {
         "metadata": {
             "name": meta.get("name"),
@@ -52,7 +54,11 @@ def slim_node(node: JSON) -> JSON:
             "unschedulable": bool(spec.get("unschedulable")),
             "taints": [t for t in spec.get("taints") or [] if t.get("key") != keys.LOCK_KEY],
         },
-        "status": {"ready": ready, "allocatable": _units(status.get("allocatable") or {})},
+        "status": {
+            "ready": ready,
+            "allocatable": _units(status.get("allocatable") or {}),
+            "gpuMismatch": gpus,
+        },
     }
 
 
@@ -148,6 +154,8 @@ def _why_not(pod: JSON, requests: Mapping[str, int], node: JSON | None, bound: l
             return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
     if not _affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
         return ["node(s) didn't match Pod's node affinity/selector"]
+    if status.get("gpuMismatch") and (pod.get("spec") or {}).get("resourceClaims"):
+        return ["node(s) had GPU devices that disagree with Slurm's GRES"]
     short = _insufficient(requests, status.get("allocatable") or {}, bound)
     if short:
         return short

@@ -105,18 +105,23 @@ def build_group_job_spec(
     unfit: Sequence[str] = (),
     annotations: Mapping[str, str] | None = None,
     components: Sequence[int] = (),
+    claimed_types: Sequence[str] = (),
 ) -> JobSpec:
     """One job for a group: a node per member, each node sized for the largest member. With
     `components` (how many of the members, in order, each component holds), a heterogeneous job
     instead: each component's nodes sized for its own largest member (a leader and its workers,
-    prefill and decode). The members' job annotations agree (validation.disagreements)."""
+    prefill and decode). The members' job annotations agree (validation.disagreements).
+    `claimed_types`: each member's GRES type from its GPU claims (Validation.gpu_type)."""
+    types = tuple(claimed_types) or ("",) * len(members)
     if not components:
-        return _sized_for_largest(group, members, cfg, requests, unfit, annotations)
+        return _sized_for_largest(group, members, cfg, requests, unfit, annotations, types)
     parts, start = [], 0
     for count in components:
         end = start + count
         parts.append(
-            _sized_for_largest(group, members[start:end], cfg, requests[start:end], unfit, annotations)
+            _sized_for_largest(
+                group, members[start:end], cfg, requests[start:end], unfit, annotations, types[start:end]
+            )
         )
         start = end
     return replace(parts[0], components=tuple(parts))
@@ -129,9 +134,13 @@ def _sized_for_largest(
     requests: Sequence[Mapping[str, int]],
     unfit: Sequence[str],
     annotations: Mapping[str, str] | None,
+    claimed_types: Sequence[str],
 ) -> JobSpec:
     largest = {name: max(r.get(name, 0) for r in requests) for name in {n for r in requests for n in r}}
-    spec = build_job_spec(members[0], cfg, largest, ref=group, unfit=unfit, annotations=annotations)
+    claimed = next((t for t in claimed_types if t), "")
+    spec = build_job_spec(
+        members[0], cfg, largest, ref=group, unfit=unfit, annotations=annotations, claimed_type=claimed
+    )
     return replace(spec, nodes=len(members))
 
 
@@ -143,6 +152,7 @@ def build_job_spec(
     unfit: Sequence[str] = (),
     defaults: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    claimed_type: str = "",
 ) -> JobSpec:
     """The placeholder job for a Pod that passed `validate` (`requests`: what it parsed;
     `annotations`: its job annotations as validated, Validation.job_annotations), or with `ref`,
@@ -177,7 +187,7 @@ def build_job_spec(
         working_dir=found.get(keys.CURRENT_WORKING_DIR) or cfg.default_working_dir,
         gpus=gpus,
         # A type without a count cannot be expressed as GRES, and would only narrow a CPU job.
-        gpu_type=gpu_type(pod, cfg.gpu_types) if gpus else "",
+        gpu_type=(claimed_type or gpu_type(pod, cfg.gpu_types)) if gpus else "",
         account=found.get(keys.ACCOUNT, ""),
         comment=found.get(keys.COMMENT, ""),
         constraints=found.get(keys.CONSTRAINTS, ""),

@@ -10,6 +10,7 @@ import grpc
 
 from tandem import jobtoken, keys, logs, serving, settings, tracing
 from tandem.discovery import Versioned
+from tandem.dra import claims as dra_claims
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -30,6 +31,7 @@ from tandem.scheduler.controller import (
     node_index,
     unschedulable_index,
 )
+from tandem.scheduler.dra_source import BY_CLAIM, BY_SLICE_NODE, DraCaches, claim_index, slice_node_index
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import KillWaitSource
 from tandem.scheduler.policy_source import PolicySource
@@ -103,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.reject_static_cpu,
         policy.current,
         caches.composites,
+        DraCaches(
+            caches.claims, caches.claim_templates, caches.slices, caches.device_classes, dra_config(cfg)
+        ),
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
@@ -110,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("PodGroups", caches.podgroups, caches.podgroups.run)
     manager.add_source("CompositePodGroups", caches.composites, caches.composites.run)
     manager.add_source("Nodes", caches.nodes, caches.nodes.run)
+    manager.add_source("ResourceClaims", caches.claims, caches.claims.run)
+    manager.add_source("ResourceClaimTemplates", caches.claim_templates, caches.claim_templates.run)
+    manager.add_source("ResourceSlices", caches.slices, caches.slices.run)
+    manager.add_source("DeviceClasses", caches.device_classes, caches.device_classes.run)
     manager.add_source("bound Pods", caches.bound, caches.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
     manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
@@ -151,6 +160,10 @@ class Caches:
     bound: Informer  # every Pod bound to a Node
     podgroups: Informer
     composites: Informer
+    claims: Informer
+    claim_templates: Informer
+    slices: Informer
+    device_classes: Informer
 
 
 def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]) -> Caches:
@@ -168,7 +181,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             paths,
             {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
             lambda key, old, new: controller().on_pod(key, old, new),
-            indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index},
+            indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index, BY_CLAIM: claim_index},
         ),
         nodes=Informer(
             kube,
@@ -204,7 +217,48 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             lambda key, old, new: controller().on_composite(key, old, new),
             api=composite_api,
         ),
+        claims=Informer(
+            kube,
+            _namespaced(keys.RESOURCE_CLAIMS, namespaces),
+            {},
+            lambda key, old, new: controller().on_claim(key, old, new),
+            api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIMS, keys.DRA_VERSIONS),
+        ),
+        claim_templates=Informer(
+            kube,
+            _namespaced(keys.RESOURCE_CLAIM_TEMPLATES, namespaces),
+            {},
+            lambda key, old, new: controller().on_claim_template(key, old, new),
+            api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIM_TEMPLATES, keys.DRA_VERSIONS),
+        ),
+        # Only NVIDIA's GPUs: Slurm's GRES are what its driver publishes.
+        slices=Informer(
+            kube,
+            [f"/apis/{{api}}/{keys.RESOURCE_SLICES}"],
+            {"fieldSelector": f"spec.driver={dra_claims.DRIVER}"},
+            indexes={BY_SLICE_NODE: slice_node_index},
+            api=Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS),
+        ),
+        device_classes=Informer(
+            kube,
+            [f"/apis/{{api}}/{keys.DEVICE_CLASSES}"],
+            {},
+            api=Versioned(keys.DRA_GROUP, keys.DEVICE_CLASSES, keys.DRA_VERSIONS),
+        ),
     )
+
+
+def _namespaced(resource: str, namespaces: Sequence[str]) -> list[str]:
+    if namespaces:
+        return [f"/apis/{{api}}/namespaces/{ns}/{resource}" for ns in namespaces]
+    return [f"/apis/{{api}}/{resource}"]
+
+
+def dra_config(cfg: SchedulerSettings) -> dra_claims.DraConfig:
+    try:
+        return dra_claims.dra_config(cfg.gpu_products)
+    except ValueError as e:
+        raise SystemExit(f"--gpu-products: {e}") from e
 
 
 def enqueue_every_pod(pods: Informer, queue: WorkQueue) -> None:

@@ -109,6 +109,9 @@ class Validation:
     # What the job is made of: the Pod's job annotations as validated, the defaults filled in.
     # The job is built from these, never from a second read of the Pod.
     job_annotations: Mapping[str, str] = field(default_factory=dict)
+    # The GRES type the Pod's GPU claims ask for (tandem.dra.claims); "" to take it from the
+    # Pod's GPU model node selector, as for nvidia.com/gpu.
+    gpu_type: str = ""
 
     @property
     def ok(self) -> bool:

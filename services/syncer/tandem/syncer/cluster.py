@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable, Collection
 
 from tandem import keys, slurmd
+from tandem.discovery import Versioned
+from tandem.dra.claims import DRIVER
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 from tandem.syncer import health
@@ -58,10 +60,9 @@ def slim_node(node: JSON, health_conditions: Collection[str] = ()) -> JSON:
     SlurmCordon, cordon, taints, readiness, and the conditions the health drains watch."""
     meta = node.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    cordon = next(
-        (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "SlurmCordon"),
-        None,
-    )
+    conditions = (node.get("status") or {}).get("conditions") or []
+    cordon = next((c for c in conditions if c.get("type") == "SlurmCordon"), None)
+    gpus = next((c for c in conditions if c.get("type") == keys.GPU_MISMATCH_CONDITION), None)
     return {
         "metadata": {
             "name": meta.get("name"),
@@ -74,6 +75,7 @@ def slim_node(node: JSON, health_conditions: Collection[str] = ()) -> JSON:
         "status": {
             "ready": _condition(node, "Ready") in ("True", None),
             "slurmCordon": cordon.get("message") if cordon is not None else None,
+            "gpuMismatch": gpus.get("message") if gpus is not None else None,
             "health": health.kept(node, health_conditions),
         },
     }
@@ -116,17 +118,32 @@ class ClusterView:
         self.nodes = Informer(
             kube, ["/api/v1/nodes"], {}, self._on_node, transform=lambda n: slim_node(n, health_conditions)
         )
+        # Each Node's NVIDIA devices, checked against its Slurm node's GPUs (tandem.syncer.gpucheck);
+        # a cluster that serves no resource.k8s.io/v1 has none.
+        self.slices = Informer(
+            kube,
+            [f"/apis/{{api}}/{keys.RESOURCE_SLICES}"],
+            {"fieldSelector": f"spec.driver={DRIVER}"},
+            self._on_slice,
+            indexes={BY_NODE: _slice_node_of},
+            api=Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS),
+        )
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
         self.nodes.start(stop)
+        self.slices.start(stop)
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced and self.nodes.synced
+        return self.pods.synced and self.nodes.synced and self.slices.synced
 
     def wait_synced(self, timeout: float) -> bool:
-        return self.pods.wait_synced(timeout) and self.nodes.wait_synced(timeout)
+        return (
+            self.pods.wait_synced(timeout)
+            and self.nodes.wait_synced(timeout)
+            and self.slices.wait_synced(timeout)
+        )
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -162,6 +179,10 @@ class ClusterView:
     def node(self, name: str) -> JSON | None:
         return self.nodes.get(name)
 
+    def slices_on(self, kube_node: str) -> list[JSON]:
+        """The NVIDIA ResourceSlices of this Node's devices."""
+        return self.slices.by_index(BY_NODE, kube_node)
+
     def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
         """Until `ready()` holds, re-checked after each Pod change and each `wake_waiters`, or
         `timeout` seconds."""
@@ -194,6 +215,15 @@ class ClusterView:
         for pod in self.pods_on(key):
             for slurm_node in self._slurm_node_of(pod):
                 self.on_slurm_node_changed(slurm_node)
+
+    def _on_slice(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        for kube_node in {*_slice_node_of(old or {}), *_slice_node_of(new or {})}:
+            self._on_node(kube_node, None, None)
+
+
+def _slice_node_of(resource_slice: JSON) -> list[str]:
+    node = (resource_slice.get("spec") or {}).get("nodeName")
+    return [str(node)] if node else []
 
 
 def _node_of(pod: JSON) -> list[str]:

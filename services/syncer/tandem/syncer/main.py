@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from tandem import logs, serving, settings, tracing
+from tandem.dra.claims import dra_config
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.manager import Election, Manager, Run
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # leader locks without listing first); only the leader polls Slurm.
     manager.add_source("Pods", cluster.pods, cluster.pods.run)
     manager.add_source("Nodes", cluster.nodes, cluster.nodes.run)
+    manager.add_source("ResourceSlices", cluster.slices, cluster.slices.run)
     manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
     # The rest works only while this replica leads, once all of that is read.
     runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)
@@ -99,7 +101,11 @@ def _lock_and_sync(
     holds = HoldStore()
     holds.on_change = cluster.wake_waiters
     writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
-    facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name)
+    try:
+        dra = dra_config(cfg.gpu_products)
+    except ValueError as e:
+        raise SystemExit(f"--gpu-products: {e}") from e
+    facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name, dra)
     node_sync = NodeSync(
         kube,
         slurm,

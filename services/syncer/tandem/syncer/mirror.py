@@ -359,6 +359,10 @@ def _is_group(job: Job) -> bool:
 
 
 def _allocation_unknown(status: JobStatus) -> bool:
-    """A group's job whose nodes this mirror has not read yet: its members are bound to all of
-    them at once, so the push must not publish it as running on the script's node alone."""
-    return _is_group(status.job) and (status.job.state == "PENDING" or not status.job.nodes)
+    """A job whose allocation this mirror has not read yet, and a push cannot tell: a group's nodes
+    (its members are bound to all of them at once, so the push must not publish it as running on
+    the script's node alone), or which GPUs a job asking for GRES holds (its Pod's claims get those
+    devices, so none may be guessed)."""
+    job = status.job
+    unread = job.state == "PENDING" or not job.nodes
+    return (_is_group(job) and unread) or (job.asks_gres and (unread or not job.gres_detail))

@@ -130,6 +130,28 @@ class NodeSync:
                 self.wrote(replace(f.slurm, flags=flags, reason="", reason_set_by=""))
         if plan.show is not None and f.kube_node_name:
             self._show(f.kube_node_name, *plan.show)
+        if plan.gpus is not None and f.kube_node_name:
+            self._show_gpus(f.kube_node_name, *plan.gpus)
+
+    def _show_gpus(self, kube_node: str, difference: str, shown: bool) -> None:
+        if shown:
+            condition = {
+                "type": keys.GPU_MISMATCH_CONDITION,
+                "status": "True",
+                "reason": "GpuDevicesDisagree",
+                "message": difference,
+                "lastTransitionTime": rfc3339(),
+                "lastHeartbeatTime": rfc3339(),
+            }
+            log.warning(
+                "a Node's GPUs and Slurm's disagree", extra={"kube_node": kube_node, "why": difference}
+            )
+        else:
+            condition = {"type": keys.GPU_MISMATCH_CONDITION, "$patch": "delete"}
+        self.kube.strategic_patch(
+            f"/api/v1/nodes/{kube_node}/status", {"status": {"conditions": [condition]}}
+        )
+        NODE_SYNC_ACTIONS.inc(action="gpu mismatch" if shown else "gpu agree")
 
     def _drain(self, slurm_node: str, f: NodeFacts, reason: str, timed_out: bool) -> None:
         try:

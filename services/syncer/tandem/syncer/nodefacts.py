@@ -7,10 +7,11 @@ be read from Slurm before it is judged is named for the pass to look up.
 from __future__ import annotations
 
 from tandem import keys, placeholder, slurmd
+from tandem.dra.claims import DraConfig
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
-from tandem.syncer import killwait
+from tandem.syncer import gpucheck, killwait
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.killwait import NodeKillWait
@@ -44,8 +45,11 @@ class CacheFacts:
         store: HoldStore | None = None,
         writes: LockWrites | None = None,
         scheduler_name: str = "",
+        dra: DraConfig | None = None,
     ) -> None:
         self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
+        # How a Node's devices are typed the Slurm way (--gpu-products).
+        self.dra = dra if dra is not None else DraConfig(product_types={})
         self.store = store if store is not None else HoldStore()
         self.writes = (
             writes
@@ -91,6 +95,9 @@ class CacheFacts:
             neighbours_locked=any(n != slurm_node for n in self.waiting_on(name) if name),
             memory=memory,
             killwaits=tuple(self._killwait(slurm_node, k) for k in memory.killwaits),
+            gpu_mismatch=gpucheck.mismatch(
+                slurm, name, self.cluster.slices_on(name) if name else [], self.dra
+            ),
         )
 
     def _killwait(self, slurm_node: str, entry: KillWait) -> NodeKillWait:

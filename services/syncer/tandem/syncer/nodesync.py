@@ -29,7 +29,7 @@ from tandem import keys
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import Node
-from tandem.syncer import health, killwait
+from tandem.syncer import gpucheck, health, killwait
 from tandem.syncer.holds import NodeMemory
 from tandem.syncer.killwait import KillWaitPlan, NodeKillWait
 from tandem.syncer.locking import (
@@ -82,6 +82,9 @@ class NodeFacts:
     memory: NodeMemory = field(default_factory=NodeMemory)
     # The KillWait deadlines recorded for jobs on this node, with the Pod that keeps it, if any.
     killwaits: tuple[NodeKillWait, ...] = ()
+    # How the Node's ResourceSlices and the Slurm node's GPUs disagree ("" when they agree; None:
+    # nothing to compare), tandem.syncer.gpucheck.
+    gpu_mismatch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Plan:
     lock: LockPlan = field(default_factory=LockPlan)
     # The KillWait deadlines: the drain this plan makes (`drain` its reason), those it settles.
     killwait: KillWaitPlan = field(default_factory=KillWaitPlan)
+    # The Node's SlurmGpuMismatch condition: (difference, True) to show, ("", False) to clear.
+    gpus: tuple[str, bool] | None = None
 
     @property
     def requeue_after(self) -> float | None:
@@ -135,13 +140,28 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
     lock = decide_lock(f, now)
     drained = f.slurm.reason if f.slurm is not None and f.slurm.drained else None
     kw = killwait.decide(f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None)
+    gpus = _gpus_shown(f)
     if lock.drain:
         show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
-        return Plan(drain=lock.drain, show=show, lock=lock, killwait=kw)
+        return Plan(drain=lock.drain, show=show, lock=lock, killwait=kw, gpus=gpus)
     if kw.drain is not None and f.slurm is not None:
         reason = kw.drain.reason
-        return Plan(drain=reason, show=_shown(f, f.slurm, reason, False), lock=lock, killwait=kw)
-    return replace(_decide_state(f), lock=lock, killwait=kw)
+        return Plan(drain=reason, show=_shown(f, f.slurm, reason, False), lock=lock, killwait=kw, gpus=gpus)
+    return replace(_decide_state(f), lock=lock, killwait=kw, gpus=gpus)
+
+
+def _gpus_shown(f: NodeFacts) -> tuple[str, bool] | None:
+    """What the Node's SlurmGpuMismatch condition should become, when it differs from what it shows:
+    the difference while there is one, nothing once the two sides agree (or nothing compares)."""
+    if f.kube_node is None:
+        return None
+    wanted = f.gpu_mismatch or ""
+    shown = gpucheck.shown(f.kube_node)
+    if wanted and shown != wanted:
+        return (wanted, True)
+    if not wanted and shown is not None:
+        return ("", False)
+    return None
 
 
 def _decide_state(f: NodeFacts) -> Plan:

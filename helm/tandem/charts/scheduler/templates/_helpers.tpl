@@ -24,4 +24,15 @@
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups/status, compositepodgroups/status]
   verbs: [patch]
+# GPUs by claim: the ResourceClaims (and templates) the Pods name, read; each claim allocated the
+# devices Slurm chose and reserved for its Pod before the bind: the finalizer (patch), the status.
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims, resourceclaimtemplates]
+  verbs: [get, list, watch]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  verbs: [patch]
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims/status]
+  verbs: [patch]
 {{- end -}}

@@ -1,0 +1,122 @@
+"""A Pod's GPUs by claim in the scheduler's two passes (tandem.dra does the reading): before the
+submit, what its job asks Slurm for; before the bind, each claim's allocation naming the devices of
+exactly the indices Slurm gave the job on the Pod's node, so the container gets the GPUs Slurm
+counts as taken and no Slurm job gets them too. Pure: plain values in, writes or a reason out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.dra import gres
+from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, split_indices
+from tandem.dra.claims import PodGpus
+from tandem.dra.shape import at, items
+from tandem.dra.slices import NodeDevices
+from tandem.kube import JSON
+from tandem.slurm.models import Job
+
+
+@dataclass(frozen=True)
+class ClaimWrite:
+    """One of the Pod's claims to allocate and reserve for it before its bind."""
+
+    claim: JSON  # as the cache holds it: its resourceVersion guards the writes
+    status: dict[str, Any]
+    devices: tuple[str, ...]
+    # Only the finalizer is missing (the status was written before a crash): one write, not two.
+    status_written: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(at(self.claim, "metadata", "name") or "")
+
+    @property
+    def namespace(self) -> str:
+        return str(at(self.claim, "metadata", "namespace") or "")
+
+    @property
+    def needs_finalizer(self) -> bool:
+        return FINALIZER not in [str(f) for f in items(at(self.claim, "metadata", "finalizers"))]
+
+
+@dataclass(frozen=True)
+class NotSeen:
+    """Something the allocation needs is not in the caches yet (Slurm's indices, a claim made from a
+    template): it comes with an event or a retry."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """What Slurm chose cannot be given to the claims: never will, on this job."""
+
+    why: str
+
+
+def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mismatch:
+    """The GPU indices (whole GPUs and MIG slices alike: Slurm numbers both in one bitmap) the
+    job holds on `slurm_node`, from its gres_detail."""
+    if slurm_node not in job.nodes:
+        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
+    if not job.gres_detail:
+        return NotSeen(f"Slurm has not said yet which GPUs job {job.job_id} holds on {slurm_node}")
+    try:
+        held = gres.parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
+    except gres.GresError as e:
+        return Mismatch(f"Slurm job {job.job_id}'s GPUs on {slurm_node}: {e}")
+    indices: list[int] = []
+    for g in held:
+        if g.name != "gpu":
+            continue
+        if g.indices is None:
+            return Mismatch(f"Slurm printed no GPU indices for job {job.job_id} on {slurm_node} ({g})")
+        indices.extend(g.indices)
+    return tuple(sorted(indices))
+
+
+def claim_writes(
+    pod: JSON,
+    gpus: PodGpus,
+    job: Job,
+    slurm_node: str,
+    devices: NodeDevices | str | None,
+    claims: Mapping[str, JSON],
+    class_config: Mapping[str, Sequence[JSON]],
+) -> tuple[ClaimWrite, ...] | NotSeen | Mismatch:
+    """The writes that give the Pod's claims the devices Slurm chose for its job on `slurm_node`
+    (`devices`: that Node's, from its ResourceSlices; `claims`: the Pod's namespace's by name)."""
+    indices = job_gpu_indices(job, slurm_node)
+    if not isinstance(indices, tuple):
+        return indices
+    if devices is None:
+        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
+    if isinstance(devices, str):
+        return Mismatch(devices)
+    shares = split_indices(gpus.requests, indices)
+    if isinstance(shares, str):
+        return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
+    consumer = PodConsumer(str(at(pod, "metadata", "name") or ""), str(at(pod, "metadata", "uid") or ""))
+    writes: list[ClaimWrite] = []
+    for request in gpus.requests:
+        if not request.claim_name:
+            return NotSeen(f"the ResourceClaim of spec.resourceClaims[{request.pod_claim}] is not made yet")
+        claim = claims.get(request.claim_name)
+        if claim is None:
+            return NotSeen(f"ResourceClaim {request.claim_name} not seen yet")
+        status = claim_status(
+            claim,
+            request,
+            devices,
+            shares[request.pod_claim],
+            consumer,
+            class_config.get(request.device_class, ()),
+        )
+        if isinstance(status, str):
+            return Mismatch(status)
+        write = ClaimWrite(claim, status.status, status.devices, status_written=status.unchanged)
+        if not (write.status_written and not write.needs_finalizer):
+            writes.append(write)
+    return tuple(writes)

@@ -1,0 +1,183 @@
+"""A Pod that claims GPUs by ResourceClaim (issue 23), through the one decide: its job asks Slurm
+for them as GRES, its claims are allocated the devices of Slurm's indices before the bind, and a
+claim Slurm cannot satisfy is refused with the field that says why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from tandem import keys, placeholder
+from tandem.dra.allocation import FINALIZER
+from tandem.dra.claims import DraConfig, pod_gpus
+from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.scheduler import decide as d
+from tandem.scheduler import groups, policy
+from tandem.slurm.models import Job, JobStatus
+
+SCHEDULER = "tandem-test"
+REF = placeholder.PodRef("default", "infer", "uid-1")
+HOSTS = {"gpu-000": "node-000"}
+POLICY = policy.parse("default: {defaultUser: 1001}")
+CFG = DraConfig(product_types={"NVIDIA H100 80GB HBM3": "h100"})
+DEVICES = NodeDevices(
+    "node-000",
+    "gpu.nvidia.com",
+    "node-000",
+    tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i) for i in range(8)),
+)
+
+
+def claim(count: Any = 2, selector: str = "", status: dict[str, Any] | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "metadata": {"namespace": "default", "name": "two-gpus", "resourceVersion": "41"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+        "status": status or {},
+    }
+
+
+def pod(job_id: int | None = None, node: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "default", "name": REF.name, "uid": REF.uid, "annotations": {}}
+    if job_id is not None:
+        meta["annotations"][keys.JOB_ID_ANNOTATION] = str(job_id)
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {
+                "name": "c",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "claims": [{"name": "gpus"}]},
+            }
+        ],
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": "two-gpus"}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def running(detail: tuple[str, ...] = ("gpu:h100:2(IDX:4-5)",)) -> JobStatus:
+    name = placeholder.job_name(REF, SCHEDULER)
+    return JobStatus(
+        Job(
+            7,
+            name,
+            "RUNNING",
+            nodes=("gpu-000",),
+            admin_comment=name,
+            tres_per_node="gres/gpu:h100:2",
+            gres_detail=detail,
+        ),
+        started=True,
+    )
+
+
+def seen(
+    p: dict[str, Any], j: JobStatus | None = None, c: dict[str, Any] | None = None, **kw: Any
+) -> d.Observed:
+    c = c if c is not None else claim()
+    claims = {"two-gpus": c} if c else {}
+    return d.Observed(
+        REF.key,
+        groups.alone(REF.key, p),
+        (p,),
+        job=j,
+        jobs=(j,) if j is not None else (),
+        recorded={REF.uid: 7} if j is not None else {},
+        hosts=HOSTS,
+        fits=None,
+        kill_wait=30,
+        policy=POLICY,
+        gpus={REF.uid: pod_gpus(p, claims, {}, CFG)},
+        claims=claims,
+        devices=kw.pop("devices", {"node-000": DEVICES}),
+        **kw,
+    )
+
+
+def test_the_job_asks_slurm_for_the_claimed_gpus_of_the_selected_type() -> None:
+    selector = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+    action = d.decide(seen(pod(), c=claim(2, selector)))
+    assert isinstance(action, d.Submit)
+    assert action.validations[0].requests[keys.GPU_RESOURCE] == 2
+    assert action.validations[0].gpu_type == "h100"
+
+
+def test_a_claim_slurm_cannot_allocate_is_refused_naming_the_field() -> None:
+    action = d.decide(seen(pod(), c=claim(count=0)))
+    assert isinstance(action, d.Reject)
+    assert "exactly.count" in action.message and "GPU claims not allocatable by Slurm" in action.message
+
+
+def test_a_claim_not_seen_yet_waits_for_it_without_a_job() -> None:
+    action = d.decide(seen(pod(), c={}))
+    assert action == d.Wait("waiting for ResourceClaim two-gpus")
+
+
+def test_the_bind_allocates_the_claim_the_devices_slurm_chose() -> None:
+    action = d.decide(seen(pod(7), running()))
+    assert isinstance(action, d.Bind)
+    (write,) = action.claims[REF.uid]
+    assert write.devices == ("gpu-4", "gpu-5") and write.needs_finalizer
+    results = write.status["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["gpu-4", "gpu-5"]
+    assert write.status["reservedFor"] == [{"resource": "pods", "name": REF.name, "uid": REF.uid}]
+
+
+def test_the_bind_waits_for_slurm_s_indices() -> None:
+    action = d.decide(seen(pod(7), running(detail=())))
+    assert isinstance(action, d.Wait) and "which GPUs" in action.why
+
+
+def test_slurm_s_indices_missing_from_the_slice_refuse_the_pod_and_so_cancel_its_job() -> None:
+    action = d.decide(seen(pod(7), running(("gpu:h100:2(IDX:8-9)",))))
+    assert isinstance(action, d.Refuse) and action.reason == d.REASON_GPU_MISMATCH
+    assert "no device of that index" in action.message
+    # Refused: the decision after that write cancels the job that holds the GPUs.
+    refused = pod(7)
+    refused["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": d.REASON_GPU_MISMATCH,
+            "message": action.message,
+        }
+    ]
+    assert d.decide(seen(refused, running(("gpu:h100:2(IDX:8-9)",)))) == d.Cancel(
+        (7,), "the Pod was refused before it was bound"
+    )
+
+
+def test_a_node_without_slices_refuses_rather_than_guessing() -> None:
+    action = d.decide(
+        seen(pod(7), running(), devices={"node-000": "no ResourceSlice of gpu.nvidia.com for Node node-000"})
+    )
+    assert isinstance(action, d.Refuse) and "no ResourceSlice" in action.message
+
+
+def test_a_crash_after_the_status_write_binds_with_only_the_finalizer_left() -> None:
+    first = d.decide(seen(pod(7), running()))
+    assert isinstance(first, d.Bind)
+    written = replace_claim_status(first.claims[REF.uid][0].status)
+    again = d.decide(seen(pod(7), running(), c=written))
+    assert isinstance(again, d.Bind)
+    (write,) = again.claims[REF.uid]
+    assert write.status_written and write.needs_finalizer
+    done = {**written, "metadata": {**written["metadata"], "finalizers": [FINALIZER]}}
+    last = d.decide(seen(pod(7), running(), c=done))
+    assert isinstance(last, d.Bind) and last.claims[REF.uid] == ()
+
+
+def replace_claim_status(status: dict[str, Any]) -> dict[str, Any]:
+    return {**claim(), "status": status}
+
+
+def test_a_pod_without_claims_is_as_before() -> None:
+    p = pod()
+    del p["spec"]["resourceClaims"]
+    observed = replace(seen(p), gpus={})
+    action = d.decide(observed)
+    assert isinstance(action, d.Submit) and keys.GPU_RESOURCE not in action.validations[0].requests
