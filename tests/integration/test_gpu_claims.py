@@ -19,7 +19,7 @@ from tandem import keys
 from tandem.kube import KubeClient, KubeError
 from tests.integration import helpers as h
 
-pytestmark = pytest.mark.usefixtures("clean")
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 
 BASE = "/apis/resource.k8s.io/v1"
 CLAIMS = f"{BASE}/namespaces/default/resourceclaims"
@@ -270,3 +270,34 @@ def test_a_pod_and_a_slurm_job_share_one_gpu_slice_by_slice(
     assert len(pod_slices) == 1 and len(training_slices) == 2 and not pod_slices & training_slices
     # Slurm's indices 0-6 are GPU 0's slices (config.gpu_gres): one physical GPU, shared.
     assert pod_slices | training_slices <= set(range(config.MIG_SLICES))
+
+
+def test_a_claim_is_freed_when_its_pod_goes_and_serves_the_next_pod(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """Nothing stays allocated: once the Pod is deleted, Kubernetes' ResourceClaim controller takes
+    it out of reservedFor, clears the allocation Tandem wrote and removes the finalizer (as for a
+    claim kube-scheduler allocated), and a new Pod naming the claim gets Slurm's devices anew."""
+    node = config.slurm_node_name(2)
+    first = h.unique("first")
+    claim(api, f"{first}-gpus", 2)
+    h.create(core, claiming_pod(stack_cfg, first, node, claim_name=f"{first}-gpus"))
+    h.wait_until(f"{first} running", functools.partial(running, core, first), 60)
+    h.delete_pod(core, first, grace=0)
+    h.wait_until("the Pod gone", lambda: h.get_pod(core, first) is None, 60)
+
+    def freed() -> bool:
+        c = api.get(f"{CLAIMS}/{first}-gpus")
+        status = c.get("status") or {}
+        return (
+            not status.get("reservedFor")
+            and not status.get("allocation")
+            and not c["metadata"].get("finalizers")
+        )
+
+    h.wait_until("the claim freed", freed, 60)
+    second = h.unique("second")
+    h.create(core, claiming_pod(stack_cfg, second, node, claim_name=f"{first}-gpus"))
+    h.wait_until(f"{second} running", functools.partial(running, core, second), 60)
+    got = allocated(api, f"{first}-gpus")
+    assert got is not None and got[0] == slurm_indices(stack_cfg, h.job_id_of(core, second) or 0)

@@ -113,9 +113,18 @@ def test_namespace_scope_grants_roles_only_in_those_namespaces(stack_cfg: StackC
     scheduler_cluster_roles = [
         d for d in docs if d and d.get("kind") == "ClusterRole" and "scheduler" in d["metadata"]["name"]
     ]
-    # Pods only in those namespaces; cluster-wide, nothing but reading Nodes (what fits where).
+    # Pods (and their claims) only in those namespaces; cluster-wide, nothing but reading Nodes
+    # (what fits where) and their devices, and the claim-binding check the apiserver makes there.
     assert [role["rules"] for role in scheduler_cluster_roles] == [
-        [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceslices", "deviceclasses"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["patch"]},
+        ]
     ]
 
 
