@@ -440,6 +440,34 @@ def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None
     assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
 
 
+def test_a_required_node_that_does_not_fit_waits_unschedulable_not_refused() -> None:
+    """Slurm refuses a job that requires a node it also excludes ("Invalid node name specified"):
+    the Pod waits, as one pinned to a Node that does not fit waits in kube-scheduler."""
+    p = pod()
+    p["metadata"]["annotations"][keys.REQUIRED_NODES] = "cpu-002"
+    observed = seen(p, fit=_fit("cpu-002"))
+    assert d.decide(observed) == d.Pend(
+        observed.members,
+        d.REASON_UNSCHEDULABLE,
+        f"required node(s) cpu-002 ({keys.REQUIRED_NODES}) would not take the Pod;"
+        " 1/2 nodes are available: 1 node(s) were unschedulable.",
+        event="FailedScheduling",
+    )
+    fits_again = d.decide(seen(p, fit=_fit("cpu-001")))
+    assert isinstance(fits_again, d.Submit) and fits_again.excluded == ("cpu-001",)
+
+
+def test_a_pending_job_never_excludes_a_node_it_requires() -> None:
+    p = pod(7)
+    p["metadata"]["annotations"][keys.REQUIRED_NODES] = "cpu-002"
+    pending = job(state="PENDING", reason="Resources")
+    unfit = _fit("cpu-001", "cpu-002", total=3)
+    assert d.decide(seen(p, pending, fit=unfit)) == d.Exclude(7, "cpu-001")
+    kept = d.decide(seen(p, pending, fit=unfit, job_excludes=frozenset({"cpu-001"})))
+    assert isinstance(kept, d.Pend) and kept.reason == d.REASON_UNSCHEDULABLE
+    assert "required node(s) cpu-002" in kept.message
+
+
 @pytest.mark.parametrize(
     ("observed", "judges"),
     [

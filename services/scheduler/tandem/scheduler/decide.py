@@ -29,7 +29,8 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      nodes, too: the group keeps running)
     no job, fewer than minCount members           -> each member: how many are missing
     no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
-    no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event
+    no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event;
+      or a node it requires would not                (Slurm would refuse the job outright)
     no job                                        -> submit the job, the nodes whose Nodes would not
                                                      take some member excluded (and record its id);
                                                      a group of components (CompositePodGroup, LWS
@@ -52,8 +53,10 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      once nominated, minCount grown past the job's
                                                      nodes: the others told as above
     job pending, a member nominated               -> clear the nomination (requeued before its start)
-    job pending, the fit changed                  -> update the job's excluded nodes
+    job pending, the fit changed                  -> update the job's excluded nodes (never a
+                                                     node it requires)
     job pending, too few Nodes would take them    -> Unschedulable
+      or a node it requires would not
     job pending                                   -> Slurm's reason on every member (and the PodGroup),
                                                      once pending for PENDING_AFTER_SECONDS (until
                                                      then: look again then)
@@ -592,7 +595,9 @@ def _new_job(
         return Judge()
     fits = _fits(o, members)
     unfit = tuple(sorted({s for f in fits for s in f.excluded}))
-    unschedulable = _unschedulable(group, members, fits, unfit)
+    unschedulable = _unschedulable(group, members, fits, unfit) or _required_unfit(
+        members, valid[0], fits, unfit
+    )
     if unschedulable is not None:
         return unschedulable
     counts = tuple(c.min_count for c in group.components)
@@ -808,10 +813,14 @@ def _pending(
     fits = _fits(o, unbound)
     if fits:
         unfit = tuple(sorted({s for f in fits for s in f.excluded}))
-        wanted = excluded_nodes(result, unfit)
+        # Slurm refuses a job that both requires and excludes a node: a required node that stopped
+        # fitting stays allowed, and the Pod is told why it waits.
+        wanted = excluded_nodes(result, unfit) - required_nodes(result)
         if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
             return Exclude(job.job_id, compress(sorted(wanted)), tuple(c.job_id for c in job.job.components))
-        unschedulable = _unschedulable(group, unbound, fits, unfit)
+        unschedulable = _unschedulable(group, unbound, fits, unfit) or _required_unfit(
+            unbound, result, fits, unfit
+        )
         if unschedulable is not None:
             return unschedulable
     if job.job.state_reason in ("", "None"):
@@ -820,6 +829,26 @@ def _pending(
         wait = PENDING_AFTER_SECONDS - o.job_phase_age
         return Later(wait, "Slurm may start the job before its reason shows")
     return Pend(unbound, REASON_PENDING, queue.pending_message(job))
+
+
+def required_nodes(result: validation.Validation) -> frozenset[str]:
+    named = result.job_annotations.get(keys.REQUIRED_NODES, "")
+    return frozenset(expand(named) if named else ())
+
+
+def _required_unfit(
+    members: tuple[JSON, ...], result: validation.Validation, fits: list[Eligibility], unfit: tuple[str, ...]
+) -> Pend | None:
+    """The annotation requires nodes whose Nodes would not take the Pod: it waits for them, as
+    kube-scheduler's Pod pinned to a Node that does not fit (Slurm would refuse the job outright)."""
+    missing = sorted(required_nodes(result) & set(unfit))
+    if not missing:
+        return None
+    why = fits[0].message() if fits else ""
+    message = f"required node(s) {compress(missing)} ({keys.REQUIRED_NODES}) would not take the Pod"
+    return Pend(
+        members, REASON_UNSCHEDULABLE, f"{message}; {why}" if why else message, event="FailedScheduling"
+    )
 
 
 def excluded_nodes(result: validation.Validation, unfit: tuple[str, ...]) -> frozenset[str]:
