@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tandem.dra import gres
 from tandem.dra.shape import at, items, obj
 from tandem.keys import GPU_RESOURCE
 
@@ -50,7 +51,6 @@ _CLAUSE = re.compile(
 _AND = re.compile(r"&&")
 # Product names as NVML reports them ("NVIDIA H100 80GB HBM3"): printable, no separator of ours.
 _PRODUCT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._()/+-]{0,63}")
-_GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 Pod = Mapping[str, Any]
 Obj = Mapping[str, Any]
@@ -67,7 +67,7 @@ class DraConfig:
     def mig_type(self, profile: str) -> str:
         if profile in self.mig_types:
             return self.mig_types[profile]
-        return profile if _GRES_TYPE.fullmatch(profile) else ""
+        return profile if gres.is_gres_type(profile) else ""
 
 
 @dataclass(frozen=True)
@@ -123,26 +123,14 @@ class PodGpus:
 
 def parse_product_types(text: str) -> dict[str, str]:
     """`NVIDIA H100 80GB HBM3=h100,NVIDIA A100-SXM4-80GB=a100` -> {product name: GRES type}."""
-    mapping: dict[str, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        product, sep, gres = (part.strip() for part in item.rpartition("="))
-        if not sep:
-            raise ValueError(
-                f"GPU product {item!r} must be PRODUCT_NAME=GRES_TYPE, e.g. NVIDIA H100 80GB HBM3=h100"
-            )
-        if not _PRODUCT.fullmatch(product):
-            raise ValueError(f"GPU product {item!r}: {product!r} is not an NVML product name")
-        if not _GRES_TYPE.fullmatch(gres):
-            raise ValueError(f"GPU product {item!r}: {gres!r} is not a Slurm GRES type")
-        if mapping.get(product, gres) != gres:
-            raise ValueError(
-                f"GPU product {product!r} is mapped twice: to {mapping[product]!r} and to {gres!r}"
-            )
-        mapping[product] = gres
-    return mapping
+    return gres.parse_type_map(
+        text,
+        what="GPU product",
+        key="PRODUCT_NAME",
+        key_ok=lambda name: _PRODUCT.fullmatch(name) is not None,
+        key_is="an NVML product name",
+        example="NVIDIA H100 80GB HBM3=h100",
+    )
 
 
 def dra_config(products: str) -> DraConfig:

@@ -17,6 +17,7 @@ buffer), so a list whose length disagrees with its count is refused rather than 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 # Far beyond what one node's GRES string holds (8 GPUs x 7 MIG slices plus shards is ~200).
@@ -37,6 +38,43 @@ _ITEM = re.compile(
     r"(?::(?P<count>[0-9]{1,20})(?P<suffix>[KMGTP]?))?"
     r"(?:\((?P<detail>[^()]{0,2048})\))?"
 )
+# A type Tandem writes into a job's GRES (h100, 1g.10gb): narrower than what it reads, no '+'
+# (MIG's `1g.10gb+me` is a profile, and names a type only through configuration).
+_ASKED_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_gres_type(text: str) -> bool:
+    """A GRES type Tandem may ask Slurm for."""
+    return _ASKED_TYPE.fullmatch(text) is not None
+
+
+def parse_type_map(
+    text: str, *, what: str, key: str, key_ok: Callable[[str], bool], key_is: str, example: str
+) -> dict[str, str]:
+    """`KEY=TYPE,KEY=TYPE` -> {key: Slurm GRES type}, each item checked: a ValueError names the
+    item and says what was expected: `what` the item is ("GPU type"), the form of its `key`
+    ("LABEL_VALUE"), what a key `key_ok` accepts `key_is` ("a Kubernetes label value"), an
+    `example`. The key is what precedes the first '='."""
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, gres_type = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise ValueError(f"{what} {item!r} must be {key}=GRES_TYPE, e.g. {example}")
+        if not key_ok(name):
+            raise ValueError(f"{what} {item!r}: {name!r} is not {key_is}")
+        if not is_gres_type(gres_type):
+            raise ValueError(
+                f"{what} {item!r}: {gres_type!r} is not a Slurm GRES type (letters, digits, '.', '_', '-')"
+            )
+        if mapping.get(name, gres_type) != gres_type:
+            raise ValueError(f"{what} {name!r} is mapped twice: to {mapping[name]!r} and to {gres_type!r}")
+        mapping[name] = gres_type
+    return mapping
+
+
 _RANGE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?")
 _SHARE = re.compile(r"(-|[0-9]{1,20})/([0-9]{1,20})")
 

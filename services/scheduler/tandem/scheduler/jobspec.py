@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem import jobtoken, keys
+from tandem.dra import gres
 from tandem.placeholder import PodRef, job_name
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
 from tandem.slurm.hostlist import compress, expand
@@ -18,7 +19,6 @@ MIB = 1024 * 1024
 
 # Kubernetes label values; GRES types end up inside `gres/gpu:<type>:<n>`, so no ':' ',' or '='.
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
-_GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,14 @@ class PlaceholderConfig:
 
 def parse_gpu_types(text: str) -> dict[str, str]:
     """`H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100` -> {label value: GRES type}."""
-    mapping: dict[str, str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        label, sep, gres = (part.strip() for part in item.partition("="))
-        if not sep:
-            raise ValueError(f"GPU type {item!r} must be LABEL_VALUE=GRES_TYPE, e.g. H100_NVLINK_80GB=h100")
-        if not _LABEL_VALUE.fullmatch(label):
-            raise ValueError(f"GPU type {item!r}: {label!r} is not a Kubernetes label value")
-        if not _GRES_TYPE.fullmatch(gres):
-            raise ValueError(
-                f"GPU type {item!r}: {gres!r} is not a Slurm GRES type (letters, digits, '.', '_', '-')"
-            )
-        if mapping.get(label, gres) != gres:
-            raise ValueError(f"GPU type {label!r} is mapped twice: to {mapping[label]!r} and to {gres!r}")
-        mapping[label] = gres
-    return mapping
+    return gres.parse_type_map(
+        text,
+        what="GPU type",
+        key="LABEL_VALUE",
+        key_ok=lambda label: _LABEL_VALUE.fullmatch(label) is not None,
+        key_is="a Kubernetes label value",
+        example="H100_NVLINK_80GB=h100",
+    )
 
 
 def pod_ref(pod: Pod) -> PodRef:
