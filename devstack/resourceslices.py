@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from devstack import config
+from tandem.keys import GPU_RESOURCE
 
 DRIVER = "gpu.nvidia.com"
 # Attribute names without a domain are the driver's own (gpu.nvidia.com/<name>).
@@ -110,9 +111,10 @@ def resource_slices(nodes: int) -> list[dict[str, Any]]:
 
 def device_classes() -> list[dict[str, Any]]:
     """NVIDIA's two GPU DeviceClasses, with the selectors its chart installs
-    (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-{gpu,mig}.yaml). The chart also
-    sets `extendedResourceName: nvidia.com/gpu` on the GPU class; the lab leaves it out, since its
-    nodes still serve nvidia.com/gpu as an extended resource for the Pods that ask that way."""
+    (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-{gpu,mig}.yaml), and, as its chart
+    sets on the GPU class, `extendedResourceName: nvidia.com/gpu`: a Node without the device
+    plugin's nvidia.com/gpu serves it through DRA (the lab's Nodes all have it, but a test takes it
+    away from one)."""
     return [
         {
             "apiVersion": API_VERSION,
@@ -126,7 +128,8 @@ def device_classes() -> list[dict[str, Any]]:
                             f" && device.attributes['{DRIVER}'].type == '{kind}'"
                         }
                     }
-                ]
+                ],
+                **({"extendedResourceName": GPU_RESOURCE} if kind == "gpu" else {}),
             },
         }
         for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig"))

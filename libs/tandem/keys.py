@@ -159,6 +159,9 @@ DRA_VERSIONS = ("v1",)
 RESOURCE_CLAIMS = "resourceclaims"
 RESOURCE_CLAIM_TEMPLATES = "resourceclaimtemplates"
 RESOURCE_SLICES = "resourceslices"
+# Marks the claim a Pod's scheduler makes for an extended resource (nvidia.com/gpu) that a Node
+# serves through DRA (KEP-5004): quota and the ResourceClaim controller count it as the Pod's.
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 # The Node condition the syncer sets while the Node's ResourceSlices and its Slurm node's GPU GRES
 # disagree (count, type or index): no Pod claiming GPUs is placed there.
 GPU_MISMATCH_CONDITION = "SlurmGpuMismatch"

@@ -49,7 +49,10 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
             True,
         ),
         ("scheduler", ("patch", "resourceclaims.resource.k8s.io", "--subresource=binding"), True),
-        ("scheduler", ("delete", "resourceclaims.resource.k8s.io", "-n", "default"), False),
+        # nvidia.com/gpu through DRA: the claim made for the Pod, and a stale one deleted.
+        ("scheduler", ("create", "resourceclaims.resource.k8s.io", "-n", "default"), True),
+        ("scheduler", ("delete", "resourceclaims.resource.k8s.io", "-n", "default"), True),
+        ("scheduler", ("create", "resourceclaimtemplates.resource.k8s.io", "-n", "default"), False),
         ("scheduler", ("create", "resourceslices.resource.k8s.io"), False),
         ("syncer", ("create", "pods", "--subresource=eviction", "-n", "default"), True),
         ("syncer", ("patch", "nodes"), True),

@@ -78,7 +78,69 @@ def claim_status(
     """The status that allocates `claim`'s request the devices of Slurm's `indices` on `node` and
     reserves it for `pod`; else why not, in one line. `class_config`: the DeviceClass's
     spec.config (copied in as FromClass, as kube-scheduler does)."""
+    return claim_status_of(claim, ((request, indices),), node, pod, class_config)
+
+
+def claim_status_of(
+    claim: Obj,
+    shares: Sequence[tuple[ClaimRequest, Sequence[int]]],
+    node: NodeDevices,
+    pod: PodConsumer,
+    class_config: Sequence[Obj] = (),
+) -> ClaimStatus | str:
+    """claim_status for a claim of several requests, each given its share of Slurm's indices (the
+    claim Tandem makes for a Pod's `nvidia.com/gpu` has one per container)."""
     name = str(at(claim, "metadata", "name") or "")
+    results: list[dict[str, str]] = []
+    config: list[dict[str, Any]] = []
+    for request, indices in shares:
+        chosen = _devices(name, request, node, indices)
+        if isinstance(chosen, str):
+            return chosen
+        results += [
+            {"request": request.request, "driver": node.driver, "pool": node.pool, "device": device}
+            for device in chosen
+        ]
+        config += _class_config(request, class_config)
+    allocation: dict[str, Any] = {
+        "devices": {"results": results},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.node]}]}
+            ]
+        },
+    }
+    config += _claim_config(claim, [request for request, _ in shares])
+    if config:
+        allocation["devices"]["config"] = config
+    devices = tuple(r["device"] for r in results)
+    status = obj(claim.get("status"))
+    reserved = [dict(obj(r)) for r in items(status.get("reservedFor"))]
+    if not any(str(r.get("uid") or "") == pod.uid for r in reserved):
+        if len(reserved) >= MAX_RESERVED_FOR:
+            return f"ResourceClaim {name} is reserved for {len(reserved)} consumers already"
+        reserved.append(pod.reference())
+    existing = status.get("allocation")
+    if existing:
+        held = sorted(
+            (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+            for r in (obj(r) for r in items(at(existing, "devices", "results")))
+        )
+        if held != sorted((node.driver, node.pool, device) for device in devices):
+            names = ", ".join(device for _, _, device in held) or "no device"
+            return f"ResourceClaim {name} is allocated already, to {names}"
+        # Written before (a crash between the write and the bind): keep what is there.
+        was_reserved = any(str(obj(r).get("uid") or "") == pod.uid for r in items(status.get("reservedFor")))
+        return ClaimStatus(
+            status={**status, "allocation": existing, "reservedFor": reserved},
+            devices=devices,
+            unchanged=was_reserved,
+        )
+    return ClaimStatus(status={**status, "allocation": allocation, "reservedFor": reserved}, devices=devices)
+
+
+def _devices(name: str, request: ClaimRequest, node: NodeDevices, indices: Sequence[int]) -> list[str] | str:
+    """The devices of Slurm's `indices` for one request of claim `name`; else why not."""
     if len(set(indices)) != len(indices):
         return f"Slurm's indices for ResourceClaim {name} repeat one"
     if len(indices) != request.count:
@@ -106,57 +168,24 @@ def claim_status(
             # Device taints are for the allocator to respect; Slurm does not know them.
             return f"device {device.name} (Slurm index {index}) on Node {node.node} is tainted"
         chosen.append(device.name)
-    allocation: dict[str, Any] = {
-        "devices": {
-            "results": [
-                {"request": request.request, "driver": node.driver, "pool": node.pool, "device": device}
-                for device in chosen
-            ]
-        },
-        "nodeSelector": {
-            "nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.node]}]}
-            ]
-        },
-    }
-    config = _config(claim, request, class_config)
-    if config:
-        allocation["devices"]["config"] = config
-    status = obj(claim.get("status"))
-    reserved = [dict(obj(r)) for r in items(status.get("reservedFor"))]
-    if not any(str(r.get("uid") or "") == pod.uid for r in reserved):
-        if len(reserved) >= MAX_RESERVED_FOR:
-            return f"ResourceClaim {name} is reserved for {len(reserved)} consumers already"
-        reserved.append(pod.reference())
-    existing = status.get("allocation")
-    if existing:
-        results = [obj(r) for r in items(at(existing, "devices", "results"))]
-        held = sorted((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results)
-        if held != sorted((node.driver, node.pool, device) for device in chosen):
-            names = ", ".join(device for _, _, device in held) or "no device"
-            return f"ResourceClaim {name} is allocated already, to {names}"
-        # Written before (a crash between the write and the bind): keep what is there.
-        was_reserved = any(str(obj(r).get("uid") or "") == pod.uid for r in items(status.get("reservedFor")))
-        return ClaimStatus(
-            status={**status, "allocation": existing, "reservedFor": reserved},
-            devices=tuple(chosen),
-            unchanged=was_reserved,
-        )
-    return ClaimStatus(
-        status={**status, "allocation": allocation, "reservedFor": reserved}, devices=tuple(chosen)
-    )
+    return chosen
 
 
-def _config(claim: Obj, request: ClaimRequest, class_config: Sequence[Obj]) -> list[dict[str, Any]]:
-    config: list[dict[str, Any]] = [
+def _class_config(request: ClaimRequest, class_config: Sequence[Obj]) -> list[dict[str, Any]]:
+    return [
         {"source": "FromClass", "requests": [request.request], **_device_configuration(c)}
         for c in class_config
     ]
+
+
+def _claim_config(claim: Obj, requests: Sequence[ClaimRequest]) -> list[dict[str, Any]]:
+    names = {r.request for r in requests}
+    config: list[dict[str, Any]] = []
     for raw in items(at(claim, "spec", "devices", "config")):
         c = obj(raw)
         applies = [str(r) for r in items(c.get("requests"))]
         # A config naming requests applies to those only; none named: to every request.
-        if applies and request.request not in applies:
+        if applies and not names & set(applies):
             continue
         entry: dict[str, Any] = {"source": "FromClaim", **_device_configuration(c)}
         if applies:

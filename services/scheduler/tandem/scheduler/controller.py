@@ -14,9 +14,10 @@ from typing import Protocol
 
 from tandem import keys, placeholder, tracing
 from tandem.assume import AssumeCache, version_of
+from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import PodGpus
-from tandem.dra.shape import at, items
+from tandem.dra.shape import at, items, obj
 from tandem.dra.slices import NodeDevices
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
@@ -123,6 +124,21 @@ def unschedulable_index(pod: JSON) -> list[str]:
     return ["yes"] if c.get("status") == "False" and c.get("reason") == d.REASON_UNSCHEDULABLE else []
 
 
+def _claim_path(namespace: str, name: str = "") -> str:
+    """A ResourceClaim's path (the collection's without a name)."""
+    collection = (
+        f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}/namespaces/{namespace}/{keys.RESOURCE_CLAIMS}"
+    )
+    return f"{collection}/{name}" if name else collection
+
+
+def _asks_gpus(pod: JSON) -> bool:
+    try:
+        return effective_requests(pod).get(keys.GPU_RESOURCE, 0) > 0
+    except ValueError:
+        return False
+
+
 def node_index(pod: JSON) -> list[str]:
     node = (pod.get("spec") or {}).get("nodeName")
     return [str(node)] if node else []
@@ -194,6 +210,9 @@ class Controller:
         # reconcile in between would bind it again (a 409 and a retry: a tenth of the bindings
         # in a burst, issue 22).
         self._bound: AssumeCache[str] = AssumeCache()
+        # Pod uid -> the claim this process made for its nvidia.com/gpu, until the claim informer
+        # shows one (a reconcile in between would make a second).
+        self._made_claims: AssumeCache[JSON] = AssumeCache()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
         REGISTRY.gauge(
             "tandem_pods",
@@ -283,9 +302,15 @@ class Controller:
 
     def on_claim(self, key: str, old: JSON | None, new: JSON | None) -> None:
         """A ResourceClaim came or changed: the Pods naming it look again (one made from a template
-        is what a Pod waits for before its bind)."""
+        is what a Pod waits for before its bind), and the Pod one was made for."""
         for pod in self.pods.by_index(BY_CLAIM, key):
             self.queue.add(self._key_of(pod))
+        claim = new or old
+        if claim is not None and extended.owner_index(claim):
+            for ref in items(at(claim, "metadata", "ownerReferences")):
+                owner = self.pods.get(f"{at(claim, 'metadata', 'namespace')}/{obj(ref).get('name')}")
+                if owner is not None and at(owner, "metadata", "uid") == obj(ref).get("uid"):
+                    self.queue.add(self._key_of(owner))
 
     def on_claim_template(self, key: str, old: JSON | None, new: JSON | None) -> None:
         for pod in self.pods.by_index(BY_CLAIM, f"template:{key}"):
@@ -430,12 +455,28 @@ class Controller:
         claims: dict[str, JSON] = {}
         devices: dict[str, NodeDevices | str] = {}
         class_config: dict[str, tuple[JSON, ...]] = {}
+        extended_class = ""
+        dra_served: frozenset[str] = frozenset()
+        extended_claims: dict[str, JSON] = {}
         if self.dra is not None:
             for pod in members:
                 found = self.dra.pod_gpus(pod)
                 if found is not None:
                     gpus[str(pod["metadata"]["uid"])] = found
-            if any(g.requests for g in gpus.values()) and job is not None and job.job.nodes:
+            if job is not None and job.job.nodes and any(_asks_gpus(m) for m in members):
+                extended_class = self.dra.extended_class()
+                if extended_class:
+                    dra_served = frozenset(h for h in hosts.values() if self._serves_gpus_by_dra(h))
+                    for pod in members:
+                        uid = str(pod["metadata"]["uid"])
+                        made = self.dra.extended_claim(pod)
+                        if made is not None:
+                            self._made_claims.forget(uid)
+                        else:
+                            made = self._made_claims.get(uid)
+                        if made is not None:
+                            extended_claims[uid] = made
+            if job is not None and job.job.nodes and (any(g.requests for g in gpus.values()) or dra_served):
                 # What the bind writes the claims' allocations from.
                 claims = self.dra.claims_of(members)
                 devices = self.dra.devices(hosts.values())
@@ -463,6 +504,19 @@ class Controller:
             claims=claims,
             devices=devices,
             class_config=class_config,
+            extended_class=extended_class,
+            dra_served=dra_served,
+            extended_claims=extended_claims,
+        )
+
+    def _serves_gpus_by_dra(self, kube_node: str) -> bool:
+        node = self.cluster.nodes.get(kube_node) if self.cluster is not None else None
+        allocatable = at(node, "status", "allocatable") or {}
+        return (
+            node is not None
+            and self.dra is not None
+            and extended.served_by_dra(allocatable)
+            and self.dra.has_devices(kube_node)
         )
 
     def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
@@ -496,8 +550,14 @@ class Controller:
                 self.jobs.kube_node,
                 cluster.nodes.get,
                 lambda node: cluster.bound.by_index(BY_NODE, node),
+                self._dra_gpus() if requests.get(keys.GPU_RESOURCE, 0) > 0 else None,
             )
         return fits
+
+    def _dra_gpus(self) -> eligibility.DraGpus | None:
+        if self.dra is None:
+            return None
+        return eligibility.DraGpus(self.dra.extended_class(), self.dra.has_devices)
 
     def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
         if job is None or job.job.excluded_nodes:
@@ -548,10 +608,19 @@ class Controller:
                     self.slurm.set_excluded_nodes(each, hostlist)
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
-            case d.Bind(job=job, placements=placements, claims=claim_writes):
+            case d.MakeClaims(new=new, stale=stale):
+                for claim, why in stale:
+                    self._drop_claim(claim, why)
+                if not stale:
+                    for pod, manifest in new:
+                        self._make_claim(pod, manifest)
+            case d.Bind(job=job, placements=placements, claims=claim_writes, pod_statuses=pod_statuses):
                 for placement in placements:
-                    writes = claim_writes.get(str(placement.pod["metadata"]["uid"]), ())
+                    uid = str(placement.pod["metadata"]["uid"])
+                    writes = claim_writes.get(uid, ())
                     self._allocate(placement.pod, writes)
+                    if uid in pod_statuses:
+                        self.api.extended_claim_status(placement.pod, pod_statuses[uid])
                     self._bind(placement.pod, job, placement.slurm_node, placement.kube_node, writes)
                 bound = {str(p.pod["metadata"]["uid"]) for p in placements}
                 unbound = [
@@ -740,8 +809,7 @@ class Controller:
         use its devices), then the status, each guarded by the resourceVersion read. A crash in
         between leaves a state the next decision finishes (tandem.dra.allocation.claim_status)."""
         for write in writes:
-            api = f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}"
-            path = f"{api}/namespaces/{write.namespace}/{keys.RESOURCE_CLAIMS}/{write.name}"
+            path = _claim_path(write.namespace, write.name)
             version = str(at(write.claim, "metadata", "resourceVersion") or "")
             if write.needs_finalizer:
                 finalizers = [str(f) for f in items(at(write.claim, "metadata", "finalizers"))]
@@ -761,6 +829,41 @@ class Controller:
                 "claim allocated",
                 extra={"pod": object_key(pod), "claim": write.name, "devices": list(write.devices)},
             )
+
+    def _make_claim(self, pod: JSON, manifest: JSON) -> None:
+        """The claim for the Pod's nvidia.com/gpu (tandem.dra.extended), as kube-scheduler makes it."""
+        namespace = str(at(pod, "metadata", "namespace") or "")
+        answer = self.kube.post(_claim_path(namespace), manifest)
+        self._made_claims.assume(str(pod["metadata"]["uid"]), answer)
+        log.info(
+            "claim made for the Pod's GPUs",
+            extra={"pod": object_key(pod), "claim": at(answer, "metadata", "name")},
+        )
+
+    def _drop_claim(self, claim: JSON, why: str) -> None:
+        """A claim made for a Pod that cannot serve it now: its finalizer off (it holds no devices
+        for a running container: the Pod is not bound), then deleted; the next decision makes anew."""
+        name, namespace = str(at(claim, "metadata", "name")), str(at(claim, "metadata", "namespace"))
+        path = _claim_path(namespace, name)
+        finalizers = [str(f) for f in items(at(claim, "metadata", "finalizers"))]
+        try:
+            if FINALIZER in finalizers:
+                self.kube.json_patch(
+                    path,
+                    [
+                        {"op": "test", "path": "/metadata/uid", "value": at(claim, "metadata", "uid")},
+                        {
+                            "op": "replace",
+                            "path": "/metadata/finalizers",
+                            "value": [f for f in finalizers if f != FINALIZER],
+                        },
+                    ],
+                )
+            self.kube.delete(path, {"preconditions": {"uid": at(claim, "metadata", "uid")}})
+        except KubeError as e:
+            if e.status != 404:
+                raise
+        log.info("stale claim deleted", extra={"claim": f"{namespace}/{name}", "why": why})
 
     def _bind(
         self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str, writes: tuple[ClaimWrite, ...] = ()

@@ -44,6 +44,12 @@ rows included, and runs a Pod alone's rows as a group of one):
     job stopping                                  -> nothing: its end deletes the members
     job running, script started                   -> bind each unbound member to a free node (of
                                                      a het job: of its own component)
+                                                     after its GPU claims are allocated the
+                                                     devices Slurm chose; a member asking
+                                                     nvidia.com/gpu of a Node that serves it
+                                                     through DRA first gets a claim made (a stale
+                                                     one deleted), then the same, then its status
+                                                     names the claim
     job running, every node taken                 -> the others wait (GroupAllocationFull); when
                                                      minCount grew past the job's nodes, saying so:
                                                      a running job cannot grow, never cancelled for it
@@ -67,6 +73,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tandem import keys
 from tandem.dra.claims import PodGpus
@@ -174,6 +181,12 @@ class Observed:
     claims: Mapping[str, JSON] = field(default_factory=dict)
     devices: Mapping[str, NodeDevices | str] = field(default_factory=dict)
     class_config: Mapping[str, tuple[JSON, ...]] = field(default_factory=dict)
+    # nvidia.com/gpu through DRA (tandem.dra.extended): the DeviceClass that maps it ("" none), the
+    # job's Nodes that serve it so (no device plugin offers it), and the claim made for a member
+    # (member uid -> the claim).
+    extended_class: str = ""
+    dra_served: frozenset[str] = frozenset()
+    extended_claims: Mapping[str, JSON] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -305,6 +318,17 @@ class Bind:
     placements: tuple[Placement, ...]
     # Member uid -> its claims' allocations, written before its bind (the devices Slurm chose).
     claims: Mapping[str, tuple[ClaimWrite, ...]] = field(default_factory=dict)
+    # Member uid -> its status.extendedResourceClaimStatus, written after the claims, before the bind.
+    pod_statuses: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MakeClaims:
+    """Before the bind: create the claims members' nvidia.com/gpu needs on their Nodes (member,
+    manifest), and first delete the stale ones made for them before (claim, why)."""
+
+    new: tuple[tuple[JSON, dict[str, Any]], ...] = ()
+    stale: tuple[tuple[JSON, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -332,6 +356,7 @@ Action = (
     | Nominate
     | Exclude
     | Bind
+    | MakeClaims
     | Delete
 )
 
@@ -760,24 +785,77 @@ def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ..
             f"each of Slurm job {job.job_id}'s {len(job.job.nodes)} nodes already runs a member of the group",
         )
     writes: dict[str, tuple[ClaimWrite, ...]] = {}
+    statuses: dict[str, dict[str, Any]] = {}
+    new: list[tuple[JSON, dict[str, Any]]] = []
+    stale: list[tuple[JSON, str]] = []
     for p in placements:
-        gpus = o.gpus.get(_uid(p.pod))
-        if gpus is None or not gpus.requests:
-            continue
-        got = gpuclaims.claim_writes(
-            p.pod, gpus, job.job, p.slurm_node, o.devices.get(p.kube_node), o.claims, o.class_config
+        match _gpu_writes(o, job, p):
+            case None:
+                continue
+            case gpuclaims.NotSeen(why=why):
+                return Wait(why)
+            case gpuclaims.Mismatch(why=why):
+                what = (
+                    "the Pod's ResourceClaims" if _uid(p.pod) in o.gpus else f"the Pod's {keys.GPU_RESOURCE}"
+                )
+                return Refuse(
+                    live,
+                    REASON_GPU_MISMATCH,
+                    f"the GPUs Slurm gave job {job.job_id} cannot be given to {what}: {why}",
+                )
+            case gpuclaims.NewClaim(manifest=manifest):
+                new.append((p.pod, manifest))
+            case gpuclaims.StaleClaim(claim=claim, why=why):
+                stale.append((claim, why))
+            case gpuclaims.ExtendedWrite(writes=claim_writes, pod_status=pod_status):
+                writes[_uid(p.pod)] = claim_writes
+                if pod_status is not None:
+                    statuses[_uid(p.pod)] = pod_status
+            case tuple() as claim_writes:
+                writes[_uid(p.pod)] = claim_writes
+    if new or stale:
+        return MakeClaims(tuple(new), tuple(stale))
+    return Bind(job, placements, writes, statuses)
+
+
+def _gpu_writes(
+    o: Observed, job: JobStatus, p: Placement
+) -> (
+    tuple[ClaimWrite, ...]
+    | gpuclaims.ExtendedWrite
+    | gpuclaims.NewClaim
+    | gpuclaims.StaleClaim
+    | gpuclaims.NotSeen
+    | gpuclaims.Mismatch
+    | None
+):
+    """What gives the member the GPUs Slurm chose before its bind: its claims' allocations, or the
+    claim its nvidia.com/gpu needs on a Node serving it through DRA; None when it needs neither."""
+    gpus = o.gpus.get(_uid(p.pod))
+    devices = o.devices.get(p.kube_node)
+    if gpus is not None and gpus.requests:
+        return gpuclaims.claim_writes(p.pod, gpus, job.job, p.slurm_node, devices, o.claims, o.class_config)
+    if _gpus_by_dra(o, p):
+        return gpuclaims.extended_writes(
+            p.pod,
+            job.job,
+            p.slurm_node,
+            devices,
+            o.extended_class,
+            o.extended_claims.get(_uid(p.pod)),
+            o.class_config.get(o.extended_class, ()),
         )
-        if isinstance(got, gpuclaims.NotSeen):
-            return Wait(got.why)
-        if isinstance(got, gpuclaims.Mismatch):
-            return Refuse(
-                live,
-                REASON_GPU_MISMATCH,
-                f"the GPUs Slurm gave job {job.job_id} cannot be given to the Pod's ResourceClaims:"
-                f" {got.why}",
-            )
-        writes[_uid(p.pod)] = got
-    return Bind(job, placements, writes)
+    return None
+
+
+def _gpus_by_dra(o: Observed, p: Placement) -> bool:
+    """The member asks nvidia.com/gpu and its Node serves it through DRA."""
+    if not o.extended_class or p.kube_node not in o.dra_served:
+        return False
+    try:
+        return validation.effective_requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0
+    except ValueError:
+        return False
 
 
 def _nominated(pod: JSON) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tandem.dra import claims as dra_claims
+from tandem.dra import extended
 from tandem.dra import slices as dra_slices
 from tandem.dra.shape import at, items, obj
 from tandem.kube import JSON
@@ -18,6 +19,8 @@ from tandem.kube import JSON
 BY_CLAIM = "claim"
 # The ResourceSlice informer's index by the Node a slice's devices are on.
 BY_SLICE_NODE = "node"
+# The ResourceClaim informer's index of the claims made for a Pod's nvidia.com/gpu, by its uid.
+BY_EXTENDED_OWNER = "extended-owner"
 
 
 class Cache(Protocol):
@@ -92,9 +95,36 @@ class DraCaches:
             for node in set(kube_nodes)
         }
 
+    def extended_class(self) -> str:
+        """The DeviceClass serving nvidia.com/gpu through DRA ("" when none does)."""
+        return extended.mapped_class(self.classes.items())
+
+    def has_devices(self, kube_node: str) -> bool:
+        """The Node publishes NVIDIA devices (a ResourceSlice of NVIDIA's driver names it)."""
+        return bool(self.slices.by_index(BY_SLICE_NODE, kube_node))
+
+    def extended_claim(self, pod: JSON) -> JSON | None:
+        """The claim made for the Pod's nvidia.com/gpu: the one its status names, else the oldest
+        not being deleted (a second, made by a life that did not see the first, is left to the
+        garbage collector with the Pod)."""
+        uid = str(at(pod, "metadata", "uid") or "")
+        made = [
+            c
+            for c in self.claims.by_index(BY_EXTENDED_OWNER, uid)
+            if not at(c, "metadata", "deletionTimestamp")
+        ]
+        named = at(pod, "status", "extendedResourceClaimStatus", "resourceClaimName")
+        for claim in made:
+            if named and at(claim, "metadata", "name") == named:
+                return claim
+        made.sort(
+            key=lambda c: (str(at(c, "metadata", "creationTimestamp") or ""), str(at(c, "metadata", "name")))
+        )
+        return made[0] if made else None
+
     def class_config(self) -> dict[str, tuple[JSON, ...]]:
         found: dict[str, tuple[JSON, ...]] = {}
-        for name in dra_claims.DEVICE_CLASSES:
+        for name in (*dra_claims.DEVICE_CLASSES, self.extended_class()):
             device_class = self.classes.get(name)
             if device_class is not None:
                 found[name] = tuple(dict(obj(c)) for c in items(at(device_class, "spec", "config")))

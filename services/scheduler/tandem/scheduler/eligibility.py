@@ -10,7 +10,11 @@ never bound where the kubelet refuses it or it cannot stay. A Slurm node is out 
         than the Pod's requests, or it holds its maximum of Pods;
     runs a Pod the Pod's required anti-affinity on kubernetes.io/hostname rules out;
     shows SlurmGpuMismatch (its ResourceSlices and Slurm's GPUs disagree) and the Pod claims GPUs
-        by ResourceClaim: the claim would be given devices other than the ones Slurm chose;
+        by ResourceClaim, or asks nvidia.com/gpu of a Node serving it through DRA: the claim would
+        be given devices other than the ones Slurm chose;
+    serves nvidia.com/gpu through DRA (no device plugin offers it, a DeviceClass maps it: tandem.
+        dra.extended) and the Pod asks it in a way Tandem cannot map (an init container asks);
+        where it can, the room for GPUs is Slurm's to judge, as for claims;
 or no Node is known to host its slurmd. The rest is Slurm's to choose from; what is out goes to
 Slurm as excluded nodes. The first failing check names the node's reason, counted in a message in
 kube-scheduler's words: `0/64 nodes are available: 60 node(s) didn't match Pod's node
@@ -25,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem import keys
+from tandem.dra import extended
+from tandem.dra.claims import DEVICE_CLASSES
 from tandem.kube import JSON, pod_finished
 from tandem.quantity import parse_quantity
 from tandem.scheduler.validation import effective_requests
@@ -112,6 +118,21 @@ class Eligibility:
         return f"{self.available}/{self.total} nodes are available" + (f": {why}." if why else ".")
 
 
+@dataclass(frozen=True)
+class DraGpus:
+    """How the cluster serves nvidia.com/gpu through DRA: the DeviceClass mapping it ("" none) and
+    which Nodes publish NVIDIA devices."""
+
+    device_class: str = ""
+    has_devices: Callable[[str], bool] = lambda node: False
+
+
+@dataclass(frozen=True)
+class _ByDra:
+    has_devices: Callable[[str], bool]
+    unmappable: str  # why the Pod's nvidia.com/gpu cannot be a claim ("" when it can)
+
+
 def judge(
     pod: JSON,
     requests: Mapping[str, int],
@@ -119,15 +140,17 @@ def judge(
     kube_node: Callable[[str], str | None],
     node: Callable[[str], JSON | None],
     pods_on: Callable[[str], list[JSON]],
+    dra: DraGpus | None = None,
 ) -> Eligibility:
     """The Slurm nodes out of reach for this Pod, each with the first reason it fails."""
     excluded: list[str] = []
     reasons: Counter[str] = Counter()
     names = list(slurm_nodes)
+    by_dra = _by_dra(pod, requests, dra)
     for slurm_node in names:
         host = kube_node(slurm_node)
         obj = node(host) if host else None
-        why = _why_not(pod, requests, obj, pods_on(host) if obj is not None and host else [])
+        why = _why_not(pod, requests, obj, pods_on(host) if obj is not None and host else [], by_dra)
         if why:
             excluded.append(slurm_node)
             for reason in why:
@@ -135,7 +158,19 @@ def judge(
     return Eligibility(len(names), tuple(excluded), reasons)
 
 
-def _why_not(pod: JSON, requests: Mapping[str, int], node: JSON | None, bound: list[JSON]) -> list[str]:
+def _by_dra(pod: JSON, requests: Mapping[str, int], dra: DraGpus | None) -> _ByDra | None:
+    """Whether, and how, the Pod's nvidia.com/gpu could be served through DRA: judged once per Pod."""
+    if dra is None or not dra.device_class or requests.get(keys.GPU_RESOURCE, 0) <= 0:
+        return None
+    if dra.device_class not in DEVICE_CLASSES:
+        return _ByDra(dra.has_devices, f"through DeviceClass {dra.device_class}, not one Tandem translates")
+    gpus = extended.container_gpus(pod)
+    return _ByDra(dra.has_devices, gpus if isinstance(gpus, str) else "")
+
+
+def _why_not(
+    pod: JSON, requests: Mapping[str, int], node: JSON | None, bound: list[JSON], by_dra: _ByDra | None = None
+) -> list[str]:
     if node is None:
         return ["node(s) had no Node hosting their slurmd"]
     meta, spec, status = node["metadata"], node["spec"], node["status"]
@@ -154,9 +189,22 @@ def _why_not(pod: JSON, requests: Mapping[str, int], node: JSON | None, bound: l
             return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
     if not _affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
         return ["node(s) didn't match Pod's node affinity/selector"]
-    if status.get("gpuMismatch") and (pod.get("spec") or {}).get("resourceClaims"):
+    allocatable = status.get("allocatable") or {}
+    if by_dra is not None and not (
+        extended.served_by_dra(allocatable) and by_dra.has_devices(str(meta.get("name")))
+    ):
+        by_dra = None  # a device plugin serves it here (or nothing does): the room check says
+    if status.get("gpuMismatch") and ((pod.get("spec") or {}).get("resourceClaims") or by_dra):
         return ["node(s) had GPU devices that disagree with Slurm's GRES"]
-    short = _insufficient(requests, status.get("allocatable") or {}, bound)
+    if by_dra is not None:
+        if by_dra.unmappable:
+            return [
+                f"node(s) served {keys.GPU_RESOURCE} through DRA, which Tandem cannot map:"
+                f" {by_dra.unmappable}"
+            ]
+        # Slurm counts the GPUs it allocates; the claim gets the ones it chose.
+        requests = {k: v for k, v in requests.items() if k != keys.GPU_RESOURCE}
+    short = _insufficient(requests, allocatable, bound)
     if short:
         return short
     if _anti_affinity_violated(pod, bound):

@@ -1,7 +1,9 @@
 """A Pod's GPUs by claim in the scheduler's two passes (tandem.dra does the reading): before the
 submit, what its job asks Slurm for; before the bind, each claim's allocation naming the devices of
 exactly the indices Slurm gave the job on the Pod's node, so the container gets the GPUs Slurm
-counts as taken and no Slurm job gets them too. Pure: plain values in, writes or a reason out."""
+counts as taken and no Slurm job gets them too. A Pod asking nvidia.com/gpu of a Node that serves
+it through DRA gets a claim made for it, allocated the same way (tandem.dra.extended). Pure: plain
+values in, writes or a reason out."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.dra import gres
-from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, split_indices
+from tandem.dra import extended, gres
+from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, claim_status_of, split_indices
 from tandem.dra.claims import PodGpus
 from tandem.dra.shape import at, items
 from tandem.dra.slices import NodeDevices
@@ -120,3 +122,71 @@ def claim_writes(
         if not (write.status_written and not write.needs_finalizer):
             writes.append(write)
     return tuple(writes)
+
+
+@dataclass(frozen=True)
+class NewClaim:
+    """The Pod's nvidia.com/gpu is served through DRA on its node and it has no claim yet: make it."""
+
+    manifest: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StaleClaim:
+    """The claim made for the Pod cannot serve this placement (allocated for another, made for
+    another shape): it goes, and a new one is made."""
+
+    claim: JSON
+    why: str
+
+
+@dataclass(frozen=True)
+class ExtendedWrite:
+    """The writes before the bind of a Pod whose nvidia.com/gpu is served through DRA: its claim's
+    allocation, then the Pod's status naming the claim (None: written already)."""
+
+    writes: tuple[ClaimWrite, ...]
+    pod_status: dict[str, Any] | None
+
+
+def extended_writes(
+    pod: JSON,
+    job: Job,
+    slurm_node: str,
+    devices: NodeDevices | str | None,
+    device_class: str,
+    claim: JSON | None,
+    class_config: Sequence[JSON],
+) -> ExtendedWrite | NewClaim | StaleClaim | NotSeen | Mismatch:
+    """What gives the Pod's containers the devices Slurm chose for its job on `slurm_node`
+    (tandem.dra.extended): `claim` is the one made for the Pod, if any."""
+    gpus = extended.container_gpus(pod)
+    if isinstance(gpus, str):
+        return Mismatch(gpus)
+    if claim is None:
+        return NewClaim(extended.claim_manifest(pod, gpus, device_class))
+    requests = extended.claim_requests(claim, gpus, device_class, "")
+    if isinstance(requests, str):
+        return StaleClaim(claim, requests)
+    indices = job_gpu_indices(job, slurm_node)
+    if not isinstance(indices, tuple):
+        return indices
+    if devices is None:
+        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
+    if isinstance(devices, str):
+        return Mismatch(devices)
+    shares = split_indices(requests, indices)
+    if isinstance(shares, str):
+        return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
+    consumer = PodConsumer(str(at(pod, "metadata", "name") or ""), str(at(pod, "metadata", "uid") or ""))
+    status = claim_status_of(
+        claim, [(r, shares[r.pod_claim]) for r in requests], devices, consumer, class_config
+    )
+    if isinstance(status, str):
+        if at(claim, "status", "allocation"):
+            return StaleClaim(claim, status)
+        return Mismatch(status)
+    write = ClaimWrite(claim, status.status, status.devices, status_written=status.unchanged)
+    writes = () if write.status_written and not write.needs_finalizer else (write,)
+    pod_status = extended.pod_status(write.name, gpus)
+    return ExtendedWrite(writes, None if extended.status_written(pod, pod_status) else pod_status)

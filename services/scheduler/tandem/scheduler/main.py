@@ -11,6 +11,7 @@ import grpc
 from tandem import jobtoken, keys, logs, serving, settings, tracing
 from tandem.discovery import Versioned
 from tandem.dra import claims as dra_claims
+from tandem.dra import extended
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -31,7 +32,14 @@ from tandem.scheduler.controller import (
     node_index,
     unschedulable_index,
 )
-from tandem.scheduler.dra_source import BY_CLAIM, BY_SLICE_NODE, DraCaches, claim_index, slice_node_index
+from tandem.scheduler.dra_source import (
+    BY_CLAIM,
+    BY_EXTENDED_OWNER,
+    BY_SLICE_NODE,
+    DraCaches,
+    claim_index,
+    slice_node_index,
+)
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import KillWaitSource
 from tandem.scheduler.policy_source import PolicySource
@@ -222,6 +230,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             _namespaced(keys.RESOURCE_CLAIMS, namespaces),
             {},
             lambda key, old, new: controller().on_claim(key, old, new),
+            indexes={BY_EXTENDED_OWNER: extended.owner_index},
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIMS, keys.DRA_VERSIONS),
         ),
         claim_templates=Informer(

@@ -75,6 +75,11 @@ class PodApi:
         """status.nominatedNodeName (KEP-5278): where the Pod will run once its prolog passed."""
         self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"nominatedNodeName": node or None}})
 
+    def extended_claim_status(self, pod: JSON, status: JSON) -> None:
+        """status.extendedResourceClaimStatus (KEP-5004): which request of its claim each container
+        gets. The kubelet prepares the claim from it, so it is written before the bind."""
+        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"extendedResourceClaimStatus": status}})
+
     def set_unscheduled(self, pod: JSON, reason: str, message: str) -> bool:
         """PodScheduled=False with reason and message; no write when already so. True if written."""
         uid = str(pod["metadata"].get("uid", ""))

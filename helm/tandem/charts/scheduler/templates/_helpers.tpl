@@ -26,12 +26,15 @@
   verbs: [patch]
 # GPUs by claim: the ResourceClaims (and templates) the Pods name, read; each claim allocated the
 # devices Slurm chose and reserved for its Pod before the bind: the finalizer (patch), the status.
+# A Pod asking nvidia.com/gpu of a Node that serves it through DRA gets a claim made for it
+# (create), and one made for an earlier placement that cannot serve this one goes (delete), as
+# kube-scheduler does for the Pods it schedules.
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims, resourceclaimtemplates]
   verbs: [get, list, watch]
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims]
-  verbs: [patch]
+  verbs: [create, patch, delete]
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims/status]
   verbs: [patch]
