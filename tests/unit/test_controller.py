@@ -921,3 +921,39 @@ def test_a_running_pods_kubelet_reports_queue_nothing_and_its_deletion_does() ->
     assert queued(running, {**running, "status": {**running["status"], "conditions": [preempted]}})
     assert queued(_pod("7"), bound), "the bind itself"
     assert queued(_pod("7"), {**_pod("7"), "status": {"phase": "Pending", "nominatedNodeName": "node-001"}})
+
+
+class _BoundByNode(FakePodCache):
+    def by_index(self, index: str, value: str) -> list[Any]:
+        return [p for p in self.pods.values() if ctl.node_index(p) == [value]]
+
+
+def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
+    """Each Node's room is summed once per change (eligibility.RoomLedger): the bound-Pod informer's
+    change must reach the sum, or a full Node would be offered to Slurm again."""
+    from tandem.scheduler import eligibility
+
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    bound = _BoundByNode()
+    bound.synced = True
+    controller.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
+    hog = eligibility.slim_bound_pod(
+        {
+            "metadata": {"namespace": "default", "name": "hog", "uid": "hog"},
+            "spec": {"nodeName": "node-001", "containers": [{"resources": {"requests": {"cpu": "4"}}}]},
+            "status": {"phase": "Running"},
+        }
+    )
+    bound.pods["default/hog"] = hog
+    controller.on_bound_pod("default/hog", None, hog)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
+    bound.pods.pop("default/hog")
+    controller.on_bound_pod("default/hog", hog, None)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)

@@ -65,7 +65,7 @@ def judge(
         NODES,
         lambda s: s.replace("cpu", "node"),
         by_name.get,
-        lambda n: on.get(n, []),
+        lambda n: e.room_of(on.get(n, [])),
     )
 
 
@@ -207,7 +207,42 @@ def test_a_slurm_node_without_a_node_is_excluded() -> None:
         ["cpu-001", "cpu-009"],
         {"cpu-001": "node-001"}.get,
         {"node-001": node("node-001")}.get,
-        lambda _: [],
+        lambda _: e.NO_ROOM_TAKEN,
     )
     assert result.excluded == ("cpu-009",)
     assert compress(list(result.excluded)) == "cpu-009"
+
+
+def test_a_nodes_room_is_summed_once_until_what_it_holds_changes() -> None:
+    on: dict[str, list[dict[str, Any]]] = {"node-001": [bound("node-001", cpu="1")]}
+    reads: list[str] = []
+
+    def pods_on(n: str) -> list[dict[str, Any]]:
+        reads.append(n)
+        return list(on.get(n, []))
+
+    ledger = e.RoomLedger(pods_on)
+    assert ledger.room("node-001").used["cpu"] == 1000
+    assert ledger.room("node-001").used["cpu"] == 1000
+    assert reads == ["node-001"]  # the second Pod judged reads the sum, not the Pods
+    on["node-001"].append(bound("node-001", cpu="2"))
+    ledger.changed("node-001")
+    assert ledger.room("node-001").used["cpu"] == 3000
+    assert len(ledger.room("node-001").running) == 2
+
+
+def test_a_change_while_a_room_is_summed_is_not_lost() -> None:
+    """The informer changes its cache, then tells the ledger: a sum read in between is kept only
+    until the next read."""
+    on: dict[str, list[dict[str, Any]]] = {"node-001": []}
+    ledger: e.RoomLedger
+
+    def pods_on(n: str) -> list[dict[str, Any]]:
+        held = list(on[n])
+        on[n] = [bound("node-001", cpu="4")]  # the cache changes while the sum is taken
+        ledger.changed(n)
+        return held
+
+    ledger = e.RoomLedger(pods_on)
+    assert ledger.room("node-001").used == {}
+    assert ledger.room("node-001").used["cpu"] == 4000

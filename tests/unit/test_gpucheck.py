@@ -94,7 +94,12 @@ def _ready_node(mismatch: bool) -> dict[str, Any]:
 def _judge(pod: dict[str, Any], mismatch: bool) -> eligibility.Eligibility:
     node = _ready_node(mismatch)
     return eligibility.judge(
-        pod, {"cpu": 1000}, ["gpu-000"], lambda s: "node-000", lambda n: node, lambda n: []
+        pod,
+        {"cpu": 1000},
+        ["gpu-000"],
+        lambda s: "node-000",
+        lambda n: node,
+        lambda n: eligibility.NO_ROOM_TAKEN,
     )
 
 

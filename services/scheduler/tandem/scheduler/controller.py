@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tandem import keys, placeholder, tracing
@@ -146,10 +146,15 @@ def node_index(pod: JSON) -> list[str]:
 
 @dataclass
 class ClusterCaches:
-    """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility)."""
+    """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility),
+    the latter summed per Node as it changes (`rooms`)."""
 
     nodes: ObjectCache
     bound: PodCache
+    rooms: eligibility.RoomLedger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rooms = eligibility.RoomLedger(lambda node: self.bound.by_index(BY_NODE, node))
 
 
 def group_index(pod: JSON) -> list[str]:
@@ -268,7 +273,13 @@ class Controller:
                 self.queue.add(self._key_of(pod))
 
     def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """Room freed on a Node (a Pod left or finished): the Pods no Node would take look again."""
+        """What a Node holds changed; room freed on it (a Pod left or finished): the Pods no Node
+        would take look again."""
+        if self.cluster is not None:
+            for pod in (old, new):
+                node = (pod or {}).get("spec", {}).get("nodeName")
+                if node:
+                    self.cluster.rooms.changed(str(node))
         if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
             WAKEUPS.inc(source="room freed")
             for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
@@ -549,7 +560,7 @@ class Controller:
                 self.jobs.slurm_node_names(),
                 self.jobs.kube_node,
                 cluster.nodes.get,
-                lambda node: cluster.bound.by_index(BY_NODE, node),
+                cluster.rooms.room,
                 self._dra_gpus() if requests.get(keys.GPU_RESOURCE, 0) > 0 else None,
             )
         return fits
