@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 # How often an optional kind the cluster does not serve is looked for again.
 ABSENT_RETRY_SECONDS = 60.0
+# Objects per page of a list (client-go's pager: 500): a list of 10,000 Pods is never decoded
+# whole, only a page at a time before it is slimmed (`transform`).
+LIST_PAGE = 500
 
 # An index: the values an object is filed under (client-go's IndexFunc).
 IndexFunc = Callable[[JSON], list[str]]
@@ -165,15 +168,7 @@ class Informer:
         return template.format(api=served)
 
     def _list(self, path: str) -> str:
-        listing = self.kube.get(path, params=self.params)
-        # A list's items lack apiVersion and kind (the list carries them); the cache's objects name
-        # them, as watched ones do, so that a write or an Event can name what it is about.
-        kind = str(listing.get("kind") or "").removesuffix("List")
-        for o in listing.get("items") or []:
-            o.setdefault("apiVersion", listing.get("apiVersion"))
-            if kind:
-                o.setdefault("kind", kind)
-        fresh = {object_key(o): self._keep(o) for o in listing.get("items") or []}
+        fresh, version = self._pages(path)
         with self._lock:
             mine = {k: v for k, v in self._cache.items() if self._belongs(k, path)}
             for key in mine.keys() - fresh.keys():
@@ -187,7 +182,33 @@ class Informer:
                 "resourceVersion"
             ):
                 self.on_change(key, mine.get(key), obj)
-        return str(listing["metadata"]["resourceVersion"])
+        return version
+
+    def _pages(self, path: str) -> tuple[dict[str, JSON], str]:
+        """Every object at `path`, kept (`transform`), by key, and the list's resourceVersion; read
+        a page at a time. A page token that expired (410) starts one whole list instead."""
+        fresh: dict[str, JSON] = {}
+        params = {**self.params, "limit": str(LIST_PAGE)}
+        while True:
+            try:
+                listing = self.kube.get(path, params=params)
+            except KubeError as e:
+                if e.status != 410 or "continue" not in params:
+                    raise
+                fresh, params = {}, dict(self.params)
+                continue
+            # A list's items lack apiVersion and kind (the list carries them); the cache's objects
+            # name them, as watched ones do, so that a write or an Event can name what it is about.
+            kind = str(listing.get("kind") or "").removesuffix("List")
+            for o in listing.get("items") or []:
+                o.setdefault("apiVersion", listing.get("apiVersion"))
+                if kind:
+                    o.setdefault("kind", kind)
+                fresh[object_key(o)] = self._keep(o)
+            token = (listing.get("metadata") or {}).get("continue")
+            if not token or "limit" not in params:
+                return fresh, str(listing["metadata"]["resourceVersion"])
+            params = {**self.params, "limit": str(LIST_PAGE), "continue": str(token)}
 
     def _keep(self, obj: JSON) -> JSON:
         return self.transform(obj) if self.transform is not None else obj
