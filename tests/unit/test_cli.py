@@ -332,3 +332,22 @@ def test_describe_names_the_pod_s_claims_and_its_job_s_gpus() -> None:
     story = views.describe(facts(the_pod, slurm=slurm), the_pod, [], [], NOW)
     assert story["Slurm job"]["gpus"] == "gpu:h100:2(IDX:4-5)"
     assert story["GPU claims"] == ["gpus: ResourceClaim infer-gpus-x7"]
+
+
+def test_describe_names_the_claim_made_for_a_pods_nvidia_gpu() -> None:
+    the_pod = pod("infer", 12, node="node-002", phase="Running")
+    the_pod["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "infer-extended-resources-abcde",
+        "requestMappings": [
+            {
+                "containerName": "main",
+                "resourceName": "nvidia.com/gpu",
+                "requestName": "container-0-request-2",
+            }
+        ],
+    }
+    story = views.describe(facts(the_pod), the_pod, [], [], NOW)
+    assert story["GPU claims"] == [
+        "nvidia.com/gpu of container main:"
+        " ResourceClaim infer-extended-resources-abcde, request container-0-request-2"
+    ]

@@ -251,8 +251,9 @@ def describe(
 
 def _claims(pod: JSON) -> list[str]:
     """The Pod's claims and the ResourceClaim each resolved to (a template's: the one the
-    controller made); their devices are on the claims (`kubectl get resourceclaim -o yaml`) and
-    in the Pod's Scheduled Event."""
+    controller made), and the claim Tandem made for its nvidia.com/gpu where a Node serves it
+    through DRA, request by container; their devices are on the claims (`kubectl get
+    resourceclaim -o yaml`) and in the Pod's Scheduled Event."""
     made = {
         str(s.get("name")): str(s.get("resourceClaimName") or "")
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -262,6 +263,12 @@ def _claims(pod: JSON) -> list[str]:
         name = str(entry.get("name") or "")
         claim = entry.get("resourceClaimName") or made.get(name) or "(not made yet)"
         lines.append(f"{name}: ResourceClaim {claim}")
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    for mapping in extended.get("requestMappings") or []:
+        lines.append(
+            f"{mapping.get('resourceName')} of container {mapping.get('containerName')}:"
+            f" ResourceClaim {extended.get('resourceClaimName')}, request {mapping.get('requestName')}"
+        )
     return lines
 
 
