@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
+from tandem import kubeconfig
 from tandem.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -113,6 +112,19 @@ class KubeClient:
         the ServiceAccount when `path` is empty; `timeout` bounds each request but watches."""
         if not path:
             return cls.in_cluster(timeout=timeout)
+        try:
+            found = kubeconfig.load(path, context)
+        except kubeconfig.Unsupported:
+            return cls._from_plugin_kubeconfig(path, context, timeout)
+        return cls(found.server, token=found.token, ca_file=found.ca_file, cert=found.cert, timeout=timeout)
+
+    @classmethod
+    def _from_plugin_kubeconfig(cls, path: str, context: str | None, timeout: float) -> KubeClient:
+        """A user of an exec plugin or auth provider: the `kubernetes` package runs it (imported
+        only here: it costs every service 34 MiB)."""
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
         cfg = k8s_client.Configuration()
         k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
