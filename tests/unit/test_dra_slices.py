@@ -10,7 +10,14 @@ import pytest
 from devstack import config, resourceslices
 from tandem.dra.claims import DraConfig
 from tandem.dra.gres import parse_gres
-from tandem.dra.slices import MAX_DEVICES, NodeDevices, SlicedDevice, agreement, node_devices
+from tandem.dra.slices import (
+    MAX_DEVICES,
+    NodeDevices,
+    SlicedDevice,
+    agreement,
+    node_devices,
+    slim_slice,
+)
 
 H100 = "NVIDIA H100 80GB HBM3"
 CFG = DraConfig(product_types={H100: "h100"})
@@ -64,7 +71,11 @@ def indexed(n: int = 8) -> list[dict[str, Any]]:
 
 
 def agree(slices: list[dict[str, Any]], gres: str, used: str = "") -> str:
-    return agreement(node_devices(NODE, slices, CFG), parse_gres(gres), parse_gres(used)).difference
+    got = agreement(node_devices(NODE, slices, CFG), parse_gres(gres), parse_gres(used)).difference
+    # What the informers keep of a slice (slim_slice) says the same, in every row of every table.
+    slim = [slim_slice(s) if isinstance(s, dict) else s for s in slices]
+    assert agreement(node_devices(NODE, slim, CFG), parse_gres(gres), parse_gres(used)).difference == got
+    return got
 
 
 def test_the_lab_slice_agrees_with_the_lab_gres_conf() -> None:
@@ -252,3 +263,10 @@ def test_attributes_may_be_written_qualified() -> None:
     devices = node_devices(NODE, [pool(qualified)], CFG)
     assert isinstance(devices, NodeDevices)
     assert devices.devices == (SlicedDevice("gpu-0", "gpu", "h100", 0),)
+
+
+def test_an_informer_keeps_a_fraction_of_a_drivers_slice() -> None:
+    import json
+
+    full = resourceslices.resource_slice(config.kube_node_name(0), config.gpu_gres(0))
+    assert len(json.dumps(slim_slice(full))) < 0.6 * len(json.dumps(full))

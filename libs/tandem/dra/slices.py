@@ -213,6 +213,43 @@ def _pci_ranks(typed: Sequence[tuple[str, str, str, int | None, str, bool]]) -> 
     }
 
 
+# The device attributes node_devices reads, as the driver may write them (unqualified or not).
+_READ_ATTRIBUTES = frozenset(
+    name for a in ("type", "productName", "profile", "index") for name in (a, f"{DRIVER}/{a}")
+) | {PCI_BUS_ID}
+
+
+def slim_slice(resource_slice: Obj) -> dict[str, Any]:
+    """What node_devices reads of a ResourceSlice, for an informer to keep (every GPU Node has
+    one; a driver's slice carries a dozen attributes and capacities per device, most never read)."""
+    meta, spec = obj(resource_slice.get("metadata")), _spec(resource_slice)
+    devices: list[Any] = []
+    for raw in items(spec.get("devices")):
+        if not isinstance(raw, Mapping):
+            devices.append(raw)  # node_devices refuses it, as it would the whole slice
+            continue
+        d = raw
+        attrs = obj(d.get("attributes"))
+        device: dict[str, Any] = {
+            "name": d.get("name"),
+            "attributes": {k: v for k, v in attrs.items() if k in _READ_ATTRIBUTES},
+        }
+        if d.get("taints"):
+            device["taints"] = d["taints"]
+        devices.append(device)
+    return {
+        "apiVersion": resource_slice.get("apiVersion"),
+        "kind": resource_slice.get("kind"),
+        "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
+        "spec": {
+            "driver": spec.get("driver"),
+            "nodeName": spec.get("nodeName"),
+            "pool": spec.get("pool"),
+            "devices": devices,
+        },
+    }
+
+
 def _spec(s: Any) -> Obj:
     return obj(at(s, "spec"))
 

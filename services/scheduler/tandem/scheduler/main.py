@@ -12,6 +12,7 @@ from tandem import jobtoken, keys, logs, serving, settings, tracing
 from tandem.discovery import Versioned
 from tandem.dra import claims as dra_claims
 from tandem.dra import extended
+from tandem.dra.slices import slim_slice
 from tandem.events import EventRecorder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.informer import Informer
@@ -246,6 +247,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             [f"/apis/{{api}}/{keys.RESOURCE_SLICES}"],
             {"fieldSelector": f"spec.driver={dra_claims.DRIVER}"},
             indexes={BY_SLICE_NODE: slice_node_index},
+            transform=slim_slice,
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS),
         ),
         device_classes=Informer(

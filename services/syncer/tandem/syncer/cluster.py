@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 from tandem import keys, slurmd
 from tandem.discovery import Versioned
 from tandem.dra.claims import DRIVER
+from tandem.dra.slices import slim_slice
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 from tandem.syncer import health
@@ -126,6 +127,7 @@ class ClusterView:
             {"fieldSelector": f"spec.driver={DRIVER}"},
             self._on_slice,
             indexes={BY_NODE: _slice_node_of},
+            transform=slim_slice,
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS),
         )
 
