@@ -211,7 +211,12 @@ class Soak:
             check=True,
             timeout=30,
         ).stdout
-        self.plain_jobs.append(int(out.strip().split(";")[0]))
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            # sbatch said nothing while slurmctld restarted: counted, and the churn goes on.
+            self.errors["plain_job: sbatch printed no job id"] += 1
+            return
+        self.plain_jobs.append(int(job_id))
         self.serial += 1
         self.done["plain jobs"] += 1
 
