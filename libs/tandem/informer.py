@@ -71,6 +71,11 @@ class Informer:
         with self._lock:
             return list(self._cache.values())
 
+    def snapshot(self) -> dict[str, JSON]:
+        """Key -> object, copied once: for a caller about to read many keys."""
+        with self._lock:
+            return dict(self._cache)
+
     def by_index(self, index: str, value: str) -> list[JSON]:
         with self._lock:
             return [self._cache[k] for k in self._indexes[index].get(value, ())]

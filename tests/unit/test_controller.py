@@ -525,7 +525,7 @@ def _cordoned_second_node() -> ctl.ClusterCaches:
     nodes = {"node-001": node("node-001", False), "node-002": node("node-002", True)}
     bound = FakePodCache()
     bound.synced = True
-    return ctl.ClusterCaches(nodes=mock.Mock(get=nodes.get), bound=bound)
+    return ctl.ClusterCaches(nodes=mock.Mock(get=nodes.get, snapshot=lambda: dict(nodes)), bound=bound)
 
 
 def _plain(value: object) -> bool:

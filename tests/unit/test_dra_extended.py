@@ -296,7 +296,7 @@ def node(gpus: int | None, mismatch: bool = False) -> dict[str, Any]:
 def judge(p: dict[str, Any], n: dict[str, Any], dra: eligibility.DraGpus | None) -> eligibility.Eligibility:
     requests = {"cpu": 1000, "memory": 2**30, keys.GPU_RESOURCE: 2}
     return eligibility.judge(
-        p, requests, ["gpu-000"], lambda s: "node-000", lambda h: n, lambda h: eligibility.NO_ROOM_TAKEN, dra
+        p, requests, {"gpu-000": "node-000"}, {"node-000": n}, lambda h: eligibility.NO_ROOM_TAKEN, dra
     )
 
 

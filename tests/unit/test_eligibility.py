@@ -62,9 +62,8 @@ def judge(
     return e.judge(
         p,
         {"cpu": 1000, "memory": 1 << 30},
-        NODES,
-        lambda s: s.replace("cpu", "node"),
-        by_name.get,
+        {s: s.replace("cpu", "node") for s in NODES},
+        by_name,
         lambda n: e.room_of(on.get(n, [])),
     )
 
@@ -204,9 +203,8 @@ def test_a_slurm_node_without_a_node_is_excluded() -> None:
     result = e.judge(
         pod(),
         {"cpu": 1000},
-        ["cpu-001", "cpu-009"],
-        {"cpu-001": "node-001"}.get,
-        {"node-001": node("node-001")}.get,
+        {"cpu-001": "node-001", "cpu-009": ""},
+        {"node-001": node("node-001")},
         lambda _: e.NO_ROOM_TAKEN,
     )
     assert result.excluded == ("cpu-009",)

@@ -96,9 +96,8 @@ def _judge(pod: dict[str, Any], mismatch: bool) -> eligibility.Eligibility:
     return eligibility.judge(
         pod,
         {"cpu": 1000},
-        ["gpu-000"],
-        lambda s: "node-000",
-        lambda n: node,
+        {"gpu-000": "node-000"},
+        {"node-000": node},
         lambda n: eligibility.NO_ROOM_TAKEN,
     )
 

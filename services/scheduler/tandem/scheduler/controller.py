@@ -95,6 +95,12 @@ class ObjectCache(Protocol):
     def get(self, key: str) -> JSON | None: ...
 
 
+class NodeCache(ObjectCache, Protocol):
+    """The Node informer: read by key, and copied whole for judging a fit against every Node."""
+
+    def snapshot(self) -> dict[str, JSON]: ...
+
+
 class IndexedCache(ObjectCache, Protocol):
     """An informer read by key and by index (PodGroups, by the CompositePodGroup they belong to)."""
 
@@ -149,7 +155,7 @@ class ClusterCaches:
     """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility),
     the latter summed per Node as it changes (`rooms`)."""
 
-    nodes: ObjectCache
+    nodes: NodeCache
     bound: PodCache
     rooms: eligibility.RoomLedger = field(init=False)
 
@@ -547,6 +553,8 @@ class Controller:
         if cluster is None:
             return None
         fits: dict[str, eligibility.Eligibility] = {}
+        hosts: dict[str, str] | None = None
+        nodes: dict[str, JSON] = {}
         for pod in members:
             if not _may_need_a_fit(pod, job):
                 continue
@@ -554,12 +562,13 @@ class Controller:
                 requests = effective_requests(pod)
             except ValueError:
                 continue  # validation reports it
+            if hosts is None:
+                hosts, nodes = self.jobs.kube_nodes(), cluster.nodes.snapshot()
             fits[str(pod["metadata"]["uid"])] = eligibility.judge(
                 pod,
                 requests,
-                self.jobs.slurm_node_names(),
-                self.jobs.kube_node,
-                cluster.nodes.get,
+                hosts,
+                nodes,
                 cluster.rooms.room,
                 self._dra_gpus() if requests.get(keys.GPU_RESOURCE, 0) > 0 else None,
             )

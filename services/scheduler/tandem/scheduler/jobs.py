@@ -94,9 +94,10 @@ class JobTracker:
         with self._lock:
             return self._kube_nodes.get(slurm_node) or None
 
-    def slurm_node_names(self) -> list[str]:
+    def kube_nodes(self) -> dict[str, str]:
+        """Every published Slurm node -> the Node hosting it ("" none yet): a copy."""
         with self._lock:
-            return list(self._kube_nodes)
+            return dict(self._kube_nodes)
 
     def in_phase_for(self, job_id: int) -> float:
         """Seconds since the stream first showed the job in its current phase (pending,
