@@ -83,3 +83,17 @@ def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
             sent.append((item[0].job_id, item[0].queue_position, item[0].queue_length))
     assert sorted(sent) == [(1, 0, 0), (2, 1, 1)]
     assert mirror.job(1).queue_position == 0  # type: ignore[union-attr]
+
+
+def test_a_started_script_moves_the_queue_on_the_next_poll_even_when_slurm_reports_no_change() -> None:
+    slurm = mock.Mock()
+    slurm.list_nodes.return_value = None
+    slurm.list_jobs.return_value = [_pending(1, 10), _pending(2, 10), _pending(3, 5)]
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    assert mirror.job(3).queue_position == 3  # type: ignore[union-attr]
+    mirror.job_started(1, "gpu-000")  # the hooks' word, before Slurm's
+    slurm.list_jobs.return_value = None  # nothing changed since the last answer
+    mirror.poll_once()
+    places = [(mirror.job(j).queue_position, mirror.job(j).queue_length) for j in (1, 2, 3)]  # type: ignore[union-attr]
+    assert places == [(0, 0), (1, 2), (2, 2)]

@@ -101,6 +101,10 @@ class SlurmMirror:
         # When the hooks last told us about each job: newer than any poll answer asked before it.
         self._pushed_at: dict[int, float] = {}
         self._polling = threading.Lock()
+        # Whether a pending job came, went or changed since the queue was last placed.
+        self._queue_changed = False
+        # Jobs holding a place in a queue (a nonzero queue_position).
+        self._queued: set[int] = set()
         # Told each Slurm node whose state the poll saw change (the node sync).
         self.on_node_changed: Callable[[str], None] = lambda name: None
 
@@ -245,7 +249,8 @@ class SlurmMirror:
             jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
             if jobs is not None:
                 self._apply_job_list(jobs, asked_at)
-                self._place_pending()
+            # Also after no answer: a push (a script started) takes a job out of its queue.
+            self._place_pending()
             self._jobs_since = started
             # Jobs are what streams and locks wait for: a failing node listing (24.11's filtered
             # query can fail alone) is logged and tried again next round, not theirs to fail.
@@ -278,11 +283,22 @@ class SlurmMirror:
 
     def _place_pending(self) -> None:
         """Each pending job's place in its partition's queue; a job whose place moved is sent
-        again (its Pod's message says it)."""
+        again (its Pod's message says it). Placed outside the lock, and only after a pending
+        job changed: at 1,000 nodes sorting every job each poll held the lock that every node
+        sync and hook call reads through."""
         with self._lock:
-            placed = slurm_queue.places(s.job for s in self._jobs.values() if not s.gone)
-            for job_id, status in list(self._jobs.items()):
-                position, length = placed.get(job_id, (0, 0))
+            if not self._queue_changed:
+                return
+            self._queue_changed = False
+            jobs = [s.job for s in self._jobs.values() if not s.gone]
+        placed = slurm_queue.places(jobs)
+        with self._lock:
+            for job_id in self._queued | placed.keys():
+                status = self._jobs.get(job_id)
+                if status is None:
+                    continue
+                queued = status.job.state == "PENDING" and not status.gone  # still, since placing
+                position, length = placed.get(job_id, (0, 0)) if queued else (0, 0)
                 if (status.queue_position, status.queue_length) != (position, length):
                     moved = replace(status, queue_position=position, queue_length=length)
                     self._store(moved)
@@ -318,6 +334,12 @@ class SlurmMirror:
 
     def _store(self, status: JobStatus) -> None:
         old = self._jobs.get(status.job_id)
+        if _queue_moves(old, status):
+            self._queue_changed = True
+        if status.queue_position:
+            self._queued.add(status.job_id)
+        else:
+            self._queued.discard(status.job_id)
         if old is not None:
             for n in old.job.nodes:
                 self._by_node[n].discard(status.job_id)
@@ -330,6 +352,9 @@ class SlurmMirror:
 
     def _forget(self, job_id: int) -> None:
         old = self._jobs.pop(job_id, None)
+        self._queued.discard(job_id)
+        if old is not None and old.job.state == "PENDING":
+            self._queue_changed = True
         self._seen_at.pop(job_id, None)
         self._pushed_at.pop(job_id, None)
         if old is not None:
@@ -356,6 +381,12 @@ class SlurmMirror:
 def _is_group(job: Job) -> bool:
     ref = placeholder.pod_of(job)
     return ref is not None and ref.is_group
+
+
+def _queue_moves(old: JobStatus | None, new: JobStatus) -> bool:
+    """Whether storing `new` over `old` can move a queue: a pending job came, changed or left."""
+    pending = (old is not None and old.job.state == "PENDING") or new.job.state == "PENDING"
+    return pending and (old is None or old.job != new.job or old.gone != new.gone)
 
 
 def _allocation_unknown(status: JobStatus) -> bool:
