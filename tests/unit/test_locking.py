@@ -34,6 +34,7 @@ from tandem.syncer.locking import (
     decide_orphan,
     node_ref,
 )
+from tandem.syncer.waiters import Key, node_key
 
 NOW = 1000.0
 FALSE, PENDING, LOCKED, STRICT = LockState.FALSE, LockState.PENDING, LockState.LOCKED, LockState.LOCKED_STRICT
@@ -467,8 +468,8 @@ def test_a_stale_lock_taint(
 def test_the_hold_store_remembers_what_the_hook_calls_said() -> None:
     clock = [NOW]
     store = HoldStore(clock=lambda: clock[0])
-    woken: list[int] = []
-    store.on_change = lambda: woken.append(1)
+    woken: list[tuple[Key, ...]] = []
+    store.on_change = lambda *changed: woken.append(changed)
     store.hold("cpu-001", 7, strict=True, deadline=NOW + 50)
     assert store.memory("cpu-001").holds[7] == Hold(7, True, NOW, NOW + 50)
     store.release("cpu-001", 7)
@@ -478,7 +479,8 @@ def test_the_hold_store_remembers_what_the_hook_calls_said() -> None:
     store.fail("cpu-001", 8, Failure("timed out"))
     assert store.failure("cpu-001", 8) == Failure("timed out")
     assert not store.memory("cpu-001").holds
-    assert len(woken) == 4  # each change wakes the waiting calls
+    # Each change wakes the calls waiting on that node.
+    assert woken == [(node_key("cpu-001"),)] * 4
     clock[0] += 301
     mem = store.memory("cpu-001")
     assert not mem.released and not mem.failed  # remembered long enough for Slurm to catch up

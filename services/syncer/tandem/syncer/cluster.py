@@ -17,6 +17,7 @@ from tandem.dra.slices import slim_slice
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 from tandem.syncer import health
+from tandem.syncer.waiters import Key, Waiters, job_key, node_key, pod_key
 
 BY_NODE = "node"
 BY_UID = "uid"
@@ -108,6 +109,8 @@ class ClusterView:
         # Told the Nodes where a Pod other than a slurmd Pod came, changed or went (a lock waits
         # for Pods to leave).
         self.on_node_pods_changed: Callable[[str], None] = lambda kube_node: None
+        # The hook calls waiting on these caches (and on the hold store), by what they wait on.
+        self.waiters = Waiters()
         self.pods = Informer(
             kube,
             ["/api/v1/pods"],
@@ -185,15 +188,15 @@ class ClusterView:
         """The NVIDIA ResourceSlices of this Node's devices."""
         return self.slices.by_index(BY_NODE, kube_node)
 
-    def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
-        """Until `ready()` holds, re-checked after each Pod change and each `wake_waiters`, or
-        `timeout` seconds."""
-        return self.pods.wait_for(ready, timeout)
+    def wait_for(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
+        """Until `ready()` holds, re-checked after each change to one of `keys` (a Slurm node's
+        slurmd Pod or Node, a job's or a Pod's Pods, or what `wake` is told), or `timeout` seconds."""
+        return self.waiters.wait_for(keys, ready, timeout)
 
-    def wake_waiters(self) -> None:
-        """Have every `wait_for` look again: something it reads besides the Pods changed."""
-        with self.pods._changed:
-            self.pods._changed.notify_all()
+    def wake(self, *keys: Key) -> None:
+        """Have the calls waiting on these keys look again: something they read besides the
+        caches changed (the hold store)."""
+        self.waiters.wake(*keys)
 
     # -- indexes ---------------------------------------------------------------------------------
 
@@ -205,6 +208,11 @@ class ClusterView:
         if old is not None and not pod_finished(old) and (new is None or pod_finished(new)):
             self.on_pod_gone(new or old)
         changed = old or new or {}
+        self.waiters.wake(
+            *(node_key(n) for n in self._slurm_node_of(changed)),
+            *(job_key(j) for j in {*_job_of(old or {}), *_job_of(new or {})}),
+            *(pod_key(u) for u in _uid_of(changed)),
+        )
         for slurm_node in self._slurm_node_of(changed):
             if _node_of(old or {}) != _node_of(new or {}):
                 self.on_slurmd_moved(slurm_node)
@@ -216,6 +224,7 @@ class ClusterView:
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
         for pod in self.pods_on(key):
             for slurm_node in self._slurm_node_of(pod):
+                self.waiters.wake(node_key(slurm_node))
                 self.on_slurm_node_changed(slurm_node)
 
     def _on_slice(self, key: str, old: JSON | None, new: JSON | None) -> None:

@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from tandem.placeholder import PodRef
 from tandem.slurm.models import JobStatus
+from tandem.syncer.waiters import job_key, node_key
 
 # How long a prolog's hold counts while Slurm's listing has not caught up with its job.
 HOLD_GRACE_SECONDS = 60.0
@@ -141,8 +142,9 @@ class HoldStore:
         self._looked_up: dict[int, float] = {}
         # Job id -> its KillWait deadline and outcome (what JobTerminating recorded).
         self._killwaits: dict[int, KillWait] = {}
-        # Called after every change, outside the store's lock (wakes the waiting hook calls).
-        self.on_change: Callable[[], None] = lambda: None
+        # Told what changed (a Slurm node's holds, a job's KillWait) after every change, outside
+        # the store's lock: wakes the hook calls waiting on it.
+        self.on_change: Callable[..., None] = lambda *changed: None
 
     # -- what the hook calls record --------------------------------------------------------------
 
@@ -156,7 +158,7 @@ class HoldStore:
             self._ended[slurm_node].pop(job_id, None)  # a requeued job's prolog holds again
             self._seq += 1
             seq = self._seq
-        self.on_change()
+        self.on_change(node_key(slurm_node))
         return seq
 
     def release(self, slurm_node: str, job_id: int) -> int:
@@ -166,14 +168,14 @@ class HoldStore:
             self._released[slurm_node][job_id] = self.clock()
             self._seq += 1
             seq = self._seq
-        self.on_change()
+        self.on_change(node_key(slurm_node))
         return seq
 
     def killwait(self, entry: KillWait) -> None:
         """Record a placeholder's end: its nodes' passes drain them at `drain_at` if need be."""
         with self._lock:
             self._killwaits[entry.job_id] = entry
-        self.on_change()
+        self.on_change(job_key(entry.job_id))
 
     def killwait_of(self, job_id: int) -> KillWait | None:
         with self._lock:
@@ -191,7 +193,7 @@ class HoldStore:
             del self._killwaits[job_id]
             if entry.refused and not pod_gone:
                 self._killwaits[job_id] = replace(entry, answered=True)
-        self.on_change()
+        self.on_change(job_key(job_id))
         return entry
 
     # -- what the reconciler records -------------------------------------------------------------
@@ -211,7 +213,7 @@ class HoldStore:
                 self._killwaits[job_id] = entry
                 if entry.answered and not entry.refused:
                     del self._killwaits[job_id]
-        self.on_change()
+        self.on_change(node_key(slurm_node), job_key(job_id))
 
     def killwait_refused(self, slurm_node: str, job_id: int) -> None:
         """Slurm refused the node's drain: the call may answer without it; the pass tries again."""
@@ -219,13 +221,13 @@ class HoldStore:
             entry = self._killwaits.get(job_id)
             if entry is not None:
                 self._killwaits[job_id] = replace(entry, refused=entry.refused | {slurm_node})
-        self.on_change()
+        self.on_change(node_key(slurm_node), job_key(job_id))
 
     def fail(self, slurm_node: str, job_id: int, failure: Failure) -> None:
         with self._lock:
             self._holds[slurm_node].pop(job_id, None)
             self._failed[slurm_node][job_id] = (failure, self.clock())
-        self.on_change()
+        self.on_change(node_key(slurm_node))
 
     def forget(self, slurm_node: str, job_ids: frozenset[int]) -> None:
         """Holds that ended (their job finished, or never showed up in Slurm)."""
@@ -239,7 +241,7 @@ class HoldStore:
                 if self._holds[slurm_node].pop(job_id, None) is not None:
                     ended[job_id] = now
         if job_ids:
-            self.on_change()
+            self.on_change(node_key(slurm_node))
 
     def asked(self, slurm_node: str, pod_uid: str, asked: Asked) -> None:
         with self._lock:
@@ -286,7 +288,7 @@ class HoldStore:
             for job_id, entry in list(self._killwaits.items()):
                 if now - entry.drain_at > REMEMBER_SECONDS:  # its call (and Slurm's KillWait) long over
                     del self._killwaits[job_id]
-        self.on_change()
+        self.on_change(node_key(slurm_node))
 
     # -- reading ---------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodefacts import CacheFacts
+from tandem.syncer.waiters import job_key, node_key, pod_key
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class NodeLocks:
             host = slurmd.host_of(pod)
             return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
 
-        done = self.cluster.wait_for(settled, max(0.0, timeout) + SETTLE_SECONDS)
+        done = self.cluster.wait_for([node_key(slurm_node)], settled, max(0.0, timeout) + SETTLE_SECONDS)
         failure = self.store.failure(slurm_node, job_id)
         if failure is not None:
             raise LockFailed(failure.message, failure.unavailable)
@@ -132,7 +133,7 @@ class NodeLocks:
                 self.store.trouble(slurm_node, since=seq, unreachable=True)
             )
 
-        done = self.cluster.wait_for(settled, min(timeout, RELEASE_WAIT_SECONDS))
+        done = self.cluster.wait_for([node_key(slurm_node)], settled, min(timeout, RELEASE_WAIT_SECONDS))
         if not done or self.store.settled(slurm_node) < seq:
             trouble = self.store.trouble(slurm_node)
             raise LockFailed(
@@ -171,7 +172,8 @@ class NodeLocks:
             found = self.store.killwait_of(status.job_id)
             return gone() or found is None or found.outcome_known
 
-        self.cluster.wait_for(settled, max(0.0, deadline - self.clock()))
+        waits_on = [job_key(status.job_id), pod_key(ref.uid), *(node_key(n) for n in entry.nodes)]
+        self.cluster.wait_for(waits_on, settled, max(0.0, deadline - self.clock()))
         pod_gone = gone()
         found = self.store.answer_killwait(status.job_id, drain_at, pod_gone)
         if pod_gone:

@@ -99,7 +99,7 @@ def _lock_and_sync(
     show the outcome."""
     events = EventRecorder(kube, "tandem-syncer")
     holds = HoldStore()
-    holds.on_change = cluster.wake_waiters
+    holds.on_change = cluster.wake
     writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
     try:
         dra = dra_config(cfg.gpu_products)
