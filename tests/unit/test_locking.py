@@ -14,7 +14,8 @@ import pytest
 from tandem import keys
 from tandem.keys import LockState
 from tandem.kube import JSON
-from tandem.slurm.models import Node
+from tandem.placeholder import PodRef
+from tandem.slurm.models import Job, JobStatus, Node
 from tandem.syncer import killwait, nodesync
 from tandem.syncer.holds import (
     HOLD_GRACE_SECONDS,
@@ -22,6 +23,7 @@ from tandem.syncer.holds import (
     Failure,
     Hold,
     HoldStore,
+    KillWait,
     NodeMemory,
 )
 from tandem.syncer.locking import (
@@ -580,3 +582,26 @@ def test_a_new_leader_drains_nothing_at_killwait() -> None:
     assert HoldStore().memory("cpu-001").killwaits == ()
     plan = nodesync.decide(facts(pods=(WEB,)), NOW + 100)
     assert plan.drain == "" and plan.killwait == killwait.KillWaitPlan()
+
+
+def test_a_nodes_memory_holds_the_killwaits_still_open_on_it_and_no_other() -> None:
+    """A node's pass reads the KillWait entries naming it (an index, not a walk over every job)."""
+    store = HoldStore(clock=lambda: NOW)
+    ref = PodRef("apps", "web", "uid-1")
+
+    def entry(job_id: int, *nodes: str) -> KillWait:
+        status = JobStatus(Job(job_id, "tandem", "COMPLETING", nodes=nodes))
+        return KillWait(job_id, ref, nodes[0], status, NOW + 5)
+
+    def open_on(node: str) -> list[int]:
+        return [k.job_id for k in store.memory(node).killwaits]
+
+    store.killwait(entry(7, "cpu-001"))
+    store.killwait(entry(8, "cpu-002", "cpu-003"))
+    assert (open_on("cpu-001"), open_on("cpu-002"), open_on("cpu-003")) == ([7], [8], [8])
+    store.killwait(entry(7, "cpu-004"))  # the job's call again, verified anew: the new entry only
+    assert (open_on("cpu-001"), open_on("cpu-004")) == ([], [7])
+    store.killwait_settled("cpu-003", 8, drained=True)
+    assert (open_on("cpu-002"), open_on("cpu-003")) == ([8], [])
+    store.answer_killwait(8, NOW + 5, pod_gone=True)
+    assert open_on("cpu-002") == []

@@ -30,6 +30,8 @@ REMEMBER_SECONDS = 300.0
 # A job Slurm did not know when asked (whether a Pod may share a strict lock) is asked about again
 # after this long, not on every pass.
 LOOKUP_AGAIN_SECONDS = 30.0
+# How often a pass drops expired lookups and KillWait entries (a walk over every job).
+PRUNE_EVERY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,11 @@ class HoldStore:
         self._looked_up: dict[int, float] = {}
         # Job id -> its KillWait deadline and outcome (what JobTerminating recorded).
         self._killwaits: dict[int, KillWait] = {}
+        # Slurm node -> the jobs whose KillWait entry names it: a node's pass reads its own, not
+        # every job's (500 Pods deleted at once made each pass walk 500 entries).
+        self._killwaits_on: defaultdict[str, set[int]] = defaultdict(set)
+        # When `passed` last dropped expired lookups and KillWait entries.
+        self._pruned_at = float("-inf")
         # Told what changed (a Slurm node's holds, a job's KillWait) after every change, outside
         # the store's lock: wakes the hook calls waiting on it.
         self.on_change: Callable[..., None] = lambda *changed: None
@@ -174,7 +181,7 @@ class HoldStore:
     def killwait(self, entry: KillWait) -> None:
         """Record a placeholder's end: its nodes' passes drain them at `drain_at` if need be."""
         with self._lock:
-            self._killwaits[entry.job_id] = entry
+            self._put_killwait(entry)
         self.on_change(job_key(entry.job_id))
 
     def killwait_of(self, job_id: int) -> KillWait | None:
@@ -190,9 +197,9 @@ class HoldStore:
             entry = self._killwaits.get(job_id)
             if entry is None or entry.drain_at != drain_at:
                 return entry
-            del self._killwaits[job_id]
+            self._drop_killwait(job_id)
             if entry.refused and not pod_gone:
-                self._killwaits[job_id] = replace(entry, answered=True)
+                self._put_killwait(replace(entry, answered=True))
         self.on_change(job_key(job_id))
         return entry
 
@@ -210,9 +217,9 @@ class HoldStore:
                     spared=entry.spared if drained else entry.spared | {slurm_node},
                     refused=entry.refused - {slurm_node},
                 )
-                self._killwaits[job_id] = entry
+                self._put_killwait(entry)
                 if entry.answered and not entry.refused:
-                    del self._killwaits[job_id]
+                    self._drop_killwait(job_id)
         self.on_change(node_key(slurm_node), job_key(job_id))
 
     def killwait_refused(self, slurm_node: str, job_id: int) -> None:
@@ -220,7 +227,7 @@ class HoldStore:
         with self._lock:
             entry = self._killwaits.get(job_id)
             if entry is not None:
-                self._killwaits[job_id] = replace(entry, refused=entry.refused | {slurm_node})
+                self._put_killwait(replace(entry, refused=entry.refused | {slurm_node}))
         self.on_change(node_key(slurm_node), job_key(job_id))
 
     def fail(self, slurm_node: str, job_id: int, failure: Failure) -> None:
@@ -282,13 +289,31 @@ class HoldStore:
                 self._trouble.pop(slurm_node, None)
                 self._settled[slurm_node] = max(seq, self._settled.get(slurm_node, 0))
             now = self.clock()
-            for job_id, at in list(self._looked_up.items()):
-                if now - at > LOOKUP_AGAIN_SECONDS:
-                    del self._looked_up[job_id]
-            for job_id, entry in list(self._killwaits.items()):
-                if now - entry.drain_at > REMEMBER_SECONDS:  # its call (and Slurm's KillWait) long over
-                    del self._killwaits[job_id]
+            if now - self._pruned_at >= PRUNE_EVERY_SECONDS:  # not every pass: they walk every job
+                self._pruned_at = now
+                for job_id, at in list(self._looked_up.items()):
+                    if now - at > LOOKUP_AGAIN_SECONDS:
+                        del self._looked_up[job_id]
+                for job_id, entry in list(self._killwaits.items()):
+                    if now - entry.drain_at > REMEMBER_SECONDS:  # its call (and Slurm's KillWait) long over
+                        self._drop_killwait(job_id)
         self.on_change(node_key(slurm_node))
+
+    def _put_killwait(self, entry: KillWait) -> None:
+        """Store an entry (lock held), in place of the job's earlier one."""
+        self._drop_killwait(entry.job_id)
+        self._killwaits[entry.job_id] = entry
+        for node in entry.nodes:
+            self._killwaits_on[node].add(entry.job_id)
+
+    def _drop_killwait(self, job_id: int) -> None:
+        entry = self._killwaits.pop(job_id, None)
+        for node in entry.nodes if entry is not None else ():
+            jobs = self._killwaits_on.get(node)
+            if jobs is not None:
+                jobs.discard(job_id)
+                if not jobs:
+                    del self._killwaits_on[node]
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -312,7 +337,11 @@ class HoldStore:
                 self._seq,
                 tuple(
                     sorted(
-                        (k for k in self._killwaits.values() if k.open_on(slurm_node)),
+                        (
+                            k
+                            for j in self._killwaits_on.get(slurm_node, ())
+                            if (k := self._killwaits[j]).open_on(slurm_node)
+                        ),
                         key=lambda k: (k.drain_at, k.job_id),
                     )
                 ),
