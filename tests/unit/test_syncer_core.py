@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -793,39 +792,6 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     assert started(real, "cpu-001") is None
     status = mirror.job(7)
     assert status is not None and status.started
-
-
-def test_a_verified_start_is_recorded_in_slurm_by_the_syncer_and_a_failed_record_fails_the_call() -> None:
-    """The start marker (`: started` after the job's Extra) is what outlives a restart; the
-    syncer writes it through slurmrestd once the push is verified, instead of the script running
-    scontrol (which reads all of slurm.conf). When Slurm refuses, the call fails: the script then
-    writes it itself."""
-    ref = placeholder.PodRef("apps", "web", "uid-1")
-    name = placeholder.job_name(ref, "tandem")
-    mirror = _mirror(synced=True)
-    writer = mock.Mock()
-    servicer = SyncerServicer(mirror, mock.Mock(), writer, mock.Mock(), terminating_timeout=5)
-    servicer.active = True
-    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name, extra="traceparent=00-ab")
-    mirror.slurm.get_job_components = mock.Mock(return_value=[job])  # type: ignore[method-assign]
-    request = syncer_pb2.JobStartedRequest(job_id=7, slurm_node="cpu-001", placeholder=name)
-
-    servicer.JobStarted(request, mock.Mock())
-    writer.update_job.assert_called_once_with(7, extra="traceparent=00-ab: started")
-
-    writer.reset_mock()
-    mirror.slurm.get_job_components.return_value = [replace(job, extra="traceparent=00-ab: started")]
-    servicer.JobStarted(request, mock.Mock())  # the call again (a retry): marked already
-    writer.update_job.assert_not_called()
-
-    mirror.slurm.get_job_components.return_value = [job]
-    writer.update_job.side_effect = SlurmApiError("slurmctld is not responding", 503)
-    context = mock.Mock()
-    context.abort.side_effect = RuntimeError
-    with pytest.raises(RuntimeError):
-        servicer.JobStarted(request, context)
-    assert context.abort.call_args.args[0] == grpc.StatusCode.UNAVAILABLE
-    assert "cannot record job 7's start in Slurm" in context.abort.call_args.args[1]
 
 
 def test_a_slurmd_pod_on_no_node_yet_does_not_fail_the_listing(stacks: list[Stack]) -> None:

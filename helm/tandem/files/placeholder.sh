@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tandem placeholder job: holds this Slurm allocation for exactly as long as its Kubernetes Pod lives.
-# Started: tell Tandem, which marks the job (": started" appended to its Extra field, the record that
-# survives restarts); when the call fails, the script marks it itself. SIGTERM (scancel, time limit, preemption, Pod deleted): ask Tandem to
+# Started: tell Tandem (fast path) and mark the job (": started" appended to its Extra field), which
+# survives restarts and lost calls. SIGTERM (scancel, time limit, preemption, Pod deleted): ask Tandem to
 # delete the Pod (every member of a group) and wait until it is gone; if one is still there just
 # before KillWait, Tandem drains its node so Slurm does not hand it to another job while it runs.
 set -u
@@ -37,12 +37,9 @@ on_term() {
 }
 trap on_term TERM
 
-if ! tandem_call started 10 "$body" >/dev/null 2>&1; then
-  echo "tandem placeholder: started call failed" >&2
-  # scontrol reads all of slurm.conf (a tenth of a CPU second at 1,000 nodes): only when Tandem could
-  # not. A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
-  timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
-fi
+tandem_call started 10 "$body" >/dev/null 2>&1 || echo "tandem placeholder: started call failed" >&2
+# A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
+timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
 
 # `sleep & wait` so that bash runs the TERM trap at once. Short sleeps: after a SIGKILL (no trap)
 # the last one is left behind for at most this long.

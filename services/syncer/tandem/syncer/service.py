@@ -10,7 +10,7 @@ from typing import NoReturn, Protocol
 import grpc
 
 from tandem import budget, keys, placeholder
-from tandem.slurm.models import STARTED_MARKER, JobStatus, Node
+from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto, node_to_proto
@@ -35,12 +35,10 @@ A_PLACEHOLDERS_CALL = (
 DRAIN_ALLOWANCE_SECONDS = 1.5
 
 
-class SlurmWriter(Protocol):
+class NodeDrainer(Protocol):
     """What the syncer's API changes in Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
 
     def drain_node(self, node: str, reason: str) -> None: ...
-
-    def update_job(self, job_id: int, **fields: str) -> None: ...
 
 
 class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
@@ -48,7 +46,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self,
         mirror: SlurmMirror,
         locks: NodeLocks,
-        slurm: SlurmWriter,
+        slurm: NodeDrainer,
         cluster: ClusterView,
         terminating_timeout: float,
     ) -> None:
@@ -109,25 +107,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobStartedResponse:
         self._require_active(context)
-        job_id, node = request.job_id, request.slurm_node
-        verified = self._verified_placeholder(context, job_id, request.placeholder, node)
-        status = self.mirror.job_started(job_id, node)
-        self._mark_started(context, verified)
+        self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
+        status = self.mirror.job_started(request.job_id, request.slurm_node)
         return syncer_pb2.JobStartedResponse(job=job_to_proto(status) if status else None)
-
-    def _mark_started(self, context: grpc.ServicerContext, verified: JobStatus) -> None:
-        """Append the start marker to the job's Extra, the record of the start that outlives this
-        process. The script wrote it with `scontrol update` after its call, a process that reads
-        all of slurm.conf (65-130 ms of CPU a Pod at 1,000 nodes); it still does when this fails."""
-        job = verified.job
-        if job.script_started:
-            return
-        try:
-            self.slurm.update_job(job.job_id, extra=job.extra + STARTED_MARKER)
-        except SlurmApiError as e:
-            _abort(
-                context, grpc.StatusCode.UNAVAILABLE, f"cannot record job {job.job_id}'s start in Slurm: {e}"
-            )
 
     def JobTerminating(
         self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
