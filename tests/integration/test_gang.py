@@ -249,8 +249,13 @@ def test_a_mincount_grown_while_the_job_pends_becomes_one_job_of_the_new_size(
             raise
         h.create(core, _member(stack_cfg, f"{group}-2", group))
         h.wait_until("the job of 2 cancelled", lambda: first not in h.squeue_ids(stack_cfg), 30)
-        said = [e.message for e in h.events_for(core, f"{group}-0") if e.reason == "SlurmJobCancelled"]
-        assert said and f"minCount grew to 3 while Slurm job {first} (2 nodes) was pending" in said[0], said
+        # The Event follows the cancel: squeue may show the job gone first.
+        said = h.wait_until(
+            "the member told why",
+            lambda: [e.message for e in h.events_for(core, f"{group}-0") if e.reason == "SlurmJobCancelled"],
+            10,
+        )
+        assert f"minCount grew to 3 while Slurm job {first} (2 nodes) was pending" in said[0], said
     finally:
         h.scancel(stack_cfg, blocker)
     pods = h.wait_until("three members bound", lambda: _all_bound(core, 3), 60)
