@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[tuple[int, list[bytes]]]
             except OSError:
                 return  # the test is over before every answer was asked for
             with conn:
-                seen.append(conn.recv(65536))
+                seen.append(_request(conn))
                 if answer:
                     conn.sendall(answer)
 
@@ -46,9 +47,32 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[tuple[int, list[bytes]]]
     server.close()
 
 
+# What a script does with a call: its status, and the reply it got (or why it got none).
+CALL = (
+    '. "{common}"; tandem_call {route} {budget} \'{{"job":1}}\'; '
+    'rc=$?; printf "%s\\n" "$tandem_reply"; exit $rc'
+)
+
+
+def _request(conn: socket.socket) -> bytes:
+    """The request's head and its Content-Length of body, however it was cut into segments."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lengths = [h.split(b":", 1)[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+    length = int(lengths[0]) if lengths else 0
+    while len(body) < length and (chunk := conn.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def _call(port: int, budget: int = 8) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", f'. "{scripts.DIR / "common.sh"}"; tandem_call lock {budget} \'{{"job":1}}\''],
+        ["bash", "-c", CALL.format(common=scripts.DIR / "common.sh", route="lock", budget=budget)],
         env={
             "PATH": "/usr/bin:/bin",
             "TANDEM_HOOKS_ENV": "/nonexistent",
@@ -87,12 +111,74 @@ def test_a_refusal_is_final_and_its_words_are_printed(gateway: tuple[int, list[b
     assert len(seen) == 1
 
 
+def test_a_refusal_sent_before_the_body_is_read_is_final() -> None:
+    """The gateway refuses a wrong token from the head alone, before the body (tandem.hooks.server;
+    bash writes a request a line at a time): the refusal is read and final, not taken for a lost
+    call and asked again until the budget ends."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    calls = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+                    data += chunk
+                calls.append(data)
+                conn.sendall(b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 14\r\n\r\n{"error":"no"}')
+                # Lingering, as tandem.hooks.server does: closing with the body unread would
+                # reset the connection, and the answer with it.
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(65536):
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        out = _call(port, budget=5)
+    finally:
+        server.close()
+    assert out.returncode != 0
+    assert '{"error":"no"}' in out.stdout
+    assert len(calls) == 1
+
+
 def test_no_gateway_at_all_gives_up_within_the_budget() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    started = time.monotonic()
     out = _call(port, budget=3)
     assert out.returncode != 0
+    assert "no answer" in out.stdout
+    assert time.monotonic() - started < 5
+
+
+def test_a_connect_that_hangs_is_cut_at_the_budget() -> None:
+    """A route that drops packets leaves connect() waiting for minutes (the kernel's SYN retries);
+    the call must still end by its budget. A listener whose accept queue is full drops SYNs."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    try:
+        started = time.monotonic()
+        out = _call(port, budget=3)
+        took = time.monotonic() - started
+    finally:
+        for c in fillers:
+            c.close()
+        server.close()
+    assert out.returncode != 0
+    assert took < 6, f"the call took {took:.1f} s on a 3 s budget"
 
 
 @pytest.mark.parametrize("gateway", [(OK,)], indirect=True)
@@ -107,24 +193,29 @@ def test_no_gateway_at_all_gives_up_within_the_budget() -> None:
     ],
     ids=["hooks token", "job token"],
 )
+@pytest.mark.parametrize("scheme", ["http", "https"])
 def test_the_credential_never_shows_in_a_command_line(
-    gateway: tuple[int, list[bytes]], tmp_path: Any, env: dict[str, str], sent: list[bytes]
+    gateway: tuple[int, list[bytes]], tmp_path: Any, env: dict[str, str], sent: list[bytes], scheme: str
 ) -> None:
     """Any user on a Slurm node can read every process's arguments (ps). Before: the token was a
     `curl -H` argument, so a Slurm user could read root's hooks token, or a placeholder's, off a
     running call. It now reaches curl on its stdin."""
     port, seen = gateway
     argv_log = tmp_path / "argv"
+    argv_log.touch()
     spy = tmp_path / "bin" / "curl"
     spy.parent.mkdir()
-    spy.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{argv_log}"\nexec /usr/bin/curl "$@"\n')
+    # curl, for a gateway behind TLS: this one logs its arguments and speaks plain HTTP.
+    spy.write_text(
+        f'#!/bin/bash\nprintf "%s\\n" "$@" >> "{argv_log}"\nexec /usr/bin/curl "${{@/https:/http:}}"\n'
+    )
     spy.chmod(0o755)
     out = subprocess.run(
-        ["bash", "-c", f'. "{scripts.DIR / "common.sh"}"; tandem_call started 8 \'{{"job":1}}\''],
+        ["bash", "-c", CALL.format(common=scripts.DIR / "common.sh", route="started", budget=8)],
         env={
             "PATH": f"{spy.parent}:/usr/bin:/bin",
             "TANDEM_HOOKS_ENV": "/nonexistent",
-            "TANDEM_HOOKS_URL": f"http://127.0.0.1:{port}",
+            "TANDEM_HOOKS_URL": f"{scheme}://127.0.0.1:{port}",
             **env,
         },
         capture_output=True,
@@ -133,5 +224,7 @@ def test_the_credential_never_shows_in_a_command_line(
     )
     assert out.returncode == 0, out.stderr
     assert "s3cret" not in argv_log.read_text()
+    # Plain HTTP goes over bash's own socket: no process at all.
+    assert bool(argv_log.read_text()) == (scheme == "https")
     for header in sent:
         assert header in seen[0]

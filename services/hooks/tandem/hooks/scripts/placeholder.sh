@@ -22,22 +22,21 @@ on_term() {
   if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null; fi
   local budget=$((kill_wait - margin))
   if [ "$budget" -lt 1 ]; then budget=1; fi
-  local reply
-  if reply=$(tandem_call terminating "$budget" "{\"node\":\"${node}\",\"job\":${job},\"timeout\":${budget}}" 2>/dev/null); then
+  if tandem_call terminating "$budget" "{\"node\":\"${node}\",\"job\":${job},\"timeout\":${budget}}"; then
     exit 0
   fi
   # Tandem answered: it drained the nodes where a Pod of the job still runs (all of a group's).
-  case "$reply" in *'"drained_slurm_nodes"'*) exit 1 ;; esac
+  case "$tandem_reply" in *'"drained_slurm_nodes"'*) exit 1 ;; esac
   # No answer: drain this node, the one this script can speak for.
   # (Tandem writes the reason itself; this one is for scontrol, which only an admin may run.)
   local reason="k8s: pod ${TANDEM_POD_NAMESPACE:-?}/${TANDEM_POD_NAME:-?} still running at KillWait (job ${job})"
-  tandem_call drain 5 "$body" >/dev/null 2>&1 \
+  tandem_call drain 5 "$body" \
     || timeout 5 scontrol update nodename="${node}" state=drain reason="${reason}"
   exit 1
 }
 trap on_term TERM
 
-tandem_call started 10 "$body" >/dev/null 2>&1 || echo "tandem placeholder: started call failed" >&2
+tandem_call started 10 "$body" || echo "tandem placeholder: started call failed: ${tandem_reply}" >&2
 # A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
 timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
 
