@@ -147,7 +147,10 @@ def slurm_conf(cfg: StackConfig) -> str:
         "SlurmdDebug=info",
         # Nodes claim more CPUs/memory than this machine has.
         "SlurmdParameters=config_overrides",
-        "ProctrackType=proctrack/linuxproc",
+        # A job's processes by process group, as cgroup would keep them without a scan:
+        # linuxproc reads every /proc/<pid>/stat on each look, and with 1,000 slurmd and their
+        # jobs that was most of slurmstepd's CPU (issue 22). No cgroup filesystem here.
+        "ProctrackType=proctrack/pgid",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
         # Accounting through slurmdbd: accounts, users and QOS are enforced as in production.
