@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -430,6 +431,33 @@ def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
     assert drained(a) == [1, "cpu-002"]
     assert drained(b) == [2, "cpu-002"]
     assert drained(everyone) == [1, 2, "cpu-002"]
+
+
+def test_a_poll_that_sees_only_what_the_push_told_sends_nothing_more() -> None:
+    """The start marker the poll reads after the script's push changes nothing a scheduler reads:
+    no second message (each one wakes the scheduler); a change it does read is sent."""
+    mirror = _mirror(synced=True)
+    name = _job(5, "sched-a").job.name
+    _, sub = mirror.subscribe("sched-a")
+    mirror.job_submitted(5, name)
+    mirror.job_started(5, "cpu-001")
+    polled = Job(5, name, "RUNNING", nodes=("cpu-001",), admin_comment=name, extra=": started")
+    mirror._apply_job_list([polled], time.monotonic())
+    mirror._apply_job_list([replace(polled, flags=("CONFIGURING",))], time.monotonic())
+    sent = [item[0] for item in _drain(sub)]
+    assert [(s.job.state, s.started) for s in sent] == [("RUNNING", True)]
+
+    mirror._apply_job_list([replace(polled, state="COMPLETING")], time.monotonic())
+    assert [item[0].job.state for item in _drain(sub)] == ["COMPLETING"]
+
+
+def _drain(sub: Subscription) -> list[Any]:
+    out = []
+    while not sub.queue.empty():
+        item = sub.queue.get_nowait()
+        assert item is not None
+        out.append(item)
+    return out
 
 
 def test_a_subscriber_that_falls_behind_is_cut_off_not_buffered_forever() -> None:

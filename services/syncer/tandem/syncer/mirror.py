@@ -20,6 +20,7 @@ from tandem.slurm import hetjob
 from tandem.slurm import queue as slurm_queue
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
+from tandem.slurm.wire import job_to_proto
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +225,10 @@ class SlurmMirror:
                 terminating=current.terminating or terminating,
             )
             self._pushed_at[job_id] = time.monotonic()
-            if updated != self._jobs.get(job_id):
+            before = self._jobs.get(job_id)
+            if updated != before:
                 self._store(updated)
-                self._publish(updated)
+                self._publish(updated, before)
             return self.job(job_id) or updated
 
     # -- the poll --------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ class SlurmMirror:
                     # Purged by slurmctld (MinJobAge) or never really existed.
                     gone = replace(status, gone=True)
                     self._store(gone)
-                    self._publish(gone)
+                    self._publish(gone, status)
                 else:
                     self._forget(job_id)
 
@@ -302,7 +304,7 @@ class SlurmMirror:
                 if (status.queue_position, status.queue_length) != (position, length):
                     moved = replace(status, queue_position=position, queue_length=length)
                     self._store(moved)
-                    self._publish(moved)
+                    self._publish(moved, status)
 
     def _apply_job(self, job: Job, asked_at: float | None = None) -> JobStatus:
         current = self._jobs.get(job.job_id)
@@ -316,7 +318,7 @@ class SlurmMirror:
                 updated = replace(updated, queue_position=0, queue_length=0)  # left the queue
         if updated != current:
             self._store(updated)
-            self._publish(updated)
+            self._publish(updated, current)
         return updated
 
     def _apply_node_list(self, nodes: list[Node]) -> None:
@@ -366,7 +368,18 @@ class SlurmMirror:
                 if not self._het[het]:
                     del self._het[het]
 
-    def _publish(self, change: Change) -> None:
+    def _publish(self, change: Change, before: JobStatus | None = None) -> None:
+        """Send a change to every subscriber that wants it. A job is sent only when what the stream
+        carries of it changed (`before`: the job as last stored): the poll also sees changes the wire
+        does not carry (the start marker once the push told, Slurm's state flags), and each message
+        wakes every scheduler that reads it."""
+        if (
+            isinstance(change, JobStatus)
+            and before is not None
+            and not hetjob.is_component(change)
+            and job_to_proto(before) == job_to_proto(change)
+        ):
+            return
         if isinstance(change, JobStatus) and hetjob.is_component(change):
             whole = self._whole(change.job.het_job_id)
             if whole is None:
