@@ -15,6 +15,7 @@ from tandem.keys import LockState
 from tandem.kube import JSON, KubeError, object_key
 from tandem.runner import Runner
 from tandem.slurm.models import Job, Node
+from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.cluster import ClusterView, slim_node, slim_pod
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
@@ -53,7 +54,7 @@ def _slurmd(slurm_node: str, node: str, lock: LockState = LockState.FALSE) -> JS
 
 
 def _mirror(synced: bool, jobs: tuple[Job, ...] = (), nodes: tuple[Node, ...] | None = None) -> SlurmMirror:
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = list(jobs)
     slurm.list_nodes.return_value = (
         list(nodes) if nodes is not None else [Node("cpu-001", "ALLOCATED" if jobs else "IDLE")]
@@ -286,3 +287,11 @@ class Stack:
     def close(self) -> None:
         self.stop.set()
         self.queue.shutdown()
+
+
+def whole_listing_slurm() -> mock.Mock:
+    """A stand-in Slurm that lists jobs only whole (GET /jobs), as before the light listing: for
+    tests of what a poll does with a listing, not of how it asks."""
+    slurm = mock.Mock()
+    slurm.all_job_states.side_effect = SlurmApiError("GET jobs/state: not served", 404)
+    return slurm

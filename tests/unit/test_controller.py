@@ -957,3 +957,35 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
     controller.on_bound_pod("default/hog", hog, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
+
+
+def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_leaves_it_out() -> None:
+    """The bound-Pod informer leaves this scheduler's Pods out (each update would be decoded twice):
+    what a Node holds learns of them from the scheduler's own Pod informer, full Pods, and its
+    Room frees when one goes."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    bound, own = _BoundByNode(), _BoundByNode()
+    bound.synced = own.synced = True
+    controller.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound, own=own)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
+    mine = {
+        "metadata": {"namespace": "default", "name": "mine", "uid": "mine"},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "nodeName": "node-001",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    own.pods["default/mine"] = mine
+    controller.on_pod("default/mine", None, mine)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
+    own.pods.pop("default/mine")
+    controller.on_pod("default/mine", mine, None)
+    observed, _ = controller.decision(POD.key)
+    assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)

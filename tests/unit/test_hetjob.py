@@ -10,6 +10,7 @@ from tandem.slurm import hetjob
 from tandem.slurm.models import HetComponent, Job, JobStatus, Node
 from tandem.slurm.wire import job_from_proto, job_to_proto
 from tandem.syncer.mirror import SlurmMirror
+from tests.unit.syncer_world import whole_listing_slurm
 
 NAME = placeholder.job_name(placeholder.PodRef("ns", "cpg:serve", "uid-1"), "tandem")
 
@@ -64,7 +65,7 @@ def test_the_whole_job_crosses_the_wire_with_its_components() -> None:
 
 
 def _mirror(*jobs: Job) -> SlurmMirror:
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = list(jobs)
     slurm.list_nodes.return_value = [Node("cpu-001", "ALLOCATED")]
     slurm.get_job_components.return_value = list(jobs)

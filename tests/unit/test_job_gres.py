@@ -11,6 +11,7 @@ from tandem.slurm.dialects import Dialect
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.wire import job_from_proto, job_to_proto
 from tandem.syncer.mirror import SlurmMirror
+from tests.unit.syncer_world import whole_listing_slurm
 
 NAME = placeholder.job_name(placeholder.PodRef("ns", "infer-0", "uid-1"), "tandem")
 
@@ -71,7 +72,7 @@ def test_a_het_job_s_gres_stay_aligned_with_its_nodes() -> None:
 
 
 def _mirror(polled: Job, fetched: Job) -> tuple[SlurmMirror, mock.Mock]:
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = [polled]
     slurm.list_nodes.return_value = [Node("gpu-000", "ALLOCATED")]
     slurm.get_job_components.return_value = [fetched]

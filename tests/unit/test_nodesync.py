@@ -16,6 +16,7 @@ from tandem.syncer.cluster import ClusterView, slim_node
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
 from tandem.syncer.nodefacts import CacheFacts
+from tests.unit.syncer_world import whole_listing_slurm
 
 
 def kube_node(
@@ -447,7 +448,7 @@ def test_the_node_cache_keeps_only_the_listed_conditions_and_a_bounded_message()
 def test_a_listed_condition_reaches_the_pass_from_the_caches() -> None:
     """The setting flows: ClusterView keeps the listed conditions, CacheFacts hands the list to
     the pass, the pass drains."""
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = []
     slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
     mirror = SlurmMirror(slurm, poll_interval=60)
@@ -491,7 +492,7 @@ def test_a_deleted_node_drains_its_slurm_node() -> None:
 def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
     """Before: the mirror kept the node as last polled (idle); a drain by the sync and a resume by
     someone else between two polls looked like no change, and the cause went unenforced (CI)."""
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = []
     slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
     mirror = SlurmMirror(slurm, poll_interval=60)
@@ -537,7 +538,7 @@ def test_the_placeholder_script_drains_with_the_same_words() -> None:
 def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
     """Before: nothing looked at a KillWait drain again once its Pod went; the node stayed drained
     for good (30-minute two-replica soak: gpu-000 `k8s: pod bench/soak-pod-570 ...`)."""
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = []
     slurm.list_nodes.return_value = [drained(KILLWAIT), Node("cpu-002", "IDLE")]
     mirror = SlurmMirror(slurm, poll_interval=60)

@@ -4,13 +4,13 @@ the Pod's message says the place and the expected start, and `kubectl tandem` re
 from __future__ import annotations
 
 from dataclasses import replace
-from unittest import mock
 
 import pytest
 
 from tandem.slurm import queue
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.syncer.mirror import SlurmMirror
+from tests.unit.syncer_world import whole_listing_slurm
 
 
 def _pending(
@@ -61,7 +61,7 @@ def test_a_job_with_no_place_and_no_estimate_says_only_slurms_reason() -> None:
 
 
 def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_nodes.return_value = [Node("gpu-000", "ALLOCATED")]
     slurm.list_jobs.return_value = [_pending(1, 10), _pending(2, 10)]
     mirror = SlurmMirror(slurm, poll_interval=60)
@@ -86,7 +86,7 @@ def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
 
 
 def test_a_started_script_moves_the_queue_on_the_next_poll_even_when_slurm_reports_no_change() -> None:
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_nodes.return_value = None
     slurm.list_jobs.return_value = [_pending(1, 10), _pending(2, 10), _pending(3, 5)]
     mirror = SlurmMirror(slurm, poll_interval=60)

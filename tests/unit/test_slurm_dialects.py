@@ -248,10 +248,16 @@ def test_a_jobs_state_entry_as_slurm_24_11_answers_it() -> None:
     assert Dialect("v0.0.42").parse_job_state(raw) == (14, "CANCELLED", ("COMPLETING",))
 
 
-@pytest.mark.parametrize("job_id", ["14_3", "14_[1-3]", "14_*", "+1", "14+", "a+1", ""])
-def test_jobs_state_entries_of_array_jobs_are_not_plain_jobs(job_id: str) -> None:
-    # Slurm prints an array task's id as a string Tandem never submits.
+@pytest.mark.parametrize("job_id", ["+1", "14+", "a+1", "_3", "14_", "a_3", "x", ""])
+def test_jobs_state_entries_without_a_job_id_are_skipped(job_id: str) -> None:
     assert Dialect().parse_job_state({"job_id": job_id, "state": ["RUNNING"]}) is None
+
+
+@pytest.mark.parametrize("job_id", ["6802_1", "6802_[1-3]", "6802_*"])
+def test_an_array_element_in_jobs_state_is_known_by_its_own_id(job_id: str) -> None:
+    # As 24.11 lists array 6801's first task (job 6802): "<own id>_<task>", where squeue says
+    # "6801_1"; GET /jobs lists it as job 6802. The mirror matches the two by that id.
+    assert Dialect().parse_job_state({"job_id": job_id, "state": ["RUNNING"]}) == (6802, "RUNNING", ())
 
 
 def test_a_het_component_in_jobs_state_is_known_by_its_own_id() -> None:

@@ -803,6 +803,24 @@ def test_job_states_ask_the_light_listing_for_exactly_those_jobs(make_client: Ma
     assert request.url.params.get_list("job_id") == ["14", "15", "99"]
 
 
+def test_all_job_states_lists_every_job_by_its_own_id(make_client: MakeClient) -> None:
+    answer = {
+        "jobs": [
+            {"job_id": "14", "state": ["RUNNING"]},
+            {"job_id": "16_2", "state": ["PENDING"]},
+            {"job_id": "18+1", "state": ["RUNNING", "CONFIGURING"]},
+        ]
+    }
+    client, slurm = make_client(lambda request: _ok(answer))
+    assert client.all_job_states() == {
+        14: ("RUNNING", ()),
+        16: ("PENDING", ()),
+        18: ("RUNNING", ("CONFIGURING",)),
+    }
+    (request,) = slurm.requests
+    assert request.url.path == "/slurm/v0.0.40/jobs/state/" and not request.url.params
+
+
 def test_job_states_of_no_jobs_asks_nothing(make_client: MakeClient) -> None:
     client, slurm = make_client(lambda request: _ok())
     assert client.job_states([]) == {}

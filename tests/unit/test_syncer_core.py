@@ -26,7 +26,7 @@ from tandem.syncer.mirror import SlurmMirror, Subscription
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import lock_pb2, syncer_pb2
-from tests.unit.syncer_world import SLURMD_NS, Stack, World, _mirror, _pod, _slurmd
+from tests.unit.syncer_world import SLURMD_NS, Stack, World, _mirror, _pod, _slurmd, whole_listing_slurm
 
 __all__ = ["SLURMD_NS", "World", "_mirror", "_pod", "_slurmd"]
 
@@ -534,7 +534,7 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
 def test_a_failing_node_listing_does_not_stop_the_jobs() -> None:
     """Before: a node poll error escaped poll_once, so a fresh WatchSlurm answered UNAVAILABLE
     and every scheduler stream stalled although the jobs had been read."""
-    slurm = mock.Mock()
+    slurm = whole_listing_slurm()
     slurm.list_jobs.return_value = [_job(1, "sched-a").job]
     slurm.list_nodes.side_effect = SlurmApiError("GET nodes: HTTP 500", 500)
     mirror = SlurmMirror(slurm, poll_interval=60)

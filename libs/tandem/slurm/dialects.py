@@ -172,13 +172,16 @@ class Dialect:
         )
 
     def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
-        """One element of GET /jobs/state: (job id, base state, flags); None for an element of an
-        array job, whose id is a string like "14_3". A heterogeneous job's component says
-        "<its own job id>+<offset>" ("15+1"): its own id is what counts."""
+        """One element of GET /jobs/state: (job id, base state, flags); None when the id is not
+        one. A heterogeneous job's component says "<its own job id>+<offset>" ("15+1"), an array
+        job's element "<its own job id>_<task>" ("14_3"; "14_[4-9]" for tasks not split off yet):
+        its own id is what counts, as in GET /jobs."""
         job_id = str(raw.get("job_id", ""))
-        own, plus, offset = job_id.partition("+")
-        if plus and own.isdigit() and offset.isdigit():
-            job_id = own
+        for separator in ("+", "_"):
+            own, found, rest = job_id.partition(separator)
+            if found and own.isdigit() and rest:
+                job_id = own
+                break
         if not job_id.isdigit():
             return None
         state, flags = _states(raw.get("state"))

@@ -153,14 +153,23 @@ def node_index(pod: JSON) -> list[str]:
 @dataclass
 class ClusterCaches:
     """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility),
-    the latter summed per Node as it changes (`rooms`)."""
+    the latter summed per Node as it changes (`rooms`). `bound` holds the Pods of other schedulers
+    (slim); `own`, when given, is this scheduler's Pod informer (indexed by Node), which `bound`
+    leaves out: each update of this scheduler's Pods would otherwise be sent and decoded twice."""
 
     nodes: NodeCache
     bound: PodCache
+    own: PodCache | None = None
     rooms: eligibility.RoomLedger = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rooms = eligibility.RoomLedger(lambda node: self.bound.by_index(BY_NODE, node))
+        self.rooms = eligibility.RoomLedger(self._pods_on)
+
+    def _pods_on(self, node: str) -> list[JSON]:
+        held = self.bound.by_index(BY_NODE, node)
+        if self.own is None:
+            return held
+        return held + [eligibility.slim_bound_pod(p) for p in self.own.by_index(BY_NODE, node)]
 
 
 def group_index(pod: JSON) -> list[str]:
@@ -259,6 +268,7 @@ class Controller:
         return self._placement_key(gkey) if gkey is not None else object_key(pod)
 
     def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        self._on_own_pod_held(key, old, new)
         if old is not None and new is not None and _running_report(old, new):
             return
         WAKEUPS.inc(source="pod")
@@ -290,6 +300,14 @@ class Controller:
             WAKEUPS.inc(source="room freed")
             for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
                 self.queue.add(self._key_of(pod))
+
+    def _on_own_pod_held(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """One of this scheduler's Pods as a Pod a Node holds (the bound-Pod informer leaves them
+        out, ClusterCaches.own holds them): its Node's room changes, its end frees room."""
+        held_before = old if old is not None and _node_name(old) else None
+        held_now = new if new is not None and _node_name(new) else None
+        if held_before is not None or held_now is not None:
+            self.on_bound_pod(key, held_before, held_now)
 
     def on_policy_changed(self) -> None:
         """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
@@ -998,6 +1016,10 @@ def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None
         if j.job_id in recorded:
             return j
     return candidates[-1] if candidates else None
+
+
+def _node_name(pod: JSON) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def _running_report(old: JSON, new: JSON) -> bool:

@@ -23,6 +23,7 @@ affinity/selector, 4 node(s) had untolerated taint {dedicated: infer}.`
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -130,10 +131,13 @@ class RoomLedger:
         self._pods_on = pods_on
         self._generation: dict[str, int] = {}
         self._rooms: dict[str, tuple[int, Room]] = {}
+        # Two informers' threads tell changes (other schedulers' Pods, this one's): a lost
+        # increment would keep a stale Room.
+        self._changing = threading.Lock()
 
     def changed(self, node: str) -> None:
-        # One writer (the informer's thread): the read-modify-write needs no lock.
-        self._generation[node] = self._generation.get(node, 0) + 1
+        with self._changing:
+            self._generation[node] = self._generation.get(node, 0) + 1
 
     def room(self, node: str) -> Room:
         generation = self._generation.get(node, 0)

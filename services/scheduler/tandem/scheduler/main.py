@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         placeholder_cfg,
         kill_wait.current,
         caches.podgroups,
-        ClusterCaches(caches.nodes, caches.bound),
+        ClusterCaches(caches.nodes, caches.bound, caches.pods),
         cfg.reject_static_cpu,
         policy.current,
         caches.composites,
@@ -190,7 +190,12 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             paths,
             {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
             lambda key, old, new: controller().on_pod(key, old, new),
-            indexes={BY_GROUP: group_index, BY_UNSCHEDULABLE: unschedulable_index, BY_CLAIM: claim_index},
+            indexes={
+                BY_GROUP: group_index,
+                BY_UNSCHEDULABLE: unschedulable_index,
+                BY_CLAIM: claim_index,
+                BY_NODE: node_index,
+            },
         ),
         nodes=Informer(
             kube,
@@ -202,7 +207,8 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
         bound=Informer(
             kube,
             paths,
-            {"fieldSelector": "spec.nodeName!="},
+            # This scheduler's own Pods come from `pods` (ClusterCaches.own), not twice.
+            {"fieldSelector": f"spec.nodeName!=,spec.schedulerName!={cfg.scheduler_name}"},
             lambda key, old, new: controller().on_bound_pod(key, old, new),
             indexes={BY_NODE: node_index},
             transform=eligibility.slim_bound_pod,

@@ -37,8 +37,19 @@ class SlurmReader(Protocol):
 
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None: ...
 
+    def all_job_states(self) -> dict[int, tuple[str, tuple[str, ...]]]: ...
+
     def list_nodes(self, changed_since: int | None = None) -> list[Node] | None: ...
 
+
+# Polls between two reads of every job (GET /jobs): the others read the light state listing
+# (GET /jobs/state) and only the jobs it shows changed, new, pending or not started yet. With
+# 10,000 running jobs a changed one made slurmctld's update_time filter return all of them,
+# thousands of bytes each, every poll.
+LIGHT_POLLS = 5
+# At most this many jobs read one by one in a poll (and at most an eighth of all jobs): more,
+# and one listing of every job costs less.
+READ_ONE_BY_ONE = 256
 
 # Changes a subscriber may fall behind by before it is cut off (it reconnects and gets a fresh
 # snapshot): memory stays bounded however slow a scheduler reads.
@@ -102,6 +113,11 @@ class SlurmMirror:
         # When the hooks last told us about each job: newer than any poll answer asked before it.
         self._pushed_at: dict[int, float] = {}
         self._polling = threading.Lock()
+        # Each job's (state, flags) in the light listing that came before its last read from Slurm:
+        # a job listed otherwise since has changed.
+        self._listed: dict[int, tuple[str, tuple[str, ...]]] = {}
+        # Light polls until the next read of every job; None once Slurm served no light listing.
+        self._light_left: int | None = 0
         # Whether a pending job came, went or changed since the queue was last placed.
         self._queue_changed = False
         # Jobs holding a place in a queue (a nonzero queue_position).
@@ -247,13 +263,22 @@ class SlurmMirror:
         with self._polling:
             started = int(time.time())
             asked_at = time.monotonic()
-            # One second of overlap: update_time has a resolution of seconds.
-            jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
-            if jobs is not None:
-                self._apply_job_list(jobs, asked_at)
+            listed = self._light_listing()
+            due = not self._light_left  # None (no light listing served) or 0 (every job's turn)
+            if listed is not None and not due and self._read_changed(listed, asked_at):
+                self._light_left = (self._light_left or 1) - 1
+            else:
+                # One second of overlap: update_time has a resolution of seconds.
+                jobs = self.slurm.list_jobs(self._jobs_since - 1 if self._jobs_since else None)
+                if jobs is not None:
+                    self._apply_job_list(jobs, asked_at)
+                self._jobs_since = started
+                # Listed before this read: a job listed otherwise next time changed after it.
+                self._listed = dict(listed or {})
+                if self._light_left is not None:
+                    self._light_left = LIGHT_POLLS
             # Also after no answer: a push (a script started) takes a job out of its queue.
             self._place_pending()
-            self._jobs_since = started
             # Jobs are what streams and locks wait for: a failing node listing (24.11's filtered
             # query can fail alone) is logged and tried again next round, not theirs to fail.
             self._synced.set()
@@ -266,22 +291,81 @@ class SlurmMirror:
                 self._apply_node_list(nodes)
             self._nodes_since = started
 
+    def _light_listing(self) -> dict[int, tuple[str, tuple[str, ...]]] | None:
+        """Every job's (state, flags); None before the first read of every job and once Slurm
+        served no light listing. Also taken before a read of every job: what it lists then is
+        what the next poll's listing is compared with."""
+        if self._light_left is None or self._jobs_since is None:
+            return None
+        try:
+            return self.slurm.all_job_states()
+        except SlurmApiError as e:
+            if e.status != 404:
+                raise
+            log.warning("slurmrestd serves no GET /jobs/state; reading every job each poll")
+            self._light_left = None
+            return None
+
+    def _read_changed(self, listed: dict[int, tuple[str, tuple[str, ...]]], asked_at: float) -> bool:
+        """Read the jobs the light listing shows changed, and let those it no longer lists go;
+        False (nothing read) when more changed than reading them one by one is worth."""
+        with self._lock:
+            stale = [job_id for job_id, seen in listed.items() if self._stale(job_id, seen)]
+            vanished = [
+                job_id
+                for job_id in self._jobs
+                if job_id not in listed and self._seen_at.get(job_id, 0.0) <= asked_at
+            ]
+        if len(stale) > min(READ_ONE_BY_ONE, max(16, len(listed) // 8)):
+            return False
+        for job_id in stale:
+            jobs = self.slurm.get_job_components(job_id)
+            with self._lock:
+                for job in jobs:
+                    self._apply_job(job, asked_at)
+                    if job.job_id in listed:
+                        self._listed[job.job_id] = listed[job.job_id]
+        with self._lock:
+            for job_id in vanished:
+                self._vanished(job_id)
+        return True
+
+    def _stale(self, job_id: int, seen: tuple[str, tuple[str, ...]]) -> bool:
+        """Whether a listed job needs reading: Slurm lists it otherwise than before its last read;
+        or this mirror knows it only from a submit or a push; or what can change without its state
+        changing matters: a pending job's reason and place, a placeholder's start marker."""
+        status = self._jobs.get(job_id)
+        if status is None or status.gone or not status.job.partition:
+            return True
+        if self._listed.get(job_id) != seen:
+            return True
+        job = status.job
+        return job.state == "PENDING" or (not status.started and placeholder.pod_of(job) is not None)
+
+    def _vanished(self, job_id: int) -> None:
+        """A job Slurm no longer lists (purged after MinJobAge, or never really existed): gone
+        first, then forgotten. Lock held."""
+        self._listed.pop(job_id, None)
+        status = self._jobs.get(job_id)
+        if status is None:
+            return
+        if not status.gone:
+            gone = replace(status, gone=True)
+            self._store(gone)
+            self._publish(gone, status)
+        else:
+            self._forget(job_id)
+
     def _apply_job_list(self, jobs: list[Job], asked_at: float) -> None:
         with self._lock:
             seen = set()
             for job in jobs:
                 seen.add(job.job_id)
                 self._apply_job(job, asked_at)
-            for job_id, status in list(self._jobs.items()):
+            for job_id in list(self._jobs):
                 if job_id in seen or self._seen_at.get(job_id, 0.0) > asked_at:
                     continue
-                if not status.gone:
-                    # Purged by slurmctld (MinJobAge) or never really existed.
-                    gone = replace(status, gone=True)
-                    self._store(gone)
-                    self._publish(gone, status)
-                else:
-                    self._forget(job_id)
+                self._vanished(job_id)
 
     def _place_pending(self) -> None:
         """Each pending job's place in its partition's queue; a job whose place moved is sent
@@ -354,6 +438,7 @@ class SlurmMirror:
 
     def _forget(self, job_id: int) -> None:
         old = self._jobs.pop(job_id, None)
+        self._listed.pop(job_id, None)
         self._queued.discard(job_id)
         if old is not None and old.job.state == "PENDING":
             self._queue_changed = True

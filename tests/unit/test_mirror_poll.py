@@ -1,0 +1,164 @@
+"""The syncer's poll between two reads of every job: it lists every job's state (GET /jobs/state)
+and reads only the jobs that listing shows changed, new, pending or not started yet. With 10,000
+running jobs and one changed, slurmctld's update_time filter answered with all 10,000, thousands of
+bytes each, every poll (issue 22)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tandem import placeholder
+from tandem.slurm.models import Job, JobStatus, Node
+from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.mirror import LIGHT_POLLS, SlurmMirror, Subscription
+
+SCHEDULER = "tandem"
+
+
+class FakeSlurm:
+    """Slurm's jobs as slurmrestd serves them, counting what the mirror asked."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = {j.job_id: j for j in jobs}
+        self.whole_reads = 0
+        self.read_one: list[int] = []
+        self.listing_served = True
+
+    def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
+        self.whole_reads += 1
+        return list(self.jobs.values())
+
+    def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
+        return None
+
+    def get_job_components(self, job_id: int) -> list[Job]:
+        self.read_one.append(job_id)
+        return [self.jobs[job_id]] if job_id in self.jobs else []
+
+    def all_job_states(self) -> dict[int, tuple[str, tuple[str, ...]]]:
+        if not self.listing_served:
+            raise SlurmApiError("GET jobs/state: HTTP 404", 404)
+        return {j.job_id: (j.state, j.flags) for j in self.jobs.values()}
+
+
+def _placeholder(job_id: int, state: str = "RUNNING", started: bool = True) -> Job:
+    name = placeholder.job_name(placeholder.PodRef("apps", f"pod-{job_id}", f"uid-{job_id}"), SCHEDULER)
+    return Job(
+        job_id,
+        name,
+        state,
+        nodes=("cpu-001",) if state != "PENDING" else (),
+        partition="gpu",
+        admin_comment=name,
+        extra=": started" if started else "",
+    )
+
+
+def _running(count: int) -> list[Job]:
+    return [_placeholder(j) for j in range(1, count + 1)]
+
+
+def _settled(slurm: FakeSlurm) -> tuple[SlurmMirror, Subscription]:
+    """A mirror past its first two whole reads (the second compares with the first listing)."""
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+    mirror.poll_once()
+    slurm.whole_reads, slurm.read_one = 0, []
+    _, sub = mirror.subscribe(SCHEDULER)
+    return mirror, sub
+
+
+def _sent(sub: Subscription) -> list[JobStatus]:
+    out = []
+    while not sub.queue.empty():
+        item = sub.queue.get_nowait()
+        assert item is not None
+        if isinstance(item[0], JobStatus):
+            out.append(item[0])
+    return out
+
+
+def test_a_poll_where_nothing_changed_reads_no_job() -> None:
+    slurm = FakeSlurm(_running(200))
+    mirror, sub = _settled(slurm)
+    mirror.poll_once()
+    assert (slurm.whole_reads, slurm.read_one) == (0, [])
+    assert _sent(sub) == []
+
+
+def test_a_job_listed_in_another_state_is_read_alone_and_sent() -> None:
+    slurm = FakeSlurm(_running(200))
+    mirror, sub = _settled(slurm)
+    slurm.jobs[7] = replace(slurm.jobs[7], state="COMPLETING")
+    mirror.poll_once()
+    assert (slurm.whole_reads, slurm.read_one) == (0, [7])
+    assert [(s.job_id, s.job.state) for s in _sent(sub)] == [(7, "COMPLETING")]
+    mirror.poll_once()
+    assert slurm.read_one == [7]  # read once: the listing now matches
+
+
+def test_a_job_slurm_no_longer_lists_is_sent_gone_then_forgotten() -> None:
+    slurm = FakeSlurm(_running(50))
+    mirror, sub = _settled(slurm)
+    del slurm.jobs[3]
+    mirror.poll_once()
+    assert [(s.job_id, s.gone) for s in _sent(sub)] == [(3, True)]
+    mirror.poll_once()
+    assert mirror.job(3) is None
+
+
+def test_pending_jobs_and_placeholders_not_started_are_read_each_poll() -> None:
+    """Their reason, place in the queue and start marker change without their state changing."""
+    jobs = [*_running(100), _placeholder(101, "PENDING", started=False), _placeholder(102, started=False)]
+    slurm = FakeSlurm(jobs)
+    mirror, sub = _settled(slurm)
+    slurm.jobs[101] = replace(slurm.jobs[101], state_reason="Resources")
+    slurm.jobs[102] = replace(slurm.jobs[102], extra=": started")  # the script's marker; no push came
+    mirror.poll_once()
+    assert (slurm.whole_reads, sorted(slurm.read_one)) == (0, [101, 102])
+    assert {(s.job_id, s.job.state_reason, s.started) for s in _sent(sub)} == {
+        (101, "Resources", False),
+        (102, "", True),
+    }
+    mirror.poll_once()
+    assert sorted(slurm.read_one) == [101, 101, 102]  # the started one is left alone from now on
+
+
+def test_a_job_known_only_from_its_submit_is_read() -> None:
+    slurm = FakeSlurm(_running(40))
+    mirror, _ = _settled(slurm)
+    job = _placeholder(41, "RUNNING", started=False)
+    mirror.job_submitted(41, job.name)
+    slurm.jobs[41] = job
+    mirror.poll_once()
+    assert slurm.read_one == [41]
+    status = mirror.job(41)
+    assert status is not None and status.job.nodes == ("cpu-001",)
+
+
+def test_many_changed_jobs_are_read_in_one_listing_of_every_job() -> None:
+    slurm = FakeSlurm(_running(200))
+    mirror, sub = _settled(slurm)
+    for job_id in range(1, 60):
+        slurm.jobs[job_id] = replace(slurm.jobs[job_id], state="COMPLETING")
+    mirror.poll_once()
+    assert (slurm.whole_reads, slurm.read_one) == (1, [])
+    assert len(_sent(sub)) == 59
+
+
+def test_every_job_is_read_again_every_few_polls() -> None:
+    """What the listing cannot show (a running job's reason, a changed comment) is read then."""
+    slurm = FakeSlurm(_running(20))
+    mirror, _ = _settled(slurm)
+    for _ in range(LIGHT_POLLS + 1):
+        mirror.poll_once()
+    assert slurm.whole_reads == 1
+
+
+def test_a_slurmrestd_without_the_listing_gets_whole_reads() -> None:
+    slurm = FakeSlurm(_running(20))
+    slurm.listing_served = False
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    for _ in range(3):
+        mirror.poll_once()
+    assert slurm.whole_reads == 3
