@@ -533,6 +533,49 @@ def test_list_jobs_error_raises(make_client: MakeClient, changed_since: int | No
     )
 
 
+class _Trickle(httpx.SyncByteStream):
+    """A body that arrives a few bytes at a time, and may break off before its end."""
+
+    def __init__(self, body: bytes, size: int, break_after: int | None = None) -> None:
+        self._body, self._size, self._break_after = body, size, break_after
+
+    def __iter__(self) -> Iterator[bytes]:
+        for n, i in enumerate(range(0, len(self._body), self._size)):
+            if self._break_after is not None and n == self._break_after:
+                raise httpx.ReadError("connection reset by peer")
+            yield self._body[i : i + self._size]
+
+
+def _trickled(body: dict[str, Any], size: int, break_after: int | None = None) -> httpx.Response:
+    text = json.dumps(
+        {"meta": {}, "errors": [], "warnings": [], **body}, indent=2, ensure_ascii=False
+    ).encode()
+    return httpx.Response(200, stream=_Trickle(text, size, break_after))
+
+
+def test_a_listing_that_arrives_in_pieces_is_read_whole(make_client: MakeClient) -> None:
+    jobs = [{**V40_JOB, "job_id": 100 + i, "name": f"j\u00e9-{i}"} for i in range(50)]
+    client, _ = make_client(lambda request: _trickled({"jobs": jobs}, size=7))
+    listed = client.list_jobs()
+    assert listed is not None
+    assert [(j.job_id, j.name) for j in listed] == [(100 + i, f"j\u00e9-{i}") for i in range(50)]
+
+
+def test_a_listing_broken_off_midway_is_an_error_not_part_of_the_jobs(make_client: MakeClient) -> None:
+    jobs = [{**V40_JOB, "job_id": 100 + i} for i in range(50)]
+    client, _ = make_client(lambda request: _trickled({"jobs": jobs}, size=512, break_after=20))
+    with pytest.raises(SlurmApiError, match="broke off GET jobs"):
+        client.list_jobs()
+
+
+def test_a_listing_cut_short_is_a_malformed_answer(make_client: MakeClient) -> None:
+    body = json.dumps({"jobs": [V40_JOB, V40_JOB]}).encode()[:-40]
+    client, _ = make_client(lambda request: httpx.Response(200, content=body))
+    with pytest.raises(SlurmApiError, match="malformed") as err:
+        client.list_jobs()
+    assert err.value.status == 502
+
+
 def test_a_filtered_node_query_answered_500_falls_back_to_the_full_list(make_client: MakeClient) -> None:
     # Slurm 24.11.5 when nodes changed since update_time but partitions did not.
     def respond(request: httpx.Request) -> httpx.Response:

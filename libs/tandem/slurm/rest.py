@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from opentelemetry.trace import SpanKind
@@ -19,6 +19,7 @@ from tandem.settings import ClusterAccess
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.hostlist import split_items
+from tandem.slurm.listing import Listing
 from tandem.slurm.models import Job, JobSpec, Node
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 API_ERRORS = REGISTRY.counter(
     "tandem_slurm_api_errors_total", "slurmrestd calls that failed", ["operation", "status"]
 )
+_Item = TypeVar("_Item")
+
 API_SECONDS = REGISTRY.histogram("tandem_slurm_api_seconds", "slurmrestd call latency", ["operation"])
 
 
@@ -276,14 +279,12 @@ class SlurmRestClient:
     def list_jobs(self, changed_since: int | None = None) -> list[Job] | None:
         """All jobs; None when nothing changed since `changed_since` (unix seconds)."""
         with _answer_of("GET jobs"):
-            data = self._list("jobs", changed_since)
-            return None if data is None else [self.dialect.parse_job(j) for j in data.get("jobs") or []]
+            return self._list("jobs", changed_since, self.dialect.parse_job)
 
     def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
         """All nodes; None when nothing changed since `changed_since` (unix seconds)."""
         with _answer_of("GET nodes"):
-            data = self._list("nodes", changed_since)
-            return None if data is None else [self.dialect.parse_node(n) for n in data.get("nodes") or []]
+            return self._list("nodes", changed_since, self.dialect.parse_node)
 
     def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
         """(base state, flags) of the given jobs, from the light GET /jobs/state listing (a few
@@ -306,10 +307,14 @@ class SlurmRestClient:
             states = (self.dialect.parse_job_state(raw) for raw in data.get("jobs") or [])
             return {entry[0]: (entry[1], entry[2]) for entry in states if entry is not None}
 
-    def _list(self, what: str, changed_since: int | None) -> dict[str, Any] | None:
+    def _list(
+        self, what: str, changed_since: int | None, parse: Callable[[dict[str, Any]], _Item]
+    ) -> list[_Item] | None:
+        """Every element of a listing, each parsed as it arrives (tandem.slurm.listing): a whole
+        GET /jobs decoded at once was the syncer's memory peak."""
         if changed_since:
             try:
-                r = self._request("GET", what, params={"update_time": str(changed_since)})
+                r = self._request("GET", what, params={"update_time": str(changed_since)}, stream=True)
             except SlurmApiError as e:
                 if e.status != 500:
                     raise
@@ -317,20 +322,32 @@ class SlurmRestClient:
                 # but partitions did not with 500 "Unable to query partitions: Unspecified error"
                 # (its partition reload says "no change"). Unfiltered, it answers; it costs only a
                 # bigger answer.
-                r = self._request("GET", what)
+                r = self._request("GET", what, stream=True)
         else:
-            r = self._request("GET", what)
-        if r.status_code == 304 or not r.content:
+            r = self._request("GET", what, stream=True)
+        try:
+            if r.status_code == 304:
+                return None
+            listing = Listing(r.iter_text(), what)
+            items = [parse(raw) for raw in listing]
+        except httpx.HTTPError as e:
+            raise SlurmApiError(
+                f"slurmrestd at {self.base_url} broke off GET {what}: {e}",
+                summary=f"slurmrestd at {self.base_url} unreachable",
+            ) from e
+        finally:
+            r.close()
+        if listing.empty:
             return None
-        data: dict[str, Any] = r.json()
         # "Nothing changed since update_time" is 200 with an empty list and a warning, not 304.
+        warnings = listing.rest.get("warnings") or []
         if (
             changed_since
-            and not data.get(what)
-            and any("changes since" in str(w.get("description", "")) for w in data.get("warnings") or [])
+            and not items
+            and any("changes since" in str(w.get("description", "")) for w in warnings)
         ):
             return None
-        return data
+        return items
 
     def get_conf(self) -> dict[str, Any] | None:
         """Slurm's running configuration (`scontrol show config`) as slurmrestd's /conf serves it:
@@ -406,7 +423,10 @@ class SlurmRestClient:
         *,
         json: object | None = None,
         params: Mapping[str, str | Sequence[str]] | None = None,
+        stream: bool = False,
     ) -> httpx.Response:
+        """The answer to one call; an error status raises. `stream`: the body is left unread (the
+        caller reads it and closes the answer), but an error's body is read here."""
         version = self.dialect.version
         operation = f"{method} {path.split('/')[0]}"
         started = time.monotonic()
@@ -416,13 +436,19 @@ class SlurmRestClient:
             attributes={"http.request.method": method, "url.path": f"/slurm/{version}/{path}"},
         ) as span:
             try:
-                r = self._http.request(
+                request = self._http.build_request(
                     method,
                     f"/slurm/{version}/{path}",
                     headers=tracing.inject(self._auth(self.user)),
                     json=json,
                     params=params,
                 )
+                r = self._http.send(request, stream=stream)
+                if stream and r.status_code >= 400:
+                    try:
+                        r.read()
+                    finally:
+                        r.close()
             except httpx.HTTPError as e:
                 API_ERRORS.inc(operation=operation, status="0")
                 tracing.mark_error(span, "unreachable")

@@ -1,0 +1,129 @@
+"""A slurmrestd listing (`{"jobs": [...], "meta": ..., "warnings": ...}`) decoded as it arrives,
+one element of its list at a time.
+
+`json.loads` of a whole GET /jobs holds every job as nested dicts at once: 4,000 jobs (what
+slurmctld keeps for MinJobAge in a busy minute) are ~70 MB of pretty-printed JSON and ~160 MB of
+dicts, for a reader that keeps a few hundred bytes of each. Here only the text of the element being
+decoded is held; each element is handed on and dropped. The stdlib decoder does the parsing
+(`JSONDecoder.raw_decode`, in C); this module only finds where elements begin and asks for more
+text when one is cut off."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+# Text already decoded is dropped from the buffer once this much of it has piled up.
+_COMPACT_AT = 1 << 16
+
+
+class ListingError(ValueError):
+    """The answer is not a JSON object, or is cut off."""
+
+
+class Listing:
+    """Iterate to get each element of the top-level member `key` (a list), in order; once done,
+    `rest` holds the other top-level members (meta, warnings, errors), decoded whole. An answer
+    with no body at all (`empty`) yields nothing."""
+
+    def __init__(self, chunks: Iterable[str], key: str) -> None:
+        self._chunks = iter(chunks)
+        self._key = key
+        self._buf = ""
+        self._pos = 0
+        self._ended = False
+        self.rest: dict[str, Any] = {}
+        self.empty = False
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._skip_space():
+            self.empty = True
+            return
+        yield from self._members()
+        if self._skip_space():
+            raise ListingError(f"text after the answer: {self._buf[self._pos : self._pos + 20]!r}")
+
+    def _members(self) -> Iterator[Any]:
+        self._expect("{")
+        if self._at() == "}":
+            self._pos += 1
+            return
+        while True:
+            name = self._value()
+            if not isinstance(name, str):
+                raise ListingError("a member name is not a string")
+            self._expect(":")
+            if name == self._key and self._at() == "[":
+                yield from self._elements()
+            else:
+                self.rest[name] = self._value()
+            if self._at() == "}":
+                self._pos += 1
+                return
+            self._expect(",")
+
+    def _elements(self) -> Iterator[Any]:
+        self._expect("[")
+        if self._at() == "]":
+            self._pos += 1
+            return
+        while True:
+            yield self._value()
+            if self._at() == "]":
+                self._pos += 1
+                return
+            self._expect(",")
+
+    def _value(self) -> Any:
+        """The next whole value. A value that ends exactly where the text so far ends may go on
+        (a number cut in two), so more is read before taking it."""
+        self._at()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as e:
+                if not self._more():
+                    raise ListingError(f"answer cut off or not JSON: {e.msg}") from e
+                continue
+            if end == len(self._buf) and self._more():
+                continue
+            self._pos = end
+            return value
+
+    def _at(self) -> str:
+        """The next character that is not white space (the buffer is read up to it)."""
+        if not self._skip_space():
+            raise ListingError("answer cut off")
+        return self._buf[self._pos]
+
+    def _expect(self, char: str) -> None:
+        if self._at() != char:
+            raise ListingError(f"expected {char!r} at {self._buf[self._pos : self._pos + 20]!r}")
+        self._pos += 1
+
+    def _skip_space(self) -> bool:
+        """Move past white space; False when the text ends first."""
+        while True:
+            self._pos = _SPACE.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+            if self._pos < len(self._buf):
+                return True
+            if not self._more():
+                return False
+
+    def _more(self) -> bool:
+        """Append the next chunk (dropping what is decoded already); False at the end."""
+        if self._ended:
+            return False
+        for chunk in self._chunks:
+            if not chunk:
+                continue
+            if self._pos >= _COMPACT_AT:
+                self._buf, self._pos = self._buf[self._pos :], 0
+            self._buf += chunk
+            return True
+        self._ended = True
+        return False

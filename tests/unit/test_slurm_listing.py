@@ -1,0 +1,103 @@
+"""A slurmrestd listing decoded element by element as its text arrives (tandem.slurm.listing)."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tandem.slurm.listing import Listing, ListingError
+
+ANSWER = {
+    "meta": {"plugin": {"type": "openapi/slurmctld"}, "slurm": {"release": "24.11.5"}},
+    "jobs": [
+        {"job_id": 1, "name": "a", "nodes": "n-[1-3]", "time": {"start": 1_700_000_000}},
+        {"job_id": 22, "comment": 'x " ] } , [ {', "flags": ["A", "B"]},
+        {"job_id": 333, "ratio": 1.5e3, "held": False, "array": None},
+        12345,
+    ],
+    "last_update": {"set": True, "number": 1_700_000_001},
+    "warnings": [{"description": "w"}],
+    "errors": [],
+}
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "pretty"])
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 100_000])
+def test_every_element_and_every_other_member_come_out_whatever_the_chunks(
+    indent: int | None, size: int
+) -> None:
+    listing = Listing(_chunks(json.dumps(ANSWER, indent=indent), size), "jobs")
+    assert list(listing) == ANSWER["jobs"]
+    assert listing.rest == {k: v for k, v in ANSWER.items() if k != "jobs"}
+    assert not listing.empty
+
+
+def test_a_number_cut_where_a_chunk_ends_is_read_whole() -> None:
+    assert list(Listing(['{"jobs": [12', "345, 6", "7]}"], "jobs")) == [12345, 67]
+
+
+@pytest.mark.parametrize(
+    ("text", "elements"),
+    [
+        ('{"jobs": []}', []),
+        ("{}", []),
+        ('{"meta": {}}', []),
+        ('{"jobs": null}', []),  # not a list: kept with the other members
+        (' \n {"jobs" : [ {} , {} ] } \n', [{}, {}]),
+    ],
+)
+def test_listings_with_nothing_or_little_in_them(text: str, elements: list[Any]) -> None:
+    assert list(Listing([text], "jobs")) == elements
+
+
+def test_an_empty_body_is_told_apart_from_an_empty_list() -> None:
+    empty = Listing(["", ""], "jobs")
+    assert list(empty) == [] and empty.empty
+    none = Listing(['{"jobs": []}'], "jobs")
+    assert list(none) == [] and not none.empty
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"jobs": [{"job_id": 1}, {"job_id": 2',  # cut off inside an element
+        '{"jobs": [{"job_id": 1},',  # cut off between elements
+        '{"jobs": [1] "meta": {}}',  # no comma between members
+        '{"jobs": [1 2]}',  # no comma between elements
+        '[{"job_id": 1}]',  # not an object
+        "<html>502 Bad Gateway</html>",
+        '{"jobs": [1]}trailing',
+        '{1: "x"}',
+    ],
+)
+def test_a_cut_off_or_garbled_answer_is_an_error(text: str) -> None:
+    with pytest.raises(ListingError):
+        list(Listing(_chunks(text, 5), "jobs"))
+
+
+def _big_answer(jobs: int, job_bytes: int) -> Iterator[str]:
+    yield '{"meta": {}, "jobs": ['
+    for i in range(jobs):
+        job = json.dumps({"job_id": i, "script": "x" * job_bytes}, indent=2)
+        yield ("," if i else "") + job
+    yield '], "warnings": [], "errors": []}'
+
+
+def test_memory_holds_one_element_at_a_time_not_the_answer() -> None:
+    # 1,000 jobs of 10 KB: 10 MB of text (a busy minute's GET /jobs is several times that).
+    tracemalloc.start()
+    try:
+        seen = sum(1 for _ in Listing(_big_answer(1_000, 10_000), "jobs"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen == 1_000
+    assert peak < 1_000_000, f"peak {peak} bytes while decoding 10 MB"
