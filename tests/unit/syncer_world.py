@@ -21,7 +21,7 @@ from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
-from tandem.syncer.nodefacts import CacheFacts, resync_keys
+from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.writes import LockWrites
 from tandem.workqueue import WorkQueue
@@ -273,6 +273,8 @@ class Stack:
         self.servicer.active = True
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed
+        cluster.on_slurmd_left = lambda kube_node: self.queue.add(NODE_KEY_PREFIX + kube_node)
+        mirror.on_node_changed = self.queue.add
         self.stop = threading.Event()
         Runner("node-sync", self.queue, self.sync.reconcile, workers).start_workers()
 

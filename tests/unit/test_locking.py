@@ -150,15 +150,23 @@ def unlock(taint: bool | None = False, job_id: int | None = 7, **kw: Any) -> Loc
 
 
 PDB = "its PodDisruptionBudget web-pdb allows no disruption"
+# A hold taken a second ago whose job Slurm does not list yet counts this much longer.
+GRACE_LEFT = HOLD_GRACE_SECONDS - 1
 PLACEHOLDER = RunningJob(7, placeholder=True)
 PLAIN = RunningJob(7)
 
 ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     # -- normal: a plain lock takes the taint, then pending while Pods must leave, then locked --
     (
-        "normal: an empty Node locks in one pass",
+        "normal: an empty Node locks in one pass, back when the hold's grace ends (Slurm lists no job 7)",
         facts(mem=memory(hold())),
-        LockPlan(taint=True, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(
+            taint=True,
+            annotate=LOCKED,
+            events=(locked_event(LOCKED),),
+            locked_for=7,
+            requeue_after=GRACE_LEFT,
+        ),
     ),
     (
         "normal: a Pod that does not tolerate the taint is evicted, back at the hold's deadline",
@@ -168,12 +176,12 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "normal: a Pod that tolerates the lock stays under a plain lock",
         facts(mem=memory(hold()), pods=(AGENT,), tainted=True),
-        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7, requeue_after=GRACE_LEFT),
     ),
     (
         "normal: pending and the Pod gone: locked",
         facts(mem=memory(hold()), lock=PENDING, tainted=True),
-        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7, requeue_after=GRACE_LEFT),
     ),
     (
         "normal: an evicted Pod on its way out is waited for, not evicted again",
@@ -181,9 +189,9 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
         LockPlan(requeue_after=50.0),
     ),
     (
-        "normal: a second job's prolog on a locked node changes nothing",
+        "normal: a second job's prolog on a locked node changes nothing until its grace ends",
         facts(mem=memory(hold(), hold(8)), lock=LOCKED, tainted=True, jobs=(PLAIN,)),
-        LockPlan(),
+        LockPlan(requeue_after=GRACE_LEFT),
     ),
     (
         "normal: a held job Slurm says ended is forgotten",
@@ -216,7 +224,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
             pods=(OURS,),
             sharers=frozenset({"uid-ours"}),
         ),
-        LockPlan(annotate=STRICT, events=(locked_event(STRICT),), locked_for=7),
+        LockPlan(annotate=STRICT, events=(locked_event(STRICT),), locked_for=7, requeue_after=GRACE_LEFT),
     ),
     (
         "strict: a plain lock becomes strict for a placeholder's prolog (no pending step back)",
@@ -389,7 +397,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "crash: taint written, annotation not yet (prolog waiting)",
         facts(mem=memory(hold()), tainted=True),
-        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7, requeue_after=GRACE_LEFT),
     ),
     (
         "crash: taint written, annotation not, prolog gone: the taint goes",
@@ -399,7 +407,13 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
     (
         "crash: annotation pending without a taint (taint lost): taint again and finish",
         facts(mem=memory(hold()), lock=PENDING),
-        LockPlan(taint=True, annotate=LOCKED, events=(locked_event(LOCKED),), locked_for=7),
+        LockPlan(
+            taint=True,
+            annotate=LOCKED,
+            events=(locked_event(LOCKED),),
+            locked_for=7,
+            requeue_after=GRACE_LEFT,
+        ),
     ),
     (
         "crash: annotation pending, nothing holds: cleared",

@@ -162,3 +162,21 @@ def test_a_slurmrestd_without_the_listing_gets_whole_reads() -> None:
     for _ in range(3):
         mirror.poll_once()
     assert slurm.whole_reads == 3
+
+
+def test_a_job_ending_wakes_its_node_even_when_the_node_s_state_says_nothing() -> None:
+    """Before: only a Slurm node's own state changing woke the node sync, so a node the poll had
+    already seen idle, whose job's end the next poll read, kept its lock until the periodic resync
+    (every 5 s, which at 1,000 nodes was 200 node passes a second). Now a job that comes to hold
+    nodes, or stops holding them, wakes each of them."""
+    slurm = FakeSlurm([_placeholder(1), _placeholder(2, state="PENDING")])
+    mirror, _ = _settled(slurm)
+    woken: list[str] = []
+    mirror.on_node_changed = woken.append
+    slurm.jobs[1] = replace(slurm.jobs[1], state="COMPLETED")
+    slurm.jobs[2] = replace(_placeholder(2), nodes=("cpu-002",))
+    mirror.poll_once()
+    assert sorted(woken) == ["cpu-001", "cpu-002"]
+    woken.clear()
+    mirror.poll_once()  # nothing changed
+    assert woken == []

@@ -237,6 +237,21 @@ def test_a_lock_taint_on_a_node_no_slurmd_pod_is_on_is_removed(
     assert world.kube.taint_writes() == [] and world.kube.annotations_written() == []
 
 
+def test_a_lock_taint_a_slurmd_pod_leaves_behind_goes_without_waiting_for_the_resync(
+    stacks: list[Stack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: only the periodic resync found a Node a locked slurmd Pod had left, so the resync
+    ran every 5 s, and at 1,000 nodes it was 200 node passes a second of the syncer's CPU. Now the
+    slurmd Pod leaving wakes its old Node."""
+    monkeypatch.setattr("tandem.syncer.locking.ORPHAN_GRACE_SECONDS", 0.0)
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001", LockState.LOCKED))
+    world.add_node("node-001", tainted=True)
+    _stack(stacks, world, _mirror(synced=True))
+    world.remove_pod(f"{SLURMD_NS}/cpu-001")
+    _until("the taint it left removed", lambda: not world.tainted("node-001"))
+
+
 def test_a_prolog_stuck_behind_a_budget_does_not_delay_the_unlock_of_another(stacks: list[Stack]) -> None:
     """Before: the safety net waited on each node's mutex in turn, and a prolog held its node's
     for as long as a PodDisruptionBudget kept a Pod (up to the lock timeout): another node whose

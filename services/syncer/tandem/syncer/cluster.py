@@ -109,6 +109,9 @@ class ClusterView:
         # Told the Nodes where a Pod other than a slurmd Pod came, changed or went (a lock waits
         # for Pods to leave).
         self.on_node_pods_changed: Callable[[str], None] = lambda kube_node: None
+        # Told each Node a slurmd Pod left (moved away or deleted): a lock taint there may now be
+        # no Slurm node's to release.
+        self.on_slurmd_left: Callable[[str], None] = lambda kube_node: None
         # The hook calls waiting on these caches (and on the hold store), by what they wait on.
         self.waiters = Waiters()
         self.pods = Informer(
@@ -216,6 +219,8 @@ class ClusterView:
         for slurm_node in self._slurm_node_of(changed):
             if _node_of(old or {}) != _node_of(new or {}):
                 self.on_slurmd_moved(slurm_node)
+                for kube_node in set(_node_of(old or {})) - set(_node_of(new or {})):
+                    self.on_slurmd_left(kube_node)
             self.on_slurm_node_changed(slurm_node)
         if not self._slurm_node_of(changed):
             for kube_node in {*_node_of(old or {}), *_node_of(new or {})}:

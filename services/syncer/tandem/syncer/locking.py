@@ -20,7 +20,7 @@ carries its plan out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tandem import keys, placeholder, slurmd
@@ -158,6 +158,24 @@ def where_missing(f: NodeFacts) -> str:
 
 
 def decide_lock(f: NodeFacts, now: float) -> LockPlan:
+    plan = _decide_lock(f, now)
+    # A hold Slurm does not list yet ends when its grace does, with no event to say so: look
+    # again then (the periodic resync is a safety net, not the clock).
+    grace = _grace_ends(f, now)
+    if grace is not None and (plan.requeue_after is None or grace < plan.requeue_after):
+        return replace(plan, requeue_after=grace)
+    return plan
+
+
+def _grace_ends(f: NodeFacts, now: float) -> float | None:
+    """Seconds until the first live hold whose job Slurm does not list stops counting."""
+    live, _ = live_holds(f, now)
+    running = {j.job_id for j in f.jobs}
+    ends = [h.since + HOLD_GRACE_SECONDS - now for j, h in live.items() if j not in running]
+    return max(0.0, min(ends)) if ends else None
+
+
+def _decide_lock(f: NodeFacts, now: float) -> LockPlan:
     live, ended = live_holds(f, now)
     want = target(f, now)
     missing = where_missing(f)

@@ -23,7 +23,7 @@ from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
-from tandem.syncer.nodefacts import CacheFacts, resync_keys
+from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
 from tandem.syncer.nodesync import drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
@@ -132,6 +132,7 @@ def _lock_and_sync(
             node_queue.add(slurm_node)
 
     cluster.on_pod_gone = pod_gone
+    cluster.on_slurmd_left = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
     return servicer, facts, node_sync
 
 

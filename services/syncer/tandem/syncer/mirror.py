@@ -122,7 +122,8 @@ class SlurmMirror:
         self._queue_changed = False
         # Jobs holding a place in a queue (a nonzero queue_position).
         self._queued: set[int] = set()
-        # Told each Slurm node whose state the poll saw change (the node sync).
+        # Told each Slurm node whose state the poll saw change, or which a job came to hold or
+        # stopped holding (the node sync: a node's lock follows the jobs on it).
         self.on_node_changed: Callable[[str], None] = lambda name: None
 
     # -- reading -------------------------------------------------------------------------------
@@ -430,6 +431,13 @@ class SlurmMirror:
             for n in old.job.nodes:
                 self._by_node[n].discard(status.job_id)
         self._jobs[status.job_id] = status
+        # A job ending is not always a node's state changing (its node stays busy with another
+        # job, or went idle before the poll that read the job's end).
+        before = old.job.nodes if old is not None and old.holds_nodes else ()
+        after = status.job.nodes if status.holds_nodes else ()
+        if before != after:
+            for n in {*before, *after}:
+                self.on_node_changed(n)
         if status.job.het_job_id:
             self._het[status.job.het_job_id].add(status.job_id)
         self._seen_at.setdefault(status.job_id, time.monotonic())
@@ -438,6 +446,9 @@ class SlurmMirror:
 
     def _forget(self, job_id: int) -> None:
         old = self._jobs.pop(job_id, None)
+        if old is not None and old.holds_nodes:
+            for n in old.job.nodes:
+                self.on_node_changed(n)
         self._listed.pop(job_id, None)
         self._queued.discard(job_id)
         if old is not None and old.job.state == "PENDING":
