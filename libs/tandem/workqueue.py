@@ -25,6 +25,10 @@ class WorkQueue:
         self._processing: set[Key] = set()
         self._dirty: set[Key] = set()
         self._delayed: list[tuple[float, Key]] = []
+        # Each delayed key's earliest time: a later one for the same key is dropped (client-go's
+        # AddAfter). Every pass of a node asked to look again when a hold's grace ends; each ask
+        # had been a pass of its own a minute later.
+        self._ready_at: dict[Key, float] = {}
         self._shutdown = False
 
     def add(self, key: Key, urgent: bool = False) -> None:
@@ -50,8 +54,13 @@ class WorkQueue:
             self._cond.notify()
 
     def add_after(self, key: Key, seconds: float) -> None:
+        """Queue `key` in `seconds`, unless it is due sooner already."""
+        at = time.monotonic() + seconds
         with self._cond:
-            heapq.heappush(self._delayed, (time.monotonic() + seconds, key))
+            if self._ready_at.get(key, float("inf")) <= at:
+                return
+            self._ready_at[key] = at
+            heapq.heappush(self._delayed, (at, key))
             self._cond.notify()
 
     def add_rate_limited(self, key: Key) -> float:
@@ -113,7 +122,10 @@ class WorkQueue:
     def _promote_delayed(self) -> None:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
-            _, key = heapq.heappop(self._delayed)
+            at, key = heapq.heappop(self._delayed)
+            if self._ready_at.get(key) != at:
+                continue  # an earlier time for this key came first and brought it
+            del self._ready_at[key]
             if key in self._processing:
                 self._dirty.add(key)
             elif key not in self._queued:

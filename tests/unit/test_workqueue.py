@@ -47,3 +47,24 @@ def test_add_after_delays_and_shutdown_wakes_workers() -> None:
     q.shutdown()
     worker.join(2)
     assert got == [None]
+
+
+def test_a_key_delayed_several_times_comes_once_at_its_earliest_time() -> None:
+    """Before: each add_after was a pass of its own (a node's every pass asked to look again when a
+    hold's grace ends: ~3 passes a job, a minute later)."""
+    q = WorkQueue()
+    q.add_after("a", 0.3)
+    q.add_after("a", 0.1)
+    q.add_after("a", 0.5)
+    started = time.monotonic()
+    assert q.get() == "a"
+    assert time.monotonic() - started < 0.25
+    q.done("a")
+    got: list[str | None] = []
+    worker = threading.Thread(target=lambda: got.append(q.get()))
+    worker.start()
+    worker.join(0.8)  # past every later time asked for
+    assert got == [] and worker.is_alive()
+    q.add_after("a", 0.0)  # asked again after it came: comes again
+    worker.join(2)
+    assert got == ["a"]
