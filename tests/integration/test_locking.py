@@ -218,7 +218,8 @@ def test_a_failed_lock_fails_the_prolog_and_slurm_drains_the_node(
 
 def test_a_lock_taint_on_a_node_without_a_slurmd_pod_is_removed(core: k8s.CoreV1Api) -> None:
     """A Node left tainted when its slurmd Pod moved or was deleted while its node was locked:
-    no Slurm node maps to it, and the syncer's resync takes the taint off (issue 19)."""
+    no Slurm node maps to it, and the syncer takes the taint off when it sees the Node (issue 19,
+    issue 22: no longer only at its periodic resync)."""
     name = h.unique("orphan")
     core.create_node(
         {

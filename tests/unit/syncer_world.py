@@ -221,7 +221,9 @@ class World:
         spec = {"taints": [{"key": keys.LOCK_KEY, "effect": "NoExecute"}]} if tainted else {}
         node = {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
         with self.cluster.nodes._lock:
-            self.cluster.nodes._put(name, slim_node(node))
+            old = self.cluster.nodes._put(name, slim_node(node))
+            new = self.cluster.nodes.get(name)
+        self.cluster.nodes.on_change(name, old, new)
 
     def lock_of(self, slurm_node: str) -> str:
         pod = self.cluster.slurmd_pod(slurm_node)
@@ -273,7 +275,7 @@ class Stack:
         self.servicer.active = True
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed
-        cluster.on_slurmd_left = lambda kube_node: self.queue.add(NODE_KEY_PREFIX + kube_node)
+        cluster.on_node_without_slurmd = lambda kube_node: self.queue.add(NODE_KEY_PREFIX + kube_node)
         mirror.on_node_changed = self.queue.add
         self.stop = threading.Event()
         Runner("node-sync", self.queue, self.sync.reconcile, workers).start_workers()

@@ -250,6 +250,9 @@ def test_a_lock_taint_a_slurmd_pod_leaves_behind_goes_without_waiting_for_the_re
     _stack(stacks, world, _mirror(synced=True))
     world.remove_pod(f"{SLURMD_NS}/cpu-001")
     _until("the taint it left removed", lambda: not world.tainted("node-001"))
+    # A Node that comes with the lock taint and no slurmd Pod on it (left so under another leader).
+    world.add_node("node-002", tainted=True)
+    _until("the new Node's taint removed", lambda: not world.tainted("node-002"))
 
 
 def test_a_prolog_stuck_behind_a_budget_does_not_delay_the_unlock_of_another(stacks: list[Stack]) -> None:

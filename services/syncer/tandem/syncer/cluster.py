@@ -109,9 +109,9 @@ class ClusterView:
         # Told the Nodes where a Pod other than a slurmd Pod came, changed or went (a lock waits
         # for Pods to leave).
         self.on_node_pods_changed: Callable[[str], None] = lambda kube_node: None
-        # Told each Node a slurmd Pod left (moved away or deleted): a lock taint there may now be
-        # no Slurm node's to release.
-        self.on_slurmd_left: Callable[[str], None] = lambda kube_node: None
+        # Told each Node whose lock taint no Slurm node's pass may reach: a slurmd Pod left it
+        # (moved away or deleted), or it came or changed with the taint and no slurmd Pod on it.
+        self.on_node_without_slurmd: Callable[[str], None] = lambda kube_node: None
         # The hook calls waiting on these caches (and on the hold store), by what they wait on.
         self.waiters = Waiters()
         self.pods = Informer(
@@ -220,17 +220,21 @@ class ClusterView:
             if _node_of(old or {}) != _node_of(new or {}):
                 self.on_slurmd_moved(slurm_node)
                 for kube_node in set(_node_of(old or {})) - set(_node_of(new or {})):
-                    self.on_slurmd_left(kube_node)
+                    self.on_node_without_slurmd(kube_node)
             self.on_slurm_node_changed(slurm_node)
         if not self._slurm_node_of(changed):
             for kube_node in {*_node_of(old or {}), *_node_of(new or {})}:
                 self.on_node_pods_changed(kube_node)
 
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        hosted = False
         for pod in self.pods_on(key):
             for slurm_node in self._slurm_node_of(pod):
+                hosted = True
                 self.waiters.wake(node_key(slurm_node))
                 self.on_slurm_node_changed(slurm_node)
+        if not hosted and new is not None and _lock_tainted(new):
+            self.on_node_without_slurmd(key)
 
     def _on_slice(self, key: str, old: JSON | None, new: JSON | None) -> None:
         for kube_node in {*_slice_node_of(old or {}), *_slice_node_of(new or {})}:
@@ -240,6 +244,10 @@ class ClusterView:
 def _slice_node_of(resource_slice: JSON) -> list[str]:
     node = (resource_slice.get("spec") or {}).get("nodeName")
     return [str(node)] if node else []
+
+
+def _lock_tainted(node: JSON) -> bool:
+    return any(t.get("key") == keys.LOCK_KEY for t in (node.get("spec") or {}).get("taints") or [])
 
 
 def _node_of(pod: JSON) -> list[str]:

@@ -132,7 +132,7 @@ def _lock_and_sync(
             node_queue.add(slurm_node)
 
     cluster.on_pod_gone = pod_gone
-    cluster.on_slurmd_left = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
+    cluster.on_node_without_slurmd = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
     return servicer, facts, node_sync
 
 
