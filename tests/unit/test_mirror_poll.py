@@ -180,3 +180,24 @@ def test_a_job_ending_wakes_its_node_even_when_the_node_s_state_says_nothing() -
     woken.clear()
     mirror.poll_once()  # nothing changed
     assert woken == []
+
+
+def test_a_job_first_seen_already_over_wakes_its_node() -> None:
+    """A short job can start and end between two polls, so the mirror's first sight of it (or
+    the first after pending) is its end. Its prolog's hold waited on that end: before, only a job
+    seen holding its node woke it, and the node kept the lock until the resync (CI: 36 s, a lost
+    epilog's test)."""
+    slurm = FakeSlurm([_placeholder(1)])
+    mirror, _ = _settled(slurm)
+    woken: list[str] = []
+    mirror.on_node_changed = woken.append
+    slurm.jobs[3] = replace(_placeholder(3, state="COMPLETED"), nodes=("cpu-003",))
+    mirror.poll_once()
+    assert woken == ["cpu-003"]
+    woken.clear()
+    slurm.jobs[4] = _placeholder(4, state="PENDING")  # new, on no node yet: nothing to wake
+    mirror.poll_once()
+    assert woken == []
+    slurm.jobs[4] = replace(_placeholder(4, state="COMPLETED"), nodes=("cpu-004",))  # never seen running
+    mirror.poll_once()
+    assert woken == ["cpu-004"]

@@ -432,11 +432,13 @@ class SlurmMirror:
                 self._by_node[n].discard(status.job_id)
         self._jobs[status.job_id] = status
         # A job ending is not always a node's state changing (its node stays busy with another
-        # job, or went idle before the poll that read the job's end).
+        # job, or went idle before the poll that read the job's end). A short job may be seen
+        # over without ever being seen running: its prolog's hold waits on that end.
         before = old.job.nodes if old is not None and old.holds_nodes else ()
         after = status.job.nodes if status.holds_nodes else ()
-        if before != after:
-            for n in {*before, *after}:
+        ended = status.job.nodes if status.ended and (old is None or not old.ended) else ()
+        if before != after or ended:
+            for n in {*before, *after, *ended}:
                 self.on_node_changed(n)
         if status.job.het_job_id:
             self._het[status.job.het_job_id].add(status.job_id)
