@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,3 +229,28 @@ def test_the_credential_never_shows_in_a_command_line(
     assert bool(argv_log.read_text()) == (scheme == "https")
     for header in sent:
         assert header in seen[0]
+
+
+def test_sourcing_the_scripts_library_starts_no_process_and_a_sleep_still_waits(tmp_path: Path) -> None:
+    """Issue 22: every prolog, epilog and placeholder sourced common.sh, which opened its sleeping
+    pipe with `<(:)`, a fork each, though most never sleep. It is opened at the first sleep."""
+    fds = tmp_path / "fds"
+    script = (
+        '. "{common}"; ls -l /proc/$$/fd > {fds}.before; t=$SECONDS; tandem_sleep 1; '
+        "echo $((SECONDS - t)); ls -l /proc/$$/fd > {fds}.after"
+    ).format(common=scripts.DIR / "common.sh", fds=fds)
+    out = subprocess.run(
+        ["bash", "-c", script],
+        env={"PATH": "/usr/bin:/bin", "TANDEM_HOOKS_ENV": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+
+    def pipes(listing: Path) -> int:  # beyond stdin, stdout and stderr
+        rows = [line.split() for line in listing.read_text().splitlines() if "->" in line]
+        return sum(1 for r in rows if int(r[r.index("->") - 1]) > 2 and r[-1].startswith("pipe:"))
+
+    assert pipes(Path(f"{fds}.before")) == 0  # no pipe, so no `<(:)` process, for a script that never sleeps
+    assert int(out) >= 1  # tandem_sleep waits all the same
+    assert pipes(Path(f"{fds}.after")) == 1

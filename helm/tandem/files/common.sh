@@ -152,9 +152,10 @@ tandem_curl() {
   return "$rc"
 }
 
-# Sleeping without a process: `read -t` on a pipe nobody writes to.
-exec {tandem_never}<> <(:)
+# Sleeping without a process: `read -t` on a pipe nobody writes to. Opened at the first sleep,
+# not by every script that sources this: most never sleep, and the `<(:)` is a fork.
 tandem_sleep() {
+  [ -n "${tandem_never:-}" ] || exec {tandem_never}<> <(:)
   read -r -t "$1" -u "$tandem_never" _ 2>/dev/null
   return 0
 }
