@@ -117,6 +117,37 @@ def test_the_script_appends_its_marker_to_the_extra_it_was_given(
     assert gateway.routes[0] == "started"
 
 
+@pytest.mark.parametrize(
+    ("answer", "runs_scontrol"),
+    [
+        ('{"job": 42, "started": true, "marked": true}', False),
+        ('{"job": 42, "started": true, "marked": false}', True),
+        ('{"error": "marked": true"}', True),  # not a 2xx answer (below): never taken as marked
+    ],
+)
+def test_the_script_leaves_the_marker_to_tandem_when_tandem_wrote_it(
+    tmp_path: Path, gateway: Gateway, answer: str, runs_scontrol: bool
+) -> None:
+    """Issue 22: the script's `scontrol update` was ~5 ms of CPU a Pod; Tandem writes the marker
+    when the started call reaches it and the script only when Tandem did not say it did."""
+    gateway.answers["started"] = (500 if "error" in answer else 200, answer)
+    proc, log = _start(tmp_path, gateway)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (log.exists() or "started" in gateway.routes):
+            time.sleep(0.05)
+        if runs_scontrol:
+            _wait_marked(log)
+        else:
+            # The script would have run scontrol right after the call; give it that long.
+            time.sleep(1.0)
+            assert not log.exists()
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    assert gateway.routes[0] == "started"
+
+
 def test_on_sigterm_the_script_leaves_no_sleep_behind(tmp_path: Path, gateway: Gateway) -> None:
     """Its `sleep &` would otherwise be reparented out of the job and outlive it."""
     proc, _ = _start(tmp_path, gateway)  # `terminating` answers 200: the Pod is gone

@@ -840,6 +840,46 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     assert status is not None and status.started
 
 
+@pytest.mark.parametrize(
+    ("extra", "write_fails", "written", "marked"),
+    [
+        # The syncer appends the marker to the Extra read from Slurm (the trace context kept).
+        ("traceparent=00-1-2-01", False, "traceparent=00-1-2-01: started", True),
+        ("", False, ": started", True),
+        # Slurm refused the write: the script writes it (its scontrol, as before).
+        ("", True, ": started", False),
+        # Already there (a call asked again): nothing written.
+        ("x: started", False, None, True),
+    ],
+)
+def test_a_verified_started_call_writes_the_job_s_started_marker(
+    extra: str, write_fails: bool, written: str | None, marked: bool
+) -> None:
+    """The placeholder script's `scontrol update` of its marker was ~5 ms of CPU a Pod (libslurm
+    and munge in a new process, issue 22); the syncer writes it through slurmrestd once the call
+    is checked against the job's own credential, and says so."""
+    ref = placeholder.PodRef("apps", "web", "uid-1")
+    name = placeholder.job_name(ref, "tandem")
+    mirror = _mirror(synced=True)
+    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name, extra=extra)
+    mirror.slurm.get_job_components = mock.Mock(return_value=[job])  # type: ignore[method-assign]
+    slurm = mock.Mock()
+    if write_fails:
+        slurm.update_job.side_effect = SlurmApiError("POST job/7: Access denied", 200)
+    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5)
+    servicer.active = True
+    reply = servicer.JobStarted(
+        syncer_pb2.JobStartedRequest(job_id=7, slurm_node="cpu-001", placeholder=name), mock.Mock()
+    )
+    assert reply.marked is marked
+    if written is None:
+        slurm.update_job.assert_not_called()
+    else:
+        slurm.update_job.assert_called_once_with(7, extra=written)
+    status = mirror.job(7)
+    assert status is not None and status.started  # the Pod binds either way
+
+
 def test_a_slurmd_pod_on_no_node_yet_does_not_fail_the_listing(stacks: list[Stack]) -> None:
     """Before: ListNodeLocks answered UNKNOWN for every node when one slurmd Pod was not on a Node."""
     world = World()

@@ -91,12 +91,12 @@ class SyncerRoutes:
 
     def started(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
-        self._stub().JobStarted(
+        reply = self._stub().JobStarted(
             syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body), placeholder=reference),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )
-        return HTTPStatus.OK, {"job": job, "started": True}
+        return HTTPStatus.OK, {"job": job, "started": True, "marked": reply.marked}
 
     def terminating(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)

@@ -1,9 +1,10 @@
 #!/bin/bash
 # Tandem placeholder job: holds this Slurm allocation for exactly as long as its Kubernetes Pod lives.
-# Started: tell Tandem (fast path) and mark the job (": started" appended to its Extra field), which
-# survives restarts and lost calls. SIGTERM (scancel, time limit, preemption, Pod deleted): ask Tandem to
-# delete the Pod (every member of a group) and wait until it is gone; if one is still there just
-# before KillWait, Tandem drains its node so Slurm does not hand it to another job while it runs.
+# Started: tell Tandem (fast path); the job is marked (": started" appended to its Extra field, which
+# survives restarts and lost calls) by Tandem, or by the script when Tandem could not. SIGTERM
+# (scancel, time limit, preemption, Pod deleted): ask Tandem to delete the Pod (every member of a
+# group) and wait until it is gone; if one is still there just before KillWait, Tandem drains its
+# node so Slurm does not hand it to another job while it runs.
 set -u
 # The scheduler submits this file with common.sh prepended; run from disk, it sits next to it.
 if ! declare -F tandem_call >/dev/null; then
@@ -36,9 +37,17 @@ on_term() {
 }
 trap on_term TERM
 
-tandem_call started 10 "$body" || echo "tandem placeholder: started call failed: ${tandem_reply}" >&2
-# A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
-timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
+# Tandem writes the marker when the call reaches it (`"marked":true`); the script only when not.
+marked=""
+if tandem_call started 10 "$body"; then
+  case "$tandem_reply" in *'"marked": true'* | *'"marked":true'*) marked=1 ;; esac
+else
+  echo "tandem placeholder: started call failed: ${tandem_reply}" >&2
+fi
+if [ -z "$marked" ]; then
+  # A batch script does not get SLURM_JOB_EXTRA: the scheduler passes the value it set.
+  timeout 10 scontrol update jobid="${job}" extra="${TANDEM_JOB_EXTRA:-}: started"
+fi
 
 # `sleep & wait` so that bash runs the TERM trap at once. Short sleeps: after a SIGKILL (no trap)
 # the last one is left behind for at most this long.
