@@ -8,7 +8,10 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
 2-3), a heterogeneous gang (a CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster
 serves them), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting
-from the high partition, some scancel'ed), Pods deleted at random. Faults: `kill -9` of a random
+from the high partition, some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU
+node (GPU 0 as MIG slices beside whole GPUs): Pods there claiming whole GPUs or a slice by
+ResourceClaimTemplate, and GPU taints (DeviceTaintRules) coming and going on the GPU nodes, all
+removed before the settle. Faults: `kill -9` of a random
 Tandem process every ~20 s (restarted as `make up` would), and slurmctld, slurmrestd, slurmdbd and
 kube-apiserver each restarted at least once.
 
@@ -22,6 +25,10 @@ Invariants, counted after the settle (each must be 0):
   partly_bound_gangs      a group with some members bound and some not
   failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
   stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
+  drains_for_pods_elsewhere  a KillWait drain, seen at any time of the run, naming a Pod that was
+                          not bound to that node's Node (one never bound, or bound elsewhere)
+  gpus_given_twice        a GPU device allocated to two live claims at once
+  stale_gpu_drains        a Slurm node still drained for a GPU taint once every taint is gone
 Prints a table, then one JSON line with each count and what was done.
 """
 
@@ -72,6 +79,16 @@ class Soak:
         self.plain_jobs: list[int] = []
         self.serial = 0
         self.lock = threading.Lock()
+        # The mixed GPU node (MIG slices beside whole GPUs), where GPU Pods go; the GPU nodes a
+        # taint may come to; the DeviceTaintRules served (None: no GPU churn).
+        self.mixed = config.kube_node_name(config.MIG_NODE) if cfg.nodes > config.MIG_NODE else ""
+        self.gpu_nodes = [config.kube_node_name(i) for i in range(cfg.nodes) if config.is_gpu_node(i)]
+        self.rules = f"/apis/{keys.DRA_GROUP}/v1/{keys.DEVICE_TAINT_RULES}"
+        self.serves_rules = bool(self.mixed) and _served(self.kube, self.rules)
+        self.templates = f"/apis/{keys.DRA_GROUP}/v1/namespaces/{namespace}/resourceclaimtemplates"
+        self.taints: list[str] = []
+        # KillWait drains seen during the run that named a Pod not on that node: (node, pod, where).
+        self.misplaced_drains: set[tuple[str, str, str]] = set()
 
     # -- churn -------------------------------------------------------------------------------------
 
@@ -84,6 +101,7 @@ class Soak:
             (self.plain_job, 3),
             (self.delete_some, 3),
             (self.scancel_some, 1),
+            *([(self.gpu_pod, 2), (self.gpu_taint, 1)] if self.serves_rules else []),
         ]
         weights = [w for _, w in actions]
         while not stop.wait(self.rng.uniform(0.5, 1.5)):
@@ -120,6 +138,81 @@ class Soak:
     def single_pod(self) -> None:
         self.kube.post(self.pods, self._pod(self._name("pod")))
         self.done["pods created"] += 1
+
+    def gpu_pod(self) -> None:
+        """A Pod on the mixed node claiming 1-2 whole GPUs of any product, or one MIG slice."""
+        if self.rng.random() < 0.6:
+            template, kind = f"soak-whole-{self.rng.randint(1, 2)}", "whole"
+        else:
+            template, kind = "soak-slice", "slice"
+        pod = self._pod(
+            self._name(f"gpu-{kind}"),
+            nodeSelector={"kubernetes.io/hostname": self.mixed},
+            resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": template}],
+        )
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+        self.kube.post(self.pods, pod)
+        self.done[f"gpu pods ({kind}) created"] += 1
+
+    def gpu_taint(self) -> None:
+        """A DeviceTaintRule on a random GPU of a random GPU node, or one of those made going."""
+        if self.taints and (len(self.taints) >= 2 or self.rng.random() < 0.5):
+            name = self.taints.pop(self.rng.randrange(len(self.taints)))
+            _delete(self.kube, f"{self.rules}/{name}")
+            self.done["gpu taints removed"] += 1
+            return
+        node, gpu = self.rng.choice(self.gpu_nodes), self.rng.randint(1, config.GPUS_PER_NODE - 1)
+        name = self._name("taint")
+        self.kube.post(self.rules, _taint_rule(name, node, f"gpu-{gpu}"))
+        self.taints.append(name)
+        self.done["gpu taints made"] += 1
+
+    def ensure_templates(self) -> None:
+        """The claim templates the GPU Pods name: 1 and 2 whole GPUs of any product, a MIG slice."""
+        profile = f'device.attributes["gpu.nvidia.com"].profile == "{config.MIG_PROFILE}"'
+        for name, count, device_class, selector in (
+            ("soak-whole-1", 1, "gpu.nvidia.com", ""),
+            ("soak-whole-2", 2, "gpu.nvidia.com", ""),
+            ("soak-slice", 1, "mig.nvidia.com", profile),
+        ):
+            exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+            if selector:
+                exactly["selectors"] = [{"cel": {"expression": selector}}]
+            body = {
+                "metadata": {"name": name},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
+            }
+            try:
+                self.kube.post(self.templates, body)
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+
+    def untaint_all(self) -> None:
+        """Every GPU taint the churn made, gone (before the settle: its drains must then go)."""
+        for name in self.taints:
+            _delete(self.kube, f"{self.rules}/{name}")
+        self.taints.clear()
+
+    def watch_drains(self, stop: threading.Event) -> None:
+        """Every few seconds: a KillWait drain must name a Pod bound to that node's Node."""
+        kube_node = {config.slurm_node_name(i): config.kube_node_name(i) for i in range(self.cfg.nodes)}
+        while not stop.wait(2.0):
+            try:
+                nodes = slurm_nodes(self.cfg)
+            except (subprocess.CalledProcessError, OSError, ValueError):
+                continue  # slurmctld restarting
+            for name, (drained, reason) in nodes.items():
+                named = keys.killwait_drain_of(reason) if drained else None
+                if named is None:
+                    continue
+                try:
+                    pod = self.kube.get(f"/api/v1/namespaces/{named[0]}/pods/{named[1]}")
+                except KubeError:
+                    continue  # gone: stale_killwait_drains says whether the drain outlives it
+                where = str((pod.get("spec") or {}).get("nodeName") or "")
+                if where != kube_node.get(name):
+                    self.misplaced_drains.add((name, f"{named[0]}/{named[1]}", where or "not bound"))
 
     def gang(self) -> None:
         name, size = self._name("gang"), self.rng.randint(2, 3)
@@ -355,6 +448,12 @@ class Soak:
             if group and not p["metadata"].get("deletionTimestamp"):
                 bound_in_group.setdefault(group, set()).add(bool((p.get("spec") or {}).get("nodeName")))
         counts["partly_bound_gangs"] = sum(1 for states in bound_in_group.values() if states == {True, False})
+        counts["drains_for_pods_elsewhere"] = len(self.misplaced_drains)
+        for node, pod, where in sorted(self.misplaced_drains):
+            print(f"[soak] {node} drained at KillWait for {pod}, which was {where}", flush=True)
+        counts["gpus_given_twice"] = self._gpus_given_twice()
+        tainted = [r for drained, r in nodes.values() if drained and r.startswith(OURS) and " tainted: " in r]
+        counts["stale_gpu_drains"] = len(tainted)
         names = (
             "jobs_without_pod",
             "bound_pods_without_job",
@@ -365,8 +464,26 @@ class Soak:
             "partly_bound_gangs",
             "failed_hook_drains",
             "stale_killwait_drains",
+            "drains_for_pods_elsewhere",
+            "gpus_given_twice",
+            "stale_gpu_drains",
         )
         return {n: counts[n] for n in names}
+
+    def _gpus_given_twice(self) -> int:
+        """Devices allocated to more than one claim of a live Pod at once."""
+        try:
+            claims = self.kube.get(f"/apis/{keys.DRA_GROUP}/v1/resourceclaims").get("items") or []
+        except KubeError:
+            return 0
+        held = Counter[tuple[str, str]]()
+        for claim in claims:
+            status = claim.get("status") or {}
+            if not status.get("reservedFor"):
+                continue
+            for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+                held[(str(r.get("pool")), str(r.get("device")))] += 1
+        return sum(1 for n in held.values() if n > 1)
 
     def _parents(self) -> dict[str, str]:
         """`ns/<PodGroup>` -> its CompositePodGroup, for every PodGroup that has one."""
@@ -385,6 +502,18 @@ class Soak:
 
 
 COMPOSITE_API = "scheduling.k8s.io/v1alpha3"
+
+
+def _taint_rule(name: str, kube_node: str, device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{keys.DRA_GROUP}/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": kube_node, "device": device},
+            "taint": {"key": "example.com/soak", "value": "chaos", "effect": "NoSchedule"},
+        },
+    }
 
 
 def _served(client: KubeClient, path: str) -> bool:
@@ -462,10 +591,13 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
     """Churn and faults for `minutes`, quiet for `settle` seconds, then the invariants."""
     kube.ensure_namespace(k8s.CoreV1Api(kube.api(cfg)), namespace)
     soak = Soak(cfg, seed, namespace)
+    if soak.serves_rules:
+        soak.ensure_templates()
     stop = threading.Event()
     threads = [
         threading.Thread(target=soak.churn, args=(stop,), daemon=True),
         threading.Thread(target=soak.faults, args=(stop, minutes), daemon=True),
+        threading.Thread(target=soak.watch_drains, args=(stop,), daemon=True),
     ]
     began = time.monotonic()
     for t in threads:
@@ -475,6 +607,12 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
     for t in threads:
         t.join(300)
     soak._up()
+    for attempt in range(5):
+        try:
+            soak.untaint_all()
+            break
+        except KubeError:
+            time.sleep(2 + attempt)  # the apiserver was the last thing restarted
     ran = (time.monotonic() - began) / 60
     print(f"churn and faults for {ran:.1f} min; settling {settle:.0f}s", flush=True)
     time.sleep(settle)
@@ -495,6 +633,15 @@ def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
     pods = f"/api/v1/namespaces/{namespace}/pods"
     for pod in client.get(pods).get("items") or []:
         _delete(client, f"{pods}/{pod['metadata']['name']}", {"gracePeriodSeconds": 0})
+    rules = f"/apis/{keys.DRA_GROUP}/v1/{keys.DEVICE_TAINT_RULES}"
+    if _served(client, rules):
+        for rule in client.get(rules).get("items") or []:
+            if rule["metadata"]["name"].startswith("soak-taint-"):
+                _delete(client, f"{rules}/{rule['metadata']['name']}")
+    templates = f"/apis/{keys.DRA_GROUP}/v1/namespaces/{namespace}/resourceclaimtemplates"
+    if _served(client, templates):
+        for template in client.get(templates).get("items") or []:
+            _delete(client, f"{templates}/{template['metadata']['name']}")
     plain = [str(j["id"]) for j in slurm_jobs(cfg) if j["name"].startswith("soak-plain-")]
     if plain:
         subprocess.run(["scancel", *plain], env=slurm_env(cfg), capture_output=True, timeout=30)

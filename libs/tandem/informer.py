@@ -62,6 +62,9 @@ class Informer:
         self._synced = [threading.Event() for _ in paths]
         # Why the last list or watch failed ("" once a list succeeds): what readiness quotes.
         self.trouble = ""
+        # With `api`: the "group/version" listed last ("" while the cluster serves none), what a
+        # writer of the kind writes to.
+        self.served = ""
 
     def get(self, key: str) -> JSON | None:
         with self._lock:
@@ -148,6 +151,7 @@ class Informer:
                     current = self._watch(path, current)  # None: expired, list again
             except KubeError as e:
                 if self.optional and e.status == 404:
+                    self.served = ""
                     if not self._synced[index].is_set():
                         log.info("not served by this cluster; looking again later", extra={"path": path})
                     self._synced[index].set()
@@ -170,6 +174,7 @@ class Informer:
         served = self.api.served(self.kube)
         if served is None:
             raise KubeError(404, "NotFound", f"no version of {self.api.group} serves {self.api.resource}")
+        self.served = served
         return template.format(api=served)
 
     def _list(self, path: str) -> str:

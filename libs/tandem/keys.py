@@ -166,6 +166,18 @@ EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 # disagree (count, type or index): no Pod claiming GPUs is placed there.
 GPU_MISMATCH_CONDITION = "SlurmGpuMismatch"
 DEVICE_CLASSES = "deviceclasses"
+# DRA device taints (GA in Kubernetes 1.37, beta in 1.36): an admin's or a health controller's
+# DeviceTaintRule, in the version the apiserver serves.
+DEVICE_TAINT_RULES = "devicetaintrules"
+DEVICE_TAINT_RULE_VERSIONS = ("v1", "v1beta2")
+# The device taint the syncer puts (through a DeviceTaintRule of its own) on each GPU a Slurm drain
+# names, while that drain lasts (tandem.syncer.gputaints); its rules carry these labels, and the
+# drain reason in the annotation.
+SLURM_GPU_TAINT_KEY = PREFIX + "slurm-drain"
+SLURM_GPU_RULE_LABEL = PREFIX + "slurm-node"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+SYNCER_MANAGER = "tandem-syncer"
+SLURM_GPU_RULE_REASON = PREFIX + "slurm-reason"
 
 # Pod groups placed as one Slurm job (gang scheduling). A Kubernetes PodGroup (the Workload API;
 # the Job controller makes one for an Indexed Job) that a Pod joins through

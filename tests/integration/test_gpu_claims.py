@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,15 +73,25 @@ def running(core: k8s.CoreV1Api, name: str) -> k8s.V1Pod | None:
     return pod if pod is not None and pod.spec.node_name and pod.status.phase == "Running" else None
 
 
-def slurm_indices(cfg: StackConfig, job_id: int) -> set[int]:
-    """The GPU indices Slurm allocated the job, from `scontrol show job -d` (`GRES=gpu:h100:2(IDX:4-5)`)."""
+def slurm_indices(cfg: StackConfig, job_id: int, gres_type: str = "") -> set[int]:
+    """The GPU indices Slurm allocated the job (of one GRES type, or all), from `scontrol show job
+    -d`: `GRES=gpu:h100:2(IDX:4-5)`, or on a node of several types one record each, those it
+    holds none of empty (`GRES=gpu:1g.10gb:0(IDX:),gpu:h100:2(IDX:9-10)`)."""
     shown = h.scontrol(cfg, "show", "job", "-d", str(job_id))
-    found = re.search(r"GRES=gpu:[^(\s]*\(IDX:([0-9,\-]+)\)", shown)
+    found = re.search(r" GRES=(\S+)", shown)
     assert found, shown
+    records = re.findall(r"gpu:([^:(,]+):(\d+)\(IDX:([0-9,\-]*)\)", found.group(1))
+    assert records, shown
     indices: set[int] = set()
-    for part in found.group(1).split(","):
-        first, _, last = part.partition("-")
-        indices.update(range(int(first), int(last or first) + 1))
+    for typed, count, listed in records:
+        if gres_type and typed != gres_type:
+            continue
+        held: set[int] = set()
+        for part in filter(None, listed.split(",")):
+            first, _, last = part.partition("-")
+            held.update(range(int(first), int(last or first) + 1))
+        assert len(held) == int(count), shown
+        indices |= held
     return indices
 
 
@@ -301,3 +312,114 @@ def test_a_claim_is_freed_when_its_pod_goes_and_serves_the_next_pod(
     h.wait_until(f"{second} running", functools.partial(running, core, second), 60)
     got = allocated(api, f"{first}-gpus")
     assert got is not None and got[0] == slurm_indices(stack_cfg, h.job_id_of(core, second) or 0)
+
+
+def _refusal(core: k8s.CoreV1Api, name: str) -> k8s.CoreV1Event | None:
+    refused = [e for e in h.events_for(core, name) if "cannot be given" in e.message]
+    return next((e for e in refused if e.reason == "FailedScheduling"), None)
+
+
+def _job_running(cfg: StackConfig, job: int) -> bool:
+    return "RUNNING" in h.squeue(cfg, "-j", str(job), "-h", "-o", "%T")
+
+
+def _on_node(pod: dict[str, Any], kube_node: str) -> dict[str, Any]:
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": kube_node}
+    return pod
+
+
+def test_whole_gpus_and_mig_slices_share_the_mixed_node_with_slurm_jobs(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """Issue 37, as a new user tried it: on the mixed node (GPU 0 as 7 slices of 1g.10gb, 7 whole
+    H100s), two Pods each claim 2 whole GPUs of any product from a template, a Slurm job takes 3
+    whole GPUs, a Pod claims one slice and a Slurm job another, all at once. Before: the whole-GPU
+    Pods' jobs asked untyped `gres/gpu:2`, Slurm gave them slices, and each was cancelled."""
+    index = config.MIG_NODE
+    node, kube_node = config.slurm_node_name(index), config.kube_node_name(index)
+    template = h.unique("whole")
+    api.post(TEMPLATES, {"metadata": {"name": template}, "spec": {"spec": _request(2, selector="")}})
+    whole = [h.unique("whole"), h.unique("whole")]
+    for name in whole:
+        h.create(core, _on_node(claiming_pod(stack_cfg, name, "", template=template), kube_node))
+    mig = h.unique("slice")
+    profile = f'device.attributes["gpu.nvidia.com"].profile == "{config.MIG_PROFILE}"'
+    api.post(
+        CLAIMS,
+        {"metadata": {"name": f"{mig}-slice"}, "spec": _request(1, profile, device_class="mig.nvidia.com")},
+    )
+    h.create(core, _on_node(claiming_pod(stack_cfg, mig, "", claim_name=f"{mig}-slice"), kube_node))
+    training = h.sbatch(stack_cfg, "--gres=gpu:h100:3", f"--nodelist={node}", "--cpus-per-task=1", "--mem=1G")
+    sliced = h.sbatch(
+        stack_cfg, f"--gres=gpu:{config.MIG_PROFILE}:1", f"--nodelist={node}", "--cpus-per-task=1", "--mem=1G"
+    )
+    for name in (*whole, mig):
+        h.wait_until(f"{name} running", functools.partial(running, core, name), 90)
+    for job in (training, sliced):
+        h.wait_until(f"Slurm job {job} running", functools.partial(_job_running, stack_cfg, job), 60)
+    held: dict[str, set[int]] = {}
+    for name in (*whole, mig):
+        pod = h.get_pod(core, name)
+        assert pod is not None and pod.spec.node_name == kube_node
+        made = pod.status.resource_claim_statuses[0].resource_claim_name if name != mig else f"{mig}-slice"
+        got = allocated(api, made)
+        assert got is not None, f"{name}'s claim has no allocation"
+        job_id = h.job_id_of(core, name) or 0
+        # Exactly the indices Slurm gave the Pod's placeholder job, of the type its claim asks.
+        assert got[0] == slurm_indices(stack_cfg, job_id), name
+        wanted = config.MIG_PROFILE if name == mig else config.GPU_GRES_TYPE
+        assert f"gpu:{wanted}:" in h.rest_job(stack_cfg, job_id)["tres_per_node"]
+        held[name] = got[0]
+    held["training"] = slurm_indices(stack_cfg, training, config.GPU_GRES_TYPE)
+    held["sliced"] = slurm_indices(stack_cfg, sliced, config.MIG_PROFILE)
+    assert sorted(len(v) for v in held.values()) == [1, 1, 2, 2, 3]
+    taken = [i for v in held.values() for i in v]
+    assert len(taken) == len(set(taken)), f"a GPU given twice: {held}"
+    slices = set(range(config.MIG_SLICES))
+    assert held[mig] <= slices and held["sliced"] <= slices
+    assert not (held[whole[0]] | held[whole[1]] | held["training"]) & slices
+
+
+def test_a_claim_whose_gpus_cannot_be_mapped_is_refused_once_and_drains_no_node(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """Every device of the node's slice carries the taint the syncer mirrors a Slurm drain with
+    (as between an admin's resume and the syncer removing it): the syncer drains nothing for its
+    own taint, but no GPU Slurm picks can be given to the claim. The Pod is refused with an Event
+    naming the device, its job cancelled once and not submitted again, and its node is not
+    drained. Before: the Pod that never ran kept its job's end waiting until KillWait, then drained
+    the node ('still running at KillWait')."""
+    index = 4
+    node, kube_node = config.slurm_node_name(index), config.kube_node_name(index)
+    path = f"{BASE}/resourceslices/{kube_node}-{resourceslices.DRIVER}"
+    tainted = resourceslices.resource_slice(kube_node)
+    for device in tainted["spec"]["devices"]:
+        taint = {"key": keys.SLURM_GPU_TAINT_KEY, "value": device["name"], "effect": "NoSchedule"}
+        device["taints"] = [taint]
+    _replace(api, path, tainted)
+    try:
+        name = h.unique("unmapped")
+        claim(api, f"{name}-gpus", 1)
+        h.create(core, claiming_pod(stack_cfg, name, node, claim_name=f"{name}-gpus"))
+        event = h.wait_until("the refusal's Event", functools.partial(_refusal, core, name), 60)
+        assert "is tainted" in event.message, event.message
+        condition = h.scheduled_condition(h.get_pod(core, name))
+        assert condition is not None and condition.reason == "GpuAllocationMismatch"
+        job = int(re.search(r"job (\d+)", event.message).group(1))  # type: ignore[union-attr]
+        # Its job ends at once: nothing of it ran, nothing waits until KillWait.
+        h.wait_until(
+            "the job ended",
+            lambda: not h.squeue(stack_cfg, "-j", str(job), "-h", "-o", "%T").strip(),
+            config.KILL_WAIT_SECONDS - 10,
+        )
+        state = h.scontrol(stack_cfg, "show", "node", node)
+        assert "DRAIN" not in state, state
+        # Refused once: no new job follows, and one Event says so.
+        time.sleep(5)
+        assert h.job_id_of(core, name) in (None, job)
+        assert not [j for j in h.squeue_ids(stack_cfg) if j != job]
+        refused = [e for e in h.events_for(core, name) if "cannot be given" in (e.message or "")]
+        assert sum(e.count or 1 for e in refused) == 1
+        assert "DRAIN" not in h.scontrol(stack_cfg, "show", "node", node)
+    finally:
+        _replace(api, path, resourceslices.resource_slice(kube_node))

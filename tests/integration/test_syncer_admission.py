@@ -5,6 +5,8 @@ own ServiceAccount token against the real apiserver."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from devstack import config, services
@@ -62,3 +64,50 @@ def test_the_syncer_cannot_cordon_or_relabel_a_node(as_syncer: KubeClient) -> No
     after = as_syncer.get(path)
     assert not after["spec"].get("unschedulable")
     assert all(t["key"] != "example.com/other" for t in after["spec"].get("taints") or [])
+
+
+def test_the_syncer_taints_devices_only_as_a_slurm_drain_s_mirror(
+    stack_cfg: StackConfig, as_syncer: KubeClient
+) -> None:
+    """Issue 37: RBAC lets the syncer create and delete DeviceTaintRules (a Slurm drain naming GPUs
+    taints their devices). A stolen token must not evict every DRA Pod with a NoExecute rule, nor
+    delete an admin's rule; the policy holds it to NoSchedule rules of its own."""
+    rules = f"/apis/{keys.DRA_GROUP}/v1/{keys.DEVICE_TAINT_RULES}"
+    admin = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
+    try:
+        admin.get(rules)
+    except KubeError as e:
+        pytest.skip(f"this Kubernetes serves no {rules}: {e}")
+
+    def rule(name: str, effect: str, key: str = keys.SLURM_GPU_TAINT_KEY) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{keys.DRA_GROUP}/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": {keys.MANAGED_BY_LABEL: keys.SYNCER_MANAGER}},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com"}, "taint": {"key": key, "effect": effect}},
+        }
+
+    evict = _refused(lambda: as_syncer.post(rules, rule("tandem-slurm-evil", "NoExecute")))
+    assert "may only create DeviceTaintRules named tandem-slurm-*" in evict.message
+    other_key = _refused(
+        lambda: as_syncer.post(rules, rule("tandem-slurm-evil", "NoSchedule", "example.com/x"))
+    )
+    assert "may only create DeviceTaintRules" in other_key.message
+    admins = {**rule("admin-rule", "None", "example.com/x"), "metadata": {"name": "admin-rule"}}
+    admin.post(rules, admins)
+    try:
+        deleted = _refused(lambda: as_syncer.delete(f"{rules}/admin-rule"))
+        assert "may only create DeviceTaintRules" in deleted.message
+        assert admin.get(f"{rules}/admin-rule")["metadata"]["name"] == "admin-rule"
+    finally:
+        admin.delete(f"{rules}/admin-rule")
+        admin.close()
+    assert not [r for r in admin_rules(stack_cfg, rules) if r["metadata"]["name"] == "tandem-slurm-evil"]
+
+
+def admin_rules(cfg: StackConfig, rules: str) -> list[dict[str, Any]]:
+    client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    try:
+        return list(client.get(rules).get("items") or [])
+    finally:
+        client.close()

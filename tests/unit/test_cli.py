@@ -4,6 +4,7 @@ alone; and a clear error, not a traceback, when the cluster or the syncer cannot
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -14,6 +15,8 @@ from devstack import pki
 from tandem import keys
 from tandem.cli import facts as f
 from tandem.cli import main, output, views
+from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.dra.taints import DeviceTaint
 from tandem.kube import JSON
 from tandem.mtls import TlsFiles
 from tandem.slurm.models import Job, JobStatus, Node
@@ -141,6 +144,7 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "LOCK": "locked_strict",
             "JOBS": "13",
             "GPUS": "",
+            "GPU HEALTH": "",
             "PODS": "team-a/running",
         },
         {
@@ -151,6 +155,7 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "LOCK": "false",
             "JOBS": "",
             "GPUS": "",
+            "GPU HEALTH": "",
             "PODS": "",
         },
     ]
@@ -168,6 +173,32 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
     assert (rows[0]["SLURM STATE"], rows[0]["JOBS"]) == ("ALLOCATED", "13,20")
     assert rows[0]["GPUS"] == ""
     assert (rows[1]["SLURM STATE"], rows[1]["REASON"]) == ("IDLE+DRAIN", "k8s: Node cordoned")
+
+
+def test_nodes_show_each_unhealthy_gpu_and_the_side_that_says_so() -> None:
+    """Issue 37: GPU 3 tainted in Kubernetes (so Tandem drained the Slurm node), GPU 5 named by an
+    admin's Slurm drain (so Tandem tainted its device, which is not Kubernetes' own word)."""
+    xid = DeviceTaint("example.com/xid", "79", "NoSchedule")
+    own = DeviceTaint(keys.SLURM_GPU_TAINT_KEY, "gpu-5", "NoSchedule")
+    devices = NodeDevices(
+        "node-000",
+        "gpu.nvidia.com",
+        "node-000",
+        tuple(
+            SlicedDevice(f"gpu-{i}", "gpu", "h100", i, (xid,) if i == 3 else (own,) if i == 5 else ())
+            for i in range(8)
+        ),
+    )
+    running = pod("running", 13, node="node-000", phase="Running")
+    slurm = f.SlurmView(nodes={"gpu-000": Node("gpu-000", "IDLE", ("DRAIN",), "xid 79 on GPU 5", "root")})
+    seen = facts(running, slurm=slurm)
+    seen.gpus = {"node-000": devices, "node-002": "no ResourceSlice of gpu.nvidia.com for Node node-002"}
+    rows = {r["NODE"]: r for r in views.node_rows(seen)}
+    assert rows["node-000"]["GPU HEALTH"] == "3:k8s 5:slurm"
+    assert rows["node-002"]["GPU HEALTH"].startswith("unknown: no ResourceSlice")
+    seen.gpus = {"node-000": replace(devices, devices=tuple(replace(d, taints=()) for d in devices.devices))}
+    seen.slurm = f.SlurmView(nodes={"gpu-000": Node("gpu-000", "IDLE")})
+    assert views.node_rows(seen)[0]["GPU HEALTH"] == "ok"
 
 
 def test_describe_tells_the_whole_story_of_a_pending_pod() -> None:
@@ -351,3 +382,11 @@ def test_describe_names_the_claim_made_for_a_pods_nvidia_gpu() -> None:
         "nvidia.com/gpu of container main:"
         " ResourceClaim infer-extended-resources-abcde, request container-0-request-2"
     ]
+
+
+def test_gpu_health_reads_a_slurm_drain_from_the_node_without_the_syncer() -> None:
+    running = pod("running", 13, node="node-000", phase="Running")
+    seen = facts(running)
+    seen.nodes["node-000"]["metadata"]["annotations"] = {keys.DRAIN_ANNOTATION: "GPUs 1-2 ECC"}
+    seen.gpus = {"node-000": NodeDevices("node-000", "gpu.nvidia.com", "node-000", ())}
+    assert views.node_rows(seen)[0]["GPU HEALTH"] == "1:slurm 2:slurm"

@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from tandem import keys, placeholder
 from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import DraConfig, pod_gpus
 from tandem.dra.slices import NodeDevices, SlicedDevice
 from tandem.scheduler import decide as d
 from tandem.scheduler import groups, policy
+from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
 
 SCHEDULER = "tandem-test"
@@ -88,7 +91,7 @@ def seen(
         jobs=(j,) if j is not None else (),
         recorded={REF.uid: 7} if j is not None else {},
         hosts=HOSTS,
-        fits=None,
+        fits=kw.pop("fits", None),
         kill_wait=30,
         policy=POLICY,
         gpus={REF.uid: pod_gpus(p, claims, {}, CFG)},
@@ -181,3 +184,67 @@ def test_a_pod_without_claims_is_as_before() -> None:
     observed = replace(seen(p), gpus={})
     action = d.decide(observed)
     assert isinstance(action, d.Submit) and keys.GPU_RESOURCE not in action.validations[0].requests
+
+
+def _fit(types: frozenset[str] | None) -> dict[str, Eligibility]:
+    return {REF.uid: Eligibility(total=1, whole_gpu_types=types)}
+
+
+def test_whole_gpus_of_no_product_ask_for_the_one_whole_type_the_nodes_publish() -> None:
+    """Issue 37: untyped, `gres/gpu:2` on the lab's mixed node was given as two MIG slices (a `gpu`
+    GRES of type 1g.10gb), which no whole-GPU claim can hold; the job was cancelled."""
+    action = d.decide(seen(pod(), fits=_fit(frozenset({"h100"}))))
+    assert isinstance(action, d.Submit)
+    assert action.validations[0].gpu_type == "h100"
+    assert action.validations[0].requests[keys.GPU_RESOURCE] == 2
+
+
+@pytest.mark.parametrize(
+    ("types", "says"),
+    [
+        (
+            frozenset({"a100", "h100"}),
+            "whole GPUs of Slurm types a100, h100; one Slurm job asks for one type",
+        ),
+        (frozenset(), "no Node that would take it publishes any"),
+    ],
+    ids=["several types", "none"],
+)
+def test_whole_gpus_no_one_type_expresses_wait_unschedulable_with_the_reason(
+    types: frozenset[str], says: str
+) -> None:
+    action = d.decide(seen(pod(), fits=_fit(types)))
+    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert says in action.message and action.event == "FailedScheduling"
+
+
+def test_a_product_selector_names_the_type_whatever_the_nodes_publish() -> None:
+    selector = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+    action = d.decide(seen(pod(), c=claim(2, selector), fits=_fit(frozenset({"a100", "h100"}))))
+    assert isinstance(action, d.Submit) and action.validations[0].gpu_type == "h100"
+
+
+MIXED = NodeDevices(
+    "node-000",
+    "gpu.nvidia.com",
+    "node-000",
+    (
+        *(SlicedDevice(f"gpu-0-mig-1g10gb-19-{i}", "mig", "1g.10gb", i) for i in range(7)),
+        *(SlicedDevice(f"gpu-{g}", "gpu", "h100", 6 + g) for g in range(1, 8)),
+    ),
+)
+
+
+def test_on_a_mixed_node_the_claim_gets_exactly_the_whole_gpus_slurm_chose() -> None:
+    detail = ("gpu:1g.10gb:0(IDX:),gpu:h100:2(IDX:9-10)",)
+    action = d.decide(seen(pod(7), running(detail), devices={"node-000": MIXED}))
+    assert isinstance(action, d.Bind)
+    (write,) = action.claims[REF.uid]
+    assert write.devices == ("gpu-3", "gpu-4")
+
+
+def test_slices_given_for_whole_gpus_refuse_the_pod_once_with_the_reason_not_a_parse_error() -> None:
+    detail = ("gpu:1g.10gb:2(IDX:0-1),gpu:h100:0(IDX:)",)
+    action = d.decide(seen(pod(7), running(detail), devices={"node-000": MIXED}))
+    assert isinstance(action, d.Refuse) and action.reason == d.REASON_GPU_MISMATCH
+    assert "a mig) to a request for a gpu" in action.message

@@ -16,6 +16,7 @@ from tandem.dra.allocation import (
 )
 from tandem.dra.claims import ClaimRequest
 from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.dra.taints import DeviceTaint
 
 NODE = NodeDevices(
     node="node-000",
@@ -23,7 +24,7 @@ NODE = NodeDevices(
     pool="node-000",
     devices=(
         *(SlicedDevice(f"gpu-{i}", "gpu", "h100", i) for i in range(6)),
-        SlicedDevice("gpu-6", "gpu", "h100", 6, tainted=True),
+        SlicedDevice("gpu-6", "gpu", "h100", 6, taints=(DeviceTaint("example.com/xid", "79", "NoSchedule"),)),
         SlicedDevice("gpu-1-mig-1g10gb-19-0", "mig", "1g.10gb", 7),
     ),
 )

@@ -40,6 +40,24 @@ from tandem.dra.gres import (
                 Gres("shard", "", 2, shares=(Share(0, 0, 4), Share(1, 2, 4))),
             ),
         ),
+        # Issue 37: an untyped request on a node of several types gets a record of each type, a
+        # type it holds none of with an empty index list (Slurm 24.11 on the lab's mixed node).
+        ("gpu:h100:0(IDX:)", (Gres("gpu", "h100", 0, indices=()),)),
+        (
+            "gpu:1g.10gb:2(IDX:0-1),gpu:h100:0(IDX:)",
+            (Gres("gpu", "1g.10gb", 2, indices=(0, 1)), Gres("gpu", "h100", 0, indices=())),
+        ),
+        (
+            "gpu:1g.10gb:0(IDX:),gpu:h100:2(IDX:7-8)",
+            (Gres("gpu", "1g.10gb", 0, indices=()), Gres("gpu", "h100", 2, indices=(7, 8))),
+        ),
+        (
+            "gpu:h100:1(IDX:9),shard:h100:2(0/4,2/4)",
+            (
+                Gres("gpu", "h100", 1, indices=(9,)),
+                Gres("shard", "h100", 2, shares=(Share(0, 0, 4), Share(1, 2, 4))),
+            ),
+        ),
         # A node's gres, with its sockets; several types; suffixed counts; no_consume.
         ("gpu:h100:8(S:0-1)", (Gres("gpu", "h100", 8, sockets=(0, 1)),)),
         (
@@ -76,6 +94,7 @@ def test_parses_what_slurm_prints(text: str, parsed: tuple[Gres, ...]) -> None:
         ("gpu:h100:1(IDX:99999999)", f"beyond the {MAX_INDEX}"),
         ("gpu:h100:1(IDX:0-99999999)", f"beyond the {MAX_INDEX}"),
         ("gpu:h100:2(IDX:N/A)", "in use but no index"),
+        ("gpu:h100:2(IDX:)", "in use but no index"),
         ("gpu:h100:2(CNT:2)", "CNT follows the name"),
         ("gpu:h100(IDX:0)", "has no count"),
         ("gpu:h100", "has no count"),

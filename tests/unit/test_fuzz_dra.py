@@ -78,6 +78,52 @@ def test_gres_strings_parse_or_are_refused(text: str) -> None:
     assert all(isinstance(g, Gres) for g in parsed)
 
 
+def _ranges(indices: list[int]) -> str:
+    """Slurm's bit_fmt: ascending runs as `a-b`, single bits as `a`."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+@st.composite
+def job_gres_detail(draw: st.DrawFn) -> tuple[str, dict[tuple[str, str], tuple[int, ...]]]:
+    """A gres_detail entry as slurmctld prints it for a job on a node of one or more GPU types
+    (whole GPUs and MIG slices numbered in one bitmap), the types it holds none of as `:0(IDX:)`,
+    and maybe a shared GRES: the text and the indices each type holds."""
+    types = draw(st.lists(st.sampled_from(["h100", "1g.10gb", "2g.20gb", "a100"]), min_size=1, unique=True))
+    sizes = [draw(st.integers(1, 8)) for _ in types]
+    items: list[str] = []
+    held: dict[tuple[str, str], tuple[int, ...]] = {}
+    first = 0
+    for gres_type, size in zip(types, sizes, strict=True):
+        chosen = draw(st.lists(st.integers(first, first + size - 1), unique=True, max_size=size))
+        first += size
+        held[("gpu", gres_type)] = tuple(sorted(chosen))
+        items.append(f"gpu:{gres_type}:{len(chosen)}(IDX:{_ranges(chosen)})")
+    if draw(st.booleans()):
+        shares = draw(st.lists(st.tuples(st.integers(0, 4), st.just(4)), min_size=1, max_size=4))
+        used = sum(u for u, _ in shares)
+        items.append(f"shard:{used}(" + ",".join(f"{u}/{t}" for u, t in shares) + ")")
+    return ",".join(draw(st.permutations(items))), held
+
+
+@FUZZ
+@given(job_gres_detail())
+def test_every_gres_detail_slurm_prints_parses_to_the_indices_it_holds(
+    detail: tuple[str, dict[tuple[str, str], tuple[int, ...]]],
+) -> None:
+    """Issue 37: `gpu:h100:0(IDX:)` beside MIG slices was refused, and the job cancelled."""
+    text, held = detail
+    parsed = {g.key: g for g in parse_gres(text)}
+    for key, indices in held.items():
+        assert parsed[key].indices == indices
+        assert parsed[key].count == len(indices)
+
+
 @FUZZ
 @given(st.one_of(st.text(max_size=200), st.lists(CEL_PIECES, max_size=30).map("".join)))
 def test_selectors_parse_or_are_refused(expression: str) -> None:

@@ -46,7 +46,10 @@ POD_ROWS = [
     ("its Pod finished", pod(phase="Succeeded"), []),
     ("its Pod records another job (a retried submit's)", pod(job="9"), []),
     ("its Pod is bound to a Node the job does not hold", pod(node="node-009"), []),
-    ("its Pod is not bound yet", pod(node=""), ["web"]),
+    # Issue 37: a Pod whose claim Slurm's GPUs could not be mapped to was never bound; its job,
+    # cancelled by Tandem, waited for it until KillWait and drained the node it never ran on.
+    ("its Pod was never bound: it occupies no node", pod(node=""), []),
+    ("its Pod is bound but finished", pod(phase="Failed"), []),
 ]
 
 
@@ -56,8 +59,13 @@ def test_the_pods_a_job_still_has(why: str, current: dict[str, Any] | None, left
     assert [p["metadata"]["name"] for p in found] == left, why
 
 
-def test_a_groups_pods_are_every_member_that_carries_its_job() -> None:
-    members = [pod("train-0", "u0", "node-001"), pod("train-1", "u1", "node-002", phase="Failed")]
+def test_a_groups_pods_are_every_member_that_carries_its_job_and_occupies_one_of_its_nodes() -> None:
+    members = [
+        pod("train-0", "u0", "node-001"),
+        pod("train-1", "u1", "node-002", phase="Failed"),
+        pod("train-2", "u2", ""),  # never bound
+        pod("train-3", "u3", "node-009"),  # bound to a Node of none of the job's nodes
+    ]
     found = killwait.job_pods(status(("cpu-001", "cpu-002")), GROUP, members, None, host)
     assert [p["metadata"]["name"] for p in found] == ["train-0"]
 
@@ -65,7 +73,8 @@ def test_a_groups_pods_are_every_member_that_carries_its_job() -> None:
 TARGET_ROWS = [
     ("a Pod on the job's node keeps that node", ("cpu-001",), [pod()], {"cpu-001": "web"}),
     ("nothing left: nothing drained", ("cpu-001",), [], {}),
-    ("a Pod not bound keeps the node its script ran on", ("cpu-001",), [pod(node="")], {"cpu-002": "web"}),
+    ("a Pod never bound keeps no node, not even its script's", ("cpu-001",), [pod(node="")], {}),
+    ("a Pod bound to a Node the job does not hold keeps none", ("cpu-001",), [pod(node="node-009")], {}),
     (
         "a group: only the node whose member still runs",
         ("cpu-001", "cpu-002"),
@@ -73,6 +82,7 @@ TARGET_ROWS = [
         {"cpu-002": "train-1"},
     ),
     ("a job Slurm lists no nodes for: the script's node", (), [pod(node="node-002")], {"cpu-002": "web"}),
+    ("a job Slurm lists no nodes for, its Pod not bound: nothing", (), [pod(node="")], {}),
 ]
 
 

@@ -517,8 +517,9 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Sta
     [
         ({keys.JOB_ID_ANNOTATION: "9"}, "node-001"),  # the Pod recorded another job
         ({}, "node-003"),  # bound away from this job's node (its record not cached yet)
+        ({keys.JOB_ID_ANNOTATION: "7"}, ""),  # never bound (issue 37: its claim could not be mapped)
     ],
-    ids=["records another job", "bound elsewhere"],
+    ids=["records another job", "bound elsewhere", "never bound"],
 )
 def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     annotations: dict[str, str], node: str, stacks: list[Stack]

@@ -22,13 +22,17 @@ class Aborted(Exception):
     pass
 
 
-def _servicer(error: SlurmApiError | None = None, job: Job | None = None) -> tuple[SyncerServicer, mock.Mock]:
+def _servicer(
+    error: SlurmApiError | None = None, job: Job | None = None, occupied: bool = True
+) -> tuple[SyncerServicer, mock.Mock]:
     slurm = mock.Mock()
     slurm.drain_node.side_effect = error
     mirror = mock.Mock()
     job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=REF)
     mirror.refresh_job.return_value = JobStatus(job)
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), 30.0)
+    locks = mock.Mock()
+    locks.occupied.return_value = occupied
+    servicer = SyncerServicer(mirror, locks, slurm, mock.Mock(), 30.0)
     servicer.active = True
     return servicer, slurm
 
@@ -47,8 +51,21 @@ def _drain(
 
 def test_the_node_is_drained_over_rest_with_the_reason_the_syncer_writes() -> None:
     servicer, slurm = _servicer()
-    servicer.DrainNode(_drain(reason="k8s: whatever the caller says"), _context())
+    answer = servicer.DrainNode(_drain(reason="k8s: whatever the caller says"), _context())
     slurm.drain_node.assert_called_once_with("cpu-001", keys.killwait_drain_reason("apps", "web", 7))
+    assert answer.drained
+
+
+def test_a_node_no_pod_of_the_job_runs_on_is_not_drained_and_the_caller_is_told() -> None:
+    """Issue 37: the script of a job Tandem cancelled before its Pod was bound drained its node
+    when its terminating call got no answer. The answer says drained=false, so it does not run
+    scontrol either."""
+    servicer, slurm = _servicer(occupied=False)
+    answer = servicer.DrainNode(_drain(), _context())
+    slurm.drain_node.assert_not_called()
+    assert not answer.drained
+    args = servicer.locks.occupied.call_args.args  # type: ignore[attr-defined]
+    assert args[1] == placeholder.PodRef("apps", "web", "uid-1") and args[2] == "cpu-001"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from tandem import keys, slurmd
-from tandem.kube import JSON, KubeClient
+from tandem.discovery import Versioned
+from tandem.dra.claims import DraConfig
+from tandem.dra.slices import NodeDevices, node_devices
+from tandem.dra.taints import taint_rule
+from tandem.kube import JSON, KubeClient, KubeError
 from tandem.mtls import TlsFiles, channel_credentials
 from tandem.scheduler import decide
 from tandem.slurm import wire
@@ -55,6 +59,9 @@ class Facts:
     slurm_node_of: dict[str, str]
     nodes: dict[str, JSON]
     slurm: SlurmView | None = None
+    # Node name -> its NVIDIA GPUs by Slurm index, each with its device taints (its slice's and the
+    # DeviceTaintRules'); or why they cannot be numbered. Only Nodes that publish any.
+    gpus: dict[str, NodeDevices | str] = field(default_factory=dict)
 
     def lock_of(self, slurm_node: str) -> str:
         pod = self.slurmd.get(slurm_node)
@@ -100,7 +107,37 @@ def gather(
     slurm_node_of = {slurmd.host_of(p): name for name, p in hosted.items() if slurmd.host_of(p)}
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
     slurm = read_syncer(syncer_address, tls, syncer_server_name) if syncer_address else None
-    return Facts(pods, hosted, slurm_node_of, nodes, slurm)
+    return Facts(pods, hosted, slurm_node_of, nodes, slurm, gpus_of(kube, nodes))
+
+
+class _AnyProduct(dict[str, str]):
+    """Every product a GRES type of its own: the CLI numbers and reads devices, it types nothing."""
+
+    def get(self, key: str, default: str | None = None) -> str:  # type: ignore[override]
+        return "gpu"
+
+
+def gpus_of(kube: KubeClient, nodes: dict[str, JSON]) -> dict[str, NodeDevices | str]:
+    """Each Node's NVIDIA devices numbered the Slurm way, with their taints; none where the
+    cluster serves no resource.k8s.io (or DeviceTaintRules: then the slices' taints only)."""
+    slices = _served_items(kube, Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS))
+    if not slices:
+        return {}
+    rules_api = Versioned(keys.DRA_GROUP, keys.DEVICE_TAINT_RULES, keys.DEVICE_TAINT_RULE_VERSIONS)
+    rules = [r for raw in _served_items(kube, rules_api) if (r := taint_rule(raw)) is not None]
+    config = DraConfig(product_types=_AnyProduct())
+    named = {str((s.get("spec") or {}).get("nodeName") or "") for s in slices}
+    return {n: node_devices(n, slices, config, rules) for n in sorted(named & set(nodes))}
+
+
+def _served_items(kube: KubeClient, api: Versioned) -> list[JSON]:
+    try:
+        served = api.served(kube)
+        return _items(kube, f"/apis/{served}/{api.resource}") if served else []
+    except KubeError as e:
+        if e.status in (401, 403, 404):
+            return []  # a user who may not read them sees no GPU health, not an error
+        raise
 
 
 def events_of(kube: KubeClient, kind: str, name: str, namespace: str | None) -> list[JSON]:

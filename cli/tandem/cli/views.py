@@ -13,6 +13,7 @@ from tandem.kube import JSON, parse_rfc3339, pod_finished
 from tandem.scheduler import decide, gpuclaims, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
+from tandem.syncer import gputaints
 
 REFUSED = frozenset(decide.REFUSED_REASONS)
 WAITING = frozenset(
@@ -37,7 +38,17 @@ POD_COLUMNS = (
     "LOCK",
     "AGE",
 )
-NODE_COLUMNS = ("NODE", "SLURM NODE", "SLURM STATE", "REASON", "LOCK", "JOBS", "GPUS", "PODS")
+NODE_COLUMNS = (
+    "NODE",
+    "SLURM NODE",
+    "SLURM STATE",
+    "REASON",
+    "LOCK",
+    "JOBS",
+    "GPUS",
+    "GPU HEALTH",
+    "PODS",
+)
 
 
 def scheduled_condition(pod: JSON) -> JSON:
@@ -160,6 +171,7 @@ def node_rows(facts: Facts) -> list[dict[str, str]]:
                 "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
                 "JOBS": ",".join(str(j) for j in sorted(jobs)),
                 "GPUS": _gpus(facts, node, slurm_node),
+                "GPU HEALTH": gpu_health(facts, name, slurm_node),
                 "PODS": ",".join(
                     sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node)
                 ),
@@ -183,6 +195,33 @@ def _gpus(facts: Facts, node: JSON, slurm_node: str) -> str:
             if isinstance(indices, tuple) and indices:
                 held.append((indices, status.job_id))
     return " ".join(f"{compress_indices(i)}={job}" for i, job in sorted(held))
+
+
+def gpu_health(facts: Facts, kube_node: str, slurm_node: str) -> str:
+    """Each unhealthy GPU by Slurm index and the side that says so: `3:k8s` (a device taint keeps
+    it from claims, and so Slurm drains the node), `5:slurm` (a Slurm drain names it, and so its
+    device is tainted); "ok" when the Node's GPUs are all healthy, "" when it publishes none."""
+    devices = facts.gpus.get(kube_node)
+    if devices is None:
+        return ""
+    if isinstance(devices, str):
+        return f"unknown: {devices}"
+    sides: dict[int, list[str]] = {g.index: ["k8s"] for g in gputaints.tainted_gpus(devices)}
+    for index in gputaints.gpus_named(_slurm_drain(facts, kube_node, slurm_node)):
+        sides.setdefault(index, []).append("slurm")
+    if not sides:
+        return "ok"
+    return " ".join(f"{i}:{','.join(who)}" for i, who in sorted(sides.items()))
+
+
+def _slurm_drain(facts: Facts, kube_node: str, slurm_node: str) -> str:
+    """Why Slurm has the node drained or down ("" when it has not): as the syncer's stream says,
+    else as the Node's drain annotation shows it."""
+    if facts.slurm is not None and slurm_node:
+        known = facts.slurm.nodes.get(slurm_node)
+        return known.reason if known is not None and (known.drained or known.state == "DOWN") else ""
+    annotations = ((facts.nodes.get(kube_node) or {}).get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(keys.DRAIN_ANNOTATION) or "")
 
 
 def compress_indices(indices: tuple[int, ...]) -> str:

@@ -116,6 +116,13 @@ class PodGpus:
         """The one GRES type every request agrees on ("" when none names one)."""
         return next((r.gres_type for r in self.requests if r.gres_type), "")
 
+    @property
+    def needs_whole_type(self) -> bool:
+        """Whole GPUs of no product: the job must still name a GRES type, or Slurm may count MIG
+        slices (a type of the same `gpu` GRES) as the GPUs it asked for; the type comes from the
+        Nodes that would take the Pod (decide's)."""
+        return bool(self.requests) and all(r.kind == "gpu" and not r.gres_type for r in self.requests)
+
     def message(self) -> str:
         """One line for a Warning Event; empty when nothing is refused."""
         return "; ".join(str(r) for r in self.refusals)

@@ -1,7 +1,9 @@
 """Slurm's GRES strings as values: which GPU indices a job holds on a node, what a node has.
 
 Shapes, as slurmctld prints them (src/stepmgr/gres_stepmgr.c, src/interfaces/gres.c):
-- a job's `gres_detail`, one string per allocated node: `gpu:h100:2(IDX:0-1,4)`; a shared GRES
+- a job's `gres_detail`, one string per allocated node: `gpu:h100:2(IDX:0-1,4)`; a type of the
+  node the job holds none of, `gpu:h100:0(IDX:)` (an untyped request on a node of several types:
+  `gpu:1g.10gb:2(IDX:0-1),gpu:h100:0(IDX:)`); a shared GRES
   (shard, mps) per GPU index instead, `shard:2(2/4,0/4)` (allocated/available on GPU 0, 1, ...);
   a GRES without a bitmap `gpu:h100(CNT:2)`; several GRES comma-separated.
 - a node's `gres`: `gpu:h100:8(S:0-1)` (S: the sockets), counts may carry a suffix (`shard:1K`),
@@ -142,6 +144,18 @@ def parse_job_gres_detail(details: list[str] | tuple[str, ...], node_position: i
     return parse_gres(details[node_position])
 
 
+def gpu_indices(details: list[str] | tuple[str, ...], nodes: tuple[str, ...], node: str) -> tuple[int, ...]:
+    """Every GPU index (whole GPUs and MIG slices: one bitmap) a job holds on `node`; () when it
+    holds none there or Slurm printed none that Tandem reads."""
+    if node not in nodes:
+        return ()
+    try:
+        held = parse_job_gres_detail(details, nodes.index(node))
+    except GresError:
+        return ()
+    return tuple(sorted(i for g in held if g.name == "gpu" for i in g.indices or ()))
+
+
 def indices_of(gres: tuple[Gres, ...], name: str, gres_type: str) -> tuple[int, ...]:
     """The indices of `name:gres_type` among parsed GRES; () when it is absent or printed none."""
     for g in gres:
@@ -198,7 +212,9 @@ def _parse_item(item: str) -> Gres:
         raise GresError(f"{_quote(item)} has no count")
     if detail.startswith("IDX:"):
         listed = detail[4:]
-        if listed == "N/A":
+        # `N/A`: a node's type none of whose GPUs is in use; empty: a type of the node a job holds
+        # none of (an untyped request gets a record of every type, `gpu:h100:0(IDX:)`).
+        if listed in ("N/A", ""):
             if count:
                 raise GresError(f"{_quote(item)}: {count} in use but no index listed")
             return replace(gres, indices=())

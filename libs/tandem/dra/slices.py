@@ -21,12 +21,13 @@ Which device is Slurm's index i:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem.dra.claims import DRIVER, DraConfig
 from tandem.dra.gres import MAX_INDEX, Gres
 from tandem.dra.shape import at, items, obj
+from tandem.dra.taints import DeviceTaint, TaintRule, device_taints, rule_taints
 
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 # Kubernetes' bounds: ResourceSliceMaxDevices per slice; a driver splits a node's pool into a few.
@@ -44,7 +45,13 @@ class SlicedDevice:
     kind: str  # "gpu" or "mig"
     gres_type: str
     index: int
-    tainted: bool = False
+    # Its taints, from the slice (and from DeviceTaintRules, where the reader adds them).
+    taints: tuple[DeviceTaint, ...] = ()
+
+    @property
+    def tainted(self) -> bool:
+        """A taint keeps it from claims (NoSchedule or NoExecute; `None` is informational)."""
+        return any(t.effective for t in self.taints)
 
 
 @dataclass(frozen=True)
@@ -74,9 +81,12 @@ class Agreement:
         return not self.difference
 
 
-def node_devices(node: str, slices: Sequence[Obj], cfg: DraConfig) -> NodeDevices | str:
+def node_devices(
+    node: str, slices: Sequence[Obj], cfg: DraConfig, rules: Sequence[TaintRule] = ()
+) -> NodeDevices | str:
     """The NVIDIA devices of Kubernetes Node `node` from all ResourceSlices (of any driver, any
-    node: the others are skipped), numbered as Slurm numbers them; else why they cannot be."""
+    node: the others are skipped), numbered as Slurm numbers them; else why they cannot be. Each
+    carries its slice's taints and those of the DeviceTaintRules (`rules`) that select it."""
     mine = [s for s in slices if _spec(s).get("driver") == DRIVER and _spec(s).get("nodeName") == node]
     if not mine:
         return f"no ResourceSlice of {DRIVER} for Node {node}"
@@ -101,7 +111,13 @@ def node_devices(node: str, slices: Sequence[Obj], cfg: DraConfig) -> NodeDevice
     if isinstance(numbered, str):
         return numbered
     devices, unnumbered = numbered
-    return NodeDevices(node=node, driver=DRIVER, pool=pools.pop(), devices=devices, unnumbered=unnumbered)
+    pool = pools.pop()
+    if rules:
+        devices = tuple(
+            replace(d, taints=tuple(sorted({*d.taints, *rule_taints(rules, DRIVER, pool, d.name)})))
+            for d in devices
+        )
+    return NodeDevices(node=node, driver=DRIVER, pool=pool, devices=devices, unnumbered=unnumbered)
 
 
 def agreement(
@@ -156,7 +172,7 @@ def agreement(
 
 
 def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, ...], tuple[str, ...]] | str:
-    typed: list[tuple[str, str, str, int | None, str, bool]] = []
+    typed: list[tuple[str, str, str, int | None, str, tuple[DeviceTaint, ...]]] = []
     for d in raw:
         if not isinstance(d, Mapping):
             return "a ResourceSlice device is not an object"
@@ -178,14 +194,14 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         index = _index(attrs)
         if isinstance(index, str):
             return f"device {name} {index}"
-        typed.append((name, kind, gres_type, index, _string(attrs, PCI_BUS_ID), bool(d.get("taints"))))
+        typed.append((name, kind, gres_type, index, _string(attrs, PCI_BUS_ID), device_taints(d)))
     ranked = _pci_ranks(typed)
     if isinstance(ranked, str):
         return ranked
     devices: list[SlicedDevice] = []
     unnumbered: list[str] = []
     seen: dict[int, str] = {}
-    for name, kind, gres_type, index, _, tainted in typed:
+    for name, kind, gres_type, index, _, taints in typed:
         if index is None:
             if kind == "mig":
                 unnumbered.append(name)
@@ -194,11 +210,13 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         if index in seen:
             return f"devices {seen[index]} and {name} both have index {index}"
         seen[index] = name
-        devices.append(SlicedDevice(name=name, kind=kind, gres_type=gres_type, index=index, tainted=tainted))
+        devices.append(SlicedDevice(name=name, kind=kind, gres_type=gres_type, index=index, taints=taints))
     return tuple(sorted(devices, key=lambda d: d.index)), tuple(unnumbered)
 
 
-def _pci_ranks(typed: Sequence[tuple[str, str, str, int | None, str, bool]]) -> dict[str, int] | str:
+def _pci_ranks(
+    typed: Sequence[tuple[str, str, str, int | None, str, tuple[DeviceTaint, ...]]],
+) -> dict[str, int] | str:
     unindexed = [(bus, name) for name, kind, _, index, bus, _ in typed if kind == "gpu" and index is None]
     if not unindexed:
         return {}

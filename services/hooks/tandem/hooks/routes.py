@@ -120,11 +120,14 @@ class SyncerRoutes:
 
     def drain(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
-        self._stub().DrainNode(
+        reply = self._stub().DrainNode(
             syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )
+        if not reply.drained:
+            why = "no Pod of the job runs on the node"
+            return HTTPStatus.OK, {"node": node, "drained": False, "why": why}
         return HTTPStatus.OK, {"node": node, "drained": True}
 
 

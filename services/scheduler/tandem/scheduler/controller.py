@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -582,7 +582,7 @@ class Controller:
                 continue  # validation reports it
             if hosts is None:
                 hosts, nodes = self.jobs.kube_nodes(), cluster.nodes.snapshot()
-            fits[str(pod["metadata"]["uid"])] = eligibility.judge(
+            fit = eligibility.judge(
                 pod,
                 requests,
                 hosts,
@@ -590,7 +590,21 @@ class Controller:
                 cluster.rooms.room,
                 self._dra_gpus() if requests.get(keys.GPU_RESOURCE, 0) > 0 else None,
             )
+            fits[str(pod["metadata"]["uid"])] = self._with_whole_gpu_types(pod, fit, hosts)
         return fits
+
+    def _with_whole_gpu_types(
+        self, pod: JSON, fit: eligibility.Eligibility, hosts: Mapping[str, str]
+    ) -> eligibility.Eligibility:
+        """The fit, with the whole-GPU types of the Nodes it leaves when the Pod's claims ask whole
+        GPUs of no product (the job must name one: decide picks it)."""
+        gpus = self.dra.pod_gpus(pod) if self.dra is not None else None
+        if self.dra is None or gpus is None or not gpus.needs_whole_type:
+            return fit
+        excluded = set(fit.excluded)
+        candidates = {h for s, h in hosts.items() if h and s not in excluded}
+        types = frozenset(t for h in candidates for t in self.dra.whole_gpu_types(h))
+        return dataclasses.replace(fit, whole_gpu_types=types)
 
     def _dra_gpus(self) -> eligibility.DraGpus | None:
         if self.dra is None:

@@ -625,8 +625,45 @@ def _new_job(
     )
     if unschedulable is not None:
         return unschedulable
+    typed = _typed_whole_gpus(o, group, members, valid, fits)
+    if isinstance(typed, Pend):
+        return typed
     counts = tuple(c.min_count for c in group.components)
-    return Submit(members, valid, unfit, counts)
+    return Submit(members, typed, unfit, counts)
+
+
+def _typed_whole_gpus(
+    o: Observed,
+    group: groups.Group,
+    members: tuple[JSON, ...],
+    valid: tuple[validation.Validation, ...],
+    fits: list[Eligibility],
+) -> tuple[validation.Validation, ...] | Pend:
+    """Members whose claims ask whole GPUs of no product ask Slurm for the one whole-GPU type the
+    Nodes that would take them publish. Untyped, `gpu:2` may be given as MIG slices on a node of
+    both (its slices are `gpu` GRES too), which no whole-GPU claim can hold. Several types: one
+    Slurm job names one, so the member waits (a product selector or a nodeSelector settles it)."""
+    needing = [i for i, m in enumerate(members) if o.gpus.get(_uid(m), NO_GPUS).needs_whole_type]
+    judged = [f.whole_gpu_types for f in fits if f.whole_gpu_types is not None]
+    if not needing or not judged:
+        return valid
+    types = sorted(frozenset().union(*judged))
+    if len(types) == 1:
+        return tuple(replace(v, gpu_type=types[0]) if i in needing else v for i, v in enumerate(valid))
+    who = "the Pod's" if group.alone else f"{group.title}'s"
+    if not types:
+        message = (
+            f"{who} ResourceClaims ask for whole GPUs (DeviceClass gpu.nvidia.com), and no Node that"
+            " would take it publishes any"
+        )
+    else:
+        message = (
+            f"{who} ResourceClaims ask for whole GPUs of any product, and the Nodes that would take it"
+            f" have whole GPUs of Slurm types {', '.join(types)}; one Slurm job asks for one type: select"
+            ' device.attributes["gpu.nvidia.com"].productName in the claim, or narrow the Nodes with a'
+            " nodeSelector"
+        )
+    return Pend(members, REASON_UNSCHEDULABLE, message, event="FailedScheduling")
 
 
 def _missing(group: groups.Group, live: tuple[JSON, ...]) -> str:

@@ -95,6 +95,14 @@ class DraCaches:
             for node in set(kube_nodes)
         }
 
+    def whole_gpu_types(self, kube_node: str) -> frozenset[str]:
+        """The Slurm GRES types of the whole GPUs the Node publishes (none when its ResourceSlices
+        cannot be read): a MIG slice of one of them is a device of its own type."""
+        found = self.devices((kube_node,))[kube_node]
+        if isinstance(found, str):
+            return frozenset()
+        return frozenset(d.gres_type for d in found.devices if d.kind == "gpu" and d.gres_type)
+
     def extended_class(self) -> str:
         """The DeviceClass serving nvidia.com/gpu through DRA ("" when none does)."""
         return extended.mapped_class(self.classes.items())

@@ -156,6 +156,9 @@ class Eligibility:
     excluded: tuple[str, ...] = ()
     # Why, per reason: "node(s) didn't match Pod's node affinity/selector" -> 60.
     reasons: Counter[str] = field(default_factory=Counter)
+    # The Slurm GRES types of the whole GPUs the Nodes that would take the Pod publish; None when
+    # not asked (only a Pod whose claims ask whole GPUs of no product needs it: tandem.dra.claims).
+    whole_gpu_types: frozenset[str] | None = None
 
     @property
     def available(self) -> int:

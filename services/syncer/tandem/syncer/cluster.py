@@ -14,6 +14,7 @@ from tandem import keys, slurmd
 from tandem.discovery import Versioned
 from tandem.dra.claims import DRIVER
 from tandem.dra.slices import slim_slice
+from tandem.dra.taints import slim_rule
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 from tandem.syncer import health
@@ -136,21 +137,35 @@ class ClusterView:
             transform=slim_slice,
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_SLICES, keys.DRA_VERSIONS),
         )
+        # The DeviceTaintRules: an admin's or a health controller's taint a GPU, which Slurm must
+        # then not give out (tandem.syncer.gputaints); the syncer's own mirror Slurm drains. A
+        # cluster that serves none (before 1.36's beta) has none.
+        self.taint_rules = Informer(
+            kube,
+            [f"/apis/{{api}}/{keys.DEVICE_TAINT_RULES}"],
+            {},
+            self._on_taint_rule,
+            indexes={SLURMD: _rule_slurm_node_of},
+            transform=slim_rule,
+            api=Versioned(keys.DRA_GROUP, keys.DEVICE_TAINT_RULES, keys.DEVICE_TAINT_RULE_VERSIONS),
+        )
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
         self.nodes.start(stop)
         self.slices.start(stop)
+        self.taint_rules.start(stop)
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced and self.nodes.synced and self.slices.synced
+        return self.pods.synced and self.nodes.synced and self.slices.synced and self.taint_rules.synced
 
     def wait_synced(self, timeout: float) -> bool:
         return (
             self.pods.wait_synced(timeout)
             and self.nodes.wait_synced(timeout)
             and self.slices.wait_synced(timeout)
+            and self.taint_rules.wait_synced(timeout)
         )
 
     # -- reading ---------------------------------------------------------------------------------
@@ -190,6 +205,14 @@ class ClusterView:
     def slices_on(self, kube_node: str) -> list[JSON]:
         """The NVIDIA ResourceSlices of this Node's devices."""
         return self.slices.by_index(BY_NODE, kube_node)
+
+    def taint_rules_all(self) -> list[JSON]:
+        """Every DeviceTaintRule (a few: one per tainted device or group of devices)."""
+        return self.taint_rules.items()
+
+    def gpu_rules_of(self, slurm_node: str) -> list[JSON]:
+        """The syncer's own DeviceTaintRules mirroring this Slurm node's drain."""
+        return self.taint_rules.by_index(SLURMD, slurm_node)
 
     def wait_for(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
         """Until `ready()` holds, re-checked after each change to one of `keys` (a Slurm node's
@@ -239,6 +262,32 @@ class ClusterView:
     def _on_slice(self, key: str, old: JSON | None, new: JSON | None) -> None:
         for kube_node in {*_slice_node_of(old or {}), *_slice_node_of(new or {})}:
             self._on_node(kube_node, None, None)
+
+    def _on_taint_rule(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """A rule taints the devices of the pools it names (a node-local driver's pool is its
+        Node's), or of every pool: the Nodes whose slices it may reach look again."""
+        pools = {_rule_pool_of(old or {}), _rule_pool_of(new or {})}
+        for resource_slice in self.slices.items():
+            spec = resource_slice.get("spec") or {}
+            if None in pools or (spec.get("pool") or {}).get("name") in pools:
+                for kube_node in _slice_node_of(resource_slice):
+                    self._on_node(kube_node, None, None)
+        for slurm_node in {*_rule_slurm_node_of(old or {}), *_rule_slurm_node_of(new or {})}:
+            self.on_slurm_node_changed(slurm_node)
+
+
+def _rule_pool_of(rule: JSON) -> str | None:
+    """The pool a DeviceTaintRule names; None when it names none (it may reach every pool)."""
+    selector = (rule.get("spec") or {}).get("deviceSelector") or {}
+    pool = selector.get("pool") if isinstance(selector, dict) else None
+    return str(pool) if pool else None
+
+
+def _rule_slurm_node_of(rule: JSON) -> list[str]:
+    labels = (rule.get("metadata") or {}).get("labels") or {}
+    ours = labels.get(keys.MANAGED_BY_LABEL) == keys.SYNCER_MANAGER
+    node = labels.get(keys.SLURM_GPU_RULE_LABEL) if ours else None
+    return [str(node)] if node else []
 
 
 def _slice_node_of(resource_slice: JSON) -> list[str]:

@@ -36,39 +36,42 @@ def job_pods(
     pods_of_job: Iterable[JSON],
     pod_by_uid: JSON | None,
     host: HostOf,
+    script_node: str = "",
 ) -> list[JSON]:
-    """The job's Pods that still run: its Pod (by uid: a Pod of that name now may be another), or
-    every member of a group's job (the Pods that carry its id)."""
-    if ref.is_group:
-        return [p for p in pods_of_job if not pod_finished(p)]
-    if pod_by_uid is None or pod_finished(pod_by_uid) or not runs_on(pod_by_uid, status, host):
-        return []
-    return [pod_by_uid]
+    """The job's Pods that occupy one of its nodes: its Pod (by uid: a Pod of that name now may be
+    another), or every member of a group's job (the Pods that carry its id), bound to the Node of
+    one of the job's Slurm nodes and not finished. A Pod never bound runs nothing on any node: it
+    neither keeps the job waiting nor drains a node (a claim Slurm's GPUs could not be mapped to,
+    a job Tandem cancelled before the bind)."""
+    candidates = list(pods_of_job) if ref.is_group else [] if pod_by_uid is None else [pod_by_uid]
+    return [p for p in candidates if occupies(p, status, host, script_node)]
 
 
-def runs_on(pod: JSON, status: JobStatus, host: HostOf) -> bool:
-    """Whether the Pod is this job's: a submit retried after its answer was lost leaves a second
-    job of the same Pod, which the scheduler cancels; the Pod, recorded on the other job or bound
-    to another job's Node, is not in this one's way."""
+def occupies(pod: JSON, status: JobStatus, host: HostOf, script_node: str = "") -> bool:
+    """Whether the Pod runs on a Node of this job's Slurm nodes (the script's node when Slurm lists
+    none): bound there, not finished, and not recorded on another job (a submit retried after its
+    answer was lost leaves a second job of the same Pod, which the scheduler cancels)."""
+    if pod_finished(pod):
+        return False
     recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
     if recorded and recorded != str(status.job_id):
         return False
     node = (pod.get("spec") or {}).get("nodeName")
-    hosts = {host(n) for n in status.job.nodes}
-    return not (node and status.job.nodes and node not in hosts)
+    if not node:
+        return False
+    return node in {host(n) for n in status.job.nodes or (script_node,) if n} - {""}
 
 
 def drain_targets(status: JobStatus, script_node: str, pods: list[JSON], host: HostOf) -> dict[str, JSON]:
-    """Slurm node -> the Pod that keeps it drained: each of the job's nodes whose Node one of its
-    Pods still runs on; a Pod not bound (yet) keeps the node its script ran on."""
-    on_node = {str(p["spec"]["nodeName"]): p for p in pods if (p.get("spec") or {}).get("nodeName")}
+    """Slurm node -> the Pod that keeps it drained: each of the job's nodes (the script's when
+    Slurm lists none) whose Node one of its Pods is bound to and still runs on. Only such a Pod
+    drains: one never bound, or bound elsewhere, names no node of this job."""
+    on_node = {str(p["spec"]["nodeName"]): p for p in pods if occupies(p, status, host, script_node)}
     targets: dict[str, JSON] = {}
     for node in status.job.nodes or (script_node,):
-        pod = on_node.get(host(node))
+        pod = on_node.get(host(node)) if node else None
         if pod is not None:
             targets[node] = pod
-    if not targets and pods and script_node:
-        targets[script_node] = pods[0]
     return targets
 
 

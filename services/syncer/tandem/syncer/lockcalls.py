@@ -16,6 +16,7 @@ from tandem.metrics import REGISTRY
 from tandem.placeholder import PodRef
 from tandem.slurm.models import JobStatus
 from tandem.slurm.rest import SlurmApiError
+from tandem.syncer import killwait
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
@@ -166,7 +167,7 @@ class NodeLocks:
             self.queue.add_after(slurm_node, drain_at - now)
 
         def gone() -> bool:
-            return not self.facts.killwait_pods(status, ref)
+            return not self.facts.killwait_pods(status, ref, script_node)
 
         def settled() -> bool:
             found = self.store.killwait_of(status.job_id)
@@ -179,6 +180,12 @@ class NodeLocks:
         if pod_gone:
             return True, []
         return False, [n for n in entry.nodes if found is not None and n in found.drained]
+
+    def occupied(self, status: JobStatus, ref: PodRef, slurm_node: str) -> bool:
+        """Whether a Pod of the ended job is bound to `slurm_node`'s Node and runs there: the one
+        rule every KillWait drain follows (killwait.drain_targets)."""
+        pods = self.facts.killwait_pods(status, ref, slurm_node)
+        return slurm_node in killwait.drain_targets(status, slurm_node, pods, self.cluster.kube_node_of)
 
     # -- reading -------------------------------------------------------------------------------
 

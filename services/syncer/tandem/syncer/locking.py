@@ -46,6 +46,8 @@ class RunningJob:
 
     job_id: int
     placeholder: bool = False
+    # The GPU indices it holds on the node; read only when a GPU there is tainted NoExecute.
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

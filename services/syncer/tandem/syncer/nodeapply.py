@@ -21,7 +21,7 @@ from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
-from tandem.syncer import killwait
+from tandem.syncer import gputaints, killwait
 from tandem.syncer.holds import Asked, HoldStore
 from tandem.syncer.killwait import NodeKillWait
 from tandem.syncer.locking import (
@@ -30,12 +30,17 @@ from tandem.syncer.locking import (
     LockPlan,
     OrphanFacts,
     decide_orphan,
+    node_ref,
 )
 from tandem.syncer.nodefacts import NODE_KEY_PREFIX
 from tandem.syncer.nodesync import CONDITION, NodeFacts, Plan, decide
 from tandem.syncer.writes import LockWrites
 
 log = logging.getLogger(__name__)
+
+# How long a job cancelled for a GPU tainted NoExecute is not cancelled again (its end shows in the
+# mirror within a poll or two).
+EVICTED_JOB_MEMORY_SECONDS = 60.0
 
 EVICTIONS = REGISTRY.counter("tandem_evictions_total", "Pods evicted to lock a Node", ["strict"])
 NODE_SYNC_ACTIONS = REGISTRY.counter(
@@ -51,6 +56,8 @@ class SlurmNodes(Protocol):
     def drain_node(self, node: str, reason: str) -> None: ...
 
     def resume_node(self, node: str) -> None: ...
+
+    def cancel_job(self, job_id: int, signal: str | None = None) -> None: ...
 
 
 class FactsSource(Protocol):
@@ -83,6 +90,8 @@ class NodeSync:
         self.store = store if store is not None else HoldStore()
         self.writes = writes if writes is not None else LockWrites(kube, "", lambda name: None)
         self.events, self.lookup, self.clock = events, lookup, clock
+        # Job id -> until when a cancel for a GPU tainted NoExecute is not asked again.
+        self._evicted: dict[int, float] = {}
         # Events go out from here, never in a pass: a slow API must not hold a node up.
         self._event_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lock-events")
 
@@ -132,6 +141,59 @@ class NodeSync:
             self._show(f.kube_node_name, *plan.show)
         if plan.gpus is not None and f.kube_node_name:
             self._show_gpus(f.kube_node_name, *plan.gpus)
+        if plan.rules and f.rules_served:
+            self._apply_rules(slurm_node, f, plan.rules)
+        for job_id, index in plan.evict:
+            self._evict_job(slurm_node, f, job_id, index)
+
+    def _evict_job(self, slurm_node: str, f: NodeFacts, job_id: int, index: int) -> None:
+        """A Slurm job on a GPU tainted NoExecute is cancelled, once (its end takes a moment to
+        show in the mirror, and the passes between would ask again)."""
+        now = self.clock()
+        if self._evicted.get(job_id, float("-inf")) > now:
+            return
+        self.slurm.cancel_job(job_id)
+        self._evicted = {j: t for j, t in self._evicted.items() if t > now}
+        self._evicted[job_id] = now + EVICTED_JOB_MEMORY_SECONDS
+        NODE_SYNC_ACTIONS.inc(action="gpu evict")
+        message = (
+            f"Slurm job {job_id} held GPU {index} of Slurm node {slurm_node}, tainted NoExecute in"
+            " Kubernetes: cancelled, as the Pods using that device are evicted"
+        )
+        log.warning("cancelled a job on a GPU tainted NoExecute", extra={"job": job_id, "node": slurm_node})
+        if f.kube_node_name:
+            self._event(node_ref(f.kube_node_name), "Warning", "SlurmJobEvicted", message)
+
+    def _apply_rules(self, slurm_node: str, f: NodeFacts, rules: gputaints.RulesPlan) -> None:
+        """The DeviceTaintRules mirroring the GPUs a Slurm drain names: stale ones go first (a
+        rule of the same name made anew), then the new; an Event on the Node says which."""
+        base = f"/apis/{f.rules_served}/{keys.DEVICE_TAINT_RULES}"
+        for name in rules.delete:
+            try:
+                self.kube.delete(f"{base}/{name}")
+            except KubeError as e:
+                if not e.not_found:
+                    raise
+        for manifest in rules.create:
+            try:
+                self.kube.post(base, {**manifest, "apiVersion": f.rules_served})
+            except KubeError as e:
+                if e.status != 409:  # made by an earlier pass the cache does not show yet
+                    raise
+        NODE_SYNC_ACTIONS.inc(action="gpu taint" if rules.create else "gpu untaint")
+        reason = f.slurm.reason if f.slurm is not None else ""
+        if rules.create:
+            devices = ", ".join(str(m["spec"]["deviceSelector"]["device"]) for m in rules.create)
+            message = (
+                f"Slurm node {slurm_node} is drained naming GPUs ({reason}): devices {devices} tainted"
+                f" {keys.SLURM_GPU_TAINT_KEY}:NoSchedule, so no Pod is given them until Slurm resumes it"
+            )
+            log.warning("GPUs tainted for a Slurm drain", extra={"node": slurm_node, "devices": devices})
+            self._event(node_ref(f.kube_node_name), "Warning", "SlurmDrainedGpus", message)
+        elif rules.delete:
+            message = f"Slurm node {slurm_node} no longer names GPUs in a drain: their device taints removed"
+            log.info("GPU taints removed", extra={"node": slurm_node, "rules": list(rules.delete)})
+            self._event(node_ref(f.kube_node_name), "Normal", "SlurmGpusResumed", message)
 
     def _show_gpus(self, kube_node: str, difference: str, shown: bool) -> None:
         if shown:

@@ -7,11 +7,14 @@ be read from Slurm before it is judged is named for the pass to look up.
 from __future__ import annotations
 
 from tandem import keys, placeholder, slurmd
+from tandem.dra import gres, slices
 from tandem.dra.claims import DraConfig
+from tandem.dra.slices import NodeDevices
+from tandem.dra.taints import taint_rule
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
-from tandem.syncer import gpucheck, killwait
+from tandem.syncer import gpucheck, gputaints, killwait
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.killwait import NodeKillWait
@@ -75,6 +78,9 @@ class CacheFacts:
             if not pod_finished(p) and (p.get("metadata") or {}).get("uid") != slurmd_uid
         )
         sharers, undetermined = self._judge(pods, name)
+        node_slices = self.cluster.slices_on(name) if name else []
+        devices = self._devices(name, node_slices)
+        evicting = any(g.evicts for g in gputaints.tainted_gpus(devices))
         return NodeFacts(
             slurm_node,
             slurm,
@@ -85,7 +91,14 @@ class CacheFacts:
             self.own_user,
             health_conditions=self.cluster.health_conditions,
             slurm_read=self.mirror.synced,
-            jobs=tuple(RunningJob(s.job_id, placeholder.pod_of(s.job) is not None) for s in statuses),
+            jobs=tuple(
+                RunningJob(
+                    s.job_id,
+                    placeholder.pod_of(s.job) is not None,
+                    gres.gpu_indices(s.job.gres_detail, s.job.nodes, slurm_node) if evicting else (),
+                )
+                for s in statuses
+            ),
             ended=ended,
             lock=self.lock_of(pod),
             tainted=self.tainted(name),
@@ -95,26 +108,37 @@ class CacheFacts:
             neighbours_locked=any(n != slurm_node for n in self.waiting_on(name) if name),
             memory=memory,
             killwaits=tuple(self._killwait(slurm_node, k) for k in memory.killwaits),
-            gpu_mismatch=gpucheck.mismatch(
-                slurm, name, self.cluster.slices_on(name) if name else [], self.dra
-            ),
+            gpu_mismatch=gpucheck.mismatch(slurm, name, node_slices, self.dra),
+            devices=devices,
+            gpu_rules=tuple(self.cluster.gpu_rules_of(slurm_node)),
+            rules_served=self.cluster.taint_rules.served,
         )
+
+    def _devices(self, kube_node: str, node_slices: list[JSON]) -> NodeDevices | str | None:
+        """The Node's GPUs numbered the Slurm way, each with its taints (its slice's and the
+        DeviceTaintRules'); None when it publishes none."""
+        if not kube_node or not node_slices:
+            return None
+        rules = [r for raw in self.cluster.taint_rules_all() if (r := taint_rule(raw)) is not None]
+        return slices.node_devices(kube_node, node_slices, self.dra, rules)
 
     def _killwait(self, slurm_node: str, entry: KillWait) -> NodeKillWait:
         """A KillWait deadline as this node sees it: which Pod of the job keeps the node, as
         killwait.drain_targets decides for the whole job (a group's Pods on all its nodes)."""
-        pods = self.killwait_pods(entry.status, entry.ref)
+        pods = self.killwait_pods(entry.status, entry.ref, entry.script_node)
         targets = killwait.drain_targets(entry.status, entry.script_node, pods, self.cluster.kube_node_of)
         return NodeKillWait(entry.job_id, entry.drain_at, targets.get(slurm_node), gone=not pods)
 
-    def killwait_pods(self, status: JobStatus, ref: placeholder.PodRef) -> list[JSON]:
-        """The ended placeholder job's Pods that still run (killwait.job_pods, from the caches)."""
+    def killwait_pods(self, status: JobStatus, ref: placeholder.PodRef, script_node: str) -> list[JSON]:
+        """The ended placeholder job's Pods that still occupy its nodes (killwait.job_pods, from
+        the caches)."""
         return killwait.job_pods(
             status,
             ref,
             self.cluster.pods_of_job(status.job_id) if ref.is_group else (),
             None if ref.is_group else self.cluster.pod_by_uid(ref.uid),
             self.cluster.kube_node_of,
+            script_node,
         )
 
     def lock_of(self, slurmd_pod: JSON | None) -> LockState:

@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from tandem import keys
+from tandem.dra.slices import NodeDevices
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import Node
-from tandem.syncer import gpucheck, health, killwait
+from tandem.syncer import gpucheck, gputaints, health, killwait
 from tandem.syncer.holds import NodeMemory
 from tandem.syncer.killwait import KillWaitPlan, NodeKillWait
 from tandem.syncer.locking import (
@@ -85,6 +86,12 @@ class NodeFacts:
     # How the Node's ResourceSlices and the Slurm node's GPUs disagree ("" when they agree; None:
     # nothing to compare), tandem.syncer.gpucheck.
     gpu_mismatch: str | None = None
+    # The Node's GPUs numbered the Slurm way, with their taints (None: it publishes none), and the
+    # syncer's DeviceTaintRules mirroring this Slurm node's drain; `rules_served`: the group/version
+    # serving DeviceTaintRules ("" none: nothing is mirrored).
+    devices: NodeDevices | str | None = None
+    gpu_rules: tuple[JSON, ...] = ()
+    rules_served: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,10 @@ class Plan:
     killwait: KillWaitPlan = field(default_factory=KillWaitPlan)
     # The Node's SlurmGpuMismatch condition: (difference, True) to show, ("", False) to clear.
     gpus: tuple[str, bool] | None = None
+    # The DeviceTaintRules that mirror the GPUs a Slurm drain names (tandem.syncer.gputaints).
+    rules: gputaints.RulesPlan = field(default_factory=gputaints.RulesPlan)
+    # (job id, GPU index): Slurm jobs holding a GPU tainted NoExecute, to cancel.
+    evict: tuple[tuple[int, int], ...] = ()
 
     @property
     def requeue_after(self) -> float | None:
@@ -130,8 +141,11 @@ def cause(f: NodeFacts) -> str:
             return f"k8s: Node {name} is NotReady"
     if not (pod.get("status") or {}).get("ready", True):
         return f"k8s: slurmd Pod {pod_meta.get('name')} is not ready"
-    # Last: a cordon or NotReady says more about the whole Node than one device's condition.
-    return health.cause(name, status.get("health") or {}, f.health_conditions)
+    # Last: a cordon or NotReady says more about the whole Node than one device's condition, and a
+    # condition a health checker sets more than one device's taint.
+    return health.cause(name, status.get("health") or {}, f.health_conditions) or gputaints.cause(
+        name, gputaints.tainted_gpus(f.devices)
+    )
 
 
 def decide(f: NodeFacts, now: float = 0.0) -> Plan:
@@ -141,13 +155,16 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
     drained = f.slurm.reason if f.slurm is not None and f.slurm.drained else None
     kw = killwait.decide(f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None)
     gpus = _gpus_shown(f)
+    wanted = gputaints.wanted_rules(f.slurm, f.slurm_node, f.kube_node_name, f.devices)
+    rules = gputaints.plan_rules(wanted if f.rules_served else None, f.gpu_rules)
+    evict = gputaints.evicted_jobs(gputaints.tainted_gpus(f.devices), f.jobs)
     if lock.drain:
         show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
-        return Plan(drain=lock.drain, show=show, lock=lock, killwait=kw, gpus=gpus)
+        return Plan(lock.drain, False, show, lock, kw, gpus, rules, evict)
     if kw.drain is not None and f.slurm is not None:
         reason = kw.drain.reason
-        return Plan(drain=reason, show=_shown(f, f.slurm, reason, False), lock=lock, killwait=kw, gpus=gpus)
-    return replace(_decide_state(f), lock=lock, killwait=kw, gpus=gpus)
+        return Plan(reason, False, _shown(f, f.slurm, reason, False), lock, kw, gpus, rules, evict)
+    return replace(_decide_state(f), lock=lock, killwait=kw, gpus=gpus, rules=rules, evict=evict)
 
 
 def _gpus_shown(f: NodeFacts) -> tuple[str, bool] | None:

@@ -194,13 +194,20 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         status = self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
         ref = placeholder.pod_of(status.job)
         assert ref is not None  # verified
+        # The same rule as the node sync's KillWait drain: only a Pod that runs on this node keeps it.
+        if not self.locks.occupied(status, ref, request.slurm_node):
+            log.info(
+                "not draining: no Pod of the job runs on the node",
+                extra={"job": status.job_id, "slurm_node": request.slurm_node},
+            )
+            return syncer_pb2.DrainNodeResponse(drained=False)
         reason = keys.killwait_drain_reason(ref.namespace, ref.name, status.job_id)
         try:
             self.slurm.drain_node(request.slurm_node, reason)
         except SlurmApiError as e:
             code = grpc.StatusCode.UNAVAILABLE if e.status in (0, 502, 503, 504) else grpc.StatusCode.INTERNAL
             context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
-        return syncer_pb2.DrainNodeResponse()
+        return syncer_pb2.DrainNodeResponse(drained=True)
 
     def PlaceholderSubmitted(
         self, request: syncer_pb2.PlaceholderSubmittedRequest, context: grpc.ServicerContext
