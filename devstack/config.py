@@ -72,6 +72,11 @@ KILL_WAIT_SECONDS = 30
 # The Node conditions that drain a Slurm node in the lab (the syncer's --health-conditions, the
 # chart's syncer.healthConditions): what a GPU health checker would set.
 HEALTH_CONDITIONS = ("GpuUnhealthy",)
+# The Node labels the syncer writes Slurm's topology from, widest first (issue 38). The lab's
+# Nodes carry none until a test labels them: each Node is then a domain of its own, and Slurm's
+# tree plugin takes nodes in the order a flat cluster would.
+TOPOLOGY_LEVELS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/rack")
+TOPOLOGY_CONFIGMAP = f"{TANDEM_NAMESPACE}/{TANDEM_RELEASE}-topology"
 # How `make up` runs Tandem: from this virtualenv, or installed with helm on the lab's real Node.
 DEPLOYS = ("venv", "chart")
 # The real Node's address on the lab's bridge (lab/KUBELET.md: a node IP cannot be loopback).

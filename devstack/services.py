@@ -234,6 +234,9 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--scheduler-name={cfg.scheduler_name}",
             f"--health-conditions={','.join(config.HEALTH_CONDITIONS)}",
+            f"--topology-levels={','.join(config.TOPOLOGY_LEVELS)}",
+            f"--topology-file={slurm.topology_file(cfg)}",
+            f"--topology-configmap={config.TOPOLOGY_CONFIGMAP}",
         ]
     if name == "tandem-scheduler":
         return [

@@ -78,6 +78,9 @@ def paths(cfg: StackConfig) -> dict[str, Path]:
         "prolog": d / "prolog",
         "epilog": d / "epilog",
         "gres": d / "gres.conf",
+        # Slurm's topology, which the syncer writes (24.11 reads topology.conf, 26.05 topology.yaml).
+        "topology_conf": d / "topology.conf",
+        "topology_yaml": d / "topology.yaml",
         "cgroup": d / "cgroup.conf",
         "slurmdbd_conf": d / "slurmdbd.conf",
         "db_password": d / "db.password",
@@ -114,11 +117,27 @@ def ensure_files(cfg: StackConfig, prolog: str, epilog: str) -> None:
         p[name].chmod(0o755)
     _ensure_node_dirs(cfg)
     p["gres"].write_text(gres_conf(cfg))
+    if uses_topology_conf(cfg) and not p["topology_conf"].exists():
+        # topology/tree wants a topology.conf at slurmctld's start: one switch for every node
+        # until the syncer writes the Nodes' (it keeps its own across `make up`).
+        names = ",".join(config.slurm_node_name(i) for i in range(cfg.nodes))
+        p["topology_conf"].write_text(f"SwitchName=tandem-root Nodes={names}\n")
     # No cgroup filesystem in the root: slurmd fails "No filesystem mounted on /sys/fs/cgroup".
     p["cgroup"].write_text("CgroupPlugin=disabled\n")
     p["slurmdbd_conf"].write_text(slurmdbd_conf(cfg))
     p["slurmdbd_conf"].chmod(0o600)  # it holds the database password; slurmdbd insists
     cfg.slurm_conf.write_text(slurm_conf(cfg))
+
+
+def uses_topology_conf(cfg: StackConfig) -> bool:
+    """Slurm 24.11 reads its topology from topology.conf, with `TopologyPlugin=` in slurm.conf;
+    25.05 and later from topology.yaml, with no such line."""
+    return cfg.slurm_version == "24.11"
+
+
+def topology_file(cfg: StackConfig) -> Path:
+    """Where the syncer writes Slurm's topology."""
+    return paths(cfg)["topology_conf" if uses_topology_conf(cfg) else "topology_yaml"]
 
 
 def hook_script(cfg: StackConfig, name: str) -> Path:
@@ -169,6 +188,7 @@ def slurm_conf(cfg: StackConfig) -> str:
         # Low latency on a small machine (lab/SLURM.md).
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=250000,default_queue_depth=500,"
         "bf_interval=5,bf_continue,nohold_on_prolog_fail",
+        *(["TopologyPlugin=topology/tree"] if uses_topology_conf(cfg) else []),
         f"PreemptType=preempt/{cfg.preempt}",
         "PreemptMode=CANCEL",
         f"Prolog={p['prolog']}",

@@ -18,6 +18,7 @@ from tandem.mtls import TlsFiles, channel_credentials
 from tandem.scheduler import decide
 from tandem.slurm import wire
 from tandem.slurm.models import JobStatus, Node
+from tandem.topology import Topology, from_json
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 # The PodScheduled reasons Tandem writes: a Pod carrying one is Tandem's.
@@ -37,6 +38,8 @@ TANDEM_REASONS = frozenset(
 SYNCER_TIMEOUT_S = 10.0
 # The services' own default (tandem.settings.ClusterSettings.slurmd_namespace).
 DEFAULT_SLURMD_NAMESPACE = "slurm"
+# Where the chart's syncer publishes Slurm's topology (release `tandem` in namespace `tandem`).
+DEFAULT_TOPOLOGY_CONFIGMAP = "tandem/tandem-topology"
 
 
 class Unreachable(RuntimeError):
@@ -108,6 +111,19 @@ def gather(
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
     slurm = read_syncer(syncer_address, tls, syncer_server_name) if syncer_address else None
     return Facts(pods, hosted, slurm_node_of, nodes, slurm, gpus_of(kube, nodes))
+
+
+def topology_of(kube: KubeClient, configmap: str) -> Topology | None:
+    """The topology the syncer published (None: none is)."""
+    namespace, _, name = configmap.partition("/")
+    try:
+        data = kube.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}").get("data") or {}
+    except KubeError as e:
+        if e.not_found:
+            return None
+        raise
+    text = data.get("topology.json")
+    return from_json(str(text)) if text else None
 
 
 class _AnyProduct(dict[str, str]):

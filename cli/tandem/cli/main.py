@@ -4,6 +4,8 @@
                                         position, Slurm node, Node, lock, age
     kubectl tandem describe POD [-n NS] the whole story of one Pod
     kubectl tandem nodes                Node <-> Slurm node, Slurm state, lock, jobs
+    kubectl tandem topology             Slurm's topology as the syncer wrote it from Node labels,
+                                        each domain's free and busy nodes
 
 Only the kubeconfig is needed; --syncer-address adds Slurm's own view (job and node states).
 """
@@ -59,8 +61,14 @@ def parser() -> argparse.ArgumentParser:
     describe.add_argument("pod")
     describe.add_argument("-n", "--namespace", default=None)
     nodes = sub.add_parser("nodes", help="Nodes and their Slurm nodes")
+    topo = sub.add_parser("topology", help="Slurm's topology from Node labels, free and busy nodes")
+    topo.add_argument(
+        "--configmap",
+        default=os.environ.get("TANDEM_TOPOLOGY_CONFIGMAP", f.DEFAULT_TOPOLOGY_CONFIGMAP),
+        help="namespace/name of the ConfigMap the syncer publishes it in (env TANDEM_TOPOLOGY_CONFIGMAP)",
+    )
     # kubectl's users put flags after the subcommand too.
-    for child in (get, describe, nodes):
+    for child in (get, describe, nodes, topo):
         child.add_argument("-o", "--output", choices=output.FORMATS, default=argparse.SUPPRESS)
     return p
 
@@ -112,6 +120,24 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             where = "any namespace" if namespace is None else f"namespace {namespace}"
             return f"No Tandem Pods found in {where}."
         return output.table(columns, rows)
+    if args.command == "topology":
+        facts = f.gather(
+            kube,
+            None,
+            args.scheduler_name,
+            args.syncer_address,
+            _grpc_tls(args),
+            args.slurmd_namespace,
+            args.syncer_server_name,
+        )
+        published = f.topology_of(kube, args.configmap)
+        if published is None:
+            why = "is the syncer's --topology-levels empty?"
+            return f"No topology published in ConfigMap {args.configmap} ({why})."
+        rows = views.topology_rows(facts, published)
+        if args.output != "table":
+            return output.structured(rows, args.output)
+        return output.table(views.TOPOLOGY_COLUMNS, rows)
     if args.command == "nodes":
         facts = f.gather(
             kube,

@@ -14,6 +14,7 @@ from tandem.scheduler import decide, gpuclaims, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 from tandem.syncer import gputaints
+from tandem.topology import Domain, Topology
 
 REFUSED = frozenset(decide.REFUSED_REASONS)
 WAITING = frozenset(
@@ -49,6 +50,50 @@ NODE_COLUMNS = (
     "GPU HEALTH",
     "PODS",
 )
+
+
+TOPOLOGY_COLUMNS = ("DOMAIN", "LABEL", "NODES", "FREE", "BUSY", "DOWN", "SLURM NAME")
+
+
+def topology_rows(facts: Facts, t: Topology) -> list[dict[str, str]]:
+    """The tree, widest domains first, each under its parent (indented): its nodes, and which are
+    free, busy (running a job) or drained/down as Slurm says (Slurm's view needs the syncer)."""
+    rows: list[dict[str, str]] = []
+
+    def add(d: Domain, depth: int) -> None:
+        free, busy, down = _states(facts, d.nodes)
+        rows.append(
+            {
+                "DOMAIN": "  " * depth + (d.value or f"({d.nodes[0]} alone)"),
+                "LABEL": d.key,
+                "NODES": str(len(d.nodes)),
+                "FREE": ",".join(free),
+                "BUSY": ",".join(busy),
+                "DOWN": ",".join(down),
+                "SLURM NAME": d.name,
+            }
+        )
+        for child in d.children:
+            add(t.by_name[child], depth + 1)
+
+    for top in t.at_level(0):
+        add(top, 0)
+    return rows
+
+
+def _states(facts: Facts, nodes: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    if facts.slurm is None:
+        return list(nodes), [], []  # without Slurm's view: all listed as the domain's
+    free, busy, down = [], [], []
+    for n in nodes:
+        known = facts.slurm.nodes.get(n)
+        if known is not None and (known.drained or known.state == "DOWN"):
+            down.append(n)
+        elif known is not None and known.busy:
+            busy.append(n)
+        else:
+            free.append(n)
+    return free, busy, down
 
 
 def scheduled_condition(pod: JSON) -> JSON:

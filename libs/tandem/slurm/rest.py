@@ -252,6 +252,14 @@ class SlurmRestClient:
         except SlurmApiError:
             return False
 
+    def reconfigure(self) -> None:
+        """`scontrol reconfigure`: slurmctld reads its configuration files again (the syncer's
+        topology). Only Slurm's administrators may; rc 0 does not mean slurmctld lived through it."""
+        with _answer_of("GET reconfigure"):
+            problem = _errors(self._request("GET", "reconfigure").json())
+        if problem:
+            raise SlurmApiError(f"GET reconfigure: {problem}", 200)
+
     def submit_job(self, spec: JobSpec) -> int:
         body = self.dialect.submit_body(spec)
         with _answer_of("POST job/submit"):

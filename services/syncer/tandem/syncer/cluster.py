@@ -58,10 +58,12 @@ def slim_pod(pod: JSON) -> JSON:
     }
 
 
-def slim_node(node: JSON, health_conditions: Collection[str] = ()) -> JSON:
+def slim_node(node: JSON, health_conditions: Collection[str] = (), label_keys: Collection[str] = ()) -> JSON:
     """What the syncer reads of a Node (every Node is cached): its drain annotation and
-    SlurmCordon, cordon, taints, readiness, and the conditions the health drains watch."""
+    SlurmCordon, cordon, taints, readiness, the conditions the health drains watch, and the
+    labels Slurm's topology is written from."""
     meta = node.get("metadata") or {}
+    labels = {k: str(v) for k, v in (meta.get("labels") or {}).items() if k in label_keys}
     annotations = meta.get("annotations") or {}
     conditions = (node.get("status") or {}).get("conditions") or []
     cordon = next((c for c in conditions if c.get("type") == "SlurmCordon"), None)
@@ -72,6 +74,7 @@ def slim_node(node: JSON, health_conditions: Collection[str] = ()) -> JSON:
             "resourceVersion": meta.get("resourceVersion"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "annotations": {k: v for k, v in annotations.items() if k == keys.DRAIN_ANNOTATION},
+            "labels": labels,
         },
         "spec": {k: v for k, v in (node.get("spec") or {}).items() if k in ("taints", "unschedulable")},
         # Ready unless it says otherwise (a Node without conditions yet is not called NotReady).
@@ -98,8 +101,14 @@ class ClusterView:
         slurmd_namespace: str,
         on_slurmd_moved: Callable[[str], None] = lambda slurm_node: None,
         health_conditions: tuple[str, ...] = (),
+        topology_labels: tuple[str, ...] = (),
     ) -> None:
         self.slurmd_namespace = slurmd_namespace
+        # The Node labels Slurm's topology is written from (tandem.syncer.topologysync).
+        self.topology_labels = topology_labels
+        # Told when the topology may have changed: a Node's topology labels, or which Node a
+        # Slurm node is on.
+        self.on_topology_changed: Callable[[], None] = lambda: None
         # The Node condition types that drain a Slurm node while True (tandem.syncer.health).
         self.health_conditions = health_conditions
         self.on_slurmd_moved = on_slurmd_moved
@@ -124,7 +133,11 @@ class ClusterView:
             transform=slim_pod,
         )
         self.nodes = Informer(
-            kube, ["/api/v1/nodes"], {}, self._on_node, transform=lambda n: slim_node(n, health_conditions)
+            kube,
+            ["/api/v1/nodes"],
+            {},
+            self._on_node,
+            transform=lambda n: slim_node(n, health_conditions, topology_labels),
         )
         # Each Node's NVIDIA devices, checked against its Slurm node's GPUs (tandem.syncer.gpucheck);
         # a cluster that serves no resource.k8s.io/v1 has none.
@@ -242,6 +255,7 @@ class ClusterView:
         for slurm_node in self._slurm_node_of(changed):
             if _node_of(old or {}) != _node_of(new or {}):
                 self.on_slurmd_moved(slurm_node)
+                self.on_topology_changed()
                 for kube_node in set(_node_of(old or {})) - set(_node_of(new or {})):
                     self.on_node_without_slurmd(kube_node)
             self.on_slurm_node_changed(slurm_node)
@@ -250,6 +264,8 @@ class ClusterView:
                 self.on_node_pods_changed(kube_node)
 
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        if self.topology_labels and ((old is None) != (new is None) or _labels(old) != _labels(new)):
+            self.on_topology_changed()
         hosted = False
         for pod in self.pods_on(key):
             for slurm_node in self._slurm_node_of(pod):
@@ -274,6 +290,10 @@ class ClusterView:
                     self._on_node(kube_node, None, None)
         for slurm_node in {*_rule_slurm_node_of(old or {}), *_rule_slurm_node_of(new or {})}:
             self.on_slurm_node_changed(slurm_node)
+
+
+def _labels(node: JSON | None) -> object:
+    return ((node or {}).get("metadata") or {}).get("labels")
 
 
 def _rule_pool_of(rule: JSON) -> str | None:

@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from tandem import logs, serving, settings, tracing
+from tandem import logs, serving, settings, topology, tracing
 from tandem.dra.claims import dra_config
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.manager import Election, Manager, Run
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
-from tandem.runner import Runner
+from tandem.runner import NotYet, Runner
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore
@@ -27,6 +27,8 @@ from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
 from tandem.syncer.nodesync import drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
+from tandem.syncer.topologysync import DEBOUNCE_SECONDS, TopologyConfig, TopologySync
+from tandem.syncer.topologysync import KEY as TOPOLOGY_KEY
 from tandem.syncer.writes import LockWrites
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
@@ -49,11 +51,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     kube = KubeClient.from_kubeconfig(cfg.kubeconfig)
     slurm = SlurmRestClient.for_service(cfg)
     mirror = SlurmMirror(slurm, cfg.poll_interval)
+    levels = topology.parse_levels(cfg.topology_levels)
     cluster = ClusterView(
         kube,
         cfg.slurmd_namespace,
         on_slurmd_moved=mirror.republish_node,
         health_conditions=cfg.health_conditions,
+        topology_labels=levels,
     )
     node_queue = WorkQueue()
     servicer, facts, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
@@ -69,6 +73,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)
     manager.add_controller(runner, on_started=lambda: enqueue_every_node(mirror, cluster, facts, node_queue))
     manager.add_runnable("node-resync", resync(mirror, cluster, facts, node_queue, cfg.reconcile_interval))
+    if levels:
+        topology_queue = WorkQueue()
+        sync = TopologySync(
+            TopologyConfig(levels, cfg.topology_plugin, cfg.topology_file, cfg.topology_configmap),
+            topology_labels(mirror, cluster),
+            slurm,
+            kube,
+            reads_yaml=lambda: slurm.dialect.version >= "v0.0.43",  # Slurm 25.05's data parser
+        )
+        cluster.on_topology_changed = lambda: topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
+        node_changed, known = mirror.on_node_changed, set[str]()
+
+        def slurm_node_changed(name: str) -> None:
+            node_changed(name)
+            if name not in known:  # a Slurm node new to the topology (its state is no matter)
+                known.add(name)
+                topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
+
+        mirror.on_node_changed = slurm_node_changed
+        manager.add_controller(
+            Runner("topology", topology_queue, sync.reconcile),
+            on_started=lambda: topology_queue.add(TOPOLOGY_KEY),
+        )
     grpc_server = grpc_service(cfg.grpc_address, tls, servicer)
     leadership = Leadership(
         kube, manager.wait_synced, serve_as_leader(servicer, grpc_server), manager.stopping
@@ -135,6 +162,27 @@ def _lock_and_sync(
     cluster.on_pod_gone = pod_gone
     cluster.on_node_without_slurmd = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
     return servicer, facts, node_sync
+
+
+def topology_labels(
+    mirror: SlurmMirror, cluster: ClusterView
+) -> Callable[[], dict[str, dict[str, str] | None]]:
+    """Every Slurm node -> the topology labels of the Node hosting it (None: its slurmd Pod is on
+    no Node known). Slurm not read yet: nothing to say (an empty topology would drop every node)."""
+
+    def labels() -> dict[str, dict[str, str] | None]:
+        if not mirror.synced:
+            raise NotYet("Slurm's nodes are not read yet")
+        found: dict[str, dict[str, str] | None] = {}
+        for node in mirror.nodes():
+            host = cluster.kube_node_of(node.name)
+            kube_node = cluster.node(host) if host else None
+            found[node.name] = (
+                dict((kube_node or {}).get("metadata", {}).get("labels") or {}) if kube_node else None
+            )
+        return found
+
+    return labels
 
 
 def enqueue_every_node(

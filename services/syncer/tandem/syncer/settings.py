@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tandem import topology
 from tandem.settings import ClusterAccess, ClusterSettings, Seconds, option
 from tandem.syncer import health
 
@@ -67,12 +68,54 @@ class SyncerSettings(ClusterSettings, HealthSettings):
         env="TANDEM_TERMINATING_TIMEOUT",
         help="longest a terminating call waits for the Pod to go",
     )
+    topology_levels: str = option(
+        "",
+        flag="--topology-levels",
+        env="TANDEM_TOPOLOGY_LEVELS",
+        help="Node label keys, widest domain first (e.g. topology.kubernetes.io/zone,"
+        "topology.kubernetes.io/rack), from which Slurm's topology is written; empty: none",
+    )
+    topology_plugin: str = option(
+        "tree",
+        flag="--topology-plugin",
+        env="TANDEM_TOPOLOGY_PLUGIN",
+        help="tree (every level a switch level; racks of any size) or block (the narrowest level's"
+        " domains as blocks)",
+    )
+    topology_file: str = option(
+        "",
+        flag="--topology-file",
+        env="TANDEM_TOPOLOGY_FILE",
+        help="where slurmctld reads the topology: topology.conf (Slurm 24.11) or topology.yaml"
+        " (25.05 and later, by its suffix); empty: not written to a file",
+    )
+    topology_configmap: str = option(
+        "",
+        flag="--topology-configmap",
+        env="TANDEM_TOPOLOGY_CONFIGMAP",
+        help="namespace/name of the ConfigMap the topology is published in (the file for a Slurm"
+        " side that mounts it, and topology.json for kubectl tandem topology); empty: none",
+    )
     leader_election_id: str = option(
         "tandem-syncer",
         flag="--leader-election-id",
         env="TANDEM_LEADER_ELECTION_ID",
         help="name of the Lease",
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            topology.parse_levels(self.topology_levels)
+        except ValueError as e:
+            raise ValueError(f"--topology-levels / TANDEM_TOPOLOGY_LEVELS: {e}") from e
+        if self.topology_plugin not in topology.PLUGINS:
+            raise ValueError(
+                f"--topology-plugin / TANDEM_TOPOLOGY_PLUGIN: {self.topology_plugin!r} is not one of"
+                f" {', '.join(topology.PLUGINS)}"
+            )
+        if self.topology_configmap and self.topology_configmap.count("/") != 1:
+            raise ValueError("--topology-configmap / TANDEM_TOPOLOGY_CONFIGMAP must be namespace/name")
 
 
 @dataclass(frozen=True)

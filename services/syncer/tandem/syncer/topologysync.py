@@ -1,0 +1,198 @@
+"""Slurm's topology kept in step with Node labels (issue 38), one key for the whole cluster.
+
+The syncer owns the topology as it owns the Slurm node -> Node mapping: it renders it
+(tandem.topology) from the labels of each Slurm node's Node, writes it where slurmctld reads it
+(`--topology-file`: `topology.conf` for 24.11, `topology.yaml` for 25.05 and later, by its suffix)
+and publishes it in a ConfigMap (`--topology-configmap`: the file for a Slurm side that mounts it,
+and `topology.json`, which `kubectl tandem topology` and the scheduler read), then makes Slurm take
+it (slurmrestd's `reconfigure`).
+
+A topology never takes slurmctld down: it is checked before anything is written
+(tandem.topology.problems), written whole (a temporary file renamed over the old one), and after
+the reconfigure slurmctld must still answer; if it does not, the previous file is put back and the
+failure said (log, metric `tandem_topology_writes_total{outcome="slurmctld down"}`), so that
+slurmctld's restart reads a topology that worked. Label changes come in bursts (a rack relabelled
+Node by Node): a change waits `DEBOUNCE_SECONDS` for the rest, and writes are at least
+`MIN_INTERVAL_SECONDS` apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from tandem import topology
+from tandem.kube import JSON, KubeClient, KubeError
+from tandem.metrics import REGISTRY
+from tandem.runner import Requeue
+from tandem.slurm.rest import SlurmApiError
+
+log = logging.getLogger(__name__)
+
+KEY = "topology"
+DEBOUNCE_SECONDS = 2.0
+MIN_INTERVAL_SECONDS = 10.0
+# How long slurmctld is given to read the new file and die of it (it exits within a second here).
+SURVIVAL_WAIT_SECONDS = 3.0
+CONFIGMAP_JSON = "topology.json"
+
+WRITES = REGISTRY.counter(
+    "tandem_topology_writes_total", "Slurm topologies written from Node labels, by outcome", ["outcome"]
+)
+
+
+class SlurmControl(Protocol):
+    def reconfigure(self) -> None: ...
+
+    def ping(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    levels: tuple[str, ...]
+    plugin: str = topology.TREE
+    # Where slurmctld reads it ("": not written to a file); `.yaml`: topology.yaml's form.
+    file: str = ""
+    # namespace/name of the ConfigMap to publish it in ("": none).
+    configmap: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.levels)
+
+    def yaml(self, slurm_reads_yaml: bool) -> bool:
+        """topology.yaml's form: the file's suffix says, else the Slurm release (25.05 and later)."""
+        if self.file:
+            return self.file.endswith((".yaml", ".yml"))
+        return slurm_reads_yaml
+
+
+class TopologySync:
+    """The reconcile of KEY: the topology the labels say, written and taken by Slurm when it
+    differs from what was written last."""
+
+    def __init__(
+        self,
+        cfg: TopologyConfig,
+        labels: Callable[[], Mapping[str, Mapping[str, str] | None]],
+        slurm: SlurmControl,
+        kube: KubeClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        reads_yaml: Callable[[], bool] = lambda: False,
+    ) -> None:
+        # `labels`: every Slurm node -> its Node's labels (None: its Node is not known);
+        # `reads_yaml`: whether the Slurm behind slurmrestd reads topology.yaml (25.05 and later).
+        self.cfg, self.labels, self.slurm, self.kube = cfg, labels, slurm, kube
+        self.reads_yaml = reads_yaml
+        self.clock, self.sleep = clock, sleep
+        self._last_write = float("-inf")
+        self._published = ""
+
+    def render(self) -> tuple[topology.Topology, str, str]:
+        """The topology, its file's text and the file's name (topology.conf or topology.yaml)."""
+        t = topology.build(self.cfg.levels, self.cfg.plugin, self.labels())
+        if self.cfg.yaml(self.reads_yaml()):
+            return t, topology.render_yaml(t), "topology.yaml"
+        return t, topology.render_conf(t), "topology.conf"
+
+    def reconcile(self, key: str) -> Requeue:
+        if not self.cfg.enabled:
+            return None
+        t, text, file_key = self.render()
+        wanted_json = topology.to_json(t)
+        changed_file = bool(self.cfg.file) and _read(self.cfg.file) != text
+        if not changed_file and self._published == wanted_json:
+            return None
+        wait = self._last_write + MIN_INTERVAL_SECONDS - self.clock()
+        if wait > 0:
+            return wait
+        bad = topology.problems(t)
+        if bad:
+            WRITES.inc(outcome="refused")
+            log.error("topology not written: slurmctld would refuse it", extra={"problems": bad})
+            return None
+        self._last_write = self.clock()
+        if changed_file:
+            self._write_file(text)
+        self._publish(file_key, text, wanted_json)
+        return None
+
+    def _write_file(self, text: str) -> None:
+        path = Path(self.cfg.file)
+        previous = _read(self.cfg.file)
+        _replace(path, text)
+        try:
+            self.slurm.reconfigure()
+        except SlurmApiError as e:
+            # Written but not taken: the next reconfigure or restart takes it. Tried again.
+            WRITES.inc(outcome="not taken")
+            raise SlurmApiError(
+                f"topology written to {path}, but Slurm did not reconfigure: {e}", e.status
+            ) from e
+        self.sleep(SURVIVAL_WAIT_SECONDS)
+        if not self.slurm.ping():
+            if previous is not None:
+                _replace(path, previous)
+            WRITES.inc(outcome="slurmctld down")
+            log.error(
+                "slurmctld stopped answering after a topology reconfigure; the previous topology is back"
+                " in place for its restart",
+                extra={"file": str(path)},
+            )
+            raise SlurmApiError("slurmctld stopped answering after the topology reconfigure", 503)
+        WRITES.inc(outcome="written")
+        log.info(
+            "Slurm topology written and taken", extra={"file": str(path), "levels": list(self.cfg.levels)}
+        )
+
+    def _publish(self, file_key: str, text: str, as_json: str) -> None:
+        if not self.cfg.configmap or self.kube is None:
+            self._published = as_json
+            return
+        namespace, _, name = self.cfg.configmap.partition("/")
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "tandem-syncer"},
+            },
+            "data": {file_key: text, CONFIGMAP_JSON: as_json},
+        }
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            self.kube.request("PUT", f"{path}/{name}", body=body)
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            self.kube.post(path, body)
+        self._published = as_json
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _replace(path: Path, text: str) -> None:
+    """The whole file or none of it: written beside, then renamed over (slurmctld may read it at any
+    moment: a restart, another's reconfigure)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,114 @@
+"""The syncer keeps Slurm's topology in step with Node labels (issue 38): written whole, taken by a
+reconfigure, put back when slurmctld does not live through it, and not rewritten for nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from tandem import topology
+from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS, TopologyConfig, TopologySync
+
+RACK = "topology.kubernetes.io/rack"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sync(
+    tmp_path: Path, labels: dict[str, Any], alive: bool = True, name: str = "topology.conf"
+) -> tuple[TopologySync, mock.Mock, Clock]:
+    slurm = mock.Mock()
+    slurm.ping.return_value = alive
+    clock = Clock()
+    cfg = TopologyConfig((RACK,), topology.TREE, str(tmp_path / name))
+    return TopologySync(cfg, lambda: labels, slurm, clock=clock, sleep=lambda s: None), slurm, clock
+
+
+def test_the_labels_reach_slurm_and_the_same_labels_write_nothing(tmp_path: Path) -> None:
+    labels = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "b"}}
+    s, slurm, clock = sync(tmp_path, labels)
+    assert s.reconcile("topology") is None
+    text = (tmp_path / "topology.conf").read_text()
+    assert "SwitchName=l0-a-" in text and "Nodes=cpu-001" in text
+    slurm.reconfigure.assert_called_once()
+    clock.now += 60
+    s.reconcile("topology")
+    slurm.reconfigure.assert_called_once()  # nothing changed, nothing written
+
+
+def test_a_moved_node_is_written_again_but_not_sooner_than_the_minimum_interval(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "a"}}
+    s, slurm, clock = sync(tmp_path, labels)
+    s.reconcile("topology")
+    labels["cpu-002"] = {RACK: "b"}
+    clock.now += 1
+    after = s.reconcile("topology")
+    assert after is not None and after == pytest.approx(MIN_INTERVAL_SECONDS - 1)
+    assert slurm.reconfigure.call_count == 1
+    clock.now += after
+    s.reconcile("topology")
+    assert slurm.reconfigure.call_count == 2
+    assert "l0-b-" in (tmp_path / "topology.conf").read_text()
+
+
+def test_slurmctld_gone_after_the_reconfigure_gets_the_previous_file_back(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}}
+    s, slurm, clock = sync(tmp_path, labels)
+    s.reconcile("topology")
+    good = (tmp_path / "topology.conf").read_text()
+    labels["cpu-001"] = {RACK: "b"}
+    slurm.ping.return_value = False
+    clock.now += 60
+    with pytest.raises(SlurmApiError, match="stopped answering"):
+        s.reconcile("topology")
+    assert (tmp_path / "topology.conf").read_text() == good
+    assert not list(tmp_path.glob(".topology.conf.*"))  # no temporary file left
+
+
+def test_a_reconfigure_slurm_refuses_is_an_error_to_retry(tmp_path: Path) -> None:
+    s, slurm, _ = sync(tmp_path, {"cpu-001": {RACK: "a"}})
+    slurm.reconfigure.side_effect = SlurmApiError("GET reconfigure: HTTP 403: Access denied", 403)
+    with pytest.raises(SlurmApiError, match="did not reconfigure"):
+        s.reconcile("topology")
+
+
+def test_a_yaml_file_gets_topology_yaml(tmp_path: Path) -> None:
+    s, _, _ = sync(tmp_path, {"cpu-001": {RACK: "a"}}, name="topology.yaml")
+    s.reconcile("topology")
+    assert '"topology": "tandem"' in (tmp_path / "topology.yaml").read_text()
+
+
+def test_a_block_topology_slurm_would_die_of_is_not_written(tmp_path: Path) -> None:
+    slurm = mock.Mock()
+    cfg = TopologyConfig((RACK,), topology.BLOCK, str(tmp_path / "topology.conf"))
+    s = TopologySync(cfg, lambda: {"n1": {RACK: "a"}}, slurm, sleep=lambda s: None)
+    with mock.patch.object(topology, "problems", return_value=["a block of 1 nodes is smaller"]):
+        s.reconcile("topology")
+    assert not (tmp_path / "topology.conf").exists()
+    slurm.reconfigure.assert_not_called()
+
+
+def test_the_configmap_carries_the_file_and_the_tree(tmp_path: Path) -> None:
+    kube = mock.Mock()
+    slurm = mock.Mock()
+    cfg = TopologyConfig((RACK,), topology.TREE, "", "tandem/tandem-topology")
+    s = TopologySync(cfg, lambda: {"cpu-001": {RACK: "a"}}, slurm, kube, sleep=lambda s: None)
+    s.reconcile("topology")
+    method, path = kube.request.call_args.args
+    body = kube.request.call_args.kwargs["body"]
+    assert (method, path) == ("PUT", "/api/v1/namespaces/tandem/configmaps/tandem-topology")
+    assert topology.from_json(body["data"]["topology.json"]).nodes == ("cpu-001",)
+    assert "SwitchName=" in body["data"]["topology.conf"]
+    slurm.reconfigure.assert_not_called()  # no file of slurmctld's written
+    s.reconcile("topology")
+    assert kube.request.call_count == 1
