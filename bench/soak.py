@@ -163,7 +163,7 @@ class Soak:
             return
         node, gpu = self.rng.choice(self.gpu_nodes), self.rng.randint(1, config.GPUS_PER_NODE - 1)
         name = self._name("taint")
-        self.kube.post(self.rules, _taint_rule(name, node, f"gpu-{gpu}"))
+        self.kube.post(self.rules, taint_rule(name, node, f"gpu-{gpu}"))
         self.taints.append(name)
         self.done["gpu taints made"] += 1
 
@@ -504,14 +504,23 @@ class Soak:
 COMPOSITE_API = "scheduling.k8s.io/v1alpha3"
 
 
-def _taint_rule(name: str, kube_node: str, device: str) -> dict[str, Any]:
+def taint_rule(
+    name: str,
+    kube_node: str,
+    device: str,
+    key: str = "example.com/soak",
+    value: str = "chaos",
+    effect: str = "NoSchedule",
+) -> dict[str, Any]:
+    """A DeviceTaintRule tainting one GPU of a Node's pool, as an admin or a health controller
+    writes it (resource.k8s.io/v1, Kubernetes 1.37)."""
     return {
         "apiVersion": f"{keys.DRA_GROUP}/v1",
         "kind": "DeviceTaintRule",
         "metadata": {"name": name},
         "spec": {
             "deviceSelector": {"driver": "gpu.nvidia.com", "pool": kube_node, "device": device},
-            "taint": {"key": "example.com/soak", "value": "chaos", "effect": "NoSchedule"},
+            "taint": {"key": key, "value": value, "effect": effect},
         },
     }
 

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from bench import soak
 from devstack import config
 from devstack.config import StackConfig
 from tandem import keys
 from tandem.kube import KubeClient, KubeError
 from tests.integration import helpers as h
+from tests.integration.test_gpu_claims import _delete
 from tests.integration.test_kubectl_tandem import kubectl_tandem
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
@@ -42,24 +44,8 @@ def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
     client.close()
 
 
-def _delete(api: KubeClient, path: str) -> None:
-    try:
-        api.delete(path)
-    except KubeError as e:
-        if not e.not_found:
-            raise
-
-
 def _rule(name: str, kube_node: str, device: str, effect: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{keys.DRA_GROUP}/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {
-            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": kube_node, "device": device},
-            "taint": {"key": "example.com/xid", "value": "79", "effect": effect},
-        },
-    }
+    return soak.taint_rule(name, kube_node, device, key="example.com/xid", value="79", effect=effect)
 
 
 def _drained(cfg: StackConfig, slurm_node: str) -> str | None:
@@ -156,3 +142,45 @@ def _get(api: KubeClient, path: str) -> dict[str, Any] | None:
         if e.not_found:
             return None
         raise
+
+
+def test_a_gpu_the_kubelet_reports_unhealthy_drains_its_slurm_node_while_reported(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """KEP-4680: a Pod holding a GPU says in its status that the device is Unhealthy (as the kubelet
+    writes it from the DRA driver's health stream): Slurm gives that GPU out no more until the report
+    goes (here: with the Pod)."""
+    index = 2
+    slurm_node, kube_node = config.slurm_node_name(index), config.kube_node_name(index)
+    name = h.unique("sick")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": kube_node,
+            "tolerations": [{"operator": "Exists"}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
+        },
+    }
+    h.create(core, pod)
+    h.wait_until("the Pod running", lambda: (p := h.get_pod(core, name)) and p.status.phase == "Running", 30)
+    report = {
+        "name": "c",
+        "allocatedResourcesStatus": [
+            {
+                "name": "claim:gpus",
+                "resources": [{"resourceID": f"gpu.nvidia.com/{kube_node}/gpu-3", "health": "Unhealthy"}],
+            }
+        ],
+    }
+    status = api.get(f"/api/v1/namespaces/default/pods/{name}")["status"]
+    containers = [{**c, **report} if c["name"] == "c" else c for c in status.get("containerStatuses") or []]
+    api.merge_patch(
+        f"/api/v1/namespaces/default/pods/{name}/status", {"status": {"containerStatuses": containers}}
+    )
+    reason = f"k8s: Node {kube_node} has GPU 3 tainted: gpu-3 kubelet/device-health=Unhealthy:NoSchedule"
+    h.wait_until("the Slurm node drained naming GPU 3", lambda: _drained(stack_cfg, slurm_node) == reason, 30)
+    h.delete_pod(core, name, grace=0)
+    h.wait_until("the node resumed", lambda: _drained(stack_cfg, slurm_node) is None, 30)

@@ -99,19 +99,23 @@ def _grpc_tls(args: argparse.Namespace) -> TlsFiles | None:
     return TlsFiles(args.grpc_ca, args.grpc_cert, args.grpc_key)
 
 
+def _gather(args: argparse.Namespace, kube: KubeClient, namespace: str | None) -> f.Facts:
+    return f.gather(
+        kube,
+        namespace,
+        args.scheduler_name,
+        args.syncer_address,
+        _grpc_tls(args),
+        args.slurmd_namespace,
+        args.syncer_server_name,
+    )
+
+
 def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     now = dt.datetime.now(dt.UTC)
     if args.command == "get":
         namespace = None if args.all_namespaces else (args.namespace or default_ns)
-        facts = f.gather(
-            kube,
-            namespace,
-            args.scheduler_name,
-            args.syncer_address,
-            _grpc_tls(args),
-            args.slurmd_namespace,
-            args.syncer_server_name,
-        )
+        facts = _gather(args, kube, namespace)
         rows = views.pod_rows(facts, now)
         if args.output != "table":
             return output.structured(rows, args.output)
@@ -121,15 +125,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             return f"No Tandem Pods found in {where}."
         return output.table(columns, rows)
     if args.command == "topology":
-        facts = f.gather(
-            kube,
-            None,
-            args.scheduler_name,
-            args.syncer_address,
-            _grpc_tls(args),
-            args.slurmd_namespace,
-            args.syncer_server_name,
-        )
+        facts = _gather(args, kube, None)
         published = f.topology_of(kube, args.configmap)
         if published is None:
             why = "is the syncer's --topology-levels empty?"
@@ -139,15 +135,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             return output.structured(rows, args.output)
         return output.table(views.TOPOLOGY_COLUMNS, rows)
     if args.command == "nodes":
-        facts = f.gather(
-            kube,
-            None,
-            args.scheduler_name,
-            args.syncer_address,
-            _grpc_tls(args),
-            args.slurmd_namespace,
-            args.syncer_server_name,
-        )
+        facts = _gather(args, kube, None)
         rows = views.node_rows(facts)
         return (
             output.table(views.NODE_COLUMNS, rows)
@@ -161,15 +149,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         if e.not_found:
             raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
         raise
-    facts = f.gather(
-        kube,
-        namespace,
-        args.scheduler_name,
-        args.syncer_address,
-        _grpc_tls(args),
-        args.slurmd_namespace,
-        args.syncer_server_name,
-    )
+    facts = _gather(args, kube, namespace)
     facts.pods = [pod]
     node = views.node_of(pod)
     node_events = views.lock_events(f.events_of(kube, "Node", node, None)) if node else []

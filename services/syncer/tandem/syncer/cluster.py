@@ -17,7 +17,7 @@ from tandem.dra.slices import slim_slice
 from tandem.dra.taints import slim_rule
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
-from tandem.syncer import health
+from tandem.syncer import devicehealth, health
 from tandem.syncer.waiters import Key, Waiters, job_key, node_key, pod_key
 
 BY_NODE = "node"
@@ -54,6 +54,8 @@ def slim_pod(pod: JSON) -> JSON:
         "status": {
             "phase": (pod.get("status") or {}).get("phase"),
             "ready": _condition(pod, "Ready") != "False",
+            # The devices the kubelet reports Unhealthy in it (KEP-4680): a bad GPU drains Slurm's.
+            **({"unhealthyDevices": bad} if (bad := devicehealth.kept(pod)) else {}),
         },
     }
 
@@ -262,6 +264,8 @@ class ClusterView:
         if not self._slurm_node_of(changed):
             for kube_node in {*_node_of(old or {}), *_node_of(new or {})}:
                 self.on_node_pods_changed(kube_node)
+                if _unhealthy(old) != _unhealthy(new):
+                    self._on_node(kube_node, None, None)  # a GPU's health: the Node's Slurm nodes
 
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
         if self.topology_labels and ((old is None) != (new is None) or _labels(old) != _labels(new)):
@@ -290,6 +294,10 @@ class ClusterView:
                     self._on_node(kube_node, None, None)
         for slurm_node in {*_rule_slurm_node_of(old or {}), *_rule_slurm_node_of(new or {})}:
             self.on_slurm_node_changed(slurm_node)
+
+
+def _unhealthy(pod: JSON | None) -> object:
+    return ((pod or {}).get("status") or {}).get("unhealthyDevices")
 
 
 def _labels(node: JSON | None) -> object:

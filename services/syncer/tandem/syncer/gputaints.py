@@ -1,7 +1,8 @@
 """GPU health across both schedulers, one GPU at a time (issue 37).
 
 Kubernetes -> Slurm: a GPU whose device is tainted NoSchedule or NoExecute (by its driver in the
-ResourceSlice, or by a DeviceTaintRule) must not be given out by Slurm either. Slurm 24.11 and
+ResourceSlice, or by a DeviceTaintRule), or that the kubelet reports Unhealthy in a Pod's status
+(tandem.syncer.devicehealth), must not be given out by Slurm either. Slurm 24.11 and
 26.05 cannot take one GRES index out of a live node: `scontrol update NodeName= Gres=` replaces the
 node's count (a smaller count drops the highest indices, not the bad one) and only a new gres.conf
 and a slurmd restart name indices. So the node sync drains the Slurm node with a reason naming the

@@ -6,6 +6,8 @@ be read from Slurm before it is judged is named for the pass to look up.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tandem import keys, placeholder, slurmd
 from tandem.dra import gres, slices
 from tandem.dra.claims import DraConfig
@@ -14,7 +16,7 @@ from tandem.dra.taints import taint_rule
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
-from tandem.syncer import gpucheck, gputaints, killwait
+from tandem.syncer import devicehealth, gpucheck, gputaints, killwait
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.killwait import NodeKillWait
@@ -120,7 +122,19 @@ class CacheFacts:
         if not kube_node or not node_slices:
             return None
         rules = [r for raw in self.cluster.taint_rules_all() if (r := taint_rule(raw)) is not None]
-        return slices.node_devices(kube_node, node_slices, self.dra, rules)
+        found = slices.node_devices(kube_node, node_slices, self.dra, rules)
+        if isinstance(found, str):
+            return found
+        bad = devicehealth.unhealthy(self.cluster.pods_on(kube_node), found.driver, found.pool)
+        if not bad:
+            return found
+        return replace(
+            found,
+            devices=tuple(
+                replace(d, taints=(*d.taints, devicehealth.UNHEALTHY)) if d.name in bad else d
+                for d in found.devices
+            ),
+        )
 
     def _killwait(self, slurm_node: str, entry: KillWait) -> NodeKillWait:
         """A KillWait deadline as this node sees it: which Pod of the job keeps the node, as
