@@ -59,6 +59,12 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("syncer", ("patch", "pods", "-n", "tandem-slurm"), True),
         ("syncer", ("watch", "resourceslices.resource.k8s.io"), True),
         ("syncer", ("patch", "resourceslices.resource.k8s.io"), False),
+        # GPU health both ways (issue 37): Slurm drains naming GPUs taint them through rules of its own.
+        ("syncer", ("create", "devicetaintrules.resource.k8s.io"), True),
+        ("syncer", ("update", "devicetaintrules.resource.k8s.io"), False),
+        # Slurm's topology (issue 38), published in the release's one ConfigMap of it.
+        ("syncer", ("update", "configmaps", "tandem-topology", "-n", "tandem"), True),
+        ("syncer", ("update", "configmaps", "tandem-policy", "-n", "tandem"), False),
         # What none of them may do.
         ("scheduler", ("list", "secrets", "--all-namespaces"), False),
         ("syncer", ("list", "secrets", "--all-namespaces"), False),
