@@ -54,6 +54,7 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("scheduler", ("delete", "resourceclaims.resource.k8s.io", "-n", "default"), True),
         ("scheduler", ("create", "resourceclaimtemplates.resource.k8s.io", "-n", "default"), False),
         ("scheduler", ("create", "resourceslices.resource.k8s.io"), False),
+        ("scheduler", ("update", "leases/tandem-scheduler", "-n", "tandem"), True),
         ("syncer", ("create", "pods", "--subresource=eviction", "-n", "default"), True),
         ("syncer", ("patch", "nodes"), True),
         ("syncer", ("patch", "pods", "-n", "tandem-slurm"), True),
@@ -63,8 +64,8 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("syncer", ("create", "devicetaintrules.resource.k8s.io"), True),
         ("syncer", ("update", "devicetaintrules.resource.k8s.io"), False),
         # Slurm's topology (issue 38), published in the release's one ConfigMap of it.
-        ("syncer", ("update", "configmaps", "tandem-topology", "-n", "tandem"), True),
-        ("syncer", ("update", "configmaps", "tandem-policy", "-n", "tandem"), False),
+        ("syncer", ("update", "configmaps/tandem-topology", "-n", "tandem"), True),
+        ("syncer", ("update", "configmaps/tandem-policy", "-n", "tandem"), False),
         # What none of them may do.
         ("scheduler", ("list", "secrets", "--all-namespaces"), False),
         ("syncer", ("list", "secrets", "--all-namespaces"), False),
@@ -74,7 +75,8 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("scheduler", ("patch", "nodes"), False),
         ("syncer", ("delete", "pods", "-n", "default"), False),
         ("syncer", ("patch", "pods", "-n", "default"), False),
-        ("scheduler", ("update", "leases", "other-lease", "-n", "tandem"), False),
+        # kubectl auth can-i names a resource as TYPE/NAME (`leases other-lease` is an error: no).
+        ("scheduler", ("update", "leases/other-lease", "-n", "tandem"), False),
         ("scheduler", ("create", "clusterrolebindings"), False),
         ("hooks", ("get", "pods", "-n", "tandem"), False),
     ],
