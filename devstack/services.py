@@ -258,6 +258,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--placeholder-output={placeholder_log_dir(cfg)}/%j.out",
             f"--job-key-file={job_key_file(cfg)}",
             f"--policy-configmap={config.TANDEM_NAMESPACE}/{config.POLICY_CONFIGMAP}",
+            f"--topology-configmap={config.TOPOLOGY_CONFIGMAP}",
         ]
     if name == "tandem-hooks":
         return [

@@ -126,6 +126,10 @@ USER_ID = PREFIX + "user-id"
 GROUP_ID = PREFIX + "group-id"
 CURRENT_WORKING_DIR = PREFIX + "current-working-dir"
 TIMEOUT = PREFIX + "timeout"
+# Node label keys (comma-separated) whose one domain every member of the group must share, for a
+# group with no Workload API object to say it (a LeaderWorkerSet's, a Pod alone's); a PodGroup's
+# spec.schedulingConstraints.topology says it too (issue 38).
+TOPOLOGY = PREFIX + "topology"
 
 JOB_ANNOTATIONS = frozenset(
     {
@@ -144,6 +148,7 @@ JOB_ANNOTATIONS = frozenset(
         GROUP_ID,
         CURRENT_WORKING_DIR,
         TIMEOUT,
+        TOPOLOGY,
     }
 )
 # Keys under the prefix that are not job fields but are still ours (never warned about).

@@ -40,6 +40,8 @@ ROOT = "tandem-root"
 # `scontrol show topology` prints each on one line: keep them short.
 _VALUE_CHARS = 40
 _SAFE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,80}[a-z]$")
+# What domain_name makes, and nothing an operator would name a feature by chance.
+_DOMAIN_NAME = re.compile(r"^l[0-9]+-[a-z0-9][a-z0-9-]*-[a-z]{5}$")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 # A label key (prefix/name) as Kubernetes allows it.
 _LABEL_KEY = re.compile(
@@ -168,6 +170,87 @@ def domain_name(level: int, path: Sequence[str]) -> str:
     digest = hashlib.sha256("\x1f".join(path).encode()).digest()
     tag = "".join(chr(ord("a") + b % 26) for b in digest[:5])
     return f"l{level}-{safe}-{tag}"
+
+
+def is_domain_name(name: str) -> bool:
+    """A name domain_name makes: on a Slurm node, a feature tandem-syncer owns."""
+    return _DOMAIN_NAME.match(name) is not None
+
+
+def node_domains(t: Topology) -> dict[str, tuple[str, ...]]:
+    """Every Slurm node -> the domains it is in, widest first (none for an unplaced one): the
+    features tandem-syncer gives it, which a job names to stay in one domain (`one_domain`)."""
+    found: dict[str, list[str]] = {n: [] for n in t.order}
+    for d in sorted(t.domains, key=lambda d: d.level):
+        for node in d.nodes:
+            found.setdefault(node, []).append(d.name)
+    return {n: tuple(names) for n, names in found.items()}
+
+
+def node_features(current: Sequence[str], domains: Sequence[str]) -> tuple[str, ...]:
+    """A node's features with its domains as `domains` says: the others (slurm.conf's) kept, in
+    their order."""
+    return (*(f for f in current if not is_domain_name(f)), *domains)
+
+
+@dataclass(frozen=True)
+class OneDomain:
+    """A job asking for all its nodes in one domain of `key`: any of `domains` (those with room
+    for it), as a Slurm constraint `[a|b|...]` (a matching OR: every node has the same one)."""
+
+    key: str
+    level: int
+    domains: tuple[Domain, ...]
+
+    @property
+    def constraint(self) -> str:
+        names = [d.name for d in self.domains]
+        return names[0] if len(names) == 1 else f"[{'|'.join(names)}]"
+
+
+def one_domain(t: Topology, keys: Sequence[str], size: int) -> OneDomain | str:
+    """The domains that can hold `size` nodes at the narrowest level of `keys` (each key holds when
+    the narrowest does: a domain lies inside one of every wider level), or why none can."""
+    unknown = [k for k in keys if t.level_of(k) is None]
+    if unknown:
+        levels = ", ".join(t.levels) or "none"
+        return f"Slurm's topology has no level {', '.join(unknown)} (its levels: {levels})"
+    level = max(t.level_of(k) or 0 for k in keys)
+    at = sorted(t.at_level(level), key=t.rank)
+    fitting = tuple(d for d in at if len(d.nodes) >= size)
+    if fitting:
+        return OneDomain(t.levels[level], level, fitting)
+    largest = max(at, key=lambda d: len(d.nodes), default=None)
+    if largest is None:
+        return f"Slurm's topology has no {t.levels[level]} domain with a node in it"
+    return (
+        f"the largest {t.levels[level]} domain has {len(largest.nodes)} nodes "
+        f"({_shown_value(largest)}, Slurm's {largest.name})"
+    )
+
+
+def where(t: Topology, keys: Sequence[str], nodes: Sequence[str]) -> str:
+    """Where a job's nodes are at the narrowest level of `keys`, for a person ("" when no key is
+    a level): `in one <key> domain, <key>=<value> (Slurm feature <name>)`, or how many it spans."""
+    levels = [lvl for k in keys if (lvl := t.level_of(k)) is not None]
+    if not levels or not nodes:
+        return ""
+    level = max(levels)
+    touched = {d.name: d for n in nodes if (d := t.domain_of(n, level)) is not None}
+    if len(touched) == 1:
+        d = next(iter(touched.values()))
+        return f"in one {t.levels[level]} domain, {shown(d)}"
+    return f"in {len(touched)} {t.levels[level]} domains ({', '.join(sorted(touched))})"
+
+
+def shown(d: Domain) -> str:
+    """A domain as a person reads it: its label and value, and its Slurm name."""
+    value = f"{d.key}={d.value}" if d.value else f"node {d.nodes[0]}'s own"
+    return f"{value} (Slurm feature {d.name})"
+
+
+def _shown_value(d: Domain) -> str:
+    return f"{d.key}={d.value}" if d.value else f"node {d.nodes[0]}, unlabelled"
 
 
 def problems(t: Topology) -> list[str]:

@@ -4,13 +4,17 @@ values at the edge of what Kubernetes allows never take slurmctld down."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from devstack import config
+from devstack import kube as devkube
 from devstack.config import StackConfig
 from tandem import topology
 from tandem.slurm.hostlist import expand
@@ -139,3 +143,204 @@ def test_the_topology_is_published_for_the_scheduler_and_kubectl(
     r9 = next(d for d in t.domains if d.value == "r9")
     assert r9.nodes == (config.slurm_node_name(1),) and r9.key == RACK
     assert set(t.nodes) == {config.slurm_node_name(i) for i in range(stack_cfg.nodes)}
+
+
+# --- a gang's topology constraint reaches its Slurm job (step 2) -------------------------------------
+
+
+def _two_racks(cfg: StackConfig, core: k8s.CoreV1Api) -> tuple[frozenset[str], frozenset[str]]:
+    """Racks a (nodes 0-3) and b (nodes 4-7), as Slurm shows them once the syncer wrote them; the
+    two racks' features are on every node then too."""
+    half = cfg.nodes // 2
+    for i in range(cfg.nodes):
+        _label(core, config.kube_node_name(i), {ZONE: "z1", RACK: "rack-a" if i < half else "rack-b"})
+    nodes = [config.slurm_node_name(i) for i in range(cfg.nodes)]
+    a, b = frozenset(nodes[:half]), frozenset(nodes[half:])
+    h.wait_until("Slurm's two racks", lambda: _racks(cfg) == sorted([a, b], key=sorted), 60)
+    h.wait_until("every node's rack feature", lambda: _rack_features(cfg) == {a, b}, 60)
+    return a, b
+
+
+def _rack_features(cfg: StackConfig) -> set[frozenset[str]]:
+    """The nodes sharing each rack-level feature tandem-syncer gave them."""
+    by_feature: dict[str, set[str]] = {}
+    for line in h.scontrol(cfg, "show", "node", "-o").splitlines():
+        name = re.search(r"NodeName=(\S+)", line)
+        features = re.search(r"AvailableFeatures=(\S+)", line)
+        for f in features.group(1).split(",") if features else []:
+            if f.startswith("l1-rack-") and name:
+                by_feature.setdefault(f, set()).add(name.group(1))
+    return {frozenset(v) for v in by_feature.values()}
+
+
+def _podgroup(custom: k8s.CustomObjectsApi, name: str, size: int, key: str = RACK) -> dict[str, Any]:
+    group, version, plural = h.podgroups()
+    return dict(
+        custom.create_namespaced_custom_object(
+            group,
+            version,
+            "default",
+            plural,
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {
+                    "schedulingPolicy": {"gang": {"minCount": size}},
+                    "schedulingConstraints": {"topology": [{"key": key}]},
+                },
+            },
+        )
+    )
+
+
+def _members(cfg: StackConfig, core: k8s.CoreV1Api, group: str, size: int) -> list[str]:
+    names = []
+    for i in range(size):
+        pod = h.tandem_pod(cfg, f"{group}-{i}", cpu="1", memory="1Gi")
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+        h.create(core, pod)
+        names.append(pod["metadata"]["name"])
+    return names
+
+
+def _bound_slurm_nodes(core: k8s.CoreV1Api, names: list[str]) -> set[str] | None:
+    pods = [h.get_pod(core, n) for n in names]
+    if not all(p is not None and p.spec.node_name for p in pods):
+        return None
+    kube_to_slurm = {config.kube_node_name(i): config.slurm_node_name(i) for i in range(16)}
+    return {kube_to_slurm[p.spec.node_name] for p in pods if p is not None}
+
+
+def _podgroup_condition(custom: k8s.CustomObjectsApi, name: str) -> dict[str, Any] | None:
+    group, version, plural = h.podgroups()
+    pg = custom.get_namespaced_custom_object(group, version, "default", plural, name)
+    return next(
+        (c for c in (pg.get("status") or {}).get("conditions") or [] if c["type"] == "PodGroupScheduled"),
+        None,
+    )
+
+
+@pytest.fixture
+def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
+    api = devkube.api(stack_cfg)
+    custom = k8s.CustomObjectsApi(api)
+    yield custom
+    k8s.BatchV1Api(api).delete_collection_namespaced_job("default", propagation_policy="Background")
+    group, version, plural = h.podgroups()
+    for item in custom.list_namespaced_custom_object(group, version, "default", plural)["items"]:
+        with contextlib.suppress(k8s.ApiException):
+            custom.delete_namespaced_custom_object(
+                group, version, "default", plural, item["metadata"]["name"]
+            )
+
+
+def _serves_topology_constraints(custom: k8s.CustomObjectsApi) -> bool:
+    """Kubernetes 1.37 with TopologyAwareWorkloadScheduling keeps the field; 1.36 drops it."""
+    name = h.unique("probe")
+    pg = _podgroup(custom, name, 1)
+    group, version, plural = h.podgroups()
+    custom.delete_namespaced_custom_object(group, version, "default", plural, name)
+    return bool((pg.get("spec") or {}).get("schedulingConstraints"))
+
+
+def test_a_podgroup_asking_for_one_rack_waits_for_one_rather_than_spanning_two(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, labelled: None
+) -> None:
+    if not _serves_topology_constraints(custom):
+        pytest.skip("this apiserver drops PodGroup spec.schedulingConstraints (before Kubernetes 1.37)")
+    a, b = _two_racks(stack_cfg, core)
+    # Two nodes of each rack busy: no rack has three free, eight minus four would.
+    busy = [
+        h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in (*sorted(a)[:2], *sorted(b)[:2])
+    ]
+    name = h.unique("rack")
+    _podgroup(custom, name, 3)
+    members = _members(stack_cfg, core, name, 3)
+    job_id = h.wait_until("the gang's job", lambda: h.job_id_of(core, members[0]), 30)
+    job = h.rest_job(stack_cfg, job_id)
+    assert "l1-rack-" in str(job.get("features")), job.get("features")
+    time.sleep(5)
+    assert "PENDING" in h.squeue(stack_cfg, "-j", str(job_id), "-h", "-o", "%T")  # not across racks
+    h.scancel(stack_cfg, busy[3])  # a node of rack b frees: b has three
+    placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
+    assert placed <= b, (placed, b)
+    condition = h.wait_until("PodGroupScheduled", lambda: _podgroup_condition(custom, name), 15)
+    assert "topology.kubernetes.io/rack=rack-b" in condition["message"], condition
+    events = [
+        e.message for e in core.list_namespaced_event("default").items if e.involved_object.name == name
+    ]
+    assert any("rack-b" in (m or "") for m in events), events
+    story = kubectl_tandem(stack_cfg, "describe", members[0])
+    assert f"one domain of {RACK}" in story and f"{RACK}=rack-b" in story, story
+    h.scancel(stack_cfg, *busy)
+
+
+def test_a_job_with_spec_scheduling_lands_in_one_rack(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, labelled: None
+) -> None:
+    if not _serves_topology_constraints(custom):
+        pytest.skip(
+            "this apiserver has no Job spec.scheduling.schedulingConstraints (before Kubernetes 1.37)"
+        )
+    a, b = _two_racks(stack_cfg, core)
+    busy = [h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in sorted(a)[:2]]
+    batch = k8s.BatchV1Api(devkube.api(stack_cfg))
+    name = h.unique("train")
+    pod = h.tandem_pod(stack_cfg, "x")
+    batch.create_namespaced_job(
+        "default",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": 3,
+                "parallelism": 3,
+                "scheduling": {
+                    "schedulingPolicy": {"gang": {"minCount": 3}},
+                    "schedulingConstraints": {"topology": [{"key": RACK}]},
+                },
+                "template": {"metadata": {"labels": {}}, "spec": {**pod["spec"], "restartPolicy": "Never"}},
+            },
+        },
+    )
+
+    def bound() -> set[str] | None:
+        pods = core.list_namespaced_pod("default", label_selector=f"job-name={name}").items
+        names = [p.metadata.name for p in pods]
+        return _bound_slurm_nodes(core, names) if len(names) == 3 else None
+
+    placed = h.wait_until("the Job's three Pods bound", bound, 60)
+    assert placed <= b, (placed, b)  # rack a has two free nodes only
+    h.scancel(stack_cfg, *busy)
+
+
+def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_largest(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    """Through the annotation (a gang with no Workload API object to say it; both CI legs)."""
+    _two_racks(stack_cfg, core)
+    size = stack_cfg.nodes // 2 + 1
+    name = h.unique("big")
+    before = h.squeue_ids(stack_cfg)
+    members = []
+    for i in range(size):
+        pod = h.tandem_pod(stack_cfg, f"{name}-{i}", annotations={h.PREFIX + "topology": RACK})
+        pod["metadata"]["labels"] = {
+            "leaderworkerset.sigs.k8s.io/name": name,
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/group-key": name,
+            "leaderworkerset.sigs.k8s.io/worker-index": str(i),
+        }
+        pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
+        h.create(core, pod)
+        members.append(pod["metadata"]["name"])
+
+    def unschedulable() -> str | None:
+        pod = h.get_pod(core, members[0])
+        c = h.scheduled_condition(pod) if pod is not None else None
+        return c.message if c is not None and c.reason == "Unschedulable" else None
+
+    message = h.wait_until("Unschedulable", unschedulable, 30)
+    assert RACK in message and f"largest {RACK} domain has {stack_cfg.nodes // 2} nodes" in message, message
+    assert h.squeue_ids(stack_cfg) == before  # no job submitted

@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 
 from tandem import topology
+from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS, TopologyConfig, TopologySync
 
@@ -29,6 +30,7 @@ def sync(
 ) -> tuple[TopologySync, mock.Mock, Clock]:
     slurm = mock.Mock()
     slurm.ping.return_value = alive
+    slurm.list_nodes.return_value = []
     clock = Clock()
     cfg = TopologyConfig((RACK,), topology.TREE, str(tmp_path / name))
     return TopologySync(cfg, lambda: labels, slurm, clock=clock, sleep=lambda s: None), slurm, clock
@@ -112,3 +114,51 @@ def test_the_configmap_carries_the_file_and_the_tree(tmp_path: Path) -> None:
     slurm.reconfigure.assert_not_called()  # no file of slurmctld's written
     s.reconcile("topology")
     assert kube.request.call_count == 1
+
+
+def _features(slurm: mock.Mock) -> dict[str, tuple[str, ...]]:
+    return {c.args[0]: c.args[1] for c in slurm.set_node_features.call_args_list}
+
+
+def test_each_node_gets_its_domains_as_features_beside_its_own_after_the_reconfigure(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "a"}, "cpu-003": None}
+    s, slurm, _ = sync(tmp_path, labels)
+    # What Slurm shows right after the reconfigure (slurm.conf's features only), not the poll's
+    # older view.
+    slurm.list_nodes.return_value = [
+        Node("cpu-001", "IDLE", features=("cpu",)),
+        Node("cpu-002", "IDLE", features=("cpu", "l0-old-abcde")),
+        Node("cpu-003", "IDLE", features=("cpu", "l0-gone-abcde")),
+    ]
+    s.reconcile("topology")
+    rack = topology.build((RACK,), topology.TREE, labels).at_level(0)[0].name
+    assert _features(slurm) == {
+        "cpu-001": ("cpu", rack),
+        "cpu-002": ("cpu", rack),  # a stale domain replaced
+        "cpu-003": ("cpu",),  # its Node is not known: no domain, the stale one dropped
+    }
+
+
+def test_features_a_reconfigure_dropped_are_set_again_and_ones_in_place_are_left(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "b"}}
+    seen: dict[str, tuple[str, ...]] = {}
+    slurm = mock.Mock()
+    slurm.list_nodes.return_value = []
+    s = TopologySync(TopologyConfig((RACK,), topology.TREE), lambda: labels, slurm, features=lambda: seen)
+    t = topology.build((RACK,), topology.TREE, labels)
+    a, b = (d.name for d in t.at_level(0))
+    seen.update({"cpu-001": ("cpu", a), "cpu-002": ("cpu",)})  # an admin's reconfigure wiped cpu-002's
+    s.reconcile("topology")
+    assert _features(slurm) == {"cpu-002": ("cpu", b)}
+    slurm.reconfigure.assert_not_called()  # no file: the features alone
+
+
+def test_a_node_slurm_refuses_features_for_does_not_stop_the_others_and_is_retried(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "a"}}
+    seen = {"cpu-001": ("cpu",), "cpu-002": ("cpu",)}
+    slurm = mock.Mock()
+    slurm.set_node_features.side_effect = [SlurmApiError("POST node/cpu-001: HTTP 500", 500), None]
+    s = TopologySync(TopologyConfig((RACK,), topology.TREE), lambda: labels, slurm, features=lambda: seen)
+    with pytest.raises(SlurmApiError, match="not set on 1 node"):
+        s.reconcile("topology")
+    assert [c.args[0] for c in slurm.set_node_features.call_args_list] == ["cpu-001", "cpu-002"]

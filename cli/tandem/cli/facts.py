@@ -126,6 +126,24 @@ def topology_of(kube: KubeClient, configmap: str) -> Topology | None:
     return from_json(str(text)) if text else None
 
 
+def podgroup_topology(kube: KubeClient, namespace: str, name: str) -> tuple[str, ...]:
+    """The label keys a PodGroup asks one domain of (spec.schedulingConstraints.topology), in the
+    version the cluster serves; none when it is gone or asks nothing."""
+    served = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS).served(kube)
+    if served is None:
+        return ()
+    try:
+        podgroup = kube.get(f"/apis/{served}/namespaces/{namespace}/{keys.PODGROUP_RESOURCE}/{name}")
+    except KubeError as e:
+        if e.not_found:
+            return ()
+        raise
+    constraints = (podgroup.get("spec") or {}).get("schedulingConstraints") or {}
+    return tuple(
+        str(e.get("key")) for e in constraints.get("topology") or [] if isinstance(e, dict) and e.get("key")
+    )
+
+
 class _AnyProduct(dict[str, str]):
     """Every product a GRES type of its own: the CLI numbers and reads devices, it types nothing."""
 

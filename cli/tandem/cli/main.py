@@ -60,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="one Pod's whole story")
     describe.add_argument("pod")
     describe.add_argument("-n", "--namespace", default=None)
+    describe.add_argument(
+        "--topology-configmap",
+        default=os.environ.get("TANDEM_TOPOLOGY_CONFIGMAP", f.DEFAULT_TOPOLOGY_CONFIGMAP),
+        help="namespace/name of the ConfigMap the syncer publishes Slurm's topology in",
+    )
     nodes = sub.add_parser("nodes", help="Nodes and their Slurm nodes")
     topo = sub.add_parser("topology", help="Slurm's topology from Node labels, free and busy nodes")
     topo.add_argument(
@@ -150,10 +155,20 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
         raise
     facts = _gather(args, kube, namespace)
+    job = views.job_id(pod)
+    status = facts.slurm.jobs.get(job) if facts.slurm is not None and job is not None else None
+    slurm_nodes = views.group_slurm_nodes(facts, pod, status)
     facts.pods = [pod]
     node = views.node_of(pod)
     node_events = views.lock_events(f.events_of(kube, "Node", node, None)) if node else []
-    story = views.describe(facts, pod, f.events_of(kube, "Pod", args.pod, namespace), node_events, now)
+    group = str(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "")
+    asked = views.asked_topology(pod, f.podgroup_topology(kube, namespace, group) if group else ())
+    domain = views.topology_section(
+        asked, f.topology_of(kube, args.topology_configmap) if asked else None, slurm_nodes
+    )
+    story = views.describe(
+        facts, pod, f.events_of(kube, "Pod", args.pod, namespace), node_events, now, domain
+    )
     return output.story(story) if args.output == "table" else output.structured(story, args.output)
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from tandem import keys
+from tandem import keys, topology
 from tandem.cli.facts import Facts
 from tandem.kube import JSON, parse_rfc3339, pod_finished
 from tandem.scheduler import decide, gpuclaims, groups
@@ -281,9 +281,15 @@ def compress_indices(indices: tuple[int, ...]) -> str:
 
 
 def describe(
-    facts: Facts, pod: JSON, pod_events: list[JSON], node_events: list[JSON], now: dt.datetime
+    facts: Facts,
+    pod: JSON,
+    pod_events: list[JSON],
+    node_events: list[JSON],
+    now: dt.datetime,
+    domain: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The whole story of one Pod, as sections (rendered as text, JSON or YAML)."""
+    """The whole story of one Pod, as sections (rendered as text, JSON or YAML). `domain`: its
+    group's topology ask and where it landed (`topology_section`)."""
     row = pod_row(facts, pod, now)
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -313,6 +319,8 @@ def describe(
         story["Slurm job"]["reason"] = status.job.state_reason
         if status.job.gres_detail:
             story["Slurm job"]["gpus"] = ", ".join(status.job.gres_detail)
+    if domain:
+        story["Topology"] = domain
     claims = _claims(pod)
     if claims:
         story["GPU claims"] = claims
@@ -331,6 +339,43 @@ def describe(
         }
     story["Events"] = [_event_line(e, now) for e in pod_events] or ["(none)"]
     return story
+
+
+def asked_topology(pod: JSON, podgroup_keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The label keys the Pod's group asks one domain of: its PodGroup's and its annotation's."""
+    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(keys.TOPOLOGY) or "")
+    try:
+        annotated = topology.parse_levels(raw)
+    except ValueError:
+        annotated = ()
+    return tuple(dict.fromkeys((*podgroup_keys, *annotated)))
+
+
+def group_slurm_nodes(facts: Facts, pod: JSON, status: JobStatus | None) -> list[str]:
+    """The Slurm nodes of the Pod's group: its job's, else those of the members bound so far."""
+    if status is not None and status.job.nodes:
+        return list(status.job.nodes)
+    group = groups.group_name(pod)
+    members = [p for p in facts.pods if group is not None and groups.group_name(p) == group] or [pod]
+    return [n for p in members if (n := facts.slurm_node_of.get(node_of(p) or ""))]
+
+
+def topology_section(
+    asked: tuple[str, ...], published: Topology | None, slurm_nodes: list[str]
+) -> dict[str, str] | None:
+    """What `describe` shows of a group asking for one domain: the ask, and where its job is."""
+    if not asked:
+        return None
+    section = {"asks": f"its group's nodes in one domain of {', '.join(asked)}"}
+    if published is None:
+        section["domain"] = "(no topology published: the syncer's --topology-levels)"
+    elif not slurm_nodes:
+        section["domain"] = "(not placed yet)"
+    else:
+        section["domain"] = topology.where(published, asked, slurm_nodes) or (
+            f"(none of {', '.join(asked)} is a level of Slurm's topology)"
+        )
+    return section
 
 
 def _claims(pod: JSON) -> list[str]:

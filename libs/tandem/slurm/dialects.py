@@ -169,6 +169,7 @@ class Dialect:
             reason=str(raw.get("reason") or ""),
             reason_set_by=str(raw.get("reason_set_by_user") or ""),
             gres=str(raw.get("gres") or "") if isinstance(raw.get("gres"), str) else "",
+            features=_features(raw.get("features")),
         )
 
     def parse_job_state(self, raw: dict[str, Any]) -> tuple[int, str, tuple[str, ...]] | None:
@@ -246,6 +247,11 @@ class Dialect:
             job["group_id"] = str(spec.group_id)
         return job
 
+    def node_features_body(self, features: tuple[str, ...]) -> dict[str, Any]:
+        """POST /node/{name}: its available and active features, both these (scontrol's
+        AvailableFeatures= and ActiveFeatures=)."""
+        return {"features": list(features), "features_act": list(features)}
+
     def node_state_body(self, state: str, reason: str = "") -> dict[str, Any]:
         """POST /node/{name}: DRAIN with a reason, or RESUME."""
         body: dict[str, Any] = {"state": [state]}
@@ -256,6 +262,13 @@ class Dialect:
 
 def _set(number: int) -> dict[str, Any]:
     return {"set": True, "infinite": False, "number": number}
+
+
+def _features(value: Any) -> tuple[str, ...]:
+    """A node's features: a list (v0.0.41 and later) or Slurm's comma-separated string."""
+    if isinstance(value, str):
+        return tuple(f for f in value.split(",") if f)
+    return _strings(value)
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -137,6 +137,8 @@ class Node:
     reason_set_by: str = ""
     # Its configured GRES as Slurm prints them (`gpu:h100:8(S:0-1)`, tandem.dra.gres); "" for none.
     gres: str = ""
+    # Its available features (slurm.conf's, and the topology domains tandem-syncer gives it).
+    features: tuple[str, ...] = ()
 
     @property
     def drained(self) -> bool:

@@ -421,6 +421,15 @@ class SlurmRestClient:
     def resume_node(self, node: str) -> None:
         self._request("POST", f"node/{node}", json=self.dialect.node_state_body("RESUME"))
 
+    def set_node_features(self, node: str, features: tuple[str, ...]) -> None:
+        """A node's available and active features, these and no others. Slurm forgets them on a
+        reconfigure or a restart (slurm.conf's come back): the caller sets them again."""
+        with _answer_of("POST node"):
+            answer = self._request("POST", f"node/{node}", json=self.dialect.node_features_body(features))
+            problem = _errors(answer.json()) if answer.content else ""
+        if problem:
+            raise SlurmApiError(f"POST node/{node}: {problem}", 200)
+
     def _auth(self, user: str) -> dict[str, str]:
         return {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self.tokens.token(user)}
 

@@ -37,6 +37,7 @@ from tandem.slurm.hostlist import expand
 from tandem.slurm.models import JobSpec, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto
+from tandem.topology import Topology
 from tandem.v1 import scheduler_pb2
 from tandem.workqueue import WorkQueue
 
@@ -194,8 +195,13 @@ class Controller:
         policy: Callable[[], Policy] = lambda: BUILTIN,
         composites: ObjectCache | None = None,
         dra: DraCaches | None = None,
+        topology: Callable[[], Topology | str] | None = None,
     ) -> None:
         self.reject_static_cpu = reject_static_cpu
+        # Slurm's topology as tandem-syncer publishes it, or why there is none.
+        self.topology: Callable[[], Topology | str] = topology or (
+            lambda: "the scheduler reads no topology (--topology-configmap)"
+        )
         # GPUs by claim (tandem.dra); None: Pods' ResourceClaims are not read.
         self.dra = dra
         self.kube = kube
@@ -308,6 +314,13 @@ class Controller:
         held_now = new if new is not None and _node_name(new) else None
         if held_before is not None or held_now is not None:
             self.on_bound_pod(key, held_before, held_now)
+
+    def on_topology_changed(self) -> None:
+        """Slurm's topology changed: a gang waiting for a domain with room may fit now."""
+        WAKEUPS.inc(source="topology")
+        for pod in self.pods.items():
+            if not (pod.get("spec") or {}).get("nodeName"):
+                self.queue.add(self._key_of(pod))
 
     def on_policy_changed(self) -> None:
         """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
@@ -542,6 +555,7 @@ class Controller:
             extended_class=extended_class,
             dra_served=dra_served,
             extended_claims=extended_claims,
+            topology=self.topology(),
         )
 
     def _serves_gpus_by_dra(self, kube_node: str) -> bool:
@@ -644,8 +658,14 @@ class Controller:
                     self._event(pod, "Warning", reason, message)
             case d.Refuse(pods=pods, reason=reason, message=message):
                 self._refuse(group, pods, reason, message)
-            case d.Submit(members=members, validations=validations, excluded=excluded, components=components):
-                self._submit(group, members, validations, excluded, o.kill_wait, components)
+            case d.Submit(
+                members=members,
+                validations=validations,
+                excluded=excluded,
+                components=components,
+                domains=domains,
+            ):
+                self._submit(group, members, validations, excluded, o.kill_wait, components, domains)
             case d.Record(pods=pods, job_id=job_id):
                 for pod in pods:
                     self._record(pod, job_id)
@@ -681,8 +701,14 @@ class Controller:
                     if str(m["metadata"]["uid"]) not in bound and not (m.get("spec") or {}).get("nodeName")
                 ]
                 if not unbound:
+                    where = f", {action.landed}" if action.landed else ""
                     self._group_status(
-                        group, True, "Scheduled", f"all members bound to the nodes of Slurm job {job.job_id}"
+                        group,
+                        True,
+                        "Scheduled",
+                        f"all members bound to the nodes of Slurm job {job.job_id}{where}",
+                        # Only where a person asked for a domain: the Event says which one.
+                        ("Normal", "Scheduled") if action.landed else None,
                     )
             case d.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
                 for pod in pods:
@@ -724,6 +750,7 @@ class Controller:
         excluded: tuple[str, ...] = (),
         kill_wait: float | None = None,
         components: tuple[int, ...] = (),
+        domains: tuple[str, ...] = (),
     ) -> None:
         """`kill_wait`: the KillWait the members were validated against, which the placeholder
         script is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL. `components`: a
@@ -751,6 +778,7 @@ class Controller:
                 validations[0].job_annotations,  # the members agree (validation.disagreements)
                 components,
                 [v.gpu_type for v in validations],
+                domains,
             )
             spec = jobspec.with_trace_context(spec, tracing.current_traceparent())
             submit_started = time.monotonic()

@@ -31,8 +31,12 @@ rows included, and runs a Pod alone's rows as a group of one):
     no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
     no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event;
       or a node it requires would not                (Slurm would refuse the job outright)
+    no job, one domain asked (a topology key) and -> Unschedulable naming the key and the largest
+      none has room, or the key is not a level       domain; brackets in its own constraint: refused
+                                                     (tandem.scheduler.domains)
     no job                                        -> submit the job, the nodes whose Nodes would not
-                                                     take some member excluded (and record its id);
+                                                     take some member excluded (and record its id),
+                                                     each component in one domain when asked;
                                                      a group of components (CompositePodGroup, LWS
                                                      leader unlike its workers): a het job, each
                                                      component's first minCount members, each
@@ -75,11 +79,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tandem import keys
+from tandem import keys, topology
 from tandem.dra.claims import PodGpus
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import gpuclaims, groups, validation
+from tandem.scheduler import domains, gpuclaims, groups, validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.podapi import condition
@@ -187,6 +191,8 @@ class Observed:
     extended_class: str = ""
     dra_served: frozenset[str] = frozenset()
     extended_claims: Mapping[str, JSON] = field(default_factory=dict)
+    # Slurm's topology as tandem-syncer publishes it, or why there is none (tandem.scheduler.domains).
+    topology: topology.Topology | str = "the scheduler reads no topology (--topology-configmap)"
 
 
 @dataclass(frozen=True)
@@ -276,6 +282,9 @@ class Submit:
     # A heterogeneous job: how many of the members (in order) each component holds; empty: one
     # homogeneous job.
     components: tuple[int, ...] = ()
+    # The one-domain constraint of each component (of the job, when homogeneous), "" for none;
+    # empty: no topology asked (tandem.scheduler.domains).
+    domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,6 +329,8 @@ class Bind:
     claims: Mapping[str, tuple[ClaimWrite, ...]] = field(default_factory=dict)
     # Member uid -> its status.extendedResourceClaimStatus, written after the claims, before the bind.
     pod_statuses: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    # Where the job's nodes are, for the group that asked for one domain ("" for none).
+    landed: str = ""
 
 
 @dataclass(frozen=True)
@@ -628,8 +639,45 @@ def _new_job(
     typed = _typed_whole_gpus(o, group, members, valid, fits)
     if isinstance(typed, Pend):
         return typed
+    one_domain = _one_domain(o, group, members, valid[0], frozenset(unfit))
+    if not isinstance(one_domain, tuple):
+        return one_domain
     counts = tuple(c.min_count for c in group.components)
-    return Submit(members, typed, unfit, counts)
+    return Submit(members, typed, unfit, counts, one_domain)
+
+
+def _one_domain(
+    o: Observed,
+    group: groups.Group,
+    members: tuple[JSON, ...],
+    valid: validation.Validation,
+    unfit: frozenset[str],
+) -> tuple[str, ...] | Pend | Refuse:
+    """The Slurm constraint keeping each component (the job) in one domain, when the group asks."""
+    ask = domains.asked(group, valid.job_annotations)
+    if not ask:
+        return ()
+    who = "the Pod" if group.alone else group.title
+    user = valid.job_annotations.get(keys.CONSTRAINTS, "")
+    if "[" in user:
+        return Refuse(
+            members,
+            REASON_INVALID,
+            f"{who} asks for one domain of {ask.shown}, which Slurm is given as a matching OR of"
+            f" domains ([a|b]); its {keys.CONSTRAINTS} {user!r} has one of its own, and Slurm takes"
+            " one per job: drop its brackets or the topology ask",
+        )
+    if isinstance(o.topology, str):
+        return Pend(
+            members,
+            REASON_UNSCHEDULABLE,
+            f"{who} asks for one domain of {ask.shown}, and Slurm's topology is not known: {o.topology}",
+            event="FailedScheduling",
+        )
+    found = domains.constraints(o.topology, group, ask, unfit, user)
+    if isinstance(found, str):
+        return Pend(members, REASON_UNSCHEDULABLE, f"{who} {found}", event="FailedScheduling")
+    return found
 
 
 def _typed_whole_gpus(
@@ -852,7 +900,8 @@ def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ..
                 writes[_uid(p.pod)] = claim_writes
     if new or stale:
         return MakeClaims(tuple(new), tuple(stale))
-    return Bind(job, placements, writes, statuses)
+    ask = domains.asked(group, validation.pod_annotations(live[0]))
+    return Bind(job, placements, writes, statuses, domains.landed(o.topology, ask, job.job.nodes))
 
 
 def _gpu_writes(

@@ -118,6 +118,9 @@ class Component:
 
     name: str  # the child PodGroup's name, or LEADER / WORKERS
     min_count: int
+    # Node label keys whose one domain this component's nodes share (its PodGroup's
+    # spec.schedulingConstraints.topology).
+    topology: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,9 @@ class Group:
     # A heterogeneous job's components, in order (min_count is theirs summed); empty: one
     # homogeneous job, a node per member.
     components: tuple[Component, ...] = ()
+    # Node label keys whose one domain all its nodes share (its PodGroup's or CompositePodGroup's
+    # spec.schedulingConstraints.topology; the members' annotation adds to it: decide).
+    topology: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -172,6 +178,19 @@ def _is_leader(pod: JSON) -> bool:
     return str(labels.get(keys.LWS_WORKER_INDEX_LABEL)) == "0"
 
 
+def topology_keys(obj: JSON | None) -> tuple[str, ...]:
+    """The Node label keys a PodGroup or CompositePodGroup (any served version) asks its Pods to
+    share one domain of: spec.schedulingConstraints.topology[].key, each once."""
+    constraints = ((obj or {}).get("spec") or {}).get("schedulingConstraints") or {}
+    entries = constraints.get("topology") if isinstance(constraints, dict) else None
+    found = [
+        str(e["key"])
+        for e in entries or []
+        if isinstance(e, dict) and isinstance(e.get("key"), str) and e["key"]
+    ]
+    return tuple(dict.fromkeys(found))
+
+
 def _gang(obj: JSON) -> JSON | None:
     policy = (obj.get("spec") or {}).get("schedulingPolicy") or {}
     gang = policy.get("gang")
@@ -204,15 +223,15 @@ def resolve_composite(
         child_name = str((child.get("metadata") or {}).get("name"))
         gang = _gang(child)
         size = int(gang.get("minCount") or 1) if gang is not None else count.get(child_name, 0)
-        components.append(Component(child_name, max(1, size)))
+        components.append(Component(child_name, max(1, size), topology_keys(child)))
     wanted = int((_gang(composite) or {}).get("minGroupCount") or 0) or len(components)
     total = sum(c.min_count for c in components)
     ref = PodRef(namespace, name, uid)
     if not components or len(components) < wanted:
         why = f"{wanted} PodGroups of {title} ({len(components)} there)"
-        return Group(ref, max(total, 1), composite, why, tuple(components))
+        return Group(ref, max(total, 1), composite, why, tuple(components), topology_keys(composite))
     # The composite carries the group's PodGroupScheduled condition and Events.
-    return Group(ref, total, composite, "", tuple(components))
+    return Group(ref, total, composite, "", tuple(components), topology_keys(composite))
 
 
 def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:
@@ -230,7 +249,8 @@ def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON
         if gang is None:
             return None
         uid = str((podgroup.get("metadata") or {}).get("uid") or "")
-        return Group(PodRef(namespace, name, uid), max(1, int(gang.get("minCount") or 1)), podgroup)
+        size = max(1, int(gang.get("minCount") or 1))
+        return Group(PodRef(namespace, name, uid), size, podgroup, topology=topology_keys(podgroup))
     uid, size = "", 0
     pods = list(members)
     for pod in pods:

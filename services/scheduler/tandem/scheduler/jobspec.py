@@ -11,6 +11,7 @@ from typing import Any
 from tandem import jobtoken, keys
 from tandem.dra import gres
 from tandem.placeholder import PodRef, job_name
+from tandem.scheduler.domains import combined
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
 from tandem.slurm.hostlist import compress, expand
 from tandem.slurm.models import JobSpec
@@ -96,25 +97,32 @@ def build_group_job_spec(
     annotations: Mapping[str, str] | None = None,
     components: Sequence[int] = (),
     claimed_types: Sequence[str] = (),
+    domains: Sequence[str] = (),
 ) -> JobSpec:
     """One job for a group: a node per member, each node sized for the largest member. With
     `components` (how many of the members, in order, each component holds), a heterogeneous job
     instead: each component's nodes sized for its own largest member (a leader and its workers,
     prefill and decode). The members' job annotations agree (validation.disagreements).
-    `claimed_types`: each member's GRES type from its GPU claims (Validation.gpu_type)."""
+    `claimed_types`: each member's GRES type from its GPU claims (Validation.gpu_type). `domains`:
+    the one-domain constraint of each component (of the job), added to the Pods' own
+    (tandem.scheduler.domains)."""
     types = tuple(claimed_types) or ("",) * len(members)
     if not components:
-        return _sized_for_largest(group, members, cfg, requests, unfit, annotations, types)
+        job = _sized_for_largest(group, members, cfg, requests, unfit, annotations, types)
+        return _in_domain(job, domains[0] if domains else "")
     parts, start = [], 0
-    for count in components:
+    for index, count in enumerate(components):
         end = start + count
-        parts.append(
-            _sized_for_largest(
-                group, members[start:end], cfg, requests[start:end], unfit, annotations, types[start:end]
-            )
+        part = _sized_for_largest(
+            group, members[start:end], cfg, requests[start:end], unfit, annotations, types[start:end]
         )
+        parts.append(_in_domain(part, domains[index] if index < len(domains) else ""))
         start = end
     return replace(parts[0], components=tuple(parts))
+
+
+def _in_domain(spec: JobSpec, domain: str) -> JobSpec:
+    return replace(spec, constraints=combined(spec.constraints, domain)) if domain else spec
 
 
 def _sized_for_largest(

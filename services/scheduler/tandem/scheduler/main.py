@@ -46,6 +46,7 @@ from tandem.scheduler.killwait_source import KillWaitSource
 from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
+from tandem.scheduler.topology_source import TopologySource
 from tandem.slurm.rest import SlurmRestClient
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue
@@ -92,6 +93,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     # What the controller reads calls it back on each change: it exists by the time they start.
     controller: Controller
     policy = tenant_policy(kube, cfg, lambda: controller.on_policy_changed())
+    try:
+        slurm_topology = TopologySource(
+            kube, cfg.topology_configmap, lambda: controller.on_topology_changed()
+        )
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
     caches = watch_cluster(kube, cfg, lambda: controller)
     jobs = JobTracker(
         cfg.scheduler_name,
@@ -117,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         DraCaches(
             caches.claims, caches.claim_templates, caches.slices, caches.device_classes, dra_config(cfg)
         ),
+        slurm_topology.current,
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
@@ -130,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("DeviceClasses", caches.device_classes, caches.device_classes.run)
     manager.add_source("bound Pods", caches.bound, caches.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
+    manager.add_source("Slurm's topology", slurm_topology, slurm_topology.run)
     manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
     # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
     runner = Runner("scheduler", queue, controller.reconcile, workers=cfg.workers)

@@ -89,6 +89,13 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_POLICY_CONFIGMAP",
         help="NAMESPACE/NAME of the tenant policy ConfigMap (key policy.yaml); empty: no policy",
     )
+    topology_configmap: str = option(
+        "",
+        flag="--topology-configmap",
+        env="TANDEM_TOPOLOGY_CONFIGMAP",
+        help="NAMESPACE/NAME of tandem-syncer's topology ConfigMap (key topology.json), which gangs asking"
+        " for one domain (spec.schedulingConstraints.topology) are placed by; empty: none",
+    )
     workers: int = option(
         16, flag="--workers", env="TANDEM_SCHEDULER_WORKERS", help="Pods reconciled in parallel"
     )

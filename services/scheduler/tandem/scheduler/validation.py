@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tandem import keys
+from tandem import keys, topology
 from tandem.quantity import parse_quantity
 from tandem.scheduler.policy import Policy, Verdict, check
 from tandem.slurm import hostlist
@@ -56,6 +56,7 @@ MAX_BYTES: dict[str, int] = {
     keys.COMMENT: 1024,
     keys.CONSTRAINTS: 1024,
     keys.PREFER: 1024,
+    keys.TOPOLOGY: 1024,
     # Hostlists: ranges keep real ones short; hostlist.MAX_NAMES bounds what they name.
     keys.EXCLUDED_NODES: 4096,
     keys.REQUIRED_NODES: 4096,
@@ -248,6 +249,11 @@ def _annotation_rule(key: str, value: str) -> str:
         )
     if key in _NODE_LISTS:
         return _node_list_rule(value)
+    if key == keys.TOPOLOGY:
+        try:
+            return "" if topology.parse_levels(value) else "must name a Node label key, got nothing"
+        except ValueError as e:
+            return f"must be comma-separated Node label keys: {e}"
     if _has_control(value) and (key in _FREE_TEXT or key in _SINGLE_NAMES or key == keys.CURRENT_WORKING_DIR):
         return f"must not contain control characters (newline, tab, NUL...), got {_quote(value)}"
     if key in _SINGLE_NAMES and any(ch.isspace() or ch == "," for ch in value):

@@ -81,14 +81,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             slurm,
             kube,
             reads_yaml=lambda: slurm.dialect.version >= "v0.0.43",  # Slurm 25.05's data parser
+            features=lambda: {n.name: n.features for n in mirror.nodes()},
         )
         cluster.on_topology_changed = lambda: topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
-        node_changed, known = mirror.on_node_changed, set[str]()
+        node_changed, known = mirror.on_node_changed, dict[str, tuple[str, ...]]()
 
         def slurm_node_changed(name: str) -> None:
             node_changed(name)
-            if name not in known:  # a Slurm node new to the topology (its state is no matter)
-                known.add(name)
+            node = mirror.node(name)
+            features = node.features if node is not None else ()
+            # A Slurm node new to the topology (its state is no matter), or its features changed
+            # (a reconfigure dropped its domains).
+            if known.get(name) != features:
+                known[name] = features
                 topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
 
         mirror.on_node_changed = slurm_node_changed

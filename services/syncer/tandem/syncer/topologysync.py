@@ -14,6 +14,12 @@ failure said (log, metric `tandem_topology_writes_total{outcome="slurmctld down"
 slurmctld's restart reads a topology that worked. Label changes come in bursts (a rack relabelled
 Node by Node): a change waits `DEBOUNCE_SECONDS` for the rest, and writes are at least
 `MIN_INTERVAL_SECONDS` apart.
+
+Each Slurm node also carries its domains as features (tandem.topology.node_domains), which a
+gang's job names to stay in one domain (`--constraint=[a|b]`, tandem.topology.one_domain). Slurm
+forgets features set so on every reconfigure and restart, whoever makes it: the reconcile runs
+again whenever a node's features change (the Slurm poll shows it) and sets them back. A pending job
+naming a domain pends `BadConstraints` in between, and runs once they are back (measured).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from tandem import topology
 from tandem.kube import JSON, KubeClient, KubeError
 from tandem.metrics import REGISTRY
 from tandem.runner import Requeue
+from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 
 log = logging.getLogger(__name__)
@@ -45,12 +52,21 @@ CONFIGMAP_JSON = "topology.json"
 WRITES = REGISTRY.counter(
     "tandem_topology_writes_total", "Slurm topologies written from Node labels, by outcome", ["outcome"]
 )
+FEATURE_WRITES = REGISTRY.counter(
+    "tandem_topology_feature_writes_total",
+    "Slurm nodes given their topology domains as features (again after a reconfigure), by outcome",
+    ["outcome"],
+)
 
 
 class SlurmControl(Protocol):
     def reconfigure(self) -> None: ...
 
     def ping(self) -> bool: ...
+
+    def set_node_features(self, node: str, features: tuple[str, ...]) -> None: ...
+
+    def list_nodes(self, changed_since: int | None = None) -> list[Node] | None: ...
 
 
 @dataclass(frozen=True)
@@ -86,10 +102,13 @@ class TopologySync:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         reads_yaml: Callable[[], bool] = lambda: False,
+        features: Callable[[], Mapping[str, tuple[str, ...]]] = dict,
     ) -> None:
         # `labels`: every Slurm node -> its Node's labels (None: its Node is not known);
-        # `reads_yaml`: whether the Slurm behind slurmrestd reads topology.yaml (25.05 and later).
+        # `reads_yaml`: whether the Slurm behind slurmrestd reads topology.yaml (25.05 and later);
+        # `features`: every Slurm node -> its features as Slurm last showed them.
         self.cfg, self.labels, self.slurm, self.kube = cfg, labels, slurm, kube
+        self.features = features
         self.reads_yaml = reads_yaml
         self.clock, self.sleep = clock, sleep
         self._last_write = float("-inf")
@@ -108,21 +127,47 @@ class TopologySync:
         t, text, file_key = self.render()
         wanted_json = topology.to_json(t)
         changed_file = bool(self.cfg.file) and _read(self.cfg.file) != text
-        if not changed_file and self._published == wanted_json:
-            return None
-        wait = self._last_write + MIN_INTERVAL_SECONDS - self.clock()
-        if wait > 0:
-            return wait
-        bad = topology.problems(t)
-        if bad:
-            WRITES.inc(outcome="refused")
-            log.error("topology not written: slurmctld would refuse it", extra={"problems": bad})
-            return None
-        self._last_write = self.clock()
-        if changed_file:
-            self._write_file(text)
-        self._publish(file_key, text, wanted_json)
+        if changed_file or self._published != wanted_json:
+            wait = self._last_write + MIN_INTERVAL_SECONDS - self.clock()
+            if wait > 0:
+                return wait
+            bad = topology.problems(t)
+            if bad:
+                WRITES.inc(outcome="refused")
+                log.error("topology not written: slurmctld would refuse it", extra={"problems": bad})
+                return None
+            self._last_write = self.clock()
+            if changed_file:
+                self._write_file(text)
+            self._publish(file_key, text, wanted_json)
+        self._set_features(t, reconfigured=changed_file)
         return None
+
+    def _set_features(self, t: topology.Topology, reconfigured: bool) -> None:
+        """Each Slurm node's features: its own (slurm.conf's) and its domains. Every node is tried;
+        a failure is raised after (the runner tries again). Right after this reconfigure, the
+        poll's view is older than Slurm's (which dropped them): Slurm is asked."""
+        seen = (
+            {n.name: n.features for n in self.slurm.list_nodes() or []} if reconfigured else self.features()
+        )
+        failed: list[str] = []
+        for node, domains in topology.node_domains(t).items():
+            current = seen.get(node)
+            if current is None:
+                continue  # not shown by Slurm yet: the poll that shows it brings a reconcile
+            wanted = topology.node_features(current, domains)
+            if wanted == current:
+                continue
+            try:
+                self.slurm.set_node_features(node, wanted)
+                FEATURE_WRITES.inc(outcome="written")
+            except SlurmApiError as e:
+                FEATURE_WRITES.inc(outcome="failed")
+                failed.append(f"{node}: {e}")
+        if failed:
+            raise SlurmApiError(
+                f"topology features not set on {len(failed)} node(s): {'; '.join(failed[:3])}"
+            )
 
     def _write_file(self, text: str) -> None:
         path = Path(self.cfg.file)
