@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config
+from devstack import config, slurm
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from tandem import topology
@@ -315,17 +315,14 @@ def test_a_job_with_spec_scheduling_lands_in_one_rack(
     h.scancel(stack_cfg, *busy)
 
 
-def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_largest(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
-) -> None:
-    """Through the annotation (a gang with no Workload API object to say it; both CI legs)."""
-    _two_racks(stack_cfg, core)
-    size = stack_cfg.nodes // 2 + 1
-    name = h.unique("big")
-    before = h.squeue_ids(stack_cfg)
+def _lws_gang(
+    cfg: StackConfig, core: k8s.CoreV1Api, name: str, size: int, annotations: dict[str, str]
+) -> list[str]:
+    """A LeaderWorkerSet's replica group as its controller labels it (a gang with no Workload API
+    object: the annotation asks for the domain; Kubernetes 1.36 and 1.37 alike)."""
     members = []
     for i in range(size):
-        pod = h.tandem_pod(stack_cfg, f"{name}-{i}", annotations={h.PREFIX + "topology": RACK})
+        pod = h.tandem_pod(cfg, f"{name}-{i}", annotations=dict(annotations))
         pod["metadata"]["labels"] = {
             "leaderworkerset.sigs.k8s.io/name": name,
             "leaderworkerset.sigs.k8s.io/group-index": "0",
@@ -335,6 +332,16 @@ def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_l
         pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = str(size)
         h.create(core, pod)
         members.append(pod["metadata"]["name"])
+    return members
+
+
+def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_largest(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    _two_racks(stack_cfg, core)
+    size = stack_cfg.nodes // 2 + 1
+    before = h.squeue_ids(stack_cfg)
+    members = _lws_gang(stack_cfg, core, h.unique("big"), size, {h.PREFIX + "topology": RACK})
 
     def unschedulable() -> str | None:
         pod = h.get_pod(core, members[0])
@@ -344,3 +351,79 @@ def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_l
     message = h.wait_until("Unschedulable", unschedulable, 30)
     assert RACK in message and f"largest {RACK} domain has {stack_cfg.nodes // 2} nodes" in message, message
     assert h.squeue_ids(stack_cfg) == before  # no job submitted
+
+
+def test_an_annotated_gang_lands_in_one_rack(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    a, b = _two_racks(stack_cfg, core)
+    busy = [h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in sorted(b)[:2]]
+    members = _lws_gang(stack_cfg, core, h.unique("lws"), 3, {h.PREFIX + "topology": RACK})
+    placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
+    assert placed <= a, (placed, a)  # rack b has two free nodes only
+    h.scancel(stack_cfg, *busy)
+
+
+@pytest.fixture
+def qos_preemption(stack_cfg: StackConfig) -> Iterator[None]:
+    """slurmctld with PreemptType=preempt/qos (QOS high preempts normal, by cancelling)."""
+    slurm.switch_preemption(stack_cfg, "qos")
+    try:
+        yield
+    finally:
+        slurm.switch_preemption(StackConfig.from_env(), stack_cfg.preempt)
+
+
+@pytest.mark.usefixtures("qos_preemption")
+def test_a_big_high_qos_gang_frees_one_whole_rack_by_preemption_and_nothing_elsewhere(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    a, b = _two_racks(stack_cfg, core)
+    # Normal-QOS work on all but one node of each rack: a single Pod's placeholder on the first,
+    # plain Slurm jobs on the next ones. The two free nodes sit in different racks: a job free to
+    # span racks could take both and preempt less.
+    racks = (sorted(a), sorted(b))
+    plain = {
+        n: h.sbatch(stack_cfg, "--qos=normal", "--exclusive", f"--nodelist={n}")
+        for r in racks
+        for n in r[1:-1]
+    }
+    pods = {}
+    for r in racks:
+        name = h.unique("single")
+        annotations = {
+            h.PREFIX + "required-nodes": r[0],
+            h.PREFIX + "exclusive": "none",
+            h.PREFIX + "qos": "normal",
+        }
+        h.create(core, h.tandem_pod(stack_cfg, name, annotations))
+        pods[r[0]] = name
+    h.wait_until(
+        "the plain jobs running", lambda: all(_state(stack_cfg, j) == "RUNNING" for j in plain.values()), 60
+    )
+    h.wait_until("both single Pods bound", lambda: _bound_slurm_nodes(core, list(pods.values())), 60)
+    jobs = {n: h.job_id_of(core, p) or 0 for n, p in pods.items()} | plain
+    # The big gang: a whole rack, high QOS.
+    size = stack_cfg.nodes // 2
+    members = _lws_gang(
+        stack_cfg, core, h.unique("big"), size, {h.PREFIX + "topology": RACK, h.PREFIX + "qos": "high"}
+    )
+    started = time.monotonic()
+    placed = h.wait_until("the big gang bound", lambda: _bound_slurm_nodes(core, members), 120)
+    took = time.monotonic() - started
+    rack = a if placed <= a else b
+    assert placed == rack, (placed, a, b)
+    gang_job = h.rest_job(stack_cfg, h.job_id_of(core, members[0]) or 0)
+    assert "l1-rack-" in str(gang_job.get("features")), gang_job.get("features")
+    preempted = {n for n, j in jobs.items() if _state(stack_cfg, j) != "RUNNING"}
+    assert preempted == {n for n in jobs if n in rack}, (preempted, rack)  # its rack's, none elsewhere
+    gone = [p for n, p in pods.items() if n in rack]
+    h.wait_until("the preempted single Pod gone", lambda: all(h.get_pod(core, p) is None for p in gone), 60)
+    print(f"big gang bound {took:.1f} s after its Pods were made; preempted {len(preempted)} jobs in 1 rack")
+    h.scancel(stack_cfg, *plain.values())
+
+
+def _state(cfg: StackConfig, job_id: int) -> str:
+    return h.squeue(cfg, "-j", str(job_id), "-h", "-o", "%T").strip() or str(
+        h.rest_job(cfg, job_id).get("job_state")
+    )
