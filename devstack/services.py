@@ -214,6 +214,8 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
     slurm_args = (
         [
             f"--slurm-api-base={cfg.slurmrestd_url}",
+            # slurmrestd listens on 127.0.0.1 only: the token never leaves the machine.
+            "--slurm-api-allow-plaintext",
             f"--slurm-user={slurm.SERVICE_USERS[name]}",
             f"--slurm-token-file={slurm_token_file(cfg, name)}",
         ]

@@ -92,6 +92,13 @@ class ClusterAccess(LogSettings):
         env="TANDEM_SLURM_API_BASE",
         help="slurmrestd base URL",
     )
+    slurm_api_allow_plaintext: bool = option(
+        False,
+        flag="--slurm-api-allow-plaintext",
+        env="TANDEM_SLURM_API_ALLOW_PLAINTEXT",
+        help="accept an http:// --slurm-api-base: the service's Slurm token crosses the network in the"
+        " clear (a loopback or a mesh that encrypts; the lab's slurmrestd is on 127.0.0.1)",
+    )
     slurm_api_ca_file: str = option(
         "",
         flag="--slurm-api-ca-file",

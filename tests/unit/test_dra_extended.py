@@ -122,8 +122,15 @@ def test_the_claim_is_kube_schedulers_shape_owned_by_the_pod() -> None:
             "exactly": {"deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 2},
         }
     ]
-    # What the informer finds it by: its owner's uid; a claim of the same shape made by hand is not.
-    assert extended.owner_index({**manifest, "metadata": {**manifest["metadata"], "name": "x"}}) == [REF.uid]
+    # What the informer finds it by: its namespace and its owner's uid; a claim of the same shape
+    # made by hand is not, nor one in another namespace naming the Pod's uid (an owner reference
+    # names no namespace).
+    ns = manifest["metadata"].get("namespace", "")
+    assert extended.owner_index({**manifest, "metadata": {**manifest["metadata"], "name": "x"}}) == [
+        f"{ns}/{REF.uid}"
+    ]
+    elsewhere = {**manifest, "metadata": {**manifest["metadata"], "namespace": "tenant-b"}}
+    assert extended.owner_index(elsewhere) == [f"tenant-b/{REF.uid}"] != extended.owner_index(manifest)
     hand_made = {**manifest, "metadata": {**manifest["metadata"], "annotations": {}}}
     assert extended.owner_index(hand_made) == []
     long_name = extended.claim_manifest({"metadata": {"name": "p" * 80}}, gpus, CLASS)

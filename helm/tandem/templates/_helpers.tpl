@@ -262,6 +262,9 @@ topologySpreadConstraints:
 {{- if include "tandem.slurmApiCa.source" . }}
 - --slurm-api-ca-file={{ include "tandem.slurmApiCa.dir" . }}/ca.crt
 {{- end }}
+{{- if .Values.global.slurm.allowPlaintext }}
+- --slurm-api-allow-plaintext
+{{- end }}
 {{- end -}}
 
 {{/* Volume and mount of the component's own Slurm JWT (scheduler, syncer): only its own key of

@@ -148,7 +148,9 @@ def claim_manifest(pod: Obj, gpus: Iterable[ContainerGpus], device_class: str) -
 
 
 def owner_index(claim: Obj) -> list[str]:
-    """The uid of the Pod a claim was made for under this protocol (the informer's index)."""
+    """`<namespace>/<uid>` of the Pod a claim was made for under this protocol (the informer's
+    index). The namespace is the claim's own: an owner reference names no namespace, and a claim
+    in another namespace naming a Pod's uid is never that Pod's (ownerKey)."""
     if at(claim, "metadata", "annotations", keys.EXTENDED_CLAIM_ANNOTATION) != "true":
         return []
     for ref in items(at(claim, "metadata", "ownerReferences")):
@@ -159,8 +161,12 @@ def owner_index(claim: Obj) -> list[str]:
             and r.get("apiVersion") == "v1"
             and r.get("uid")
         ):
-            return [str(r["uid"])]
+            return [owner_key(str(at(claim, "metadata", "namespace") or ""), str(r["uid"]))]
     return []
+
+
+def owner_key(namespace: str, uid: str) -> str:
+    return f"{namespace}/{uid}"
 
 
 def claim_requests(

@@ -198,6 +198,9 @@ class SlurmRestClient:
                 "--slurm-token-file (TANDEM_SLURM_TOKEN_FILE) is required: a JWT for"
                 f" --slurm-user {cfg.slurm_user!r}, made with `scontrol token username={cfg.slurm_user}`"
             )
+        problem = plaintext_problem(cfg.slurm_api_base, cfg.slurm_api_allow_plaintext)
+        if problem:
+            raise SystemExit(problem)
         try:
             tokens = TokenFile(cfg.slurm_token_file, cfg.slurm_user)
         except TokenFileError as e:
@@ -484,6 +487,21 @@ class SlurmRestClient:
                 detail = r.text[:300]
             raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code)
         return r
+
+
+def plaintext_problem(base: str, allowed: bool) -> str:
+    """Why a service must not start with this slurmrestd URL ("" when it may): its token is
+    SlurmUser's or root's, and over http:// anyone on the path reads and replays it."""
+    scheme = base.partition("://")[0].lower()
+    if scheme == "https" or (scheme == "http" and allowed):
+        return ""
+    if scheme == "http":
+        return (
+            f"--slurm-api-base {base} is http://: this service's Slurm token would cross the network in the"
+            " clear. Use https:// (with --slurm-api-ca-file), or set --slurm-api-allow-plaintext where the"
+            " path is a loopback or encrypted by a mesh (chart: global.slurm.allowPlaintext)"
+        )
+    return f"--slurm-api-base {base} is neither https:// nor http://"
 
 
 def _slurm_release(data: Any) -> str:

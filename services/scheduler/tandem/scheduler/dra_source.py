@@ -115,10 +115,12 @@ class DraCaches:
         """The claim made for the Pod's nvidia.com/gpu: the one its status names, else the oldest
         not being deleted (a second, made by a life that did not see the first, is left to the
         garbage collector with the Pod)."""
-        uid = str(at(pod, "metadata", "uid") or "")
+        key = extended.owner_key(
+            str(at(pod, "metadata", "namespace") or ""), str(at(pod, "metadata", "uid") or "")
+        )
         made = [
             c
-            for c in self.claims.by_index(BY_EXTENDED_OWNER, uid)
+            for c in self.claims.by_index(BY_EXTENDED_OWNER, key)
             if not at(c, "metadata", "deletionTimestamp")
         ]
         named = at(pod, "status", "extendedResourceClaimStatus", "resourceClaimName")
