@@ -215,7 +215,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
         [
             f"--slurm-api-base={cfg.slurmrestd_url}",
             # slurmrestd listens on 127.0.0.1 only: the token never leaves the machine.
-            "--slurm-api-allow-plaintext",
+            "--slurm-api-allow-plaintext=true",
             f"--slurm-user={slurm.SERVICE_USERS[name]}",
             f"--slurm-token-file={slurm_token_file(cfg, name)}",
         ]

@@ -111,3 +111,51 @@ def admin_rules(cfg: StackConfig, rules: str) -> list[dict[str, Any]]:
         return list(client.get(rules).get("items") or [])
     finally:
         client.close()
+
+
+def test_the_syncer_cannot_rewrite_a_nodes_status_or_owners(as_syncer: KubeClient) -> None:
+    """Issue 39: RBAC lets the syncer patch nodes/status (its SlurmCordon condition); the policy
+    holds it to its own conditions, and to no finalizer or owner on a Node or a slurmd Pod."""
+    node = config.kube_node_name(1)
+    path = f"/api/v1/nodes/{node}"
+    before = as_syncer.get(path)
+    addresses = _refused(
+        lambda: as_syncer.strategic_patch(
+            f"{path}/status",
+            {"status": {"addresses": [{"type": "InternalIP", "address": "10.66.66.66"}]}},
+        )
+    )
+    assert addresses.status == 403 and "only its own conditions" in addresses.message, addresses
+    ready = _refused(
+        lambda: as_syncer.strategic_patch(
+            f"{path}/status",
+            {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "x"}]}},
+        )
+    )
+    assert "only its own conditions" in ready.message
+    allocatable = _refused(
+        lambda: as_syncer.strategic_patch(f"{path}/status", {"status": {"allocatable": {"cpu": "1000"}}})
+    )
+    assert "only its own conditions" in allocatable.message
+    finalizer = _refused(
+        lambda: as_syncer.merge_patch(path, {"metadata": {"finalizers": ["example.com/keep"]}})
+    )
+    assert "finalizers or ownerReferences" in finalizer.message
+    pod = f"/api/v1/namespaces/{config.SLURM_NAMESPACE}/pods/{SLURM_NODE}"
+    owner = _refused(
+        lambda: as_syncer.merge_patch(
+            pod,
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": before["metadata"]["uid"]}
+                    ]
+                }
+            },
+        )
+    )
+    assert "finalizers or ownerReferences" in owner.message
+    after = as_syncer.get(path)
+    assert after["status"]["addresses"] == before["status"]["addresses"]
+    assert after["status"].get("allocatable") == before["status"].get("allocatable")
+    assert not after["metadata"].get("finalizers")

@@ -470,10 +470,12 @@ def test_an_api_ca_given_as_pem_is_a_configmap_mounted_and_passed() -> None:
 
 def test_plaintext_to_slurmrestd_is_passed_only_when_the_operator_says_so(default_docs: list[Doc]) -> None:
     for component in ("scheduler", "syncer"):
-        assert "--slurm-api-allow-plaintext" not in container(deployment(default_docs, component))["args"]
+        assert (
+            "--slurm-api-allow-plaintext=true" not in container(deployment(default_docs, component))["args"]
+        )
     docs = render("global.slurm.allowPlaintext=true")
     for component in ("scheduler", "syncer"):
-        assert "--slurm-api-allow-plaintext" in container(deployment(docs, component))["args"]
+        assert "--slurm-api-allow-plaintext=true" in container(deployment(docs, component))["args"]
 
 
 def test_without_an_api_ca_no_flag_is_passed(default_docs: list[Doc]) -> None:

@@ -197,7 +197,11 @@ def test_cleanup_false_renders_no_hook_at_all() -> None:
 
 
 def test_the_cleanups_writes_are_held_by_the_syncers_admission_policy(docs: list[Doc]) -> None:
-    (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (policy,) = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"].endswith("syncer-writes")
+    ]
     (condition,) = policy["spec"]["matchConditions"]
     assert f'"system:serviceaccount:{NS}:{NAME}"' in condition["expression"]
     assert f'"system:serviceaccount:{NS}:{FULLNAME}-syncer"' in condition["expression"]

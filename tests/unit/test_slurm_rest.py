@@ -1028,7 +1028,8 @@ def test_a_service_needs_its_token_file(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="scontrol token username=tandem"):
         SlurmRestClient.for_service(cfg)
     path = _token_file(tmp_path, user="root")
-    cfg = settings.load(ClusterSettings, ["--slurm-user=tandem", f"--slurm-token-file={path}"], {})
+    plaintext = "--slurm-api-allow-plaintext=true"  # the default URL is http://
+    cfg = settings.load(ClusterSettings, ["--slurm-user=tandem", f"--slurm-token-file={path}", plaintext], {})
     with pytest.raises(SystemExit, match="for Slurm user 'root'"):
         SlurmRestClient.for_service(cfg)
     path = _token_file(tmp_path, user="tandem")

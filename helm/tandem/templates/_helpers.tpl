@@ -263,7 +263,7 @@ topologySpreadConstraints:
 - --slurm-api-ca-file={{ include "tandem.slurmApiCa.dir" . }}/ca.crt
 {{- end }}
 {{- if .Values.global.slurm.allowPlaintext }}
-- --slurm-api-allow-plaintext
+- --slurm-api-allow-plaintext=true
 {{- end }}
 {{- end -}}
 
