@@ -99,3 +99,25 @@ def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     state, reason = h.node_state(stack_cfg, victim_node)
     assert "drain" not in state.lower(), (state, reason)
     assert h.lock_annotation(core, victim_node) == "locked_strict"
+
+
+def test_the_hooks_token_cannot_unlock_a_node_under_its_running_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 39: root on a Slurm node holds the hooks token; an unlock of that node for a job Slurm
+    says still runs there is refused (409), read from Slurm, and the lock stays."""
+    victim, victim_job, victim_node = _running(stack_cfg, core, "held")
+    headers = {"Authorization": f"Bearer {services.hooks_token(stack_cfg)}"}
+    answer = httpx.post(
+        f"{stack_cfg.hooks_url}/v1/unlock",
+        json={"node": victim_node, "job": victim_job},
+        headers=headers,
+        timeout=15,
+    )
+    assert answer.status_code == 409, answer.text
+    assert f"still holds {victim_node}" in answer.json()["error"]
+    time.sleep(2)
+    assert h.lock_annotation(core, victim_node) == "locked_strict"
+    assert h.node_has_lock_taint(core, h.kube_node_of(victim_node))
+    still = _bound(core, victim.metadata.name)
+    assert still is not None and still.metadata.uid == victim.metadata.uid

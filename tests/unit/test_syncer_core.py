@@ -1017,3 +1017,34 @@ def test_a_hold_dropped_on_a_stale_copy_of_an_ended_job_is_not_taken_for_its_end
     _until("the prolog's call answered", lambda: "after" in outcome)
     code, message = outcome["aborted"]
     assert code == grpc.StatusCode.UNAVAILABLE and "running again" in message
+
+
+def test_an_unlock_under_a_job_slurm_says_still_runs_there_is_refused_and_changes_nothing(
+    stacks: list[Stack],
+) -> None:
+    """Issue 39: an unlock is read against Slurm, not taken on the caller's word: root on a node (or
+    anyone with its credential) cannot unlock a node under a running job."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    running = Job(job_id=42, name="train", state="RUNNING", nodes=("cpu-001",))
+    mirror = _mirror(synced=True, jobs=(running,))
+    stack = _stack(stacks, world, mirror)
+    _acquire(stack, 42, strict=False)
+    assert world.lock_of("cpu-001") == "locked"
+    mirror.slurm.get_job_components.return_value = [running]  # type: ignore[attr-defined]
+    context = _context()
+    context.abort.side_effect = RuntimeError("aborted")
+    with pytest.raises(RuntimeError):
+        stack.servicer.ReleaseNodeLock(
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42), context
+        )
+    code, message = context.abort.call_args.args
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "still holds cpu-001 (RUNNING)" in message
+    time.sleep(0.2)
+    assert world.lock_of("cpu-001") == "locked" and world.tainted("node-001")
+    # Once Slurm says it ended (its epilog's call), the same unlock goes through.
+    ended = Job(job_id=42, name="train", state="COMPLETED", nodes=("cpu-001",))
+    mirror.slurm.get_job_components.return_value = [ended]  # type: ignore[attr-defined]
+    _release(stack, 42)
+    assert world.lock_of("cpu-001") == "false"
