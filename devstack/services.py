@@ -64,8 +64,9 @@ def hooks_token(cfg: StackConfig) -> str:
 
 
 def job_key_file(cfg: StackConfig) -> Path:
-    """The key the scheduler signs each placeholder's credential with and the gateway checks it
-    with (a Secret of the chart's in a cluster); nobody on the Slurm nodes has it."""
+    """The job key ring the scheduler signs each placeholder's credential with and the gateway and
+    the syncer check it with (a Secret of the chart's in a cluster); nobody on the Slurm nodes has
+    it. One key per line, newest first (tandem.jobtoken)."""
     path = cfg.pki_dir / "job.key"
     if not path.exists():
         cfg.pki_dir.mkdir(parents=True, exist_ok=True)
@@ -239,6 +240,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--topology-levels={','.join(config.TOPOLOGY_LEVELS)}",
             f"--topology-file={slurm.topology_file(cfg)}",
             f"--topology-configmap={config.TOPOLOGY_CONFIGMAP}",
+            f"--job-key-file={job_key_file(cfg)}",
         ]
     if name == "tandem-scheduler":
         return [

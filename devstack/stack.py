@@ -210,7 +210,8 @@ def write_env(cfg: StackConfig) -> None:
     }
     lines = [f"export {k}='{v}'" for k, v in values.items()]
     lines.append(f"export PATH='{cfg.bin_dir}:{venv_bin}':\"$PATH\"")
-    cfg.env_file.write_text("\n".join(lines) + "\n")
+    # Root's hooks token and a root Slurm token: for the operator's shell only, never a Slurm user's.
+    services.publish(cfg.env_file, "\n".join(lines) + "\n", mode=0o600)
 
 
 def _server_names(cfg: StackConfig) -> dict[str, str]:

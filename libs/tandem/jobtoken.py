@@ -1,44 +1,114 @@
 """A placeholder's credential: the scheduler gives each job it submits a token in the job's
 environment, so the placeholder script (which runs as the Pod's user) can speak to the hooks API
-for that job and for nothing else. The token is an HMAC of the job's placeholder reference
-(tandem.placeholder) under a key only the scheduler and the gateway hold; the gateway checks it
-from the request head, and the syncer then checks against Slurm that the job is that placeholder
-and runs on the node named. The prolog and epilog (root on the node) use the hooks token instead.
+for that job and for nothing else.
+
+A token is bound to one job, not to a name: `<binding>.<mac>`, where the binding is random, made
+for this submit, and written into the job's AdminComment beside its placeholder reference
+(tandem.placeholder.admin_comment; only Slurm's administrators write it), and the mac is an HMAC of
+the reference and the binding under the job key. So a token replayed on the group's next job (a new
+binding), or on an LWS group's next incarnation, is refused; one used after its job ended is
+refused (the syncer reads the job from Slurm); and one job's token is revoked by rewriting its
+AdminComment without the binding (`scontrol update JobId=<id> AdminComment=<its reference>`).
+
+Both the gateway (from the request head) and the syncer (from the gRPC call, against Slurm) check
+it, so a caller holding the gateway's certificate cannot forge one either. The job key is a ring:
+one key per line of its file, the newest first, which signs; every line verifies, so a rotation
+(a new first line) leaves running jobs' tokens good until their key's line is dropped, across
+restarts. The prolog and epilog (root on the node) use the hooks token instead.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import secrets
 from collections.abc import Iterable
 
 # Which credential a call presents, as HTTP headers the scripts send.
 PLACEHOLDER_HEADER = "X-Tandem-Placeholder"
 _DOMAIN = b"tandem placeholder credential v1\x00"
-# A rotated key still verifies the tokens of jobs submitted before: they may run for days.
-PREVIOUS_KEY_GRACE_SECONDS = 30 * 24 * 3600.0
+_DOMAIN_BOUND = b"tandem placeholder credential v2\x00"
+_BINDING_HEX = 32
+MIN_KEY_BYTES = 16
 
 
-def token(key: bytes, reference: str) -> str:
-    return hmac.new(key, _DOMAIN + reference.encode(), hashlib.sha256).hexdigest()
+def new_binding() -> str:
+    return secrets.token_hex(_BINDING_HEX // 2)
+
+
+def token(key: bytes, reference: str, binding: str = "") -> str:
+    """The token of the job `reference` names, bound to `binding` (a token of version 1, for a job
+    submitted before bindings, has none)."""
+    if not binding:
+        return hmac.new(key, _DOMAIN + reference.encode(), hashlib.sha256).hexdigest()
+    mac = hmac.new(key, _DOMAIN_BOUND + reference.encode() + b"\x00" + binding.encode(), hashlib.sha256)
+    return f"{binding}.{mac.hexdigest()}"
+
+
+def binding_of(presented: str) -> str:
+    """The binding a token names ("" for a token of version 1, or none at all)."""
+    binding, dot, _ = presented.partition(".")
+    ok = bool(dot) and len(binding) == _BINDING_HEX and all(c in "0123456789abcdef" for c in binding)
+    return binding if ok else ""
 
 
 def verifies(keys: Iterable[bytes], reference: str, presented: str) -> bool:
-    """Whether `presented` is the token of `reference` under one of `keys` (every key compared)."""
+    """Whether `presented` is a token of `reference` (bound to the binding it names, or of
+    version 1) under one of `keys` (every key compared)."""
+    binding = binding_of(presented)
     given = presented.encode()
-    results = [hmac.compare_digest(token(key, reference).encode(), given) for key in keys if key]
+    results = [hmac.compare_digest(token(key, reference, binding).encode(), given) for key in keys if key]
     return any(results)
 
 
-def read_key(path: str, flag: str = "--job-key-file") -> bytes:
-    """The key from its file; a service that needs one and lacks it does not start."""
+def read_keys(path: str, flag: str = "--job-key-file") -> list[bytes]:
+    """The key ring from its file, newest first; a service that needs one and lacks it does not
+    start."""
     if not path:
         raise SystemExit(f"{flag} is required: placeholders get a per-job credential signed with it")
     try:
         with open(path, "rb") as f:
-            key = f.read().strip()
+            lines = [line.strip() for line in f.read().splitlines()]
     except OSError as e:
         raise SystemExit(f"{flag}: cannot read {path}: {e}") from e
-    if len(key) < 16:
-        raise SystemExit(f"{flag}: {path} holds {len(key)} bytes; a key needs at least 16")
-    return key
+    keys = [line for line in lines if line]
+    if not keys:
+        raise SystemExit(f"{flag}: {path} holds no key")
+    short = [i + 1 for i, key in enumerate(keys) if len(key) < MIN_KEY_BYTES]
+    if short:
+        raise SystemExit(f"{flag}: {path} line(s) {short} hold fewer than {MIN_KEY_BYTES} bytes")
+    return keys
+
+
+def read_key(path: str, flag: str = "--job-key-file") -> bytes:
+    """The key that signs: the ring's first."""
+    return read_keys(path, flag)[0]
+
+
+class KeyRing:
+    """The ring as its file says now: read again when the file changes (a Secret's mount swaps it
+    for a new inode; a stat that follows the link sees it), so a rotation needs no restart."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+        self._keys: list[bytes] = read_keys(path)
+        self._seen = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def values(self) -> list[bytes]:
+        now = self._stat()
+        if now is not None and now != self._seen:
+            try:
+                self._keys = read_keys(self.path)
+                self._seen = now
+            except SystemExit:
+                pass  # a half-written file: the last ring read stays until it reads whole
+        return list(self._keys)

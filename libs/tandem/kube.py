@@ -7,14 +7,16 @@ Pods) and its binding call fails to parse the reply; Tandem's hot paths speak JS
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import ssl
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,47 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # The kubelet rotates a projected token before it expires (at 80% of its life, an hour by
 # default): read the file again this often, as client-go does.
 TOKEN_REREAD_SECONDS = 60.0
+# An exec plugin (a cloud login) is run again this often: its credentials last an hour or more.
+PLUGIN_REREAD_SECONDS = 300.0
+
+
+def tls_context(
+    ca_file: str | None = None,
+    ca_data: bytes = b"",
+    cert: tuple[str, str] | None = None,
+    cert_data: tuple[bytes, bytes] | None = None,
+) -> ssl.SSLContext:
+    """TLS to the apiserver: its CA (a file, PEM in memory, else the system's) and the client
+    certificate, from files or from memory. A certificate and key held in memory reach OpenSSL
+    through anonymous in-memory files (memfd), closed once loaded: never a file on disk."""
+    ctx = ssl.create_default_context(cafile=ca_file or None, cadata=ca_data.decode() if ca_data else None)
+    if cert:
+        ctx.load_cert_chain(*cert)
+    elif cert_data:
+        fds = [_memfd(data) for data in cert_data]
+        try:
+            ctx.load_cert_chain(*(f"/proc/self/fd/{fd}" for fd in fds))
+        finally:
+            for fd in fds:
+                os.close(fd)
+    return ctx
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("tandem-kube-credential", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    return fd
+
+
+def _take(path: str, kubeconfig_text: str) -> bytes:
+    """A file the `kubernetes` package wrote for a credential it was given as data: read into
+    memory and removed (only one of its own temporary files; a file the kubeconfig names stays)."""
+    data = Path(path).read_bytes()
+    ours = Path(path).parent == Path(tempfile.gettempdir()) and Path(path).name.startswith("tmp")
+    if ours and path not in kubeconfig_text:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return data
 
 
 def bearer_token(authorization: str) -> str:
@@ -86,20 +129,24 @@ class KubeClient:
         cert: tuple[str, str] | None = None,
         timeout: float = 30.0,
         token_file: Path | None = None,
+        ca_data: bytes = b"",
+        cert_data: tuple[bytes, bytes] | None = None,
+        token_source: Callable[[], str] | None = None,
+        token_every: float = TOKEN_REREAD_SECONDS,
     ) -> None:
-        verify: ssl.SSLContext | bool = True
-        if ca_file:
-            verify = ssl.create_default_context(cafile=ca_file)
-            if cert:
-                verify.load_cert_chain(*cert)
+        """`token_file`: a token that rotates (a Pod's projected ServiceAccount token), read again
+        every `token_every` seconds; `token_source` the same for any source (an exec plugin run
+        again). `ca_data`, `cert_data`: PEM held in memory, never written to a file."""
         self._token = token
-        # A token that rotates (a Pod's projected ServiceAccount token): re-read from this file.
-        self._token_file = token_file
-        self._token_read_at = -TOKEN_REREAD_SECONDS
+        if token_file is not None:
+            token_source = token_file.read_text
+        self._token_source = token_source
+        self._token_every = token_every
+        self._token_read_at = -token_every
         self._token_lock = threading.Lock()
         self._http = httpx.Client(
             base_url=host.rstrip("/"),
-            verify=verify,
+            verify=tls_context(ca_file, ca_data, cert, cert_data),
             timeout=timeout,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
             headers={"Accept": "application/json"},
@@ -116,20 +163,48 @@ class KubeClient:
             found = kubeconfig.load(path, context)
         except kubeconfig.Unsupported:
             return cls._from_plugin_kubeconfig(path, context, timeout)
-        return cls(found.server, token=found.token, ca_file=found.ca_file, cert=found.cert, timeout=timeout)
+        return cls(
+            found.server,
+            token=found.token,
+            ca_file=found.ca_file,
+            cert=found.cert,
+            timeout=timeout,
+            token_file=Path(found.token_file) if found.token_file else None,
+            ca_data=found.ca_data,
+            cert_data=found.cert_data,
+        )
 
     @classmethod
     def _from_plugin_kubeconfig(cls, path: str, context: str | None, timeout: float) -> KubeClient:
         """A user of an exec plugin or auth provider: the `kubernetes` package runs it (imported
-        only here: it costs every service 34 MiB)."""
-        from kubernetes import client as k8s_client
-        from kubernetes import config as k8s_config
+        only here: it costs every service 34 MiB), and runs it again every PLUGIN_REREAD_SECONDS
+        (its credentials expire). The client certificate it may give is read into memory and the
+        package's temporary copy removed."""
 
-        cfg = k8s_client.Configuration()
-        k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
-        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
-        return cls(cfg.host, token=bearer_token(auth), ca_file=cfg.ssl_ca_cert, cert=cert, timeout=timeout)
+        def loaded() -> tuple[Any, str]:
+            from kubernetes import client as k8s_client
+            from kubernetes import config as k8s_config
+
+            cfg = k8s_client.Configuration()
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+            auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken") or ""
+            return cfg, bearer_token(auth)
+
+        cfg, token = loaded()
+        named = Path(path).read_text()
+        cert_data = None
+        if cfg.cert_file and cfg.key_file:
+            cert_data = (_take(cfg.cert_file, named), _take(cfg.key_file, named))
+        ca_data = _take(cfg.ssl_ca_cert, named) if cfg.ssl_ca_cert else b""
+        return cls(
+            cfg.host,
+            token=token,
+            timeout=timeout,
+            ca_data=ca_data,
+            cert_data=cert_data,
+            token_source=lambda: loaded()[1],
+            token_every=PLUGIN_REREAD_SECONDS,
+        )
 
     @classmethod
     def in_cluster(
@@ -165,17 +240,16 @@ class KubeClient:
         return headers
 
     def _current_token(self) -> str:
-        if self._token_file is None:
+        if self._token_source is None:
             return self._token
         with self._token_lock:
             now = time.monotonic()
-            if now - self._token_read_at >= TOKEN_REREAD_SECONDS or not self._token:
+            if now - self._token_read_at >= self._token_every or not self._token:
                 try:
-                    self._token = self._token_file.read_text().strip()
+                    self._token = self._token_source().strip()
                     self._token_read_at = now
-                except OSError as e:
-                    # The last token read may still be good; the apiserver says if not.
-                    log.warning("cannot read the ServiceAccount token", extra={"error": str(e)})
+                except Exception as e:  # a file, an exec plugin: the last token may still be good
+                    log.warning("cannot read the API token again", extra={"error": str(e)})
             return self._token
 
     def request(

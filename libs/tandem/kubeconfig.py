@@ -6,16 +6,18 @@ service (issue 22: the syncer's budget is 200 MiB at 1,000 Nodes). The static fo
 here; a user that authenticates through an exec plugin or an auth provider (cloud logins), or a
 cluster reached without checking its certificate, is handed to the `kubernetes` package, imported
 then and only then (`Unsupported`).
+
+Embedded certificates and keys (`*-data`) stay in memory: KubeClient hands them to TLS through
+anonymous in-memory files (memfd), never a file on disk. A `tokenFile` is named, not read once:
+the client reads it again as it rotates. A cluster field the client cannot honour (`tls-server-name`,
+`proxy-url`) is refused with the reason rather than ignored: ignoring it would dial another host
+or check another name than the one the operator wrote.
 """
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
-import contextlib
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,13 @@ _STATIC_USER = {
 }
 
 
+# Cluster fields KubeClient does not honour: refused, never silently dropped.
+_REFUSED_CLUSTER = {
+    "tls-server-name": "it would check the apiserver's certificate against another name than the server's",
+    "proxy-url": "it would dial the apiserver through a proxy",
+}
+
+
 class KubeconfigError(ValueError):
     """The file cannot be used, with what is wrong in it."""
 
@@ -45,9 +54,15 @@ class Unsupported(Exception):
 @dataclass(frozen=True)
 class Credentials:
     server: str
+    # The CA: a file, or PEM held in memory (certificate-authority-data).
     ca_file: str | None
     token: str = ""
+    # A client certificate and its key: files, or PEM held in memory (*-data).
     cert: tuple[str, str] | None = None
+    ca_data: bytes = b""
+    cert_data: tuple[bytes, bytes] | None = None
+    # A token read again as it rotates (tokenFile); `token` is its first reading.
+    token_file: str = ""
 
 
 def load(path: str, context: str | None = None) -> Credentials:
@@ -65,6 +80,12 @@ def load(path: str, context: str | None = None) -> Credentials:
     ctx = _named(doc, "contexts", "context", str(name), path)
     cluster = _named(doc, "clusters", "cluster", str(ctx.get("cluster") or ""), path)
     user = _named(doc, "users", "user", str(ctx.get("user") or ""), path) if ctx.get("user") else {}
+    for field, why in _REFUSED_CLUSTER.items():
+        if cluster.get(field):
+            raise KubeconfigError(
+                f"kubeconfig {path}: cluster {ctx.get('cluster')!r} sets {field}, which Tandem's client does"
+                f" not honour ({why}); reach the apiserver at a server its certificate names, directly"
+            )
     if cluster.get("insecure-skip-tls-verify"):
         raise Unsupported("insecure-skip-tls-verify")
     if set(user) - _STATIC_USER:
@@ -73,17 +94,33 @@ def load(path: str, context: str | None = None) -> Credentials:
     if not server.startswith("https://"):
         raise KubeconfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no https server")
     base = file.parent
-    ca = _file(cluster, "certificate-authority", base, path)
-    token = str(user.get("token") or "")
+    ca, ca_data = _file(cluster, "certificate-authority", base, path)
+    token, token_file = str(user.get("token") or ""), ""
     if not token and user.get("tokenFile"):
-        token = _relative(str(user["tokenFile"]), base).read_text().strip()
-    cert = _file(user, "client-certificate", base, path)
-    key = _file(user, "client-key", base, path)
-    if bool(cert) != bool(key):
+        token_file = str(_relative(str(user["tokenFile"]), base))
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as e:
+            raise KubeconfigError(f"kubeconfig {path}: tokenFile {token_file}: {e}") from e
+    cert, cert_data = _file(user, "client-certificate", base, path)
+    key, key_data = _file(user, "client-key", base, path)
+    if bool(cert or cert_data) != bool(key or key_data):
         raise KubeconfigError(
             f"kubeconfig {path}: a client certificate needs its key, and a key its certificate"
         )
-    return Credentials(server, ca, token, (cert, key) if cert and key else None)
+    if (cert and key_data) or (cert_data and key):
+        raise KubeconfigError(
+            f"kubeconfig {path}: give the client certificate and its key both as files or both as *-data"
+        )
+    return Credentials(
+        server,
+        ca,
+        token,
+        (cert, key) if cert and key else None,
+        ca_data,
+        (cert_data, key_data) if cert_data and key_data else None,
+        token_file,
+    )
 
 
 def _named(doc: Mapping[str, Any], section: str, field: str, name: str, path: str) -> Mapping[str, Any]:
@@ -102,23 +139,13 @@ def _relative(value: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
-def _file(section: Mapping[str, Any], field: str, base: Path, path: str) -> str | None:
-    """A file's path: as named, or the `<field>-data` written to a file only this user reads."""
+def _file(section: Mapping[str, Any], field: str, base: Path, path: str) -> tuple[str | None, bytes]:
+    """A file's path as named, or the `<field>-data` as bytes (kept in memory, never written)."""
     if section.get(f"{field}-data"):
         try:
-            data = base64.b64decode(str(section[f"{field}-data"]), validate=True)
+            return None, base64.b64decode(str(section[f"{field}-data"]), validate=True)
         except (binascii.Error, ValueError) as e:
             raise KubeconfigError(f"kubeconfig {path}: {field}-data is not base64: {e}") from e
-        fd, name = tempfile.mkstemp(prefix="tandem-kubeconfig-", suffix=".pem")  # mode 0600
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        atexit.register(_remove, name)
-        return name
     if section.get(field):
-        return str(_relative(str(section[field]), base))
-    return None
-
-
-def _remove(name: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(name)
+        return str(_relative(str(section[field]), base)), b""
+    return None, b""

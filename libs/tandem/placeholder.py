@@ -3,9 +3,11 @@ services can read back from Slurm after a crash, so it is built and parsed here 
 
     tandem:<scheduler name>/<namespace>/<pod name>/<pod uid>
 
-It is the job's name (for people: squeue shows it) and its AdminComment, which only Slurm's
-administrators can write; Tandem submits as one. A job is Tandem's placeholder by its AdminComment
-(`pod_of`), never by its name: any Slurm user may name a job like a placeholder.
+It is the job's name (for people: squeue shows it) and the start of its AdminComment, which only
+Slurm's administrators can write; Tandem submits as one. The AdminComment also holds the binding
+of the job's own credential (`<reference> token-binding=<hex>`, tandem.jobtoken). A job is
+Tandem's placeholder by its AdminComment (`pod_of`), never by its name: any Slurm user may name a
+job like a placeholder.
 
 Several Tandem schedulers may share one Slurm cluster; each acts only on its own jobs.
 
@@ -67,12 +69,34 @@ def scheduler_of(name: str) -> str | None:
     return parts[0] if parts else None
 
 
+# Between the reference and the binding of the job's credential in its AdminComment.
+_BINDING = " token-binding="
+
+
+def admin_comment(reference: str, binding: str) -> str:
+    """A placeholder job's AdminComment: its reference, and the binding its credential names
+    (tandem.jobtoken), which only Slurm's administrators can write or rewrite."""
+    return f"{reference}{_BINDING}{binding}" if binding else reference
+
+
+def reference_of(comment: str) -> str:
+    """The placeholder reference of an AdminComment (no reference holds a space)."""
+    return comment.partition(" ")[0]
+
+
+def binding_of(comment: str) -> str:
+    """The credential binding an AdminComment holds ("" for none: a job submitted before
+    bindings, or one whose credential was revoked by rewriting its AdminComment)."""
+    _, found, binding = comment.partition(_BINDING)
+    return binding.strip() if found else ""
+
+
 def pod_of(job: Job) -> PodRef | None:
     """The Pod (or group) a job stands for, if Tandem submitted it; None for any other job,
     whatever its name."""
-    return parse_job_name(job.admin_comment)
+    return parse_job_name(reference_of(job.admin_comment))
 
 
 def scheduler_of_job(job: Job) -> str | None:
     """The scheduler that submitted a placeholder job; None for any other job, whatever its name."""
-    return scheduler_of(job.admin_comment)
+    return scheduler_of(reference_of(job.admin_comment))

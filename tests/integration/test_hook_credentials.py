@@ -4,15 +4,22 @@ only, as Slurm says. Each attack is made as an attacker would, and changes nothi
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import services, slurm, slurm_root
+from devstack import services, slurm, slurm_root, stack
 from devstack.config import StackConfig
+from devstack.procs import Daemon
 from tandem import jobtoken, placeholder
 from tests.integration import helpers as h
 
@@ -99,3 +106,155 @@ def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     state, reason = h.node_state(stack_cfg, victim_node)
     assert "drain" not in state.lower(), (state, reason)
     assert h.lock_annotation(core, victim_node) == "locked_strict"
+
+
+def test_the_hooks_token_cannot_unlock_a_node_under_its_running_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 39: root on a Slurm node holds the hooks token; an unlock of that node for a job Slurm
+    says still runs there is refused (409), read from Slurm, and the lock stays."""
+    victim, victim_job, victim_node = _running(stack_cfg, core, "held")
+    headers = {"Authorization": f"Bearer {services.hooks_token(stack_cfg)}"}
+    answer = httpx.post(
+        f"{stack_cfg.hooks_url}/v1/unlock",
+        json={"node": victim_node, "job": victim_job},
+        headers=headers,
+        timeout=15,
+    )
+    assert answer.status_code == 409, answer.text
+    assert f"still holds {victim_node}" in answer.json()["error"]
+    time.sleep(2)
+    assert h.lock_annotation(core, victim_node) == "locked_strict"
+    assert h.node_has_lock_taint(core, h.kube_node_of(victim_node))
+    still = _bound(core, victim.metadata.name)
+    assert still is not None and still.metadata.uid == victim.metadata.uid
+
+
+# --- job tokens bound to their job (issue 39, step 2) ----------------------------------------------
+
+
+def _own_token(stack_cfg: StackConfig, job_id: int, reference: str, key: bytes | None = None) -> str:
+    """The token a job's script holds: signed with the ring's first key, bound to the binding in
+    the job's AdminComment (the test derives it as the scheduler made it)."""
+    ring = services.job_key_file(stack_cfg).read_text().split()
+    binding = placeholder.binding_of(str(h.rest_job(stack_cfg, job_id).get("admin_comment") or ""))
+    assert binding, "a job Tandem submits carries its credential's binding"
+    return jobtoken.token(key or ring[0].encode(), reference, binding)
+
+
+def _as(reference: str, token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", jobtoken.PLACEHOLDER_HEADER: reference}
+
+
+def test_a_job_token_replayed_on_the_placeholders_next_job_is_refused(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """A group's next job carries the same placeholder reference and a new binding; the previous
+    job's token is not its. The next job is made here as the scheduler would (root over REST)."""
+    pod, job_id, node = _running(stack_cfg, core, "replay")
+    reference = _reference(stack_cfg, pod)
+    token = _own_token(stack_cfg, job_id, reference)
+    client = slurm.admin_client(stack_cfg)
+    try:
+        from tandem.slurm.models import JobSpec
+
+        nxt = client.submit_job(
+            JobSpec(
+                name=reference,
+                admin_comment=placeholder.admin_comment(reference, jobtoken.new_binding()),
+                script="#!/bin/sh\nsleep 300\n",
+                environment={"PATH": "/usr/bin:/bin"},
+                cpus=1,
+                memory_mb=100,
+                required_nodes=node,
+            )
+        )
+    finally:
+        client.close()
+    try:
+        answer = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/started", json={"job": nxt}, headers=_as(reference, token), timeout=15
+        )
+        assert answer.status_code == 403, answer.text
+        assert f"not Slurm job {nxt}'s own" in answer.json()["error"]
+        # Its own job still takes it.
+        own = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/started",
+            json={"job": job_id},
+            headers=_as(reference, token),
+            timeout=15,
+        )
+        assert own.status_code == 200, own.text
+    finally:
+        h.scancel(stack_cfg, nxt)
+
+
+def test_a_job_token_used_after_its_job_ended_is_refused(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    pod, job_id, node = _running(stack_cfg, core, "ended")
+    reference = _reference(stack_cfg, pod)
+    token = _own_token(stack_cfg, job_id, reference)
+    h.delete_pod(core, pod.metadata.name)
+    h.wait_until(
+        "its job ended",
+        lambda: (
+            str(h.rest_job(stack_cfg, job_id)["job_state"]) in ("CANCELLED", "COMPLETED")
+            and "COMPLETING" not in h.rest_job(stack_cfg, job_id)["job_flags"]
+        ),
+        60,
+    )
+    body = {"job": job_id, "node": node, "timeout": 3}
+    for route in ("started", "drain", "terminating"):
+        answer = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/{route}", json=body, headers=_as(reference, token), timeout=15
+        )
+        assert answer.status_code == 403, (route, answer.text)
+        assert "its credential ended with it" in answer.json()["error"], (route, answer.text)
+    state, _ = h.node_state(stack_cfg, node)
+    assert "drain" not in state.lower()
+
+
+@pytest.fixture
+def restore_job_key(stack_cfg: StackConfig) -> Iterator[Path]:
+    path = services.job_key_file(stack_cfg)
+    before = path.read_text()
+    yield path
+    services.publish(path, before, mode=0o600)
+
+
+def _rotate(path: Path) -> None:
+    """What an operator does: a new first line; the older keys stay for the jobs they signed."""
+    services.publish(path, f"{secrets.token_hex(32)}\n{path.read_text()}", mode=0o600)
+
+
+def test_two_rotations_and_a_gateway_restart_keep_a_running_jobs_killwait_path(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, restore_job_key: Path
+) -> None:
+    pod, job_id, node = _running(stack_cfg, core, "rotated")
+    _rotate(restore_job_key)
+    gateway = Daemon("tandem-hooks", stack_cfg.run_dir, stack_cfg.log_dir)
+    pid = gateway.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    h.wait_until("the gateway stopped", lambda: not gateway.alive(), 15)
+    stack.up(stack_cfg)  # starts it again, reading the ring from its file
+    _rotate(restore_job_key)
+    assert len(restore_job_key.read_text().split()) == 3
+    # The job's script, signed with the first key, asks terminating when its Pod goes: the Pod is
+    # deleted whole, the job ends, and no KillWait drain is needed.
+    h.delete_pod(core, pod.metadata.name)
+    h.wait_until("the Pod gone", lambda: h.get_pod(core, pod.metadata.name) is None, 60)
+    h.wait_until(
+        "its job ended",
+        lambda: str(h.rest_job(stack_cfg, job_id)["job_state"]) in ("CANCELLED", "COMPLETED"),
+        60,
+    )
+    answers = [
+        line
+        for line in (stack_cfg.log_dir / "tandem-hooks.log").read_text().splitlines()
+        if line.startswith("{")
+        and (entry := json.loads(line)).get("route") == "/v1/terminating"
+        and entry.get("job") == job_id
+    ]
+    assert answers and all(json.loads(line)["status"] == 200 for line in answers), answers
+    state, reason = h.node_state(stack_cfg, node)
+    assert "drain" not in state.lower(), (state, reason)

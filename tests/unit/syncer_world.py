@@ -10,7 +10,7 @@ import threading
 from typing import Any
 from unittest import mock
 
-from tandem import keys
+from tandem import jobtoken, keys
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeError, object_key
 from tandem.runner import Runner
@@ -27,6 +27,14 @@ from tandem.syncer.writes import LockWrites
 from tandem.workqueue import WorkQueue
 
 SLURMD_NS = "slurm"
+
+# The job key the tests' placeholders are signed with (tandem.jobtoken).
+JOB_KEY = b"k" * 32
+
+
+def token_for(reference: str, binding: str = "") -> str:
+    """A placeholder's own credential, as its script presents it."""
+    return jobtoken.token(JOB_KEY, reference, binding)
 
 
 def _pod(name: str, node: str, namespace: str = "apps", **meta: Any) -> JSON:
@@ -271,7 +279,9 @@ class Stack:
             lookup=mirror.refresh_job,
         )
         self.locks = NodeLocks(self.holds, self.queue, cluster, self.facts, mirror, cap=cap)
-        self.servicer = SyncerServicer(mirror, self.locks, self.slurm, cluster, terminating_timeout=5)
+        self.servicer = SyncerServicer(
+            mirror, self.locks, self.slurm, cluster, terminating_timeout=5, job_keys=lambda: [JOB_KEY]
+        )
         self.servicer.active = True
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed

@@ -116,5 +116,5 @@ def test_a_service_without_a_job_key_does_not_start(tmp_path: Any) -> None:
         jobtoken.read_key("")
     short = tmp_path / "k"
     short.write_text("abc")
-    with pytest.raises(SystemExit, match="a key needs at least 16"):
+    with pytest.raises(SystemExit, match="hold fewer than 16 bytes"):
         jobtoken.read_key(str(short))

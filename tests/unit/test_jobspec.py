@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from tandem import jobtoken, keys
+from tandem import jobtoken, keys, placeholder
 from tandem.placeholder import PodRef, parse_job_name
 from tandem.scheduler.jobspec import (
     PlaceholderConfig,
@@ -345,6 +345,13 @@ def test_the_job_runs_as_the_pods_user_and_group(annotations: dict[str, str], us
 def test_a_placeholder_carries_its_own_credential_and_tandems_mark() -> None:
     cfg = PlaceholderConfig(script="x", environment={}, gpu_types={}, job_key=b"k" * 32)
     spec = build_job_spec(make_pod(), cfg)
-    assert spec.admin_comment == spec.name  # only Slurm's administrators write it
+    # Only Slurm's administrators write the AdminComment: the reference, and the binding the
+    # job's own token names (issue 39: bound to this job, not to the reference alone).
+    token = spec.environment["TANDEM_JOB_TOKEN"]
+    assert placeholder.reference_of(spec.admin_comment) == spec.name
+    assert placeholder.binding_of(spec.admin_comment) == jobtoken.binding_of(token) != ""
     assert spec.environment["TANDEM_PLACEHOLDER"] == spec.name
-    assert jobtoken.verifies([b"k" * 32], spec.name, spec.environment["TANDEM_JOB_TOKEN"])
+    assert jobtoken.verifies([b"k" * 32], spec.name, token)
+    # The next job of the same placeholder gets another binding: this token is not its.
+    again = build_job_spec(make_pod(), cfg)
+    assert placeholder.binding_of(again.admin_comment) != jobtoken.binding_of(token)

@@ -5,6 +5,7 @@ package, and what no one should use is refused with the reason."""
 from __future__ import annotations
 
 import base64
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -49,21 +50,67 @@ def test_a_token_and_a_ca_relative_to_the_file(tmp_path: Path) -> None:
     assert kubeconfig.load(write(tmp_path, {"token": "abc"}), "far").server == "https://10.0.0.1:6443"
 
 
-def test_embedded_certificates_become_files_only_their_owner_reads(tmp_path: Path) -> None:
+def test_embedded_certificates_stay_in_memory_and_no_file_is_written(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Issue 39: a key given as client-key-data is never written to a file (it was, to a
+    temporary one, until the process exited)."""
     pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     data = base64.b64encode(pem).decode()
     user = {"client-certificate-data": data, "client-key-data": data}
     cluster = {"server": "https://127.0.0.1:6443", "certificate-authority-data": data}
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
     got = kubeconfig.load(write(tmp_path, user, cluster))
-    assert got.ca_file and got.cert
-    for name in (got.ca_file, *got.cert):
-        assert Path(name).read_bytes() == pem
-        assert Path(name).stat().st_mode & 0o077 == 0
+    assert got.ca_file is None and got.cert is None
+    assert got.ca_data == pem and got.cert_data == (pem, pem)
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
-def test_a_token_file_is_read(tmp_path: Path) -> None:
+def test_a_client_key_in_memory_reaches_tls_through_no_file(tmp_path: Path) -> None:
+    """The client's TLS loads a certificate and key held in memory (a real pair)."""
+    from tandem import kube
+
+    keyout, out = str(tmp_path / "k.pem"), str(tmp_path / "c.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", keyout, "-out", out, "-days", "1", "-subj", "/CN=me"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    cert, key = (tmp_path / "c.pem").read_bytes(), (tmp_path / "k.pem").read_bytes()
+    before = set(Path("/tmp").iterdir())
+    ctx = kube.tls_context(ca_data=cert, cert_data=(cert, key))
+    assert ctx.verify_mode.name == "CERT_REQUIRED"
+    assert set(Path("/tmp").iterdir()) - before == set()
+    with pytest.raises(ssl.SSLError):
+        kube.tls_context(cert_data=(cert, b"not a key"))
+
+
+def test_a_token_file_is_named_and_read_again_as_it_rotates(tmp_path: Path) -> None:
+    from tandem import kube
+
     (tmp_path / "token").write_text("xyz\n")
-    assert kubeconfig.load(write(tmp_path, {"tokenFile": "token"})).token == "xyz"
+    found = kubeconfig.load(write(tmp_path, {"tokenFile": "token"}))
+    assert found.token == "xyz" and found.token_file == str(tmp_path / "token")
+    client = kube.KubeClient("https://127.0.0.1:1", token_file=Path(found.token_file), token_every=0.0)
+    try:
+        assert client._current_token() == "xyz"
+        (tmp_path / "token").write_text("rotated\n")
+        assert client._current_token() == "rotated"
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("field", ["tls-server-name", "proxy-url"])
+def test_a_cluster_field_the_client_cannot_honour_is_refused_not_ignored(tmp_path: Path, field: str) -> None:
+    cluster = {"server": "https://127.0.0.1:6443", field: "elsewhere.example"}
+    with pytest.raises(
+        kubeconfig.KubeconfigError, match=f"sets {field}, which Tandem's client does not honour"
+    ):
+        kubeconfig.load(write(tmp_path, {"token": "a"}, cluster))
 
 
 def test_an_exec_plugin_or_an_unchecked_cluster_goes_to_the_kubernetes_package(tmp_path: Path) -> None:

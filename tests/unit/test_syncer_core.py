@@ -26,7 +26,17 @@ from tandem.syncer.mirror import SlurmMirror, Subscription
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import lock_pb2, syncer_pb2
-from tests.unit.syncer_world import SLURMD_NS, Stack, World, _mirror, _pod, _slurmd, whole_listing_slurm
+from tests.unit.syncer_world import (
+    JOB_KEY,
+    SLURMD_NS,
+    Stack,
+    World,
+    _mirror,
+    _pod,
+    _slurmd,
+    token_for,
+    whole_listing_slurm,
+)
 
 __all__ = ["SLURMD_NS", "World", "_mirror", "_pod", "_slurmd"]
 
@@ -503,7 +513,10 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Sta
     began = time.monotonic()
     answer = servicer.JobTerminating(
         syncer_pb2.JobTerminatingRequest(
-            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+            job_id=7,
+            slurm_node="cpu-001",
+            placeholder=placeholder.job_name(ref, "tandem"),
+            job_token=token_for(placeholder.job_name(ref, "tandem")),
         ),
         context,
     )
@@ -542,7 +555,10 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
         syncer_pb2.JobTerminatingRequest(
-            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+            job_id=7,
+            slurm_node="cpu-001",
+            placeholder=placeholder.job_name(ref, "tandem"),
+            job_token=token_for(placeholder.job_name(ref, "tandem")),
         ),
         context,
     )
@@ -590,7 +606,10 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
     answer = stack.servicer.JobTerminating(
         syncer_pb2.JobTerminatingRequest(
-            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+            job_id=7,
+            slurm_node="cpu-001",
+            placeholder=placeholder.job_name(ref, "tandem"),
+            job_token=token_for(placeholder.job_name(ref, "tandem")),
         ),
         _context(10.0),
     )
@@ -620,7 +639,10 @@ def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Sta
     stack = _stack(stacks, world, mirror, slurm=slurm)
     stack.servicer.terminating_timeout = 0.2
     answer = stack.servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001", placeholder=name), _context(10.0)
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=name, job_token=token_for(name)
+        ),
+        _context(10.0),
     )
     assert not answer.pod_gone and list(answer.drained_slurm_nodes) == []
     assert slurm.drain_node.called
@@ -648,7 +670,9 @@ def _ended_placeholder(slurm_node: Node) -> tuple[World, SlurmMirror, str]:
 
 def _terminating(stack: Stack, name: str, remaining: float = 10.0) -> Any:
     return stack.servicer.JobTerminating(
-        syncer_pb2.JobTerminatingRequest(job_id=7, slurm_node="cpu-001", placeholder=name),
+        syncer_pb2.JobTerminatingRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=name, job_token=token_for(name)
+        ),
         _context(remaining),
     )
 
@@ -757,7 +781,10 @@ def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) ->
     context.time_remaining.return_value = 10
     answer = servicer.JobTerminating(
         syncer_pb2.JobTerminatingRequest(
-            job_id=7, slurm_node="cpu-001", placeholder=placeholder.job_name(ref, "tandem")
+            job_id=7,
+            slurm_node="cpu-001",
+            placeholder=placeholder.job_name(ref, "tandem"),
+            job_token=token_for(placeholder.job_name(ref, "tandem")),
         ),
         context,
     )
@@ -803,7 +830,9 @@ def test_a_job_only_named_like_a_placeholder_gets_no_strict_lock_and_no_wait() -
     slurm.list_nodes.return_value = []
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5)
+    servicer = SyncerServicer(
+        mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5, job_keys=lambda: [JOB_KEY]
+    )
     assert not servicer._is_placeholder(5)
     assert servicer._is_placeholder(6)
 
@@ -815,7 +844,9 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     ref = placeholder.PodRef("apps", "web", "uid-1")
     name = placeholder.job_name(ref, "tandem")
     mirror = _mirror(synced=True)
-    servicer = SyncerServicer(mirror, mock.Mock(), mock.Mock(), mock.Mock(), terminating_timeout=5)
+    servicer = SyncerServicer(
+        mirror, mock.Mock(), mock.Mock(), mock.Mock(), terminating_timeout=5, job_keys=lambda: [JOB_KEY]
+    )
     servicer.active = True
 
     def started(job: Job, node: str) -> grpc.StatusCode | None:
@@ -824,7 +855,10 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
         context.abort.side_effect = RuntimeError
         try:
             servicer.JobStarted(
-                syncer_pb2.JobStartedRequest(job_id=7, slurm_node=node, placeholder=name), context
+                syncer_pb2.JobStartedRequest(
+                    job_id=7, slurm_node=node, placeholder=name, job_token=token_for(name)
+                ),
+                context,
             )
         except RuntimeError:
             return context.abort.call_args.args[0]
@@ -867,10 +901,15 @@ def test_a_verified_started_call_writes_the_job_s_started_marker(
     slurm = mock.Mock()
     if write_fails:
         slurm.update_job.side_effect = SlurmApiError("POST job/7: Access denied", 200)
-    servicer = SyncerServicer(mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5)
+    servicer = SyncerServicer(
+        mirror, mock.Mock(), slurm, mock.Mock(), terminating_timeout=5, job_keys=lambda: [JOB_KEY]
+    )
     servicer.active = True
     reply = servicer.JobStarted(
-        syncer_pb2.JobStartedRequest(job_id=7, slurm_node="cpu-001", placeholder=name), mock.Mock()
+        syncer_pb2.JobStartedRequest(
+            job_id=7, slurm_node="cpu-001", placeholder=name, job_token=token_for(name)
+        ),
+        mock.Mock(),
     )
     assert reply.marked is marked
     if written is None:
@@ -1017,3 +1056,34 @@ def test_a_hold_dropped_on_a_stale_copy_of_an_ended_job_is_not_taken_for_its_end
     _until("the prolog's call answered", lambda: "after" in outcome)
     code, message = outcome["aborted"]
     assert code == grpc.StatusCode.UNAVAILABLE and "running again" in message
+
+
+def test_an_unlock_under_a_job_slurm_says_still_runs_there_is_refused_and_changes_nothing(
+    stacks: list[Stack],
+) -> None:
+    """Issue 39: an unlock is read against Slurm, not taken on the caller's word: root on a node (or
+    anyone with its credential) cannot unlock a node under a running job."""
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    running = Job(job_id=42, name="train", state="RUNNING", nodes=("cpu-001",))
+    mirror = _mirror(synced=True, jobs=(running,))
+    stack = _stack(stacks, world, mirror)
+    _acquire(stack, 42, strict=False)
+    assert world.lock_of("cpu-001") == "locked"
+    mirror.slurm.get_job_components.return_value = [running]  # type: ignore[attr-defined]
+    context = _context()
+    context.abort.side_effect = RuntimeError("aborted")
+    with pytest.raises(RuntimeError):
+        stack.servicer.ReleaseNodeLock(
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42), context
+        )
+    code, message = context.abort.call_args.args
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "still holds cpu-001 (RUNNING)" in message
+    time.sleep(0.2)
+    assert world.lock_of("cpu-001") == "locked" and world.tainted("node-001")
+    # Once Slurm says it ended (its epilog's call), the same unlock goes through.
+    ended = Job(job_id=42, name="train", state="COMPLETED", nodes=("cpu-001",))
+    mirror.slurm.get_job_components.return_value = [ended]  # type: ignore[attr-defined]
+    _release(stack, 42)
+    assert world.lock_of("cpu-001") == "false"

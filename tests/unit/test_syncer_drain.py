@@ -14,6 +14,7 @@ from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2
+from tests.unit.syncer_world import JOB_KEY, token_for
 
 REF = placeholder.job_name(placeholder.PodRef("apps", "web", "uid-1"), "tandem")
 
@@ -28,11 +29,12 @@ def _servicer(
     slurm = mock.Mock()
     slurm.drain_node.side_effect = error
     mirror = mock.Mock()
-    job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=REF)
+    # At KillWait the job was cancelled and its script still runs: Slurm shows it COMPLETING.
+    job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=REF, flags=("COMPLETING",))
     mirror.refresh_job.return_value = JobStatus(job)
     locks = mock.Mock()
     locks.occupied.return_value = occupied
-    servicer = SyncerServicer(mirror, locks, slurm, mock.Mock(), 30.0)
+    servicer = SyncerServicer(mirror, locks, slurm, mock.Mock(), 30.0, job_keys=lambda: [JOB_KEY])
     servicer.active = True
     return servicer, slurm
 
@@ -46,7 +48,9 @@ def _context() -> mock.Mock:
 def _drain(
     node: str = "cpu-001", reference: str = REF, reason: str = "anything"
 ) -> syncer_pb2.DrainNodeRequest:
-    return syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=7, placeholder=reference, reason=reason)
+    return syncer_pb2.DrainNodeRequest(
+        slurm_node=node, job_id=7, placeholder=reference, job_token=token_for(reference), reason=reason
+    )
 
 
 def test_the_node_is_drained_over_rest_with_the_reason_the_syncer_writes() -> None:

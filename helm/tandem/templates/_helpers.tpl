@@ -452,9 +452,11 @@ items:
 {{- end -}}
 
 {{/* ---------------------------------------------------------------------------------------------
-The job key (global.jobKey): the scheduler signs each placeholder's own credential with it (an
-HMAC of the job's placeholder reference, in the job's environment) and the gateway checks that
-credential with it. Only those two hold it: it never goes to the slurmd namespace. Secret
+The job key ring (global.jobKey): the scheduler signs each placeholder's own credential with its
+first line (an HMAC of the job's placeholder reference and a binding made for that job, in the
+job's environment; tandem.jobtoken) and the gateway and the syncer check it with every line. Only
+those three hold it: it never goes to the slurmd namespace. Rotate by putting a new first line in
+the Secret and keeping the old ones until no job signed with them runs. Secret
 <fullname>-job-key (key job-key), generated once and kept across upgrades by `lookup`, or
 global.jobKey.existingSecret (key existingSecretKey), and then the chart makes none. Mounted at
 /etc/tandem/job-key/job-key and passed as --job-key-file.
@@ -498,7 +500,7 @@ scheduler's checksum/job-key (subchart) see the same key. Not called with existi
 - --job-key-file={{ include "tandem.jobKey.file" . }}
 {{- end -}}
 
-{{/* Volume and mount of the job key (scheduler; the gateway projects it into its /etc/tandem). */}}
+{{/* Volume and mount of the job key (scheduler, syncer; the gateway projects it into its /etc/tandem). */}}
 {{- define "tandem.jobKey.volume" -}}
 - name: job-key
   secret:

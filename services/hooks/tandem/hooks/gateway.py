@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tandem.hooks.handler import Credentials, HookHandler
+from tandem.hooks.handler import Credentials, HookHandler, KeyValues
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
 from tandem.hooks.server import BoundedHTTPServer, Limits
 from tandem.hooks.tokens import BearerTokens
@@ -41,7 +41,7 @@ class HooksGateway:
         syncer: syncer_pb2_grpc.SyncerServiceStub | None,
         call_timeout: float = 55.0,
         limits: Limits | None = None,
-        job_keys: BearerTokens | None = None,
+        job_keys: KeyValues | None = None,
     ) -> None:
         tokens = token if isinstance(token, BearerTokens) else BearerTokens(token)
         self.routes = SyncerRoutes(syncer, call_timeout)

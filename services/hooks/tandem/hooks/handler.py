@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import SpanKind
 
@@ -29,11 +29,15 @@ _PLACEHOLDER_ROUTES = frozenset({"/v1/started", "/v1/terminating", "/v1/drain"})
 _MAX_REFERENCE = 512
 
 
+class KeyValues(Protocol):
+    def values(self) -> list[bytes]: ...
+
+
 class Credentials:
     """Who a request speaks for, from its head: root on a Slurm node (the hooks token), or one
     placeholder (its own job token, tandem.jobtoken, with its reference)."""
 
-    def __init__(self, tokens: BearerTokens, job_keys: BearerTokens | None) -> None:
+    def __init__(self, tokens: BearerTokens, job_keys: KeyValues | None) -> None:
         self.tokens = tokens
         self.job_keys = job_keys
 
@@ -57,6 +61,14 @@ class Credentials:
         ):
             return None
         return reference if jobtoken.verifies(self.job_keys.values(), reference, presented.strip()) else None
+
+    @staticmethod
+    def job_token(headers: Any) -> str:
+        """The job token a placeholder presented ("" for the hooks token): the syncer checks it too."""
+        if headers.get(jobtoken.PLACEHOLDER_HEADER) is None:
+            return ""
+        scheme, _, presented = str(headers.get("Authorization", "")).partition(" ")
+        return presented.strip() if scheme.lower() == "bearer" else ""
 
 
 class HookHandler:
@@ -117,7 +129,8 @@ class HookHandler:
             f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
         ) as span:
             reference = self.credentials.caller(request.headers) or NODE  # screened: not None
-            status, body = self.routes.serve(path, request.body, reference)
+            token = self.credentials.job_token(request.headers) if reference != NODE else ""
+            status, body = self.routes.serve(path, request.body, reference, token)
             span.set_attribute("http.response.status_code", int(status))
             # Which job and node: a bare job's prolog call has no trace to join, only these.
             for attribute, value in (("slurm.job_id", body.get("job")), ("slurm.node", body.get("node"))):

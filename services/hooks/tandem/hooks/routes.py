@@ -28,8 +28,9 @@ _GRPC_TO_HTTP = {
 }
 
 NODE = ""  # the caller's placeholder reference when it presented the hooks token: none
-# A route: the parsed body and the caller's placeholder reference (NODE for the hooks token).
-Route = Callable[[dict[str, Any], str], tuple[HTTPStatus, dict[str, Any]]]
+# A route: the parsed body, the caller's placeholder reference (NODE for the hooks token) and the
+# credential it presented (a placeholder's job token, which the syncer checks again; "" for NODE).
+Route = Callable[[dict[str, Any], str, str], tuple[HTTPStatus, dict[str, Any]]]
 
 
 class BadRequest(ValueError):
@@ -50,12 +51,14 @@ class SyncerRoutes:
             "/v1/drain": self.drain,
         }
 
-    def serve(self, path: str, raw: bytes, reference: str = NODE) -> tuple[HTTPStatus, dict[str, Any]]:
+    def serve(
+        self, path: str, raw: bytes, reference: str = NODE, job_token: str = ""
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
         try:
             if len(raw) > MAX_BODY:
                 raise BadRequest(f"body larger than {MAX_BODY} bytes")
-            return self.table[path](_parse_body(raw), reference)
+            return self.table[path](_parse_body(raw), reference, job_token)
         except BadRequest as e:
             return HTTPStatus.BAD_REQUEST, {"error": str(e)}
         except grpc.RpcError as e:
@@ -68,7 +71,9 @@ class SyncerRoutes:
             raise BadRequest("no syncer configured")
         return self.syncer
 
-    def lock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
+    def lock(
+        self, body: dict[str, Any], _node_caller: str, _token: str = ""
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
         # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
@@ -80,7 +85,9 @@ class SyncerRoutes:
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def unlock(self, body: dict[str, Any], _node_caller: str) -> tuple[HTTPStatus, dict[str, Any]]:
+    def unlock(
+        self, body: dict[str, Any], _node_caller: str, _token: str
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().ReleaseNodeLock(
             syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job),
@@ -89,21 +96,27 @@ class SyncerRoutes:
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def started(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+    def started(
+        self, body: dict[str, Any], reference: str, token: str = ""
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
         reply = self._stub().JobStarted(
-            syncer_pb2.JobStartedRequest(job_id=job, slurm_node=_optional_node(body), placeholder=reference),
+            syncer_pb2.JobStartedRequest(
+                job_id=job, slurm_node=_optional_node(body), placeholder=reference, job_token=token
+            ),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )
         return HTTPStatus.OK, {"job": job, "started": True, "marked": reply.marked}
 
-    def terminating(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+    def terminating(
+        self, body: dict[str, Any], reference: str, token: str
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         job = _job(body)
         timeout = _timeout(body, self.call_timeout)
         reply = self._stub().JobTerminating(
             syncer_pb2.JobTerminatingRequest(
-                job_id=job, slurm_node=_optional_node(body), placeholder=reference
+                job_id=job, slurm_node=_optional_node(body), placeholder=reference, job_token=token
             ),
             # The answer must reach the caller before it gives up (curl --max-time = timeout).
             timeout=max(1.0, timeout - 0.5),
@@ -118,10 +131,12 @@ class SyncerRoutes:
             "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
         }
 
-    def drain(self, body: dict[str, Any], reference: str) -> tuple[HTTPStatus, dict[str, Any]]:
+    def drain(
+        self, body: dict[str, Any], reference: str, token: str = ""
+    ) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().DrainNode(
-            syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference),
+            syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference, job_token=token),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )

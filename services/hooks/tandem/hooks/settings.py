@@ -39,7 +39,8 @@ class HooksSettings(ServiceSettings):
         "",
         flag="--job-key-file",
         env="TANDEM_JOB_KEY_FILE",
-        help="the key (shared with the scheduler) that signs each placeholder's own credential",
+        help="the job key ring (shared with the scheduler and the syncer): one key per line, newest"
+        " first; the first signs each placeholder's own credential, every line verifies",
     )
     call_timeout: Seconds = option(
         Seconds(55.0),
@@ -82,11 +83,11 @@ class HooksSettings(ServiceSettings):
             return BearerTokens.from_file(self.token_file, grace=self.token_grace)
         return BearerTokens(self.token)
 
-    def job_keys(self) -> BearerTokens:
-        """The keys a placeholder's credential may be signed with: the file's, re-read when it
-        changes, the previous one still good for the jobs submitted before (they run for days)."""
-        jobtoken.read_key(self.job_key_file)  # refuse to start without one
-        return BearerTokens.from_file(self.job_key_file, grace=jobtoken.PREVIOUS_KEY_GRACE_SECONDS)
+    def job_keys(self) -> jobtoken.KeyRing:
+        """The key ring a placeholder's credential may be signed with (tandem.jobtoken): every key
+        of the file, newest first, re-read when it changes; a rotation keeps the older keys in the
+        file, so no restart forgets the key a running job's token was signed with."""
+        return jobtoken.KeyRing(self.job_key_file)
 
     def limits(self) -> Limits:
         return Limits(

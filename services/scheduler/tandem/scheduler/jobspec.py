@@ -10,7 +10,7 @@ from typing import Any
 
 from tandem import jobtoken, keys
 from tandem.dra import gres
-from tandem.placeholder import PodRef, job_name
+from tandem.placeholder import PodRef, admin_comment, job_name
 from tandem.scheduler.domains import combined
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
 from tandem.slurm.hostlist import compress, expand
@@ -107,14 +107,15 @@ def build_group_job_spec(
     the one-domain constraint of each component (of the job), added to the Pods' own
     (tandem.scheduler.domains)."""
     types = tuple(claimed_types) or ("",) * len(members)
+    binding = jobtoken.new_binding()  # one job, one credential, whatever its components
     if not components:
-        job = _sized_for_largest(group, members, cfg, requests, unfit, annotations, types)
+        job = _sized_for_largest(group, members, cfg, requests, unfit, annotations, types, binding)
         return _in_domain(job, domains[0] if domains else "")
     parts, start = [], 0
     for index, count in enumerate(components):
         end = start + count
         part = _sized_for_largest(
-            group, members[start:end], cfg, requests[start:end], unfit, annotations, types[start:end]
+            group, members[start:end], cfg, requests[start:end], unfit, annotations, types[start:end], binding
         )
         parts.append(_in_domain(part, domains[index] if index < len(domains) else ""))
         start = end
@@ -133,11 +134,19 @@ def _sized_for_largest(
     unfit: Sequence[str],
     annotations: Mapping[str, str] | None,
     claimed_types: Sequence[str],
+    binding: str,
 ) -> JobSpec:
     largest = {name: max(r.get(name, 0) for r in requests) for name in {n for r in requests for n in r}}
     claimed = next((t for t in claimed_types if t), "")
     spec = build_job_spec(
-        members[0], cfg, largest, ref=group, unfit=unfit, annotations=annotations, claimed_type=claimed
+        members[0],
+        cfg,
+        largest,
+        ref=group,
+        unfit=unfit,
+        annotations=annotations,
+        claimed_type=claimed,
+        binding=binding,
     )
     return replace(spec, nodes=len(members))
 
@@ -151,6 +160,7 @@ def build_job_spec(
     defaults: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     claimed_type: str = "",
+    binding: str = "",
 ) -> JobSpec:
     """The placeholder job for a Pod that passed `validate` (`requests`: what it parsed;
     `annotations`: its job annotations as validated, Validation.job_annotations), or with `ref`,
@@ -172,12 +182,16 @@ def build_job_spec(
     uid, gid = job_user(pod, annotations=found)
     name = job_name(ref, cfg.scheduler_name)
     if cfg.job_key:
-        # What its script presents to the hooks API: good for this placeholder and nothing else.
+        # What its script presents to the hooks API: good for this job and nothing else (a
+        # binding made for this submit, in its AdminComment too).
+        binding = binding or jobtoken.new_binding()
         environment["TANDEM_PLACEHOLDER"] = name
-        environment["TANDEM_JOB_TOKEN"] = jobtoken.token(cfg.job_key, name)
+        environment["TANDEM_JOB_TOKEN"] = jobtoken.token(cfg.job_key, name, binding)
+    else:
+        binding = ""
     return JobSpec(
         name=name,
-        admin_comment=name,
+        admin_comment=admin_comment(name, binding),
         script=cfg.script,
         environment=environment,
         cpus=max(1, math.ceil(requests.get(CPU, 0) / 1000)),

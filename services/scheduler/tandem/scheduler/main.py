@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("DeviceClasses", caches.device_classes, caches.device_classes.run)
     manager.add_source("bound Pods", caches.bound, caches.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
-    manager.add_source("Slurm's topology", slurm_topology, slurm_topology.run)
+    # Not a source the workers wait for: a topology that cannot be read (RBAC, a release without a
+    # syncer publishing one) holds back only the gangs that ask for a domain, which say why.
+    manager.add_runnable("Slurm's topology", slurm_topology.run, leader_only=False)
     manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
     # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
     runner = Runner("scheduler", queue, controller.reconcile, workers=cfg.workers)

@@ -2,8 +2,9 @@
 ConfigMap (tandem.syncer.topologysync), watched by an informer, parsed once per change.
 
 The syncer owns the topology; the scheduler only maps a gang's label key to a level and its
-domains (tandem.topology.one_domain). No ConfigMap, or one that does not parse: no topology, and a
-gang asking for one domain waits Unschedulable saying so until it comes.
+domains (tandem.topology.one_domain). No ConfigMap, one that does not parse, or one the scheduler
+may not read: no topology, and a gang asking for one domain waits Unschedulable saying so until it
+comes. Nothing else waits for it: it is no source the workers wait on.
 """
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ class TopologySource:
             self.informer.run(stop)
 
     def current(self) -> topology.Topology | str:
-        """The topology, or why there is none."""
+        """The topology, or why there is none (not read yet: what the listing last said)."""
         with self._lock:
-            return self._topology if self._topology is not None else self._why
+            if self._topology is not None:
+                return self._topology
+            why = self._why
+        if self.informer is not None and not self.informer.synced:
+            trouble = self.informer.trouble
+            return f"ConfigMap {self.ref} is not read yet" + (f" ({trouble})" if trouble else "")
+        return why
 
     def _changed(self, key: str, old: JSON | None, new: JSON | None) -> None:
         found: topology.Topology | None = None

@@ -30,10 +30,23 @@ log = logging.getLogger(__name__)
 LOCK_WAIT_SECONDS = REGISTRY.histogram(
     "tandem_lock_wait_seconds", "time a prolog waited for its Node's lock", ["strict"]
 )
+UNLOCKS_REFUSED = REGISTRY.counter(
+    "tandem_unlocks_refused_total", "unlock calls refused: Slurm said the job still held the node"
+)
 # What an acquire waits past its hold's deadline for the pass that fails it (the drain included).
 SETTLE_SECONDS = budget.HOP_MARGIN_SECONDS / 2
 # The longest an epilog's release waits for the node to be unlocked.
 RELEASE_WAIT_SECONDS = 10.0
+
+
+def _runs_on(status: JobStatus, slurm_node: str) -> bool:
+    """Slurm says the job runs on the node, not cleaning up (an epilog runs once the job left
+    RUNNING: COMPLETING, a requeue, a preemption)."""
+    return (
+        status.job.state in ("RUNNING", "SUSPENDED")
+        and "COMPLETING" not in status.job.flags
+        and slurm_node in status.job.nodes
+    )
 
 
 class LockFailed(Exception):
@@ -125,7 +138,19 @@ class NodeLocks:
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
         """The job no longer holds the node; return once a pass has carried that out (the node
-        unlocked, or kept for another holder, or kept while Slurm is not read)."""
+        unlocked, or kept for another holder, or kept while Slurm is not read). Refused while
+        Slurm, asked now, says the job still holds the node: an epilog calls once its job ended,
+        and nothing a caller says unlocks a node under a running job."""
+        try:
+            status = self.mirror.refresh_job(job_id)
+        except SlurmApiError as e:
+            raise LockFailed(f"Slurm API: {e}", unavailable=True) from e
+        if status is not None and _runs_on(status, slurm_node):
+            UNLOCKS_REFUSED.inc()
+            raise LockFailed(
+                f"Slurm says job {job_id} still holds {slurm_node} ({status.job.state}): a node is"
+                " unlocked for a job once it ended (its epilog's call), never under it"
+            )
         seq = self.store.release(slurm_node, job_id)
         self.queue.add(slurm_node, urgent=True)
 

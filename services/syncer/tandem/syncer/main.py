@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from tandem import logs, serving, settings, topology, tracing
+from tandem import jobtoken, logs, serving, settings, topology, tracing
 from tandem.dra.claims import dra_config
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
@@ -150,7 +150,9 @@ def _lock_and_sync(
         lookup=mirror.refresh_job,
     )
     locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
-    servicer = SyncerServicer(mirror, locks, slurm, cluster, cfg.terminating_timeout)
+    servicer = SyncerServicer(
+        mirror, locks, slurm, cluster, cfg.terminating_timeout, jobtoken.KeyRing(cfg.job_key_file).values
+    )
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn, Protocol
 
 import grpc
 
-from tandem import budget, keys, placeholder
+from tandem import budget, jobtoken, keys, placeholder
 from tandem.slurm.models import STARTED_MARKER, Job, JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
@@ -51,7 +51,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         slurm: SlurmWriter,
         cluster: ClusterView,
         terminating_timeout: float,
+        job_keys: Callable[[], list[bytes]] = list,
     ) -> None:
+        # The job key ring (tandem.jobtoken): a placeholder's credential is checked here too, not
+        # only by the gateway, so a caller holding the gateway's certificate cannot forge one.
+        self.job_keys = job_keys
         self.mirror = mirror
         self.locks = locks
         self.slurm = slurm
@@ -110,7 +114,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     ) -> syncer_pb2.JobStartedResponse:
         self._require_active(context)
         verified = self._verified_placeholder(
-            context, request.job_id, request.placeholder, request.slurm_node
+            context, request.job_id, request.placeholder, request.slurm_node, request.job_token
         )
         status = self.mirror.job_started(request.job_id, request.slurm_node)
         return syncer_pb2.JobStartedResponse(
@@ -138,7 +142,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobTerminatingResponse:
         self._require_active(context)
-        self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
+        self._verified_placeholder(
+            context, request.job_id, request.placeholder, request.slurm_node, request.job_token
+        )
         status = self.mirror.job_terminating(request.job_id, request.slurm_node)
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
@@ -191,7 +197,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node), ONE_NODE)
         # Only a placeholder's drain of its own node at KillWait, with words the syncer writes.
-        status = self._verified_placeholder(context, request.job_id, request.placeholder, request.slurm_node)
+        status = self._verified_placeholder(
+            context, request.job_id, request.placeholder, request.slurm_node, request.job_token
+        )
         ref = placeholder.pod_of(status.job)
         assert ref is not None  # verified
         # The same rule as the node sync's KillWait drain: only a Pod that runs on this node keeps it.
@@ -222,22 +230,41 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         return syncer_pb2.PlaceholderSubmittedResponse()
 
     def _verified_placeholder(
-        self, context: grpc.ServicerContext, job_id: int, reference: str, slurm_node: str
+        self, context: grpc.ServicerContext, job_id: int, reference: str, slurm_node: str, job_token: str
     ) -> JobStatus:
         """The job as Slurm has it now, if it is the placeholder whose credential the caller
-        presented and is allocated the node the caller speaks for; otherwise the call is refused.
-        A push is a hint: what it claims is read again from slurmrestd, never taken on its word."""
+        presented, that credential is the job's own (under the job key, bound to the binding in
+        its AdminComment), the job has not ended, and it is allocated the node the caller speaks
+        for; otherwise the call is refused. A push is a hint: what it claims is read again from
+        slurmrestd, never taken on its word."""
         _require(context, job_id and placeholder.parse_job_name(reference), A_PLACEHOLDERS_CALL)
         try:
             status = self.mirror.refresh_job(job_id)
         except SlurmApiError as e:
             _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot read job {job_id} from Slurm: {e}")
-        if status is None or status.job.admin_comment != reference:
+        if status is None or placeholder.reference_of(status.job.admin_comment) != reference:
             _abort(
                 context,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"Slurm job {job_id} is not the placeholder {reference}: "
                 "a placeholder's credential speaks for its own job only",
+            )
+        binding = placeholder.binding_of(status.job.admin_comment)
+        if jobtoken.binding_of(job_token) != binding or not jobtoken.verifies(
+            self.job_keys(), reference, job_token
+        ):
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the credential presented is not Slurm job {job_id}'s own: a job's token speaks for"
+                " the one job it was made for (the binding in its AdminComment), not a later job of"
+                " the same placeholder, and not once revoked",
+            )
+        if status.ended and "COMPLETING" not in status.job.flags:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Slurm job {job_id} has ended ({status.state_name}): its credential ended with it",
             )
         if slurm_node and status.job.nodes and slurm_node not in status.job.nodes:
             _abort(

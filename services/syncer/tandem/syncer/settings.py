@@ -68,6 +68,13 @@ class SyncerSettings(ClusterSettings, HealthSettings):
         env="TANDEM_TERMINATING_TIMEOUT",
         help="longest a terminating call waits for the Pod to go",
     )
+    job_key_file: str = option(
+        "",
+        flag="--job-key-file",
+        env="TANDEM_JOB_KEY_FILE",
+        help="the job key ring (shared with the scheduler and the hooks gateway): a placeholder's"
+        " credential is checked against it here too, not only by the gateway",
+    )
     topology_levels: str = option(
         "",
         flag="--topology-levels",
