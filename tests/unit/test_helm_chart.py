@@ -13,6 +13,7 @@ the lab's helm (`make tools`); skipped without.
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from base64 import b64decode
 from collections.abc import Iterator
@@ -301,8 +302,8 @@ def test_with_every_secret_supplied_two_renders_are_the_same() -> None:
 # --- the job key: placeholders' own tokens ---------------------------------------------------
 
 
-@pytest.mark.parametrize("component", ("scheduler", "hooks"))
-def test_the_scheduler_and_the_gateway_read_the_generated_job_key(
+@pytest.mark.parametrize("component", ("scheduler", "hooks", "syncer"))
+def test_the_scheduler_the_gateway_and_the_syncer_read_the_generated_job_key(
     default_docs: list[Doc], component: str
 ) -> None:
     dep = deployment(default_docs, component)
@@ -317,10 +318,14 @@ def test_the_scheduler_and_the_gateway_read_the_generated_job_key(
 
 
 def test_the_job_key_reaches_nothing_else(default_docs: list[Doc]) -> None:
-    """The syncer signs and checks nothing: it gets neither the flag nor the Secret."""
-    syncer = deployment(default_docs, "syncer")
-    assert not any("job-key" in a for a in container(syncer)["args"])
-    assert JOB_KEY_SECRET not in {name for name, _ in mounted_files(syncer).values()}
+    """Issue 39: the syncer checks a placeholder's token too (the gateway's certificate alone must
+    not forge one); nothing else gets the key: no uninstall Job, nothing in the slurmd namespace."""
+    for doc in default_docs:
+        if doc["kind"] in ("Deployment", "Job", "DaemonSet", "StatefulSet") and doc["metadata"][
+            "name"
+        ] not in {f"{FULLNAME}-{c}" for c in ("scheduler", "hooks", "syncer")}:
+            assert JOB_KEY_SECRET not in json.dumps(doc), doc["metadata"]["name"]
+    assert of_kind(default_docs, "Secret")[JOB_KEY_SECRET]["metadata"]["namespace"] == NS
 
 
 def test_the_job_key_never_goes_to_the_slurmd_namespace() -> None:

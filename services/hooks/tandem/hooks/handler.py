@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -30,7 +31,7 @@ _MAX_REFERENCE = 512
 
 
 class KeyValues(Protocol):
-    def values(self) -> list[bytes]: ...
+    def values(self) -> Sequence[bytes]: ...
 
 
 class Credentials:
