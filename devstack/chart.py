@@ -3,9 +3,10 @@ as a platform team installs it; the Slurm side (prolog, epilog, placeholder) poi
 gateway's Service.
 
 What a user makes before installing, the lab makes too: the namespace and the services' Slurm JWTs
-Secret (the chart never holds slurmctld's key). Everything else (certificates, the hooks token, the
-job key, RBAC, the tenant policy) is the chart's own, read back from the cluster afterwards: the
-operator's certificate for grpcurl, the tests and kubectl tandem; the hooks token for the prolog.
+Secret (the chart never holds slurmctld's key). Everything else (certificates, the job key, RBAC,
+the tenant policy) is the chart's own, read back from the cluster afterwards: the operator's
+certificate for grpcurl, the tests and kubectl tandem. The prolog's credential is its slurmd Pod's
+token, minted by the lab as for the other deploy (devstack.nodetokens).
 The lab's Slurm runs on the host, where no cluster DNS answers, so its hooks.env names the
 gateway's ClusterIP (kube-proxy routes it from the host) where a slurmd Pod's names the Service.
 """
@@ -123,7 +124,7 @@ def token_secret(cfg: StackConfig) -> dict[str, object]:
 
 
 def read_back(cfg: StackConfig) -> installed.Installed:
-    """The release's addresses, operator certificate and hooks token, from the cluster."""
+    """The release's addresses and operator certificate, from the cluster."""
     ns, full = RELEASE.namespace, RELEASE.fullname
 
     def service(component: str) -> tuple[str, int]:
@@ -148,8 +149,6 @@ def read_back(cfg: StackConfig) -> installed.Installed:
     d.chmod(0o700)
     for key, name in (("ca.crt", "ca.crt"), ("tls.crt", "operator.crt"), ("tls.key", "operator.key")):
         services.publish(d / name, operator[key], mode=0o600)
-    hooks_token = _secret(cfg, ns, f"{full}-hooks-token")["hooks-token"]
-    services.publish(cfg.pki_dir / "hooks.token", hooks_token, mode=0o600)
     result.save(cfg.state_dir)
     return result
 

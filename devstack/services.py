@@ -55,14 +55,6 @@ def _own_address(cfg: StackConfig, name: str) -> str:
     return f"127.0.0.1:{p.scheduler_grpc_b if second else p.scheduler_grpc}"
 
 
-def hooks_token(cfg: StackConfig) -> str:
-    path = cfg.pki_dir / "hooks.token"
-    if not path.exists():
-        path.write_text(secrets.token_hex(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
-
-
 def job_key_file(cfg: StackConfig) -> Path:
     """The job key ring the scheduler signs each placeholder's credential with and the gateway and
     the syncer check it with (a Secret of the chart's in a cluster); nobody on the Slurm nodes has
@@ -108,16 +100,21 @@ def hooks_env_file(cfg: StackConfig) -> Path:
 
 
 def write_hooks_env(cfg: StackConfig) -> None:
-    """What the prolog, epilog and placeholder scripts read on a Slurm node (a mounted Secret in a
-    cluster). The token is root's (prolog, epilog): no Slurm user may read it. Placeholder jobs,
-    which run as their Pod's user, read the rest and present their own job's credential."""
+    """What the prolog, epilog and placeholder scripts read on a Slurm node (a mounted ConfigMap in
+    a cluster). Each node's own credential is in the token directory (devstack.nodetokens), root
+    only; placeholder jobs, which run as their Pod's user, read the rest and present their own
+    job's credential."""
     cfg.slurm_dir.mkdir(parents=True, exist_ok=True)
-    token_file = cfg.slurm_dir / "hooks-token"
-    publish(token_file, hooks_token(cfg), mode=0o400)
     publish(
         hooks_env_file(cfg),
-        f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_FILE='{token_file}'\nTANDEM_LOCK_TIMEOUT=50\n",
+        f"TANDEM_HOOKS_URL='{cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN_DIR='{hooks_token_dir(cfg)}'\n"
+        "TANDEM_LOCK_TIMEOUT=50\n",
     )
+
+
+def hooks_token_dir(cfg: StackConfig) -> Path:
+    """Where each Slurm node's own credential lies, one file per node (devstack.nodetokens)."""
+    return cfg.slurm_dir / "hooks-tokens"
 
 
 def publish(path: Path, text: str, mode: int = 0o644) -> None:
@@ -270,14 +267,12 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             *_tls_args(cfg, name),
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
             f"--syncer-address={addr['tandem-syncer']}",
-            f"--hooks-token-file={cfg.pki_dir / 'hooks.token'}",
             f"--job-key-file={job_key_file(cfg)}",
         ]
     raise KeyError(name)
 
 
 def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str] | None = None) -> None:
-    hooks_token(cfg)
     service = name.removesuffix(SECOND)
     if service in slurm.SERVICE_USERS:
         ensure_slurm_token(cfg, service)

@@ -14,6 +14,7 @@ from devstack import (
     installed,
     kube,
     lws,
+    nodetokens,
     pki,
     progress,
     prometheus_operator,
@@ -110,6 +111,7 @@ def up(cfg: StackConfig) -> float:
         d["kwok"],
     )
     wait_for(f"{cfg.nodes} Slurm nodes up", lambda: slurm.nodes_up(cfg), 60, d["slurmctld"])
+    nodetokens.refresh(cfg)  # each Slurm node's own hook credential (kubelet's part in a cluster)
     if real_node is not None:
         real_node.wait()
         with progress.step("helm upgrade --install tandem (the chart, onto the real Node)"):
@@ -199,7 +201,8 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_SYNCER_ADDRESS": addr["tandem-syncer"],
         **_server_names(cfg),
         "TANDEM_HOOKS_URL": cfg.hooks_url,
-        "TANDEM_HOOKS_TOKEN": services.hooks_token(cfg),
+        # Each Slurm node's own hook credential, one file per node, as its prolog reads it.
+        "TANDEM_HOOKS_TOKEN_DIR": str(services.hooks_token_dir(cfg)),
         # An operator's client certificate: grpcurl -cacert ... -cert ... -key ..., kubectl tandem.
         **services.operator_tls_env(cfg),
         "TANDEM_SCHEDULER_NAME": cfg.scheduler_name,
@@ -210,7 +213,7 @@ def write_env(cfg: StackConfig) -> None:
     }
     lines = [f"export {k}='{v}'" for k, v in values.items()]
     lines.append(f"export PATH='{cfg.bin_dir}:{venv_bin}':\"$PATH\"")
-    # Root's hooks token and a root Slurm token: for the operator's shell only, never a Slurm user's.
+    # A root Slurm token: for the operator's shell only, never a Slurm user's.
     services.publish(cfg.env_file, "\n".join(lines) + "\n", mode=0o600)
 
 

@@ -48,6 +48,10 @@ class LockState(StrEnum):
     LOCKED_STRICT = "locked_strict"
 
 
+# The audience of a Slurm node's hook credential: the token kubelet projects into its slurmd Pod
+# (tandem.nodetoken). Not under the prefix: it names Tandem's API, not an annotation.
+HOOKS_TOKEN_AUDIENCE = "tandem-hooks"
+
 # On a Node whose Slurm node is drained or down: Slurm's reason (the syncer writes and removes it).
 DRAIN_ANNOTATION = PREFIX + "drain"
 # Every annotation Tandem writes on Nodes: what the uninstall cleanup removes, and nothing else

@@ -141,7 +141,7 @@ def test_a_script_whose_started_call_was_lost_is_bound_after_a_restart_from_its_
     dead_gateway = stack_cfg.slurm_dir / "hooks-unreachable.env"
     dead_gateway.write_text(
         f"TANDEM_HOOKS_URL='http://127.0.0.1:{h.free_port()}'\n"
-        f"TANDEM_HOOKS_TOKEN_FILE='{stack_cfg.slurm_dir / 'hooks-token'}'\n"
+        f"TANDEM_HOOKS_TOKEN_DIR='{services.hooks_token_dir(stack_cfg)}'\n"
     )
     dead_gateway.chmod(0o644)
     job = _submit_placeholder_by_hand(stack_cfg, pod, dead_gateway)
@@ -249,7 +249,7 @@ def test_a_lock_whose_epilog_never_ran_is_released(stack_cfg: StackConfig, core:
         h.wait_until("job script started", marker.exists, 30)
         assert h.lock_annotation(core, node) == "locked"
         env_file.write_text(
-            original.replace("TANDEM_HOOKS_TOKEN_FILE", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
+            original.replace("TANDEM_HOOKS_TOKEN_DIR", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
         )
         h.wait_until("job done", lambda: h.rest_job(stack_cfg, job)["job_state"] == "COMPLETED", 20)
     finally:

@@ -1,8 +1,7 @@
 """Issue 20: `helm upgrade` with a changed value rolls every release Pod and keeps what is running:
-the placeholder job, the bound Pod, its node's lock, the generated certificates and hooks token
-(the prolog on every Slurm node holds that token). The new Pods then carry the flows on: deleting
-the Pod cancels its job and the lock goes. Runs on a DEPLOY=chart stack; puts the lab's values
-back afterwards.
+the placeholder job, the bound Pod, its node's lock and the generated certificates. The new Pods
+then carry the flows on: deleting the Pod cancels its job and the lock goes. Runs on a DEPLOY=chart
+stack; puts the lab's values back afterwards.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ def test_helm_upgrade_rolls_the_pods_and_keeps_jobs_locks_and_credentials(
     slurm_node = h.rest_job(stack_cfg, job)["nodes"]
     assert h.node_has_lock_taint(core, node)
     before = _release_pods(core)
-    credentials = {s: _secret_data(core, s) for s in (f"{full}-hooks-token", f"{full}-operator-tls")}
+    credentials = {s: _secret_data(core, s) for s in (f"{full}-operator-tls",)}
 
     chart.install(stack_cfg, image_tag, extra=["global.logLevel=debug"])
 

@@ -1,6 +1,8 @@
-"""A Slurm user on the nodes cannot move a Pod, a lock or a node through the hooks API (issue 18):
-the hooks token is root's, and a placeholder's own credential speaks for its own job and nodes
-only, as Slurm says. Each attack is made as an attacker would, and changes nothing."""
+"""A Slurm user on the nodes cannot move a Pod, a lock or a node through the hooks API (issue 18),
+and no credential speaks for more than it names (issue 39): a node's credential (its slurmd Pod's
+token) is root's and speaks for that node only, and a placeholder's own credential speaks for its
+own job and nodes only, as Slurm says. Each attack is made as an attacker would, and changes
+nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import services, slurm, slurm_root, stack
+from devstack import config, nodetokens, services, slurm, slurm_root, stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
 from tandem import jobtoken, placeholder
@@ -47,8 +49,9 @@ def _reference(stack_cfg: StackConfig, pod: k8s.V1Pod) -> str:
     return placeholder.job_name(ref, stack_cfg.scheduler_name)
 
 
-def test_a_slurm_user_cannot_read_the_hooks_token(stack_cfg: StackConfig) -> None:
-    token_file = stack_cfg.slurm_dir / "hooks-token"
+def test_a_slurm_user_cannot_read_a_nodes_credential(stack_cfg: StackConfig) -> None:
+    token_file = nodetokens.path(stack_cfg, stack_cfg.slurm_node_names()[0])
+    assert token_file.read_text().strip()  # root reads it (the prolog)
     out = subprocess.run(
         slurm_root.chroot_argv(slurm.root(stack_cfg), ["/bin/cat", str(token_file)], (UID, GID)),
         capture_output=True,
@@ -57,6 +60,95 @@ def test_a_slurm_user_cannot_read_the_hooks_token(stack_cfg: StackConfig) -> Non
     )
     assert out.returncode != 0 and "Permission denied" in out.stderr
     assert out.stdout == ""
+
+
+def _uid(core: k8s.CoreV1Api, slurm_node: str) -> str:
+    pod = h.get_pod(core, slurm_node, config.SLURM_NAMESPACE)
+    assert pod is not None
+    return str(pod.metadata.uid)
+
+
+def _node_auth(stack_cfg: StackConfig, slurm_node: str) -> dict[str, str]:
+    """What root on `slurm_node` holds: that node's own credential, as its prolog reads it."""
+    return {"Authorization": f"Bearer {nodetokens.read(stack_cfg, slurm_node)}"}
+
+
+def test_one_nodes_credential_cannot_lock_or_unlock_another_node(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 39: root on node A holds A's credential. With it, unlocking node B under B's running
+    job, locking B for a made-up job, or locking an idle node C is refused by the syncer (403),
+    and nothing changes on B or C. A token of the right form that Kubernetes never signed, and A's
+    Pod's token for the API server's audience, are refused too (401)."""
+    victim, victim_job, victim_node = _running(stack_cfg, core, "held")
+    others = [n for n in stack_cfg.slurm_node_names() if n != victim_node]
+    attacker, idle = others[0], next(n for n in reversed(others) if h.lock_annotation(core, n) == "false")
+    url = stack_cfg.hooks_url
+    forged = nodetokens.read(stack_cfg, attacker).rsplit(".", 1)[0] + ".c2lnbmF0dXJl"
+    # The token every Pod has for the API server itself (no audience named): not a node credential.
+    api_token = core.create_namespaced_service_account_token(
+        "default",
+        config.SLURM_NAMESPACE,
+        k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(
+                audiences=[],
+                bound_object_ref=k8s.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=attacker, uid=_uid(core, attacker)
+                ),
+            )
+        ),
+    ).status.token
+    answers = {
+        "unlock B under its job": httpx.post(
+            f"{url}/v1/unlock",
+            json={"node": victim_node, "job": victim_job},
+            headers=_node_auth(stack_cfg, attacker),
+            timeout=15,
+        ),
+        "lock B": httpx.post(
+            f"{url}/v1/lock",
+            json={"node": victim_node, "job": 4_000_000_001, "timeout": 5},
+            headers=_node_auth(stack_cfg, attacker),
+            timeout=15,
+        ),
+        "lock idle C": httpx.post(
+            f"{url}/v1/lock",
+            json={"node": idle, "job": 4_000_000_002, "timeout": 5},
+            headers=_node_auth(stack_cfg, attacker),
+            timeout=15,
+        ),
+        "unlock B, A's token re-signed by nobody": httpx.post(
+            f"{url}/v1/unlock",
+            json={"node": victim_node, "job": victim_job},
+            headers={"Authorization": f"Bearer {forged}"},
+            timeout=15,
+        ),
+        "unlock A, its Pod's API token": httpx.post(
+            f"{url}/v1/unlock",
+            json={"node": attacker, "job": victim_job},
+            headers={"Authorization": f"Bearer {api_token}"},
+            timeout=15,
+        ),
+    }
+    codes = {what: r.status_code for what, r in answers.items()}
+    assert codes == {
+        "unlock B under its job": 403,
+        "lock B": 403,
+        "lock idle C": 403,
+        "unlock B, A's token re-signed by nobody": 401,
+        "unlock A, its Pod's API token": 401,
+    }, {what: r.text for what, r in answers.items()}
+    assert f"speaks for Slurm node {attacker}" in answers["lock idle C"].json()["error"]
+    time.sleep(2)  # anything the calls had set off would show by now
+    assert h.lock_annotation(core, victim_node) == "locked_strict"
+    assert h.node_has_lock_taint(core, h.kube_node_of(victim_node))
+    assert h.lock_annotation(core, idle) == "false"
+    assert not h.node_has_lock_taint(core, h.kube_node_of(idle))
+    still = _bound(core, victim.metadata.name)
+    assert still is not None and still.metadata.uid == victim.metadata.uid
+    for node in (victim_node, idle):
+        state, reason = h.node_state(stack_cfg, node)
+        assert "drain" not in state.lower(), (node, state, reason)
 
 
 def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
@@ -108,13 +200,13 @@ def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     assert h.lock_annotation(core, victim_node) == "locked_strict"
 
 
-def test_the_hooks_token_cannot_unlock_a_node_under_its_running_job(
+def test_a_nodes_own_credential_cannot_unlock_it_under_its_running_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
-    """Issue 39: root on a Slurm node holds the hooks token; an unlock of that node for a job Slurm
+    """Issue 39: root on a Slurm node holds its credential; an unlock of that node for a job Slurm
     says still runs there is refused (409), read from Slurm, and the lock stays."""
     victim, victim_job, victim_node = _running(stack_cfg, core, "held")
-    headers = {"Authorization": f"Bearer {services.hooks_token(stack_cfg)}"}
+    headers = _node_auth(stack_cfg, victim_node)
     answer = httpx.post(
         f"{stack_cfg.hooks_url}/v1/unlock",
         json={"node": victim_node, "job": victim_job},

@@ -1,6 +1,7 @@
 """What a Slurm user on the lab's nodes can read (issue 39): every file under the stack's state
-directory, read as the Pods' Slurm user, holds none of the lab's credentials (the hooks token, the
-job key, a Slurm token, a service's kubeconfig token, a private key, slurmctld's JWT key)."""
+directory, read as the Pods' Slurm user, holds none of the lab's credentials (each node's hook
+credential, the job key, a Slurm token, a service's kubeconfig token, a private key, slurmctld's
+JWT key)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 
 import pytest
 
-from devstack import services, slurm
+from devstack import nodetokens, services, slurm
 from devstack.config import StackConfig
 
 pytestmark = [pytest.mark.integration]
@@ -43,7 +44,7 @@ print(json.dumps(found))
 
 def _secrets(cfg: StackConfig) -> dict[str, str]:
     found = {
-        "the hooks token": services.hooks_token(cfg),
+        **{f"node {n}'s credential": nodetokens.read(cfg, n) for n in cfg.slurm_node_names()},
         "the job key": services.job_key_file(cfg).read_text().strip(),
         "slurmctld's JWT key": (cfg.slurm_dir / "jwt_hs256.key").read_bytes().decode("latin-1"),
         "a root Slurm token": slurm.rest_token(cfg),

@@ -392,7 +392,7 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
         assert h.lock_annotation(core, lost) == "locked"
         # Its epilog cannot reach Tandem: only the safety net can unlock the node.
         env_file.write_text(
-            original.replace("TANDEM_HOOKS_TOKEN_FILE", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
+            original.replace("TANDEM_HOOKS_TOKEN_DIR", "IGNORED") + "TANDEM_HOOKS_TOKEN=wrong\n"
         )
         h.wait_until(
             "the other job done", lambda: h.rest_job(stack_cfg, finished)["job_state"] == "COMPLETED", 20

@@ -2,7 +2,7 @@
 or an eviction shows in the caches (and fires their callbacks) as a watch event would. A hook
 call that waits on the caches for its lock would hang on an API mock that never reflects its
 writes. `Stack` wires the node sync as tandem.syncer.main does: hold store, work queue, runner,
-hook calls, servicer."""
+hook calls, servicer (its node credentials reviewed by a stand-in API server)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from unittest import mock
 from tandem import jobtoken, keys
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeError, object_key
+from tandem.nodetoken import TokenReviewer, unverified_claims
 from tandem.runner import Runner
 from tandem.slurm.models import Job, Node
 from tandem.slurm.rest import SlurmApiError
@@ -25,6 +26,7 @@ from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.writes import LockWrites
 from tandem.workqueue import WorkQueue
+from tests.unit.node_credentials import node_token, review
 
 SLURMD_NS = "slurm"
 
@@ -35,6 +37,19 @@ JOB_KEY = b"k" * 32
 def token_for(reference: str, binding: str = "") -> str:
     """A placeholder's own credential, as its script presents it."""
     return jobtoken.token(JOB_KEY, reference, binding)
+
+
+def node_token_for(slurm_node: str) -> str:
+    """The credential of `slurm_node`'s slurmd Pod (as `_slurmd` makes it), as its prolog and
+    epilog present it."""
+    return node_token(slurm_node, uid=f"uid-{slurm_node}", namespace=SLURMD_NS)
+
+
+def api_server_review(token: str) -> JSON:
+    """The API server's TokenReview of a token node_token made: it vouches for the Pod the token
+    names (the tests' tokens are unsigned; a real one names its Pod the same way)."""
+    bound = (unverified_claims(token) or {})["kubernetes.io"]
+    return review(token, pod=bound["pod"]["name"], uid=bound["pod"]["uid"], namespace=bound["namespace"])
 
 
 def _pod(name: str, node: str, namespace: str = "apps", **meta: Any) -> JSON:
@@ -280,7 +295,13 @@ class Stack:
         )
         self.locks = NodeLocks(self.holds, self.queue, cluster, self.facts, mirror, cap=cap)
         self.servicer = SyncerServicer(
-            mirror, self.locks, self.slurm, cluster, terminating_timeout=5, job_keys=lambda: [JOB_KEY]
+            mirror,
+            self.locks,
+            self.slurm,
+            cluster,
+            terminating_timeout=5,
+            job_keys=lambda: [JOB_KEY],
+            node_tokens=TokenReviewer(api_server_review),
         )
         self.servicer.active = True
         cluster.on_slurm_node_changed = self.queue.add

@@ -41,7 +41,7 @@ def test_each_hop_answers_before_its_caller_gives_up() -> None:
 def test_the_gateway_gives_the_syncer_the_prologs_budget_less_a_margin() -> None:
     stub = mock.Mock()
     stub.AcquireNodeLock.return_value = syncer_pb2.AcquireNodeLockResponse()
-    gw = gateway.HooksGateway("127.0.0.1:0", "t" * 32, stub, call_timeout=5)
+    gw = gateway.HooksGateway("127.0.0.1:0", stub, call_timeout=5)
     gw.start()
     try:
         gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")

@@ -18,10 +18,17 @@ from hypothesis import strategies as st
 
 from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
-from tandem.hooks.tokens import BearerTokens
 from tandem.v1 import lock_pb2, syncer_pb2
+from tests.unit.node_credentials import node_token
+from tests.unit.test_gateway_limits import JobKeys
 
-TOKEN = "s3cret"
+# Node credentials (tandem.nodetoken): the gateway serves any of the right form (the syncer's
+# review says which node each speaks for), and no other.
+TOKEN = node_token("gpu-001", uid="uid-gpu-001")
+ANOTHER_NODES = node_token("gpu-002", uid="uid-gpu-002")
+NODE_TOKENS = {TOKEN, ANOTHER_NODES}
+EXPIRED = node_token("gpu-001", uid="uid-gpu-001", expires_in=-10)
+OTHER_AUDIENCE = node_token("gpu-001", uid="uid-gpu-001", audience="kubernetes")
 JOB_KEY = "k" * 32
 PLACEHOLDER = "tandem:tandem/default/web/uid-1"
 JOB_TOKEN = jobtoken.token(JOB_KEY.encode(), PLACEHOLDER)
@@ -61,10 +68,9 @@ def served() -> Iterator[tuple[HooksGateway, RecordingSyncer]]:
     syncer = RecordingSyncer()
     gateway = HooksGateway(
         "127.0.0.1:0",
-        TOKEN,
         syncer,  # type: ignore[arg-type]
         call_timeout=2,
-        job_keys=BearerTokens(JOB_KEY),
+        job_keys=JobKeys(JOB_KEY.encode()),
     )
     gateway.start()
     yield gateway, syncer
@@ -112,7 +118,9 @@ requests = st.fixed_dictionaries(
         "path": st.one_of(
             st.sampled_from(ROUTES), st.text(alphabet="/abcv1?=&%.", max_size=30).map(lambda p: "/" + p)
         ),
-        "token": st.sampled_from([TOKEN, "wrong", "", TOKEN + " ", JOB_TOKEN]),
+        "token": st.sampled_from(
+            [TOKEN, ANOTHER_NODES, "wrong", "", TOKEN + " ", JOB_TOKEN, EXPIRED, OTHER_AUDIENCE]
+        ),
         # The placeholder a job token speaks for (None: the header is not sent).
         "placeholder": st.sampled_from([None, PLACEHOLDER, "tandem:tandem/default/other/uid-2", "../x", ""]),
         "scheme": st.sampled_from(["Bearer", "bearer", "Basic", ""]),
@@ -151,13 +159,16 @@ def test_random_requests_get_documented_answers_and_never_reach_the_syncer_unles
     status = _exchange(gateway.port, _raw(request))
     assert status is None or status in DOCUMENTED, status
     bearer = request["scheme"].lower() == "bearer"
+    presented = request["token"].strip()
     if request["placeholder"] is None:
-        authorized = bearer and request["token"].strip() == TOKEN
+        authorized = bearer and presented in NODE_TOKENS
     else:
-        authorized = (
-            bearer and request["placeholder"] == PLACEHOLDER and request["token"].strip() == JOB_TOKEN
-        )
+        authorized = bearer and request["placeholder"] == PLACEHOLDER and presented == JOB_TOKEN
     if not authorized or status != 200:
         assert len(syncer.calls) == before  # refused: nothing changed anywhere
+    if len(syncer.calls) > before:
+        # What reached the syncer carries the credential presented, for the syncer to check again.
+        name, sent = syncer.calls[-1]
+        assert (sent.node_token if name in ("lock", "unlock") else sent.job_token) == presented
     # Still serving.
     assert httpx.get(f"http://127.0.0.1:{gateway.port}/healthz", timeout=5).status_code == 200

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from tandem.hooks.gateway import MAX_BODY, HooksGateway
+from tests.unit.node_credentials import node_token
 
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    g = HooksGateway("127.0.0.1:0", "s3cret", None)
+    g = HooksGateway("127.0.0.1:0", None)
     g.start()
     yield g.port
     g.stop()
@@ -27,7 +28,7 @@ def _send(port: int, head: str, body: bytes = b"") -> bytes:
     return data
 
 
-AUTH = "Authorization: Bearer s3cret"
+AUTH = f"Authorization: Bearer {node_token()}"
 
 
 def test_an_unknown_method_gets_a_json_405_not_an_html_501(port: int) -> None:

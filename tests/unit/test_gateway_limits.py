@@ -11,16 +11,18 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
 from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.server import Limits
-from tandem.hooks.tokens import BearerTokens
 from tandem.v1 import lock_pb2, syncer_pb2
+from tests.unit.node_credentials import node_token
 
-TOKEN = "s3cret"
+# A node's credential (tandem.nodetoken): what the prolog and epilog present.
+TOKEN = node_token("gpu-001", uid="uid-gpu-001")
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JOB_KEY = b"k" * 32
 PLACEHOLDER = "tandem:tandem/default/web/uid-1"
@@ -31,21 +33,50 @@ PLACEHOLDER_AUTH = {
 }
 
 
+class JobKeys:
+    """The job key ring the gateway checks a placeholder's token under (tandem.jobtoken.KeyRing
+    reads it from a file)."""
+
+    def __init__(self, *keys: bytes) -> None:
+        self.keys = list(keys)
+
+    def values(self) -> list[bytes]:
+        return self.keys
+
+
 def auth(route: str) -> dict[str, str]:
     return AUTH if route in ("lock", "unlock") else PLACEHOLDER_AUTH
 
 
+class Refusal(grpc.RpcError):  # type: ignore[misc]
+    """What the syncer's stub raises for a call the syncer refused."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
 class Syncer:
-    """Answers lock calls (after `hold` is set, when one is given) and records every call."""
+    """Answers lock calls (after `hold` is set, when one is given) and records every call; refuses
+    each with `refusal`, when set."""
 
     def __init__(self, hold: threading.Event | None = None) -> None:
         self.hold = hold
         self.calls: list[tuple[str, Any]] = []
+        self.refusal: Refusal | None = None
 
     def _answer(self, name: str, request: Any, reply: Any) -> Any:
         self.calls.append((name, request))
         if self.hold is not None:
             self.hold.wait(10)
+        if self.refusal is not None:
+            raise self.refusal
         return reply
 
     def AcquireNodeLock(self, request: Any, **_: Any) -> Any:
@@ -72,11 +103,10 @@ def serve() -> Iterator[Any]:
         def start(syncer: Syncer | None = None, **limits: Any) -> HooksGateway:
             g = HooksGateway(
                 "127.0.0.1:0",
-                TOKEN,
                 syncer or Syncer(),  # type: ignore[arg-type]
                 5,
                 Limits(**limits),
-                job_keys=BearerTokens(JOB_KEY.decode()),
+                job_keys=JobKeys(JOB_KEY),
             )
             g.start()
             stack.callback(g.stop)
@@ -111,7 +141,12 @@ def _status(reply: bytes) -> int:
 # -- the token before the body ------------------------------------------------------------------
 
 
-def test_a_wrong_token_is_refused_before_the_body_is_read(serve: Any) -> None:
+@pytest.mark.parametrize(
+    "wrong",
+    ["wrong", node_token("gpu-001", expires_in=-10), node_token("gpu-001", audience="kubernetes")],
+    ids=["not a jwt", "expired", "other audience"],
+)
+def test_a_wrong_token_is_refused_before_the_body_is_read(serve: Any, wrong: str) -> None:
     """Headers promising 60 KiB and no body at all: a server that reads the body first waits for
     it (here: until the client gives up); the gateway answers 401 from the head and closes."""
     syncer = Syncer()
@@ -119,8 +154,8 @@ def test_a_wrong_token_is_refused_before_the_body_is_read(serve: Any) -> None:
     started = time.monotonic()
     reply = _exchange(
         gateway.port,
-        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
-        b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n",
+        b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n" % wrong.encode(),
     )
     assert _status(reply) == 401 and b"bearer token" in reply
     assert time.monotonic() - started < 1
@@ -149,8 +184,8 @@ def test_expect_100_continue_with_the_token_gets_the_go_ahead_then_the_answer(se
     body = b'{"node": "gpu-001", "job": 42}'
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=3) as s:
         s.sendall(
-            b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
-            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+            b"POST /v1/lock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (TOKEN.encode(), len(body))
         )
         assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(body)

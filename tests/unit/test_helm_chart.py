@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from devstack.config import REPO_ROOT, default_state_dir
+from tandem import keys
 
 HELM = default_state_dir() / "bin" / "helm"
 CHART = REPO_ROOT / "helm" / "tandem"
@@ -35,7 +36,7 @@ TLS_DIR = "/etc/tandem/tls"
 EXISTING = tuple(f"global.tls.existingSecrets.{c}=my-{c}-tls" for c in SERVICES)
 JOB_KEY_FILE = "/etc/tandem/job-key/job-key"
 JOB_KEY_SECRET = f"{FULLNAME}-job-key"
-ALL_SUPPLIED = (*EXISTING, "hooks.existingSecret=my-hooks-token", "global.jobKey.existingSecret=my-job-key")
+ALL_SUPPLIED = (*EXISTING, "global.jobKey.existingSecret=my-job-key")
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: `make tools` builds it")
 
@@ -196,9 +197,14 @@ def test_checksums_are_of_the_secrets_the_chart_writes(default_docs: list[Doc]) 
         data = decoded(secrets[f"{FULLNAME}-{component}-tls"])
         want = hashlib.sha256((data["ca.crt"] + data["tls.crt"] + data["tls.key"]).encode()).hexdigest()
         assert annotations["checksum/grpc-tls"] == want, component
-    token = decoded(secrets[f"{FULLNAME}-hooks-token"])["hooks-token"]
-    hooks = deployment(default_docs, "hooks")["spec"]["template"]["metadata"]["annotations"]
-    assert hooks["checksum/hooks-token"] == hashlib.sha256(token.encode()).hexdigest()
+
+
+def test_no_shared_hooks_token_is_made_or_mounted(default_docs: list[Doc]) -> None:
+    """Issue 39: each Slurm node presents its own slurmd Pod's token; a shared secret that speaks
+    for every node is neither written nor passed to the gateway."""
+    assert not [n for n in of_kind(default_docs, "Secret") if "hooks-token" in n]
+    args = deployment(default_docs, "hooks")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--hooks-token")]
 
 
 def test_each_service_mounts_only_its_own_slurm_token_and_acts_as_its_own_user(
@@ -279,7 +285,6 @@ def test_existing_secrets_are_mounted_and_nothing_is_generated() -> None:
         ]
         assert f"my-{component}-tls" in names
         assert not any(k.startswith("checksum/") for k in dep["spec"]["template"]["metadata"]["annotations"])
-    assert "my-hooks-token" in names
 
 
 def test_one_existing_secret_needs_the_others() -> None:
@@ -332,8 +337,7 @@ def test_the_job_key_never_goes_to_the_slurmd_namespace() -> None:
     docs = render("global.slurmdNamespace=slurm")
     secrets = [d for d in docs if d["kind"] == "Secret"]
     assert [d["metadata"]["namespace"] for d in secrets if d["metadata"]["name"] == JOB_KEY_SECRET] == [NS]
-    # (The hooks token, the prolog's and epilog's, is copied there: the job key is not.)
-    assert any(d["metadata"]["namespace"] == "slurm" for d in secrets)
+    assert not [d for d in secrets if d["metadata"]["namespace"] == "slurm"]  # no Secret at all
     slurmd_side = [d for d in docs if d["metadata"].get("namespace") == "slurm"]
     assert not any("job-key" in yaml.safe_dump(d) for d in slurmd_side)
 
@@ -379,9 +383,9 @@ def test_a_generated_job_key_is_new_on_each_render_without_a_cluster() -> None:
     assert len(keys) == 2
 
 
-def test_the_slurmd_side_is_told_to_mount_the_hooks_token_root_only() -> None:
-    """The README's volume snippet for the slurmd Pods: the token 0400, the scripts executable;
-    the notes and the ConfigMap's comment say the same."""
+def test_the_slurmd_side_is_told_to_project_its_own_token_root_only() -> None:
+    """The README's volume snippet for the slurmd Pods: the Pod's own token for tandem-hooks, 0400,
+    the scripts executable; the notes and the ConfigMap's comment say the same."""
     readme = (REPO_ROOT / "helm" / "README.md").read_text()
     (snippet,) = [b for b in readme.split("```yaml")[1:] if "hooks-token" in b.split("```")[0]]
     pod = yaml.safe_load(snippet.split("```")[0])
@@ -394,7 +398,10 @@ def test_the_slurmd_side_is_told_to_mount_the_hooks_token_root_only() -> None:
         if kind in src
         for item in src[kind]["items"]
     }
-    assert modes["hooks-token"] == 0o400
+    sources = volume["projected"]["sources"]
+    (token,) = [s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s]
+    assert token["audience"] == keys.HOOKS_TOKEN_AUDIENCE and token["path"] == "hooks-token"
+    assert "hooks-token" not in modes  # so defaultMode (0400) holds for it
     assert modes["hooks.env"] & 0o004 and modes["placeholder.sh"] & 0o005 == 0o005
     for template in ("NOTES.txt", "slurm-hooks-configmap.yaml"):  # (helm template prints no notes)
         assert "defaultMode: 0400" in (CHART / "templates" / template).read_text(), template

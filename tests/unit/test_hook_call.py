@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tandem.hooks import scripts
+from tests.unit.node_credentials import node_token
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 REFUSED = (
@@ -22,6 +23,8 @@ REFUSED = (
 )
 UNAVAILABLE = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n{}"
 CUT = b""  # read the request, close without a word (the gateway died with the call in flight)
+# The node's credential (tandem.nodetoken), as the prolog and epilog present it.
+NODE_TOKEN = node_token("gpu-001", uid="uid-gpu-001")
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def _call(port: int, budget: int = 8) -> subprocess.CompletedProcess[str]:
             "PATH": "/usr/bin:/bin",
             "TANDEM_HOOKS_ENV": "/nonexistent",
             "TANDEM_HOOKS_URL": f"http://127.0.0.1:{port}",
-            "TANDEM_HOOKS_TOKEN": "t",
+            "TANDEM_HOOKS_TOKEN": NODE_TOKEN,
         },
         capture_output=True,
         text=True,
@@ -186,21 +189,22 @@ def test_a_connect_that_hangs_is_cut_at_the_budget() -> None:
 @pytest.mark.parametrize(
     ("env", "sent"),
     [
-        ({"TANDEM_HOOKS_TOKEN": "root-s3cret"}, [b"Authorization: Bearer root-s3cret"]),
+        ({"TANDEM_HOOKS_TOKEN": NODE_TOKEN}, [f"Authorization: Bearer {NODE_TOKEN}".encode()]),
         (
             {"TANDEM_JOB_TOKEN": "job-s3cret", "TANDEM_PLACEHOLDER": "tandem:t/ns/p/u"},
             [b"Authorization: Bearer job-s3cret", b"X-Tandem-Placeholder: tandem:t/ns/p/u"],
         ),
     ],
-    ids=["hooks token", "job token"],
+    ids=["node credential", "job token"],
 )
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_the_credential_never_shows_in_a_command_line(
     gateway: tuple[int, list[bytes]], tmp_path: Any, env: dict[str, str], sent: list[bytes], scheme: str
 ) -> None:
     """Any user on a Slurm node can read every process's arguments (ps). Before: the token was a
-    `curl -H` argument, so a Slurm user could read root's hooks token, or a placeholder's, off a
-    running call. It now reaches curl on its stdin."""
+    `curl -H` argument, so a Slurm user could read root's node credential, or a placeholder's token, off a
+    running call. It now reaches curl on its stdin. (A node's credential is a bound token that
+    dies with its slurmd Pod, but while it lives it locks and unlocks its node.)"""
     port, seen = gateway
     argv_log = tmp_path / "argv"
     argv_log.touch()
@@ -224,7 +228,8 @@ def test_the_credential_never_shows_in_a_command_line(
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert "s3cret" not in argv_log.read_text()
+    argv = argv_log.read_text()
+    assert NODE_TOKEN not in argv and "s3cret" not in argv
     # Plain HTTP goes over bash's own socket: no process at all.
     assert bool(argv_log.read_text()) == (scheme == "https")
     for header in sent:

@@ -22,6 +22,7 @@ from tandem.kube import KubeError
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.cluster import slim_node
+from tandem.syncer.lockcalls import LockFailed
 from tandem.syncer.mirror import SlurmMirror, Subscription
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
@@ -34,11 +35,15 @@ from tests.unit.syncer_world import (
     _mirror,
     _pod,
     _slurmd,
+    node_token_for,
     token_for,
     whole_listing_slurm,
 )
 
 __all__ = ["SLURMD_NS", "World", "_mirror", "_pod", "_slurmd"]
+
+# cpu-001's own credential: the bound token of its slurmd Pod (tandem.nodetoken).
+NODE_TOKEN = node_token_for("cpu-001")
 
 
 @pytest.fixture
@@ -64,14 +69,19 @@ def _context(remaining: float = 10.0) -> Any:
 
 def _acquire(stack: Stack, job_id: int, strict: bool = True, remaining: float = 10.0) -> Any:
     return stack.servicer.AcquireNodeLock(
-        syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=job_id, strict=strict),
+        syncer_pb2.AcquireNodeLockRequest(
+            slurm_node="cpu-001", job_id=job_id, strict=strict, node_token=NODE_TOKEN
+        ),
         _context(remaining),
     )
 
 
 def _release(stack: Stack, job_id: int, slurm_node: str = "cpu-001") -> Any:
     return stack.servicer.ReleaseNodeLock(
-        syncer_pb2.ReleaseNodeLockRequest(slurm_node=slurm_node, job_id=job_id), _context()
+        syncer_pb2.ReleaseNodeLockRequest(
+            slurm_node=slurm_node, job_id=job_id, node_token=node_token_for(slurm_node)
+        ),
+        _context(),
     )
 
 
@@ -318,7 +328,10 @@ def test_the_callers_deadline_bounds_the_lock_wait(stacks: list[Stack]) -> None:
     began = time.monotonic()
     with pytest.raises(RuntimeError):
         stack.servicer.AcquireNodeLock(
-            syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=True), context
+            syncer_pb2.AcquireNodeLockRequest(
+                slurm_node="cpu-001", job_id=9, strict=True, node_token=NODE_TOKEN
+            ),
+            context,
         )
     assert 1.5 < time.monotonic() - began < 2.9
     code, message = context.abort.call_args.args
@@ -332,17 +345,28 @@ def test_the_callers_deadline_bounds_the_lock_wait(stacks: list[Stack]) -> None:
 
 
 def test_a_lock_on_a_slurm_node_without_a_slurmd_pod_fails_at_once(stacks: list[Stack]) -> None:
+    """A node's credential speaks for its slurmd Pod: with none (a token the review still vouches
+    for, its Pod just gone), the call is refused at once, nothing held. The hold itself fails at
+    once too, for a Pod that goes between that check and the hold."""
     world = World()
     stack = _stack(stacks, world, _mirror(synced=True))
     context = _context(10.0)
     began = time.monotonic()
     with pytest.raises(RuntimeError):
         stack.servicer.AcquireNodeLock(
-            syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=False), context
+            syncer_pb2.AcquireNodeLockRequest(
+                slurm_node="cpu-001", job_id=9, strict=False, node_token=NODE_TOKEN
+            ),
+            context,
         )
     assert time.monotonic() - began < 1.0
     code, message = context.abort.call_args.args
-    assert code == grpc.StatusCode.FAILED_PRECONDITION and "no slurmd Pod" in message
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "not a slurmd Pod" in message
+    assert stack.holds.holds_of("cpu-001") == []
+    began = time.monotonic()
+    with pytest.raises(LockFailed, match="no slurmd Pod"):
+        stack.locks.acquire("cpu-001", 9, strict=False, timeout=10.0)
+    assert time.monotonic() - began < 1.0
 
 
 def test_a_release_on_a_slurm_node_without_a_slurmd_pod_says_so(stacks: list[Stack]) -> None:
@@ -350,10 +374,12 @@ def test_a_release_on_a_slurm_node_without_a_slurmd_pod_says_so(stacks: list[Sta
     context = _context(10.0)
     with pytest.raises(RuntimeError):
         stack.servicer.ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=9), context
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=9, node_token=NODE_TOKEN), context
         )
     code, message = context.abort.call_args.args
-    assert code == grpc.StatusCode.FAILED_PRECONDITION and "no slurmd Pod slurm/cpu-001" in message
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "slurm/cpu-001, which is not a slurmd Pod" in message
+    with pytest.raises(LockFailed, match="no slurmd Pod slurm/cpu-001"):
+        stack.locks.release("cpu-001", 9, timeout=10.0)
 
 
 def test_a_new_leader_rebuilds_a_placeholders_strict_lock_from_slurm(stacks: list[Stack]) -> None:
@@ -403,7 +429,10 @@ def test_an_unreachable_api_answers_unavailable_at_once_and_a_retry_locks(stacks
     began = time.monotonic()
     with pytest.raises(RuntimeError):
         stack.servicer.AcquireNodeLock(
-            syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=False), context
+            syncer_pb2.AcquireNodeLockRequest(
+                slurm_node="cpu-001", job_id=9, strict=False, node_token=NODE_TOKEN
+            ),
+            context,
         )
     assert time.monotonic() - began < 1.0
     code, message = context.abort.call_args.args
@@ -1007,7 +1036,10 @@ def _prolog_stuck_behind_a_budget(stacks: list[Stack]) -> tuple[World, Stack, An
     def prolog_call() -> None:
         try:
             outcome["answer"] = stack.servicer.AcquireNodeLock(
-                syncer_pb2.AcquireNodeLockRequest(slurm_node="cpu-001", job_id=9, strict=True), context
+                syncer_pb2.AcquireNodeLockRequest(
+                    slurm_node="cpu-001", job_id=9, strict=True, node_token=NODE_TOKEN
+                ),
+                context,
             )
         except RuntimeError:
             outcome["aborted"] = context.abort.call_args.args
@@ -1076,7 +1108,7 @@ def test_an_unlock_under_a_job_slurm_says_still_runs_there_is_refused_and_change
     context.abort.side_effect = RuntimeError("aborted")
     with pytest.raises(RuntimeError):
         stack.servicer.ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42), context
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42, node_token=NODE_TOKEN), context
         )
     code, message = context.abort.call_args.args
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "still holds cpu-001 (RUNNING)" in message

@@ -19,10 +19,12 @@ from tandem.hooks.gateway import HooksGateway
 from tandem.scheduler import jobspec
 from tandem.slurm.models import JobSpec
 from tandem.v1 import lock_pb2, syncer_pb2, syncer_pb2_grpc
+from tests.unit.node_credentials import node_token
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+NODE_TOKEN = node_token("gpu-000")
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -54,7 +56,7 @@ def gateway_to_fake_syncer(exporter: InMemorySpanExporter) -> Iterator[tuple[Hoo
     )
     server.start()
     channel = serving.channel(f"127.0.0.1:{server.port}", None)
-    gateway = HooksGateway("127.0.0.1:0", "t0ken", syncer_pb2_grpc.SyncerServiceStub(channel))
+    gateway = HooksGateway("127.0.0.1:0", syncer_pb2_grpc.SyncerServiceStub(channel))
     gateway.start()
     exporter.clear()
     yield gateway, fake
@@ -64,7 +66,7 @@ def gateway_to_fake_syncer(exporter: InMemorySpanExporter) -> Iterator[tuple[Hoo
 
 
 def _lock(gateway: HooksGateway, body: dict[str, Any], traceparent: str = "") -> httpx.Response:
-    headers = {"Authorization": "Bearer t0ken"}
+    headers = {"Authorization": f"Bearer {NODE_TOKEN}"}
     if traceparent:
         headers["traceparent"] = traceparent
     return httpx.post(f"http://127.0.0.1:{gateway.port}/v1/lock", json=body, headers=headers)

@@ -109,11 +109,7 @@ string (the reference's format) or a list; blank means the release namespace.
 {{- printf "%s-policy" (include "tandem.fullname" .) -}}
 {{- end -}}
 
-{{- define "tandem.hooksTokenSecretName" -}}
-{{- printf "%s-hooks-token" (include "tandem.fullname" .) -}}
-{{- end -}}
-
-{{/* Key of the token in the hooks token Secret; also the file name next to the scripts on the slurmd Pods. */}}
+{{/* The file of a slurmd Pod's own token for the audience tandem-hooks, next to the scripts. */}}
 {{- define "tandem.hooksTokenKey" -}}hooks-token{{- end -}}
 
 {{- define "tandem.slurmHooksConfigMapName" -}}

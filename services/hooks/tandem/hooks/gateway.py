@@ -1,7 +1,8 @@
 """The hooks HTTP API: Slurm's prolog/epilog and the placeholder script call it; each route is one
 gRPC call to the syncer. Each caller presents the credential of what it speaks for:
 
-    prolog, epilog (root on a Slurm node): `Authorization: Bearer <hooks token>`
+    prolog, epilog (root on a Slurm node): `Authorization: Bearer <the node's credential>`, the
+    token of its slurmd Pod for the audience tandem-hooks (tandem.nodetoken)
     POST /v1/lock         {"node", "job"}   prolog: blocks until the Node is locked
     POST /v1/unlock       {"node", "job"}   epilog: the job no longer holds the lock
 
@@ -13,8 +14,10 @@ gRPC call to the syncer. Each caller presents the credential of what it speaks f
     POST /v1/drain        {"node", "job"}   drain its own node at KillWait (the syncer writes
                                             the reason)
 
-Credentials are checked from the request head, before any body is read; the syncer then checks a
-placeholder's call against Slurm (the job is that placeholder and holds that node). `node` is one
+Credentials are screened from the request head, before any body is read; the syncer then checks
+each call itself: a node's credential with the API server (a TokenReview: it names the slurmd Pod,
+so the node, it speaks for), a placeholder's against Slurm (the job is that placeholder and holds
+that node). `node` is one
 Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, workers and
 timeouts are bounded by tandem.hooks.server.
 """
@@ -26,7 +29,6 @@ from dataclasses import replace
 from tandem.hooks.handler import Credentials, HookHandler, KeyValues
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
 from tandem.hooks.server import BoundedHTTPServer, Limits
-from tandem.hooks.tokens import BearerTokens
 from tandem.settings import split_host_port
 from tandem.v1 import syncer_pb2_grpc
 
@@ -37,15 +39,13 @@ class HooksGateway:
     def __init__(
         self,
         address: str,
-        token: str | BearerTokens,
         syncer: syncer_pb2_grpc.SyncerServiceStub | None,
         call_timeout: float = 55.0,
         limits: Limits | None = None,
         job_keys: KeyValues | None = None,
     ) -> None:
-        tokens = token if isinstance(token, BearerTokens) else BearerTokens(token)
         self.routes = SyncerRoutes(syncer, call_timeout)
-        self.handler = HookHandler(Credentials(tokens, job_keys), self.routes)
+        self.handler = HookHandler(Credentials(job_keys), self.routes)
         host, port = split_host_port(address)
         limits = replace(limits or Limits(), max_body=MAX_BODY)
         self.httpd = BoundedHTTPServer(host, port, self.handler.screen, self.handler.handle, limits)

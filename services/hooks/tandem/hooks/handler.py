@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import SpanKind
 
-from tandem import jobtoken, placeholder, tracing
+from tandem import jobtoken, nodetoken, placeholder, tracing
 from tandem.hooks.routes import NODE, SyncerRoutes
 from tandem.hooks.server import Request, Response, json_response
-from tandem.hooks.tokens import BearerTokens
 from tandem.metrics import REGISTRY
 
 log = logging.getLogger("tandem.hooks.gateway")
@@ -35,25 +34,20 @@ class KeyValues(Protocol):
 
 
 class Credentials:
-    """Who a request speaks for, from its head: root on a Slurm node (the hooks token), or one
-    placeholder (its own job token, tandem.jobtoken, with its reference)."""
+    """Who a request speaks for, from its head: root on one Slurm node (that node's credential,
+    tandem.nodetoken), or one placeholder (its own job token, tandem.jobtoken, with its reference)."""
 
-    def __init__(self, tokens: BearerTokens, job_keys: KeyValues | None) -> None:
-        self.tokens = tokens
+    def __init__(self, job_keys: KeyValues | None) -> None:
         self.job_keys = job_keys
 
-    def authorized(self, header: str) -> bool:
-        scheme, _, presented = header.partition(" ")
-        return scheme.lower() == "bearer" and self.tokens.accepts(presented.strip())
-
     def caller(self, headers: Any) -> str | None:
-        """Who the credential in the head speaks for: NODE (the hooks token: root on a Slurm node),
-        a placeholder reference (that placeholder's own token), or None (nobody we serve)."""
-        header = headers.get("Authorization", "")
+        """Who the credential in the head speaks for: NODE (a node's credential: root on a Slurm
+        node; which node, the syncer learns from the API server), a placeholder reference (that
+        placeholder's own token), or None (nobody we serve)."""
+        scheme, _, presented = str(headers.get("Authorization", "")).partition(" ")
         reference = headers.get(jobtoken.PLACEHOLDER_HEADER)
         if reference is None:
-            return NODE if self.authorized(header) else None
-        scheme, _, presented = header.partition(" ")
+            return NODE if scheme.lower() == "bearer" and nodetoken.plausible(presented.strip()) else None
         if (
             self.job_keys is None
             or scheme.lower() != "bearer"
@@ -64,10 +58,9 @@ class Credentials:
         return reference if jobtoken.verifies(self.job_keys.values(), reference, presented.strip()) else None
 
     @staticmethod
-    def job_token(headers: Any) -> str:
-        """The job token a placeholder presented ("" for the hooks token): the syncer checks it too."""
-        if headers.get(jobtoken.PLACEHOLDER_HEADER) is None:
-            return ""
+    def presented(headers: Any) -> str:
+        """The bearer token of a screened call (a node's credential or a job token): the syncer
+        checks it again."""
         scheme, _, presented = str(headers.get("Authorization", "")).partition(" ")
         return presented.strip() if scheme.lower() == "bearer" else ""
 
@@ -114,7 +107,7 @@ class HookHandler:
         allowed = _NODE_ROUTES if caller == NODE else _PLACEHOLDER_ROUTES
         if head.path not in allowed:
             HOOK_CALLS.inc(route=head.path, code="403")
-            who = "the hooks token (prolog, epilog)" if caller == NODE else "a placeholder's credential"
+            who = "a node's credential (prolog, epilog)" if caller == NODE else "a placeholder's credential"
             return json_response(
                 HTTPStatus.FORBIDDEN,
                 {"error": f"{who} speaks for {', '.join(sorted(allowed))} only, not {head.path}"},
@@ -130,7 +123,7 @@ class HookHandler:
             f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
         ) as span:
             reference = self.credentials.caller(request.headers) or NODE  # screened: not None
-            token = self.credentials.job_token(request.headers) if reference != NODE else ""
+            token = self.credentials.presented(request.headers)
             status, body = self.routes.serve(path, request.body, reference, token)
             span.set_attribute("http.response.status_code", int(status))
             # Which job and node: a bare job's prolog call has no trace to join, only these.

@@ -20,7 +20,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     channel = serving.channel(cfg.syncer_address, cfg.grpc_tls("tandem-hooks"))
     gateway = HooksGateway(
         cfg.hooks_address,
-        cfg.bearer_token(),
         syncer_pb2_grpc.SyncerServiceStub(channel),
         cfg.call_timeout,
         cfg.limits(),

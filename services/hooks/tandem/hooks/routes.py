@@ -22,14 +22,16 @@ _GRPC_TO_HTTP = {
     # The syncer read the job from Slurm: it is not the placeholder the credential names, or not
     # on that node. Final: the scripts do not ask again.
     grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN,
+    # The API server refused the node's credential (expired, its Pod gone): final too.
+    grpc.StatusCode.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
     grpc.StatusCode.FAILED_PRECONDITION: HTTPStatus.CONFLICT,
     grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
     grpc.StatusCode.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
 }
 
-NODE = ""  # the caller's placeholder reference when it presented the hooks token: none
-# A route: the parsed body, the caller's placeholder reference (NODE for the hooks token) and the
-# credential it presented (a placeholder's job token, which the syncer checks again; "" for NODE).
+NODE = ""  # the caller's placeholder reference when it presented a node's credential: none
+# A route: the parsed body, the caller's placeholder reference (NODE for a node's credential) and
+# the credential it presented (a node's token or a placeholder's job token: the syncer checks it).
 Route = Callable[[dict[str, Any], str, str], tuple[HTTPStatus, dict[str, Any]]]
 
 
@@ -52,13 +54,13 @@ class SyncerRoutes:
         }
 
     def serve(
-        self, path: str, raw: bytes, reference: str = NODE, job_token: str = ""
+        self, path: str, raw: bytes, reference: str = NODE, credential: str = ""
     ) -> tuple[HTTPStatus, dict[str, Any]]:
         """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
         try:
             if len(raw) > MAX_BODY:
                 raise BadRequest(f"body larger than {MAX_BODY} bytes")
-            return self.table[path](_parse_body(raw), reference, job_token)
+            return self.table[path](_parse_body(raw), reference, credential)
         except BadRequest as e:
             return HTTPStatus.BAD_REQUEST, {"error": str(e)}
         except grpc.RpcError as e:
@@ -72,25 +74,25 @@ class SyncerRoutes:
         return self.syncer
 
     def lock(
-        self, body: dict[str, Any], _node_caller: str, _token: str = ""
+        self, body: dict[str, Any], _node_caller: str, node_token: str = ""
     ) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
         # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
         waits = _timeout(body, budget.LOCK_SECONDS)
         reply = self._stub().AcquireNodeLock(
-            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job),
+            syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job, node_token=node_token),
             timeout=budget.below(waits),
             wait_for_ready=True,
         )
         return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
     def unlock(
-        self, body: dict[str, Any], _node_caller: str, _token: str
+        self, body: dict[str, Any], _node_caller: str, node_token: str = ""
     ) -> tuple[HTTPStatus, dict[str, Any]]:
         node, job = _node(body), _job(body)
         reply = self._stub().ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job),
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job, node_token=node_token),
             timeout=self.call_timeout,
             wait_for_ready=True,
         )

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from tandem import jobtoken
 from tandem.hooks.server import Limits
-from tandem.hooks.tokens import DEFAULT_GRACE, BearerTokens
 from tandem.settings import Seconds, ServiceSettings, option
 
 
@@ -26,15 +25,6 @@ class HooksSettings(ServiceSettings):
         env="TANDEM_SYNCER_ADDRESS",
         help="the syncer's gRPC address",
     )
-    token_file: str = option(
-        "",
-        flag="--hooks-token-file",
-        env="TANDEM_HOOKS_TOKEN_FILE",
-        help="file holding the bearer token callers must present",
-    )
-    token: str = option(
-        "", flag="--hooks-token", env="TANDEM_HOOKS_TOKEN", help="the bearer token (when no file is given)"
-    )
     job_key_file: str = option(
         "",
         flag="--job-key-file",
@@ -47,14 +37,6 @@ class HooksSettings(ServiceSettings):
         flag="--call-timeout",
         env="TANDEM_HOOKS_CALL_TIMEOUT",
         help="longest a hook call waits for the syncer",
-    )
-
-    token_grace: Seconds = option(
-        Seconds(DEFAULT_GRACE),
-        flag="--hooks-token-grace-period",
-        env="TANDEM_HOOKS_TOKEN_GRACE_PERIOD",
-        help="how long the previous token is still accepted after the token file changes "
-        "(the Slurm nodes get the new one at their own pace); 0 = refused at once",
     )
     workers: int = option(
         Limits.workers,
@@ -75,13 +57,6 @@ class HooksSettings(ServiceSettings):
         env="TANDEM_HOOKS_MAX_CONNECTIONS",
         help="connections still sending their request; past it the oldest is closed",
     )
-
-    def bearer_token(self) -> BearerTokens:
-        """What callers must present: the token file's, re-read when the file changes (the
-        previous token accepted for `token_grace`), else the fixed token."""
-        if self.token_file:
-            return BearerTokens.from_file(self.token_file, grace=self.token_grace)
-        return BearerTokens(self.token)
 
     def job_keys(self) -> jobtoken.KeyRing:
         """The key ring a placeholder's credential may be signed with (tandem.jobtoken): every key

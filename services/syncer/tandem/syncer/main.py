@@ -16,6 +16,7 @@ from tandem.kube import JSON, KubeClient, KubeError, pod_path
 from tandem.manager import Election, Manager, Run
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
+from tandem.nodetoken import TOKEN_REVIEWS, ReviewUnavailable, TokenReviewer, review_body
 from tandem.runner import NotYet, Runner
 from tandem.slurm.rest import SlurmRestClient
 from tandem.syncer.cluster import ClusterView
@@ -151,7 +152,13 @@ def _lock_and_sync(
     )
     locks = NodeLocks(holds, node_queue, cluster, facts, mirror, cap=cfg.lock_timeout)
     servicer = SyncerServicer(
-        mirror, locks, slurm, cluster, cfg.terminating_timeout, jobtoken.KeyRing(cfg.job_key_file).values
+        mirror,
+        locks,
+        slurm,
+        cluster,
+        cfg.terminating_timeout,
+        jobtoken.KeyRing(cfg.job_key_file).values,
+        TokenReviewer(token_review(kube)),
     )
     cluster.on_slurm_node_changed = node_queue.add
     mirror.on_node_changed = node_queue.add
@@ -169,6 +176,20 @@ def _lock_and_sync(
     cluster.on_pod_gone = pod_gone
     cluster.on_node_without_slurmd = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
     return servicer, facts, node_sync
+
+
+def token_review(kube: KubeClient, timeout: float = 5.0) -> Callable[[str], JSON]:
+    """A TokenReview of a node credential (tandem.nodetoken), answered by the API server."""
+
+    def review(token: str) -> JSON:
+        try:
+            return kube.request("POST", TOKEN_REVIEWS, body=review_body(token), timeout=timeout)
+        except KubeError as e:
+            # 403: this syncer's role lacks `create tokenreviews`; 0/5xx: no answer. Either way the
+            # prolog asks again, and the operator reads why in the syncer's log and the reply.
+            raise ReviewUnavailable(f"TokenReview failed: {e}") from e
+
+    return review
 
 
 def topology_labels(

@@ -10,6 +10,7 @@ from typing import NoReturn, Protocol
 import grpc
 
 from tandem import budget, jobtoken, keys, placeholder
+from tandem.nodetoken import ReviewUnavailable, TokenReviewer
 from tandem.slurm.models import STARTED_MARKER, Job, JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
@@ -52,10 +53,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         cluster: ClusterView,
         terminating_timeout: float,
         job_keys: Callable[[], list[bytes]] = list,
+        node_tokens: TokenReviewer | None = None,
     ) -> None:
         # The job key ring (tandem.jobtoken): a placeholder's credential is checked here too, not
         # only by the gateway, so a caller holding the gateway's certificate cannot forge one.
         self.job_keys = job_keys
+        # A node's credential (tandem.nodetoken) is reviewed here, not taken from the gateway's
+        # word: the gateway cannot check its signature. None refuses every lock and unlock.
+        self.node_tokens = node_tokens
         self.mirror = mirror
         self.locks = locks
         self.slurm = slurm
@@ -69,6 +74,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     ) -> syncer_pb2.AcquireNodeLockResponse:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
+        self._verified_node(context, request.slurm_node, request.node_token)
         strict = request.strict or self._is_placeholder(request.job_id)
         # The caller's deadline bounds the wait (tandem.budget): a margin is kept to drain the
         # node and answer.
@@ -85,6 +91,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     ) -> syncer_pb2.ReleaseNodeLockResponse:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
+        self._verified_node(context, request.slurm_node, request.node_token)
         try:
             view = self.locks.release(request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0)
         except LockFailed as e:
@@ -274,6 +281,45 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 "a placeholder speaks for its own nodes only",
             )
         return status
+
+    def _verified_node(self, context: grpc.ServicerContext, slurm_node: str, node_token: str) -> None:
+        """Refuses the call unless `node_token` is the credential of `slurm_node` itself: a token
+        the API server vouches for (TokenReview, audience tandem-hooks), bound to the slurmd Pod
+        this syncer sees for that node now (same uid: a deleted Pod's token is refused at once)."""
+        if self.node_tokens is None or not node_token:
+            _abort(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"a lock or unlock of {slurm_node} needs that node's own credential: the token of its"
+                f" slurmd Pod for the audience {keys.HOOKS_TOKEN_AUDIENCE}",
+            )
+        try:
+            bound = self.node_tokens.bound_pod(node_token)
+        except ReviewUnavailable as e:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot review the node credential: {e}")
+        if bound is None:
+            _abort(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "the node credential was refused by the API server's TokenReview (expired, its Pod"
+                f" gone, or not for the audience {keys.HOOKS_TOKEN_AUDIENCE})",
+            )
+        ours = bound.namespace == self.cluster.slurmd_namespace
+        pod = self.cluster.slurmd_pod(bound.name) if ours else None
+        if pod is None or (pod.get("metadata") or {}).get("uid") != bound.uid:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the node credential is bound to Pod {bound.namespace}/{bound.name}, which is not a"
+                f" slurmd Pod of namespace {self.cluster.slurmd_namespace} now: it speaks for no Slurm node",
+            )
+        if bound.name != slurm_node:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the node credential speaks for Slurm node {bound.name} (its slurmd Pod), not"
+                f" {slurm_node}: a node locks and unlocks itself only",
+            )
 
     def _require_active(self, context: grpc.ServicerContext) -> None:
         if not self.active:

@@ -1,17 +1,24 @@
 # Shared by Tandem's prolog, epilog and placeholder scripts: where the hooks API is and how to call it.
-# The config file (TANDEM_HOOKS_ENV, default /etc/tandem/hooks.env) sets TANDEM_HOOKS_URL and
-# TANDEM_HOOKS_TOKEN or TANDEM_HOOKS_TOKEN_FILE. That token is root's on the node (prolog, epilog:
-# its file is readable by root only); a placeholder presents its own job's token instead
-# (TANDEM_JOB_TOKEN and TANDEM_PLACEHOLDER, in its environment from the scheduler).
+# The config file (TANDEM_HOOKS_ENV, default /etc/tandem/hooks.env) sets TANDEM_HOOKS_URL and where
+# this node's own credential is: the token kubelet projects into its slurmd Pod for the audience
+# tandem-hooks (TANDEM_HOOKS_TOKEN_FILE, default /etc/tandem/hooks-token, readable by root only),
+# or, where several Slurm nodes share one filesystem, TANDEM_HOOKS_TOKEN_DIR/<this node's name>
+# (SLURMD_NODENAME, which slurmd sets). It speaks for this node only (prolog, epilog); a
+# placeholder presents its own job's token instead (TANDEM_JOB_TOKEN and TANDEM_PLACEHOLDER, in
+# its environment from the scheduler).
 tandem_conf="${TANDEM_HOOKS_ENV:-/etc/tandem/hooks.env}"
 # shellcheck disable=SC1090
 [ -r "$tandem_conf" ] && . "$tandem_conf"
 # A write to a gateway that hung up fails (tandem_http); it must not kill the script.
 trap '' PIPE
 # Builtins only, no subprocess: these lines run for every job on every node, and on a busy node
-# each fork competes with slurmstepd.
-if [ -z "${TANDEM_HOOKS_TOKEN:-}" ] && [ -r "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}" ]; then
-  TANDEM_HOOKS_TOKEN=$(< "${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}")
+# each fork competes with slurmstepd. Read at every call: kubelet rotates the token in place.
+if [ -z "${TANDEM_HOOKS_TOKEN:-}" ]; then
+  tandem_token_file=${TANDEM_HOOKS_TOKEN_FILE:-/etc/tandem/hooks-token}
+  if [ -n "${TANDEM_HOOKS_TOKEN_DIR:-}" ] && [ -n "${SLURMD_NODENAME:-}" ]; then
+    tandem_token_file=${TANDEM_HOOKS_TOKEN_DIR%/}/${SLURMD_NODENAME//\//}
+  fi
+  [ -r "$tandem_token_file" ] && TANDEM_HOOKS_TOKEN=$(< "$tandem_token_file")
 fi
 
 # The trace this call belongs to (W3C traceparent), when the scheduler traces: a placeholder
@@ -50,7 +57,7 @@ tandem_call() {
   done
 }
 
-# The credential's header lines: root's token, or a placeholder's own job token and its name.
+# The credential's header lines: the node's own, or a placeholder's own job token and its name.
 # CR and LF are dropped from every value: a value cannot add a header or end the request.
 tandem_credential() {
   local token=${TANDEM_HOOKS_TOKEN:-}
