@@ -252,11 +252,36 @@ def test_cert_manager_makes_certificates_and_no_tls_secrets() -> None:
         assert "checksum/grpc-tls" not in dep["spec"]["template"]["metadata"].get("annotations", {})
 
 
+def test_a_cluster_issuer_is_refused_without_the_acknowledgement() -> None:
+    """Issue 39: a ClusterIssuer signs for every namespace; the chart says why it refuses one."""
+    res = _helm_template(
+        "global.tls.certManager.enabled=true",
+        "global.tls.certManager.issuerRef.name=corp-ca",
+        "global.tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert res.returncode != 0
+    assert "acknowledgeSharedIssuer" in res.stderr and "spiffe://tandem/tandem-hooks" in res.stderr
+
+
+def test_every_certificate_names_its_identity_in_a_uri_san_and_only_generated_ones_trust_the_cn() -> None:
+    docs = render("global.tls.certManager.enabled=true")
+    for name, cert in of_kind(docs, "Certificate").items():
+        if cert["spec"].get("isCA"):
+            continue
+        component = name.removeprefix(f"{FULLNAME}-").removesuffix("-tls")
+        assert cert["spec"]["uris"] == [f"spiffe://tandem/tandem-{component}"], name
+    for mode_docs, trusted in ((docs, False), (render(*ALL_SUPPLIED), False), (render(), True)):
+        for component in SERVICES:
+            args = deployment(mode_docs, component)["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert ("--grpc-trust-common-name=true" in args) is trusted, component
+
+
 def test_cert_manager_with_an_issuer_of_your_own_makes_no_ca() -> None:
     docs = render(
         "global.tls.certManager.enabled=true",
         "global.tls.certManager.issuerRef.name=corp-ca",
         "global.tls.certManager.issuerRef.kind=ClusterIssuer",
+        "global.tls.certManager.acknowledgeSharedIssuer=true",
     )
     assert of_kind(docs, "Issuer") == {}
     certs = of_kind(docs, "Certificate")

@@ -297,8 +297,11 @@ Each service mounts its Secret (ca.crt, tls.crt, tls.key) at /etc/tandem/tls.
 
 {{- define "tandem.tls.components" -}}scheduler syncer hooks operator{{- end -}}
 
-{{/* The identity (certificate Common Name) of a component: "tandem-<component>". */}}
+{{/* The identity of a component: "tandem-<component>" (its certificate's CN, for people). */}}
 {{- define "tandem.tls.identity" -}}tandem-{{ . }}{{- end -}}
+
+{{/* The URI SAN that names a component's identity to the services (tandem.mtls.identity_uri). */}}
+{{- define "tandem.tls.identityUri" -}}spiffe://tandem/tandem-{{ . }}{{- end -}}
 
 {{/* "generated", "existing" or "certManager"; fails on a contradiction. Call with the root context. */}}
 {{- define "tandem.tls.mode" -}}
@@ -322,7 +325,7 @@ Each service mounts its Secret (ca.crt, tls.crt, tls.key) at /etc/tandem/tls.
 {{- if eq (include "tandem.tls.mode" .root) "existing" -}}
 {{- $name := index ($tls.existingSecrets | default dict) .component -}}
 {{- if not $name -}}
-{{- fail (printf "global.tls.existingSecrets.%s is required: once one existing Secret is named, the chart makes no certificates, so every deployed service needs its own (keys ca.crt, tls.crt, tls.key; Common Name %s)" .component (include "tandem.tls.identity" .component)) -}}
+{{- fail (printf "global.tls.existingSecrets.%s is required: once one existing Secret is named, the chart makes no certificates, so every deployed service needs its own (keys ca.crt, tls.crt, tls.key; URI SAN %s)" .component (include "tandem.tls.identityUri" .component)) -}}
 {{- end -}}
 {{- $name -}}
 {{- else -}}
@@ -423,6 +426,11 @@ existingSecrets or cert-manager instead.
 - --grpc-ca-file={{ include "tandem.tls.dir" . }}/ca.crt
 - --grpc-cert-file={{ include "tandem.tls.dir" . }}/tls.crt
 - --grpc-key-file={{ include "tandem.tls.dir" . }}/tls.key
+{{- if eq (include "tandem.tls.mode" .) "generated" }}
+{{- /* Helm's genSignedCert writes no URI SAN; the release's own CA key is in its own Secret only,
+so nobody outside the release gets a certificate from it and its CNs can name callers. */}}
+- --grpc-trust-common-name=true
+{{- end }}
 {{- end -}}
 
 {{/* The Secret as a volume source (its three keys). Call with (dict "root" $ "component" "syncer"). */}}
