@@ -5,9 +5,8 @@ A caller is the identity its client certificate names in a URI SAN of Tandem's f
 `spiffe://tandem/<identity>` (`identity_uri`), and the CA it was signed by is the one this service
 trusts: not its Common Name, which any issuer that signs for tenants too (a shared ClusterIssuer)
 would put in a tenant's certificate on request. gRPC reads the SAN (`peer_spiffe_id`: exactly one
-URI SAN, a valid SPIFFE ID). Only a CA no one else can use may name callers by CN instead
-(`TlsFiles.trust_common_name`: the chart's generated CA, whose certificates Helm cannot give a
-URI SAN), and then only for a certificate that carries no URI SAN at all.
+URI SAN, a valid SPIFFE ID). The chart's every TLS mode writes that SAN (its generated mode
+through `tandem-pki`, tandem.pkijob); the lab's certificates carry it too (devstack.pki).
 Each RPC names the identities that may call it (`ACCESS`): the gateway speaks for Slurm's hooks,
 the scheduler submits and watches, an operator (grpcurl, `kubectl tandem`) reads. Health and
 reflection answer any authenticated caller; nothing answers a caller without a certificate.
@@ -67,17 +66,13 @@ class TlsFiles:
     ca: str
     cert: str
     key: str
-    # Name a caller whose certificate has no URI SAN by its CN: only for a CA nobody else can use.
-    trust_common_name: bool = False
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         with open(self.ca, "rb") as ca, open(self.cert, "rb") as cert, open(self.key, "rb") as key:
             return ca.read(), cert.read(), key.read()
 
     @classmethod
-    def required(
-        cls, ca: str, cert: str, key: str, service: str, trust_common_name: bool = False
-    ) -> TlsFiles:
+    def required(cls, ca: str, cert: str, key: str, service: str) -> TlsFiles:
         """The files a service was given, or a start-up error that says which flag is missing."""
         missing = [flag for flag, path in (("ca", ca), ("cert", cert), ("key", key)) if not path]
         if missing:
@@ -86,7 +81,7 @@ class TlsFiles:
                 f"{service}: {flags} required: Tandem's gRPC is mutual TLS only "
                 "(the chart mounts <fullname>-<component>-tls; the lab makes them in .tandem/pki/grpc)"
             )
-        files = cls(ca, cert, key, trust_common_name)
+        files = cls(ca, cert, key)
         try:
             files.read()
         except OSError as e:
@@ -257,19 +252,13 @@ def identity_uri(identity: str) -> str:
     return IDENTITY_URI_PREFIX + identity
 
 
-def peer_identity(context: grpc.ServicerContext, trust_common_name: bool = False) -> str:
+def peer_identity(context: grpc.ServicerContext) -> str:
     """The Tandem identity the caller's verified certificate names in its URI SAN; "" for none (no
-    certificate, a SAN of another form, or several URI SANs). With `trust_common_name`, a
-    certificate without any URI SAN is named by its Common Name."""
-    auth = context.auth_context() or {}
-    spiffe = auth.get("peer_spiffe_id") or []
-    if spiffe:
-        uri = spiffe[0].decode(errors="replace")
-        return uri.removeprefix(IDENTITY_URI_PREFIX) if uri.startswith(IDENTITY_URI_PREFIX) else ""
-    if trust_common_name and not auth.get("peer_uri"):
-        names = auth.get("x509_common_name") or []
-        return names[0].decode(errors="replace") if names else ""
-    return ""
+    certificate, a SAN of another form, or several URI SANs: gRPC then gives no SPIFFE ID). The
+    Common Name is never read."""
+    spiffe = (context.auth_context() or {}).get("peer_spiffe_id") or []
+    uri = spiffe[0].decode(errors="replace") if spiffe else ""
+    return uri.removeprefix(IDENTITY_URI_PREFIX) if uri.startswith(IDENTITY_URI_PREFIX) else ""
 
 
 def allowed(method: str, identity: str, access: Mapping[str, frozenset[str]] = ACCESS) -> bool:
@@ -283,11 +272,8 @@ def allowed(method: str, identity: str, access: Mapping[str, frozenset[str]] = A
 class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Refuses, before any work, a call whose certified caller may not make it."""
 
-    def __init__(
-        self, access: Mapping[str, frozenset[str]] = ACCESS, trust_common_name: bool = False
-    ) -> None:
+    def __init__(self, access: Mapping[str, frozenset[str]] = ACCESS) -> None:
         self.access = access
-        self.trust_common_name = trust_common_name
 
     def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = continuation(details)
@@ -297,7 +283,7 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
         def guard(behavior: Callable[..., Any]) -> Callable[..., Any]:
             def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                identity = peer_identity(context, self.trust_common_name)
+                identity = peer_identity(context)
                 if not allowed(method, identity, self.access):
                     who = identity or (
                         "a caller whose certificate names no Tandem identity (a URI SAN"

@@ -57,11 +57,7 @@ class GrpcServer:
         max_workers: int = 64,
         interceptors: Iterable[Any] = (),
     ) -> None:
-        guard = (
-            [mtls.AuthorizationInterceptor(trust_common_name=tls.trust_common_name)]
-            if tls is not None
-            else []
-        )
+        guard = [mtls.AuthorizationInterceptor()] if tls is not None else []
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             interceptors=[*guard, tracing.ServerInterceptor(), *interceptors],

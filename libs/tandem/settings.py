@@ -72,19 +72,10 @@ class ServiceSettings(LogSettings):
     grpc_key_file: str = option(
         "", flag="--grpc-key-file", env="TANDEM_GRPC_KEY_FILE", help="the private key of --grpc-cert-file"
     )
-    grpc_trust_common_name: bool = option(
-        False,
-        flag="--grpc-trust-common-name",
-        env="TANDEM_GRPC_TRUST_COMMON_NAME",
-        help="name a caller whose certificate has no URI SAN by its Common Name: only when nobody but"
-        " Tandem can get a certificate from --grpc-ca-file (the chart's generated CA)",
-    )
 
     def grpc_tls(self, service: str) -> TlsFiles:
         """The mutual-TLS files; a service without them does not start (there is no plaintext)."""
-        return TlsFiles.required(
-            self.grpc_ca_file, self.grpc_cert_file, self.grpc_key_file, service, self.grpc_trust_common_name
-        )
+        return TlsFiles.required(self.grpc_ca_file, self.grpc_cert_file, self.grpc_key_file, service)
 
 
 @dataclass(frozen=True)
