@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from devstack.config import REAL_NODE_IP, SERVICE_CIDR
+from tandem import mtls
 
 # The first address of the Service range, which the apiserver gives the `kubernetes` Service.
 KUBERNETES_SERVICE_IP = SERVICE_CIDR.rsplit(".", 1)[0] + ".1"
@@ -81,7 +82,8 @@ def grpc_dir(pki: Path) -> Path:
 
 def ensure_grpc_pki(pki: Path) -> None:
     """A CA of Tandem's own (not the apiserver's: it signs identities, nothing else) and a
-    certificate per identity, its Common Name the identity: what the chart makes in a cluster."""
+    certificate per identity, named in its URI SAN (tandem.mtls.identity_uri; its CN too, for
+    people reading it): what the chart makes in a cluster."""
     grpc = grpc_dir(pki)
     grpc.mkdir(parents=True, exist_ok=True)
     grpc.chmod(0o700)
@@ -91,9 +93,11 @@ def ensure_grpc_pki(pki: Path) -> None:
             "-keyout", grpc / "ca.key", "-out", grpc / "ca.crt", "-subj", "/CN=tandem-grpc-ca",
         )  # fmt: skip
     for name in GRPC_SERVERS:
-        _serving_cert(grpc, name, "IP:127.0.0.1,DNS:localhost", usage="serverAuth,clientAuth")
+        _serving_cert(
+            grpc, name, f"IP:127.0.0.1,DNS:localhost,URI:{mtls.identity_uri(name)}", "serverAuth,clientAuth"
+        )
     for name in GRPC_CLIENTS:
-        _serving_cert(grpc, name, "", usage="clientAuth")
+        _serving_cert(grpc, name, f"URI:{mtls.identity_uri(name)}", usage="clientAuth")
 
 
 def _serving_cert(pki: Path, name: str, san: str, usage: str = "serverAuth") -> None:

@@ -1,7 +1,12 @@
 """Mutual TLS between Tandem's services: who each caller is, what it may call, and certificates
 that rotate without a restart.
 
-A caller is the Common Name of the client certificate it presented, signed by Tandem's own CA.
+A caller is the identity its client certificate names in a URI SAN of Tandem's form,
+`spiffe://tandem/<identity>` (`identity_uri`), and the CA it was signed by is the one this service
+trusts: not its Common Name, which any issuer that signs for tenants too (a shared ClusterIssuer)
+would put in a tenant's certificate on request. gRPC reads the SAN (`peer_spiffe_id`: exactly one
+URI SAN, a valid SPIFFE ID). The chart's every TLS mode writes that SAN (its generated mode
+through `tandem-pki`, tandem.pkijob); the lab's certificates carry it too (devstack.pki).
 Each RPC names the identities that may call it (`ACCESS`): the gateway speaks for Slurm's hooks,
 the scheduler submits and watches, an operator (grpcurl, `kubectl tandem`) reads. Health and
 reflection answer any authenticated caller; nothing answers a caller without a certificate.
@@ -26,6 +31,7 @@ SYNCER = "tandem-syncer"
 HOOKS = "tandem-hooks"
 OPERATOR = "tandem-operator"
 IDENTITIES = frozenset({SCHEDULER, SYNCER, HOOKS, OPERATOR})
+IDENTITY_URI_PREFIX = "spiffe://tandem/"
 
 _SYNCER = "/tandem.v1.SyncerService/"
 _SCHEDULER = "/tandem.v1.SchedulerService/"
@@ -241,10 +247,18 @@ class ReloadingChannel(grpc.Channel):  # type: ignore[misc]
         self.close()
 
 
+def identity_uri(identity: str) -> str:
+    """The URI SAN a certificate of `identity` carries (the chart's and the lab's form)."""
+    return IDENTITY_URI_PREFIX + identity
+
+
 def peer_identity(context: grpc.ServicerContext) -> str:
-    """The Common Name of the caller's verified certificate; "" without one."""
-    names = (context.auth_context() or {}).get("x509_common_name") or []
-    return names[0].decode(errors="replace") if names else ""
+    """The Tandem identity the caller's verified certificate names in its URI SAN; "" for none (no
+    certificate, a SAN of another form, or several URI SANs: gRPC then gives no SPIFFE ID). The
+    Common Name is never read."""
+    spiffe = (context.auth_context() or {}).get("peer_spiffe_id") or []
+    uri = spiffe[0].decode(errors="replace") if spiffe else ""
+    return uri.removeprefix(IDENTITY_URI_PREFIX) if uri.startswith(IDENTITY_URI_PREFIX) else ""
 
 
 def allowed(method: str, identity: str, access: Mapping[str, frozenset[str]] = ACCESS) -> bool:
@@ -271,7 +285,10 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             def checked(request: Any, context: grpc.ServicerContext) -> Any:
                 identity = peer_identity(context)
                 if not allowed(method, identity, self.access):
-                    who = identity or "a caller without a Tandem client certificate"
+                    who = identity or (
+                        "a caller whose certificate names no Tandem identity (a URI SAN"
+                        f" {IDENTITY_URI_PREFIX}<identity> from Tandem's CA)"
+                    )
                     log.warning("gRPC call refused", extra={"method": method, "caller": who})
                     context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{who} may not call {method}")
                 return behavior(request, context)

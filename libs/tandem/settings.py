@@ -66,7 +66,8 @@ class ServiceSettings(LogSettings):
         "",
         flag="--grpc-cert-file",
         env="TANDEM_GRPC_CERT_FILE",
-        help="this service's certificate (PEM; its Common Name is its identity), to serve and to call",
+        help="this service's certificate (PEM; its URI SAN spiffe://tandem/<identity> names it), to"
+        " serve and to call",
     )
     grpc_key_file: str = option(
         "", flag="--grpc-key-file", env="TANDEM_GRPC_KEY_FILE", help="the private key of --grpc-cert-file"

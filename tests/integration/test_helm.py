@@ -1,22 +1,28 @@
 """Issue 5: the umbrella chart lints, renders for both scopes, rejects bad values, and what it
 renders is accepted by the real apiserver (server-side dry run). Issue 13: its monitoring objects
 (PodMonitors, Grafana dashboard, PrometheusRule), against the Prometheus Operator's CRDs the stack
-installs. Issue 18: its TLS Secrets, job key and NetworkPolicies are accepted, and the
-certificates, the token and the job key it generated are found and kept by the next render
-against the cluster (an upgrade); a new job key restarts the scheduler and not the gateway.
+installs. Issue 18: its PKI hook, job key and NetworkPolicies are accepted, and the job key it
+generated is found and kept by the next render against the cluster (an upgrade); a new job key
+restarts the scheduler and not the gateway. Issue 39: the PKI hook, run with its own rights, makes
+certificates that name each identity in its URI SAN, keeps them, and removes them.
 (What the chart renders for TLS and NetworkPolicies, without a cluster: tests/unit/test_helm_chart.py.)"""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
-from devstack import config, kube
+from devstack import config, kube, pki
 from devstack.config import StackConfig
+from tandem import mtls
 
 pytestmark = pytest.mark.integration
 CHART = "helm/tandem"
@@ -196,14 +202,14 @@ def test_the_apiserver_accepts_the_monitoring_objects(stack_cfg: StackConfig) ->
     assert out.count("(server dry run)") == len(objects), out
 
 
-def test_the_apiserver_accepts_the_tls_secrets_and_network_policies(stack_cfg: StackConfig) -> None:
+def test_the_apiserver_accepts_the_pki_hook_and_network_policies(stack_cfg: StackConfig) -> None:
     out = _server_dry_run(stack_cfg, _render(stack_cfg, f"global.slurmdNamespace={config.SLURM_NAMESPACE}"))
     for name in (
-        "secret/tandem-grpc-ca",
-        "secret/tandem-scheduler-tls",
-        "secret/tandem-syncer-tls",
-        "secret/tandem-hooks-tls",
-        "secret/tandem-operator-tls",
+        "serviceaccount/tandem-pki",
+        "role.rbac.authorization.k8s.io/tandem-pki",
+        "rolebinding.rbac.authorization.k8s.io/tandem-pki",
+        "job.batch/tandem-pki",
+        "job.batch/tandem-pki-remove",
         "secret/tandem-job-key",
         "networkpolicy.networking.k8s.io/tandem-scheduler",
         "networkpolicy.networking.k8s.io/tandem-syncer",
@@ -215,20 +221,93 @@ def test_the_apiserver_accepts_the_tls_secrets_and_network_policies(stack_cfg: S
         )
 
 
-def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg: StackConfig) -> None:
-    """`helm upgrade` renders with lookup against the cluster: `helm template --dry-run=server` does
-    the same. What the first render made, once in the cluster, comes out again unchanged, and so do
-    the Pods' checksums (no restart)."""
+def _render_against(cfg: StackConfig, release: str, ns: str) -> list[dict[str, Any]]:
+    """What `helm upgrade` renders: lookup against the cluster (`helm template --dry-run=server`)."""
+    res = _helm(
+        cfg, "template", release, CHART, "-n", ns, "--dry-run=server",
+        f"--kubeconfig={cfg.kubeconfig}", "--set", f"global.slurmdNamespace={ns}",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return _docs(res.stdout)
+
+
+def _secrets(cfg: StackConfig, ns: str) -> dict[str, dict[str, Any]]:
+    items = json.loads(kube.kubectl(cfg, "get", "secrets", "-n", ns, "-o", "json"))["items"]
+    return {s["metadata"]["name"]: s for s in items if s["type"] == "kubernetes.io/tls"}
+
+
+def test_the_pki_hook_makes_the_certificates_with_its_own_rights_keeps_them_and_removes_them(
+    stack_cfg: StackConfig, tmp_path: Path
+) -> None:
+    """Issue 39: the generated mode's hook Job, run as its rendered ServiceAccount with its rendered
+    args: it makes the CA and one certificate per identity, each naming it in the URI SAN the
+    services go by; a second run changes nothing; a certificate deleted by hand is made again by the
+    kept CA; the post-delete run removes them all."""
+    ns = "tandem-chart-pki"
+    kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
+    try:
+        docs = _render_against(stack_cfg, "pki", ns)
+        rbac = [
+            d
+            for d in docs
+            if d["kind"] in ("ServiceAccount", "Role", "RoleBinding") and "pki" in d["metadata"]["name"]
+        ]
+        assert len(rbac) == 3
+        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(rbac))
+        token = kube.kubectl(stack_cfg, "create", "token", "pki-tandem-pki", "-n", ns).strip()
+        kubeconfig = tmp_path / "pki.kubeconfig"
+        pki.write_kubeconfig(kubeconfig, stack_cfg.apiserver_url, stack_cfg.pki_dir / "ca.crt", "pki", token)
+        jobs = {
+            d["metadata"]["name"]: d for d in docs if d["kind"] == "Job" and "pki" in d["metadata"]["name"]
+        }
+
+        def run(job: str) -> str:
+            args = jobs[job]["spec"]["template"]["spec"]["containers"][0]["args"]
+            out = subprocess.run(
+                [sys.executable, "-m", "tandem.pkijob", *args, f"--kubeconfig={kubeconfig}"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        assert "wrote 5 Secret(s)" in run("pki-tandem-pki")
+        first = _secrets(stack_cfg, ns)
+        assert set(first) == {f"pki-tandem-{c}-tls" for c in ("scheduler", "syncer", "hooks", "operator")} | {
+            "pki-tandem-grpc-ca"
+        }
+        for component in ("scheduler", "syncer", "hooks", "operator"):
+            cert = x509.load_pem_x509_certificate(
+                base64.b64decode(first[f"pki-tandem-{component}-tls"]["data"]["tls.crt"])
+            )
+            uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert uris.get_values_for_type(x509.UniformResourceIdentifier) == [
+                mtls.identity_uri(f"tandem-{component}")
+            ]
+        assert "none (all still good)" in run("pki-tandem-pki")
+        assert {n: s["metadata"]["resourceVersion"] for n, s in _secrets(stack_cfg, ns).items()} == {
+            n: s["metadata"]["resourceVersion"] for n, s in first.items()
+        }
+        kube.kubectl(stack_cfg, "delete", "secret", "pki-tandem-syncer-tls", "-n", ns)
+        assert "wrote 1 Secret(s): pki-tandem-syncer-tls" in run("pki-tandem-pki")
+        again = _secrets(stack_cfg, ns)
+        assert (
+            again["pki-tandem-syncer-tls"]["data"]["ca.crt"] == first["pki-tandem-grpc-ca"]["data"]["tls.crt"]
+        )
+        assert "removed 5 Secret(s)" in run("pki-tandem-pki-remove")
+        assert _secrets(stack_cfg, ns) == {}
+    finally:
+        kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")
+
+
+def test_the_job_key_is_kept_by_the_next_upgrade_and_a_new_one_restarts_only_the_scheduler(
+    stack_cfg: StackConfig,
+) -> None:
+    """`helm upgrade` renders with lookup against the cluster: the job key the first render made,
+    once in the cluster, comes out again unchanged, and so do the Pods' checksums (no restart)."""
     ns = "tandem-chart-keep"
     kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
-
-    def render() -> list[dict[str, Any]]:
-        res = _helm(
-            stack_cfg, "template", "keep", CHART, "-n", ns, "--dry-run=server",
-            f"--kubeconfig={stack_cfg.kubeconfig}", "--set", f"global.slurmdNamespace={ns}",
-        )  # fmt: skip
-        assert res.returncode == 0, res.stderr
-        return _docs(res.stdout)
 
     def secrets(docs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         return {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
@@ -237,7 +316,7 @@ def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg
         return {
             d["metadata"]["name"]: {
                 k: v
-                for k, v in d["spec"]["template"]["metadata"]["annotations"].items()
+                for k, v in d["spec"]["template"]["metadata"].get("annotations", {}).items()
                 if k.startswith("checksum/")
             }
             for d in docs
@@ -246,37 +325,18 @@ def test_generated_certificates_and_token_are_kept_by_the_next_upgrade(stack_cfg
 
     try:
         kube.kubectl(stack_cfg, "delete", "secret", "--all", "-n", ns, "--wait=true")
-        first = render()
+        first = _render_against(stack_cfg, "keep", ns)
         made = [d for d in first if d["kind"] == "Secret"]
-        assert {d["metadata"]["name"] for d in made} >= {
-            "keep-tandem-grpc-ca",
-            "keep-tandem-syncer-tls",
-            "keep-tandem-job-key",
-        }
+        assert {d["metadata"]["name"] for d in made} == {"keep-tandem-job-key"}
         kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(made))
-        second = render()
+        second = _render_against(stack_cfg, "keep", ns)
         assert secrets(second) == secrets(first)
         assert checksums(second) == checksums(first)
-        assert all(checksums(first).values())
         assert "checksum/job-key" in checksums(first)["keep-tandem-scheduler"]
-        # A certificate deleted by hand is made again, signed by the kept CA.
-        kube.kubectl(stack_cfg, "delete", "secret", "keep-tandem-syncer-tls", "-n", ns)
-        third = render()
-        assert secrets(third)["keep-tandem-grpc-ca"] == secrets(first)["keep-tandem-grpc-ca"]
-        assert (
-            secrets(third)["keep-tandem-syncer-tls"]["tls.crt"]
-            != secrets(first)["keep-tandem-syncer-tls"]["tls.crt"]
-        )
-        assert (
-            secrets(third)["keep-tandem-syncer-tls"]["ca.crt"]
-            == secrets(first)["keep-tandem-syncer-tls"]["ca.crt"]
-        )
-        assert checksums(third)["keep-tandem-syncer"] != checksums(first)["keep-tandem-syncer"]
-        assert checksums(third)["keep-tandem-scheduler"] == checksums(first)["keep-tandem-scheduler"]
         # A job key deleted by hand (a rotation) is made again: the scheduler, which reads it at
         # start, restarts; the gateway re-reads it and keeps the previous one, so it does not.
         kube.kubectl(stack_cfg, "delete", "secret", "keep-tandem-job-key", "-n", ns)
-        fourth = render()
+        fourth = _render_against(stack_cfg, "keep", ns)
         assert secrets(fourth)["keep-tandem-job-key"] != secrets(first)["keep-tandem-job-key"]
         assert (
             checksums(fourth)["keep-tandem-scheduler"]["checksum/job-key"]

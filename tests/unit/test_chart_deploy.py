@@ -57,9 +57,9 @@ def test_every_service_runs_the_labs_image_on_the_real_node_only(tmp_path: Path)
 
 
 def test_the_uninstall_cleanup_runs_the_labs_image_on_the_real_node_too(tmp_path: Path) -> None:
-    (job,) = [d for d in _render(_cfg(tmp_path)) if d["kind"] == "Job"]
+    jobs = [d for d in _render(_cfg(tmp_path)) if d["kind"] == "Job"]
+    (job,) = [j for j in jobs if j["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"]
     spec = job["spec"]["template"]["spec"]
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert spec["containers"][0]["image"] == f"tandem.local/tandem:{TAG}"
     assert spec["nodeSelector"] == {"tandem.lab/real-node": "true"}
     real_node = {"key": "tandem.lab/real-node", "operator": "Exists", "effect": "NoSchedule"}

@@ -1,13 +1,15 @@
 """Issue 18: the chart's side of the trust boundary, checked on `helm template` output (no cluster).
 
 Mutual TLS: every Deployment passes --grpc-ca-file/--grpc-cert-file/--grpc-key-file and mounts
-its own Secret; the generated certificates verify against the generated CA with the right Common
-Name and DNS names (checked by openssl, not by the chart's own helpers); cert-manager and
-existing Secrets replace generation; checksums follow what the chart generates. The job key
-(placeholders' own tokens) reaches the scheduler and the gateway only, and the slurmd side is told
-to keep the hooks token root-only. NetworkPolicies select the Pods the Deployments make and admit
-only Tandem's own callers. A render with every secret supplied is the same twice (GitOps). Needs
-the lab's helm (`make tools`); skipped without.
+its own Secret; no mode lets a CN name a caller. By default a hook Job (tandem-pki) makes the CA and
+certificates in the cluster, before the release's objects and with RBAC made before it that reaches
+only those Secrets; its plan names each identity, the Secret its service mounts and the names its
+clients dial; after `helm uninstall` another Job removes them. No certificate or key is in the
+manifest. cert-manager and existing Secrets replace the Job. The job key (placeholders' own tokens)
+reaches the scheduler and the gateway only, and the slurmd side is told to keep the hooks token
+root-only. NetworkPolicies select the Pods the Deployments make and admit only Tandem's own callers.
+A render with the job key supplied is the same twice (GitOps). Needs the lab's helm (`make tools`);
+skipped without.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ import hashlib
 import json
 import subprocess
 from base64 import b64decode
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,26 +103,52 @@ def service_names(component: str) -> set[str]:
     return {svc, f"{svc}.{NS}", f"{svc}.{NS}.svc", f"{svc}.{NS}.svc.cluster.local"}
 
 
-def openssl(*args: str) -> str:
-    res = subprocess.run(["openssl", *args], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return res.stdout
+PKI = f"{FULLNAME}-pki"
+PKI_REMOVE = f"{FULLNAME}-pki-remove"
+CA_SECRET = f"{FULLNAME}-grpc-ca"
+
+
+def pki_objects(docs: list[Doc]) -> dict[tuple[str, str], Doc]:
+    """Everything of the PKI hook: (kind, name) -> object, found by name or by the command it runs."""
+    return {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in docs
+        if d["metadata"]["name"].startswith(PKI) or "tandem-pki" in json.dumps(d.get("spec", {}))
+    }
+
+
+def hook(doc: Doc) -> tuple[set[str], int, set[str]]:
+    """A hook object's events, weight and delete policies."""
+    annotations = doc["metadata"].get("annotations", {})
+    return (
+        set(annotations.get("helm.sh/hook", "").split(",")) - {""},
+        int(annotations.get("helm.sh/hook-weight", "0")),
+        set(annotations.get("helm.sh/hook-delete-policy", "").split(",")) - {""},
+    )
+
+
+def job_args(docs: list[Doc], name: str) -> list[str]:
+    (c,) = of_kind(docs, "Job")[name]["spec"]["template"]["spec"]["containers"]
+    args: list[str] = c["args"]
+    return args
+
+
+def flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
+
+
+def plan(docs: list[Doc], job: str = PKI) -> dict[str, Doc]:
+    """The Job's --plan, by identity."""
+    items = json.loads(flag(job_args(docs, job), "--plan"))
+    by_identity = {i["identity"]: i for i in items}
+    assert len(by_identity) == len(items), items
+    return by_identity
 
 
 @pytest.fixture(scope="module")
 def default_docs() -> list[Doc]:
     return render()
-
-
-@pytest.fixture(scope="module")
-def pem_dir(default_docs: list[Doc], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The generated Secrets as files: <name>/{ca.crt,tls.crt,tls.key}."""
-    root = tmp_path_factory.mktemp("pem")
-    for name, secret in tls_secrets(default_docs).items():
-        (root / name).mkdir()
-        for key, value in decoded(secret).items():
-            (root / name / key).write_text(value)
-    yield root
 
 
 # --- mutual TLS: what each Deployment is given --------------------------------------------------
@@ -142,39 +168,17 @@ def test_each_deployment_passes_the_three_tls_flags_and_mounts_its_own_secret(
         assert files[f"{TLS_DIR}/{key}"] == (secret, key), (component, files)
 
 
-def test_the_chart_generates_a_ca_and_one_certificate_per_identity(default_docs: list[Doc]) -> None:
-    secrets = tls_secrets(default_docs)
-    assert set(secrets) == {f"{FULLNAME}-grpc-ca"} | {f"{FULLNAME}-{c}-tls" for c in IDENTITIES}
-    ca = decoded(secrets[f"{FULLNAME}-grpc-ca"])
-    for c in IDENTITIES:
-        data = decoded(secrets[f"{FULLNAME}-{c}-tls"])
-        assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
-        assert data["ca.crt"] == ca["tls.crt"], c
-
-
-@pytest.mark.parametrize("component", IDENTITIES)
-def test_generated_certificates_verify_against_the_ca_with_the_identity_and_service_names(
-    pem_dir: Path, component: str
-) -> None:
-    ca = pem_dir / f"{FULLNAME}-grpc-ca" / "tls.crt"
-    d = pem_dir / f"{FULLNAME}-{component}-tls"
-    crt = str(d / "tls.crt")
-    assert openssl("verify", "-CAfile", str(ca), "-purpose", "sslclient", crt).strip().endswith("OK")
-    subject = openssl("x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", crt).strip()
-    assert subject == f"subject=CN=tandem-{component}"
-    sans = openssl("x509", "-noout", "-ext", "subjectAltName", "-in", crt)
-    names = {part.strip().removeprefix("DNS:") for part in sans.splitlines()[1:] for part in part.split(",")}
-    names.discard("")
-    if component in ("scheduler", "syncer"):
-        # A server: every name a client dials, the address --syncer-address names included.
-        assert names == service_names(component)
-        openssl("verify", "-CAfile", str(ca), "-purpose", "sslserver", crt)
-    else:
-        assert names == set()
-    # The key is the certificate's.
-    pub_crt = openssl("x509", "-noout", "-pubkey", "-in", crt)
-    pub_key = openssl("pkey", "-pubout", "-in", str(d / "tls.key"))
-    assert pub_crt == pub_key
+def test_no_certificate_or_key_is_in_the_manifest(default_docs: list[Doc]) -> None:
+    """The default mode's CA and certificates are made in the cluster by the hook Job: a render holds
+    neither a TLS Secret nor anything that looks like a certificate or a private key."""
+    assert tls_secrets(default_docs) == {}
+    names = set(of_kind(default_docs, "Secret"))
+    assert not {f"{FULLNAME}-grpc-ca", *(f"{FULLNAME}-{c}-tls" for c in IDENTITIES)} & names
+    for doc in default_docs:
+        text = json.dumps(doc)
+        assert "BEGIN CERTIFICATE" not in text and "PRIVATE KEY" not in text, doc["metadata"]["name"]
+    for name, secret in of_kind(default_docs, "Secret").items():
+        assert not any("BEGIN" in v or "PRIVATE" in v for v in decoded(secret).values()), name
 
 
 def test_clients_dial_a_name_the_server_certificate_carries(default_docs: list[Doc]) -> None:
@@ -190,13 +194,13 @@ def test_clients_dial_a_name_the_server_certificate_carries(default_docs: list[D
         assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}
 
 
-def test_checksums_are_of_the_secrets_the_chart_writes(default_docs: list[Doc]) -> None:
-    secrets = of_kind(default_docs, "Secret")
+@pytest.mark.parametrize("sets", [(), ("global.tls.certManager.enabled=true",), EXISTING])
+def test_no_pod_carries_a_checksum_of_a_certificate(sets: tuple[str, ...]) -> None:
+    """The services re-read rotated certificate files: a renewal restarts nothing, and no render
+    sees the certificates to hash anyway."""
+    docs = render(*sets)
     for component in SERVICES:
-        annotations = deployment(default_docs, component)["spec"]["template"]["metadata"]["annotations"]
-        data = decoded(secrets[f"{FULLNAME}-{component}-tls"])
-        want = hashlib.sha256((data["ca.crt"] + data["tls.crt"] + data["tls.key"]).encode()).hexdigest()
-        assert annotations["checksum/grpc-tls"] == want, component
+        assert "checksum/grpc-tls" not in pod_annotations(deployment(docs, component)), component
 
 
 def test_no_shared_hooks_token_is_made_or_mounted(default_docs: list[Doc]) -> None:
@@ -247,9 +251,35 @@ def test_cert_manager_makes_certificates_and_no_tls_secrets() -> None:
         if c in ("scheduler", "syncer"):
             assert set(spec["dnsNames"]) == service_names(c)
             assert "server auth" in spec["usages"]
-    for component in SERVICES:
-        dep = deployment(docs, component)
-        assert "checksum/grpc-tls" not in dep["spec"]["template"]["metadata"].get("annotations", {})
+    assert pki_objects(docs) == {}
+
+
+def test_a_cluster_issuer_is_refused_without_the_acknowledgement() -> None:
+    """Issue 39: a ClusterIssuer signs for every namespace; the chart says why it refuses one."""
+    res = _helm_template(
+        "global.tls.certManager.enabled=true",
+        "global.tls.certManager.issuerRef.name=corp-ca",
+        "global.tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert res.returncode != 0
+    assert "acknowledgeSharedIssuer" in res.stderr and "spiffe://tandem/tandem-hooks" in res.stderr
+
+
+def test_every_certificate_names_its_identity_in_a_uri_san_and_no_mode_trusts_the_cn() -> None:
+    """Issue 39: a caller is the URI SAN of its certificate in every mode; no service is told to
+    take a CN instead (the flag is gone from the services)."""
+    docs = render("global.tls.certManager.enabled=true")
+    for name, cert in of_kind(docs, "Certificate").items():
+        if cert["spec"].get("isCA"):
+            continue
+        component = name.removeprefix(f"{FULLNAME}-").removesuffix("-tls")
+        assert cert["spec"]["uris"] == [f"spiffe://tandem/tandem-{component}"], name
+    for mode_docs in (docs, render(*ALL_SUPPLIED), render()):
+        for component in SERVICES:
+            args = container(deployment(mode_docs, component))["args"]
+            assert not [a for a in args if "trust-common-name" in a], (component, args)
+        for job in of_kind(mode_docs, "Job").values():
+            assert "trust-common-name" not in json.dumps(job), job["metadata"]["name"]
 
 
 def test_cert_manager_with_an_issuer_of_your_own_makes_no_ca() -> None:
@@ -257,6 +287,7 @@ def test_cert_manager_with_an_issuer_of_your_own_makes_no_ca() -> None:
         "global.tls.certManager.enabled=true",
         "global.tls.certManager.issuerRef.name=corp-ca",
         "global.tls.certManager.issuerRef.kind=ClusterIssuer",
+        "global.tls.certManager.acknowledgeSharedIssuer=true",
     )
     assert of_kind(docs, "Issuer") == {}
     certs = of_kind(docs, "Certificate")
@@ -285,6 +316,7 @@ def test_existing_secrets_are_mounted_and_nothing_is_generated() -> None:
         ]
         assert f"my-{component}-tls" in names
         assert not any(k.startswith("checksum/") for k in dep["spec"]["template"]["metadata"]["annotations"])
+    assert pki_objects(docs) == {}
 
 
 def test_one_existing_secret_needs_the_others() -> None:
@@ -302,6 +334,204 @@ def test_with_every_secret_supplied_two_renders_are_the_same() -> None:
     one, two = _helm_template(*ALL_SUPPLIED), _helm_template(*ALL_SUPPLIED)
     assert one.returncode == 0, one.stderr
     assert one.stdout == two.stdout
+
+
+# --- the default mode: the PKI hook Job ----------------------------------------------------------
+
+
+def test_the_pki_hook_makes_its_rbac_before_its_job_for_every_event_it_runs_in(
+    default_docs: list[Doc],
+) -> None:
+    """Helm runs a hook event's objects by weight and waits for a Job: the ServiceAccount, Role and
+    RoleBinding must exist before the Job that uses them, at install, upgrade and after uninstall."""
+    objects = pki_objects(default_docs)
+    rbac = {k: objects.pop(k) for k in [("ServiceAccount", PKI), ("Role", PKI), ("RoleBinding", PKI)]}
+    jobs = {k: objects.pop(k) for k in [("Job", PKI), ("Job", PKI_REMOVE)]}
+    assert objects == {}  # nothing else: no ClusterRole, no binding elsewhere
+    assert hook(jobs["Job", PKI])[0] == {"pre-install", "pre-upgrade"}
+    assert hook(jobs["Job", PKI_REMOVE])[0] == {"post-delete"}
+    for job in jobs.values():
+        events, weight, policies = hook(job)
+        assert {"before-hook-creation", "hook-succeeded"} <= policies
+        assert job["spec"]["template"]["spec"]["serviceAccountName"] == PKI
+        for key, obj in rbac.items():
+            obj_events, obj_weight, obj_policies = hook(obj)
+            assert events <= obj_events, key  # there whenever the Job runs
+            assert obj_weight < weight, key  # and made before it
+            # Gone once the hooks succeeded; made afresh next time.
+            assert {"before-hook-creation", "hook-succeeded"} <= obj_policies, key
+    binding = rbac["RoleBinding", PKI]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": PKI}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PKI, "namespace": NS}]
+    assert {d["metadata"]["namespace"] for d in [*rbac.values(), *jobs.values()]} == {NS}
+
+
+@pytest.mark.parametrize(
+    "disabled", [(), ("scheduler",), ("hooks",), ("syncer",), ("scheduler", "syncer", "hooks")]
+)
+def test_the_pki_plan_is_the_operator_and_each_deployed_service_with_the_secret_it_mounts(
+    disabled: tuple[str, ...],
+) -> None:
+    docs = render(*(f"{c}.enabled=false" for c in disabled))
+    deployed = [c for c in SERVICES if c not in disabled]
+    items = plan(docs)
+    assert set(items) == {f"tandem-{c}" for c in ("operator", *deployed)}
+    assert items["tandem-operator"]["secret"] == f"{FULLNAME}-operator-tls"
+    for c in deployed:
+        # The Secret the Job writes is the one the Deployment reads its certificate from.
+        files = mounted_files(deployment(docs, c))
+        assert {files[f"{TLS_DIR}/{k}"] for k in ("ca.crt", "tls.crt", "tls.key")} == {
+            (items[f"tandem-{c}"]["secret"], k) for k in ("ca.crt", "tls.crt", "tls.key")
+        }
+    assert set(of_kind(docs, "Deployment")) == {f"{FULLNAME}-{c}" for c in deployed}
+
+
+def test_the_servers_certificates_name_every_address_their_clients_dial(default_docs: list[Doc]) -> None:
+    items = plan(default_docs)
+    services = of_kind(default_docs, "Service")
+    for c in ("scheduler", "syncer"):
+        names = items[f"tandem-{c}"]["dnsNames"]
+        assert set(names) == service_names(c) and len(names) == len(set(names)), names
+        assert f"{FULLNAME}-{c}" in services
+    # Clients only: no DNS name, so no server certificate.
+    assert items["tandem-hooks"]["dnsNames"] == [] and items["tandem-operator"]["dnsNames"] == []
+    for component in ("scheduler", "hooks"):
+        address = flag(container(deployment(default_docs, component))["args"], "--syncer-address")
+        assert address.rsplit(":", 1)[0] in items["tandem-syncer"]["dnsNames"], component
+
+
+def test_the_servers_certificates_follow_the_cluster_domain_and_extra_names() -> None:
+    docs = render("global.tls.clusterDomain=corp.example", "global.tls.extraDnsNames={tandem.corp.example}")
+    items = plan(docs)
+    for c in ("scheduler", "syncer"):
+        svc = f"{FULLNAME}-{c}"
+        assert set(items[f"tandem-{c}"]["dnsNames"]) == {
+            svc,
+            f"{svc}.{NS}",
+            f"{svc}.{NS}.svc",
+            f"{svc}.{NS}.svc.corp.example",
+            "tandem.corp.example",
+        }
+    assert items["tandem-hooks"]["dnsNames"] == []
+    # The same names cert-manager's Certificates would ask for.
+    cm = of_kind(render("global.tls.certManager.enabled=true", "global.tls.clusterDomain=corp.example",
+                        "global.tls.extraDnsNames={tandem.corp.example}"), "Certificate")  # fmt: skip
+    for c in ("scheduler", "syncer"):
+        assert cm[f"{FULLNAME}-{c}-tls"]["spec"]["dnsNames"] == items[f"tandem-{c}"]["dnsNames"]
+
+
+@pytest.mark.parametrize("disabled", [(), ("hooks",), ("scheduler", "syncer")])
+def test_the_pki_role_reaches_only_the_ca_and_the_planned_secrets(disabled: tuple[str, ...]) -> None:
+    docs = render(*(f"{c}.enabled=false" for c in disabled))
+    rules = of_kind(docs, "Role")[PKI]["rules"]
+    want_names = {CA_SECRET, *(i["secret"] for i in plan(docs).values())}
+    assert len(want_names) == 2 + len(SERVICES) - len(disabled)
+    granted: dict[str, set[str] | None] = {}
+    for rule in rules:
+        assert rule["apiGroups"] == [""] and rule["resources"] == ["secrets"], rule
+        for verb in rule["verbs"]:
+            names = set(rule["resourceNames"]) if "resourceNames" in rule else None
+            assert verb not in granted, verb
+            granted[verb] = names
+    # create cannot be limited by name (the Secret does not exist yet); the rest is by name only.
+    assert granted == {"create": None, "get": want_names, "update": want_names, "delete": want_names}
+    assert of_kind(docs, "ClusterRole").get(PKI) is None
+
+
+def test_the_pki_job_runs_tandem_pki_with_the_release_and_the_generated_values() -> None:
+    docs = render(
+        "global.tls.generated.caValidityDays=400",
+        "global.tls.generated.certValidityDays=90",
+        "global.tls.generated.renewDays=10",
+        "global.logLevel=debug",
+    )
+    for job in (PKI, PKI_REMOVE):
+        (c,) = of_kind(docs, "Job")[job]["spec"]["template"]["spec"]["containers"]
+        assert c["command"] == ["tandem-pki"]
+        args = c["args"]
+        assert flag(args, "--namespace") == NS and flag(args, "--instance") == RELEASE
+        assert flag(args, "--ca-secret") == CA_SECRET
+        assert (flag(args, "--ca-validity-days"), flag(args, "--cert-validity-days")) == ("400", "90")
+        assert flag(args, "--renew-days") == "10" and flag(args, "--log-level") == "debug"
+    assert plan(docs, PKI_REMOVE) == plan(docs, PKI)  # removes exactly what it made
+
+
+def test_the_pki_jobs_arguments_are_what_tandem_pki_takes(default_docs: list[Doc]) -> None:
+    """The chart's flags and plan, read by the command's own settings and plan parser."""
+    from tandem import pkijob, settings
+
+    for job, remove in ((PKI, False), (PKI_REMOVE, True)):
+        cfg = settings.load(pkijob.PkiSettings, job_args(default_docs, job), environ={})
+        assert (cfg.namespace, cfg.instance, cfg.ca_secret, cfg.remove) == (NS, RELEASE, CA_SECRET, remove)
+        assert (cfg.ca_validity_days, cfg.cert_validity_days, cfg.renew_days) == (3650, 365, 30)
+        planned = {
+            p.identity.name: (p.secret, set(p.identity.dns_names)) for p in pkijob.parse_plan(cfg.plan)
+        }
+        assert planned == {
+            f"tandem-{c}": (
+                f"{FULLNAME}-{c}-tls",
+                service_names(c) if c in ("scheduler", "syncer") else set(),
+            )
+            for c in IDENTITIES
+        }
+
+
+def test_only_the_remove_job_removes_and_only_after_uninstall(default_docs: list[Doc]) -> None:
+    assert "--remove=true" in job_args(default_docs, PKI_REMOVE)
+    assert hook(of_kind(default_docs, "Job")[PKI_REMOVE])[0] == {"post-delete"}
+    assert not [a for a in job_args(default_docs, PKI) if a.startswith("--remove")]
+
+
+def test_the_pki_job_runs_locked_down_and_where_it_is_told() -> None:
+    docs = render(
+        "global.tls.generated.job.nodeSelector.pool=system",
+        "global.tls.generated.job.tolerations[0].key=dedicated",
+        "global.tls.generated.job.tolerations[0].operator=Exists",
+        "global.imagePullSecrets[0].name=regcred",
+    )
+    for name in (PKI, PKI_REMOVE):
+        job = of_kind(docs, "Job")[name]
+        spec = job["spec"]["template"]["spec"]
+        assert spec["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 2
+        assert job["spec"]["activeDeadlineSeconds"] == 300
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        (c,) = spec["containers"]
+        assert c["image"] == container(deployment(docs, "syncer"))["image"]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["resources"]["limits"]["memory"] and c["resources"]["requests"]["cpu"]
+        # The only writable place, and no Secret mounted: it reads and writes through the API.
+        assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+        assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]
+        assert spec["nodeSelector"] == {"pool": "system"}
+        assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ("global.tls.certManager.enabled=true",),
+        (
+            "global.tls.certManager.enabled=true",
+            "global.tls.certManager.issuerRef.name=corp-ca",
+            "global.tls.certManager.issuerRef.kind=Issuer",
+        ),
+        EXISTING,
+    ],
+)
+def test_cert_manager_and_existing_secrets_run_no_pki_hook(sets: tuple[str, ...]) -> None:
+    docs = render(*sets)
+    assert pki_objects(docs) == {}
+    assert {n for n in of_kind(docs, "Job")} == {f"{FULLNAME}-uninstall"}
+
+
+def test_with_the_job_key_supplied_two_default_renders_are_the_same() -> None:
+    """GitOps: the default mode's certificates are the hook Job's, not the render's."""
+    one, two = (_helm_template("global.jobKey.existingSecret=my-job-key") for _ in range(2))
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == two.stdout
+    assert PKI in one.stdout
 
 
 # --- the job key: placeholders' own tokens ---------------------------------------------------

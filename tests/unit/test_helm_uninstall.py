@@ -190,10 +190,11 @@ def test_a_timeout_that_is_not_seconds_or_minutes_is_refused(bad: str) -> None:
     assert res.returncode != 0 and "/uninstall/timeout" in res.stderr, res.stderr
 
 
-def test_cleanup_false_renders_no_hook_at_all() -> None:
+def test_cleanup_false_renders_no_pre_delete_hook_at_all() -> None:
     docs = render("uninstall.cleanup=false")
     assert cleanup_objects(docs) == []
-    assert not [d for d in docs if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+    hooks = [(d["metadata"].get("annotations") or {}).get("helm.sh/hook", "") for d in docs]
+    assert not [h for h in hooks if "pre-delete" in h]
 
 
 def test_the_cleanups_writes_are_held_by_the_syncers_admission_policy(docs: list[Doc]) -> None:

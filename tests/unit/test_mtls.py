@@ -202,3 +202,37 @@ def test_a_service_without_its_certificate_does_not_start() -> None:
 )
 def test_who_may_call_what(method: str, identity: str, ok: bool) -> None:
     assert mtls.allowed(method, identity) is ok
+
+
+def _issued(d: Path, name: str, subject: str, san: str) -> mtls.TlsFiles:
+    """A client certificate from the same CA as the services' (the CA key in `d`), as any issuer
+    that signs for tenants too could hand one out."""
+    pki.ensure_cert(d, name, subject, san, "clientAuth")
+    return mtls.TlsFiles(str(d / "ca.crt"), str(d / f"{name}.crt"), str(d / f"{name}.key"))
+
+
+# Issue 39: the caller is the URI SAN, never the CN. (name, subject, SANs, drains?)
+SAN_CASES = [
+    ("cn-only", "/CN=tandem-hooks", "", False),
+    ("another-form", "/CN=tandem-hooks", "URI:https://tandem/tandem-hooks", False),
+    ("another-identity", "/CN=tandem-hooks", "URI:spiffe://tandem/tenant-a", False),
+    ("two-uris", "/CN=tandem-hooks", "URI:spiffe://tandem/tandem-hooks,URI:spiffe://tandem/x", False),
+    ("dns-only", "/CN=tandem-hooks", "DNS:tandem-hooks", False),
+    ("san-not-cn", "/CN=tenant-a", "URI:spiffe://tandem/tandem-hooks", True),
+]
+
+
+@pytest.mark.parametrize(("name", "subject", "san", "drains"), SAN_CASES)
+def test_a_caller_is_named_by_its_uri_san_not_its_cn(
+    syncer: tuple[str, Recorder, Path], name: str, subject: str, san: str, drains: bool
+) -> None:
+    address, recorder, served = syncer
+    with serving.channel(address, _issued(served, name, subject, san)) as channel:
+        if drains:
+            _drain(channel)
+        else:
+            with pytest.raises(grpc.RpcError) as e:
+                _drain(channel)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "may not call /tandem.v1.SyncerService/DrainNode" in (e.value.details() or "")
+    assert recorder.calls == (["drain gpu-010"] if drains else [])

@@ -282,23 +282,25 @@ the Secret, mounted whole (no subPath) so that the Secret's new version reaches 
 {{- end -}}
 
 {{/* ---------------------------------------------------------------------------------------------
-Mutual TLS between the services (global.tls). Every service presents a certificate whose Common
-Name is its identity; the scheduler and the syncer serve with theirs too. Three sources:
+Mutual TLS between the services (global.tls). Every service presents a certificate that names its
+identity in a URI SAN, spiffe://tandem/tandem-<component> (its Common Name is the identity too, for
+people only); the scheduler and the syncer serve with theirs too. Three sources:
 
-  generated   (default) the chart makes a CA (Secret <fullname>-grpc-ca) and one certificate per
-              identity (Secret <fullname>-<component>-tls) with genCA/genSignedCert; kept across
-              upgrades by `lookup`, re-issued when its names change or it is within
-              generated.renewDays of expiry.
+  generated   (default) a pre-install/pre-upgrade hook Job (grpc-pki-hook.yaml) runs tandem-pki,
+              which writes the CA (Secret <fullname>-grpc-ca) and one certificate per identity
+              (Secret <fullname>-<component>-tls), keeps the good ones and replaces one whose
+              names changed or within generated.renewDays of expiry; a post-delete Job removes them.
   existing    global.tls.existingSecrets.<component>: Secrets the operator made; the chart makes none.
   certManager global.tls.certManager.enabled: cert-manager Certificates write the same Secrets.
 
 Each service mounts its Secret (ca.crt, tls.crt, tls.key) at /etc/tandem/tls.
 --------------------------------------------------------------------------------------------- */}}
 
-{{- define "tandem.tls.components" -}}scheduler syncer hooks operator{{- end -}}
-
-{{/* The identity (certificate Common Name) of a component: "tandem-<component>". */}}
+{{/* The identity of a component: "tandem-<component>" (its certificate's CN, for people). */}}
 {{- define "tandem.tls.identity" -}}tandem-{{ . }}{{- end -}}
+
+{{/* The URI SAN that names a component's identity to the services (tandem.mtls.identity_uri). */}}
+{{- define "tandem.tls.identityUri" -}}spiffe://tandem/tandem-{{ . }}{{- end -}}
 
 {{/* "generated", "existing" or "certManager"; fails on a contradiction. Call with the root context. */}}
 {{- define "tandem.tls.mode" -}}
@@ -322,7 +324,7 @@ Each service mounts its Secret (ca.crt, tls.crt, tls.key) at /etc/tandem/tls.
 {{- if eq (include "tandem.tls.mode" .root) "existing" -}}
 {{- $name := index ($tls.existingSecrets | default dict) .component -}}
 {{- if not $name -}}
-{{- fail (printf "global.tls.existingSecrets.%s is required: once one existing Secret is named, the chart makes no certificates, so every deployed service needs its own (keys ca.crt, tls.crt, tls.key; Common Name %s)" .component (include "tandem.tls.identity" .component)) -}}
+{{- fail (printf "global.tls.existingSecrets.%s is required: once one existing Secret is named, the chart makes no certificates, so every deployed service needs its own (keys ca.crt, tls.crt, tls.key; URI SAN %s)" .component (include "tandem.tls.identityUri" .component)) -}}
 {{- end -}}
 {{- $name -}}
 {{- else -}}
@@ -353,67 +355,6 @@ operator are clients and get none. Call with (dict "root" $ "component" "syncer"
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}
-{{- end -}}
-
-{{/*
-The generated CA and certificates, as JSON: {"ca": {...}, "<component>": {"ca.crt", "tls.crt",
-"tls.key", "notAfter", "spec"}}. Each is the one already in the cluster (lookup) while it is
-still good, else a new one.
-
-Worked out once per render and kept in a cache on .Release, the one object Helm hands to the
-umbrella's templates and the subcharts' alike: the Secrets (umbrella) and the checksum annotations
-(subcharts' Deployments) must see the same certificates, and a second genCA would make new ones.
-Under `helm template` (no cluster) every render makes new ones: GitOps users take
-existingSecrets or cert-manager instead.
-*/}}
-{{- define "tandem.tls.generated" -}}
-{{- $cache := .Release -}}
-{{- if not (hasKey $cache "tandemGeneratedTls") -}}
-{{- $tls := .Values.global.tls | default dict -}}
-{{- $gen := $tls.generated | default dict -}}
-{{- $caDays := int ($gen.caValidityDays | default 3650) -}}
-{{- $certDays := int ($gen.certValidityDays | default 365) -}}
-{{- $renewSeconds := mul (int ($gen.renewDays | default 30)) 86400 -}}
-{{- $now := now | unixEpoch | int64 -}}
-{{- $ns := .Release.Namespace -}}
-{{- $notAfterKey := "tandem.coreweave.com/not-after" -}}
-{{- $specKey := "tandem.coreweave.com/tls-spec" -}}
-{{- $out := dict -}}
-{{- /* The CA: kept while its key is there and it has more than renewDays left. */ -}}
-{{- $caName := include "tandem.tls.caSecretName" . -}}
-{{- $old := lookup "v1" "Secret" $ns $caName | default dict -}}
-{{- $oldCrt := dig "data" "tls.crt" "" $old -}}
-{{- $oldKey := dig "data" "tls.key" "" $old -}}
-{{- $oldNotAfter := dig "metadata" "annotations" $notAfterKey "" $old -}}
-{{- $ca := dict -}}
-{{- if and $oldCrt $oldKey (or (not $oldNotAfter) (gt (sub (int64 $oldNotAfter) $now) $renewSeconds)) -}}
-{{- $ca = buildCustomCert $oldCrt $oldKey -}}
-{{- $_ := set $out "ca" (dict "tls.crt" $ca.Cert "tls.key" $ca.Key "notAfter" (toString ($oldNotAfter | default ""))) -}}
-{{- else -}}
-{{- $ca = genCA $caName $caDays -}}
-{{- $_ := set $out "ca" (dict "tls.crt" $ca.Cert "tls.key" $ca.Key "notAfter" (toString (add $now (mul $caDays 86400)))) -}}
-{{- end -}}
-{{- /* One certificate per identity: kept while it is signed by this CA, names what it should and has time left. */ -}}
-{{- range $c := splitList " " (include "tandem.tls.components" .) -}}
-{{- $cn := include "tandem.tls.identity" $c -}}
-{{- $dns := include "tandem.tls.dnsNames" (dict "root" $ "component" $c) | fromJsonArray -}}
-{{- $spec := printf "%s|%s" $cn (join "," $dns) | sha256sum | trunc 32 -}}
-{{- $old := lookup "v1" "Secret" $ns (printf "%s-%s-tls" (include "tandem.fullname" $) $c) | default dict -}}
-{{- $oldCa := dig "data" "ca.crt" "" $old -}}
-{{- $oldCrt := dig "data" "tls.crt" "" $old -}}
-{{- $oldKey := dig "data" "tls.key" "" $old -}}
-{{- $oldNotAfter := dig "metadata" "annotations" $notAfterKey "" $old -}}
-{{- $oldSpec := dig "metadata" "annotations" $specKey "" $old -}}
-{{- if and $oldCrt $oldKey $oldNotAfter (eq $oldCa ($ca.Cert | b64enc)) (eq $oldSpec $spec) (gt (sub (int64 $oldNotAfter) $now) $renewSeconds) -}}
-{{- $_ := set $out $c (dict "ca.crt" $ca.Cert "tls.crt" ($oldCrt | b64dec) "tls.key" ($oldKey | b64dec) "notAfter" $oldNotAfter "spec" $spec) -}}
-{{- else -}}
-{{- $cert := genSignedCert $cn (list) $dns $certDays $ca -}}
-{{- $_ := set $out $c (dict "ca.crt" $ca.Cert "tls.crt" $cert.Cert "tls.key" $cert.Key "notAfter" (toString (add $now (mul $certDays 86400))) "spec" $spec) -}}
-{{- end -}}
-{{- end -}}
-{{- $_ := set $cache "tandemGeneratedTls" (toJson $out) -}}
-{{- end -}}
-{{- index $cache "tandemGeneratedTls" -}}
 {{- end -}}
 
 {{/* Where every service finds its certificate, and the flags that say so. */}}
@@ -476,8 +417,9 @@ global.jobKey.existingSecret (key existingSecretKey), and then the chart makes n
 The generated key: the one already in the cluster (kept across upgrades, so running jobs' tokens
 stay good and the scheduler does not restart), else 64 random characters (also when the one there
 is shorter than the 16 bytes the services require). Worked out once per
-render and cached on .Release (as tandem.tls.generated) so the Secret (umbrella) and the
-scheduler's checksum/job-key (subchart) see the same key. Not called with existingSecret.
+render and cached on .Release, the one object Helm hands to the umbrella's templates and the
+subcharts' alike, so the Secret (umbrella) and the scheduler's checksum/job-key (subchart) see the
+same key. Not called with existingSecret.
 */}}
 {{- define "tandem.jobKey.value" -}}
 {{- $cache := .Release -}}
@@ -581,18 +523,14 @@ a ConfigMap's edit reaches the file, and the scheduler reads it again. */}}
 {{/* ---------------------------------------------------------------------------------------------
 checksum/* Pod annotations: a hash of each Secret (or ConfigMap) the chart makes and the
 component reads, so a change to one rolls the Deployment. Secrets the operator made
-(existingSecrets, slurm.tokenSecret, apiCaSecret/apiCaConfigMap, jobKey.existingSecret) and
-cert-manager's are not the chart's to hash; the services re-read the TLS and token files when they
-change anyway.
+(existingSecrets, slurm.tokenSecret, apiCaSecret/apiCaConfigMap, jobKey.existingSecret),
+cert-manager's and the PKI hook's (not in the manifest: no render sees them) are not the chart's to
+hash; the services re-read the TLS and token files when they change anyway.
 Call with (dict "root" $ "component" "syncer" "extra" (dict "name" "hash")).
 --------------------------------------------------------------------------------------------- */}}
 {{- define "tandem.checksumAnnotations" -}}
 {{- $root := .root -}}
 {{- $out := dict -}}
-{{- if eq (include "tandem.tls.mode" $root) "generated" -}}
-{{- $m := index (include "tandem.tls.generated" $root | fromJson) .component -}}
-{{- $_ := set $out "checksum/grpc-tls" (printf "%s%s%s" (index $m "ca.crt") (index $m "tls.crt") (index $m "tls.key") | sha256sum) -}}
-{{- end -}}
 {{- /* The scheduler reads the job key once, at start. The gateway re-reads it and accepts the
 previous key for 30 days: a restart would forget that key and refuse every running job's token,
 so the gateway's Pods carry no checksum/job-key. */ -}}
