@@ -1,7 +1,7 @@
 """Issue 20: `helm uninstall` of the installed release leaves no placeholder job, no lock taint, no
-lock annotation and no placeholder Pod behind, and touches no other Slurm job, even one named like
-a placeholder. Runs on a DEPLOY=chart stack only, last (it removes the release), and installs the
-release again afterwards.
+lock annotation, no placeholder Pod and no gRPC certificate behind, and touches no other Slurm job,
+even one named like a placeholder. Runs on a DEPLOY=chart stack only, last (it removes the
+release), and installs the release again afterwards.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ def test_helm_uninstall_cancels_placeholders_and_leaves_no_lock(
         ]
         assert tainted == []
         assert h.lock_annotation(core, slurm_node) == "false"
+        # Issue 39: the PKI hook's Secrets (the CA key among them) go with the release.
+        left = core.list_namespaced_secret(
+            config.TANDEM_NAMESPACE, label_selector="app.kubernetes.io/managed-by=tandem-pki"
+        ).items
+        assert [s.metadata.name for s in left] == []
         h.wait_until(  # the garbage collector removes the Deployments' Pods after helm returns
             "the release's Pods gone",
             lambda: (
