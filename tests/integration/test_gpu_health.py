@@ -129,8 +129,11 @@ def test_a_slurm_drain_naming_a_gpu_taints_its_device_until_slurm_resumes(
 
 
 def _nodes_row(cfg: StackConfig, kube_node: str) -> str:
-    """The Node's row of `kubectl tandem nodes`, as an operator reads it."""
-    rows = [r for r in kubectl_tandem(cfg, "nodes").splitlines() if r.startswith(f"{kube_node} ")]
+    """The Node's row of `kubectl tandem nodes -o wide` (the unhealthy GPUs by index), as an
+    operator reads it."""
+    rows = [
+        r for r in kubectl_tandem(cfg, "nodes", "-o", "wide").splitlines() if r.startswith(f"{kube_node} ")
+    ]
     assert len(rows) == 1, rows
     return rows[0] + " "
 

@@ -132,7 +132,10 @@ def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
     row = _line(table, "node-001")
     assert row[:2] == ["node-001", "cpu-001"]
     assert any(state.startswith(("ALLOCATED", "MIXED")) for state in row)
-    assert str(job) in " ".join(row) and f"default/{scene['holder']}" in row
+    # Counts by default (issue 41), the job ids and the Pods' names with -o wide.
+    assert max(len(line) for line in table.splitlines()) <= 120, table
+    wide = _line(kubectl_tandem(stack_cfg, "--syncer-address", syncer, "nodes", "-o", "wide"), "node-001")
+    assert str(job) in " ".join(wide) and f"default/{scene['holder']}" in " ".join(wide)
     # Every Node is listed: the kwok ones, and DEPLOY=chart's real Node, which hosts no slurmd.
     rows = [r.split() for r in table.splitlines()[1:] if r.strip()]
     assert len([r for r in rows if r[0].startswith("node-")]) == stack_cfg.nodes

@@ -4,6 +4,8 @@ alone; and a clear error, not a traceback, when the cluster or the syncer cannot
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -134,7 +136,7 @@ def test_slurms_own_state_wins_when_the_syncer_was_asked() -> None:
 
 def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
     running = pod("running", 13, node="node-000", phase="Running")
-    rows = views.node_rows(facts(running))
+    rows = views.node_records(facts(running), NOW)
     assert rows == [
         {
             "NODE": "node-000",
@@ -142,10 +144,13 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "SLURM STATE": "",
             "REASON": "",
             "LOCK": "locked_strict",
-            "JOBS": "13",
+            "JOBS": [13],
             "GPUS": "",
+            "GPUS USED": None,
+            "GPUS TOTAL": None,
             "GPU HEALTH": "",
-            "PODS": "team-a/running",
+            "PODS": ["team-a/running"],
+            "AGE": "",
         },
         {
             "NODE": "node-002",
@@ -153,10 +158,13 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "SLURM STATE": "DRAINED",
             "REASON": "k8s: Node cordoned",
             "LOCK": "false",
-            "JOBS": "",
+            "JOBS": [],
             "GPUS": "",
+            "GPUS USED": None,
+            "GPUS TOTAL": None,
             "GPU HEALTH": "",
-            "PODS": "",
+            "PODS": [],
+            "AGE": "",
         },
     ]
     slurm = f.SlurmView(
@@ -169,8 +177,8 @@ def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
             "gpu-002": Node("gpu-002", "IDLE", ("DRAIN",), "k8s: Node cordoned"),
         },
     )
-    rows = views.node_rows(facts(running, slurm=slurm))
-    assert (rows[0]["SLURM STATE"], rows[0]["JOBS"]) == ("ALLOCATED", "13,20")
+    rows = views.node_records(facts(running, slurm=slurm), NOW)
+    assert (rows[0]["SLURM STATE"], rows[0]["JOBS"]) == ("ALLOCATED", [13, 20])
     assert rows[0]["GPUS"] == ""
     assert (rows[1]["SLURM STATE"], rows[1]["REASON"]) == ("IDLE+DRAIN", "k8s: Node cordoned")
 
@@ -193,12 +201,20 @@ def test_nodes_show_each_unhealthy_gpu_and_the_side_that_says_so() -> None:
     slurm = f.SlurmView(nodes={"gpu-000": Node("gpu-000", "IDLE", ("DRAIN",), "xid 79 on GPU 5", "root")})
     seen = facts(running, slurm=slurm)
     seen.gpus = {"node-000": devices, "node-002": "no ResourceSlice of gpu.nvidia.com for Node node-002"}
-    rows = {r["NODE"]: r for r in views.node_rows(seen)}
-    assert rows["node-000"]["GPU HEALTH"] == "3:k8s 5:slurm"
-    assert rows["node-002"]["GPU HEALTH"].startswith("unknown: no ResourceSlice")
+    rows = {r["NODE"]: r for r in views.node_rows(seen, NOW, wide=True)}
+    assert rows["node-000"]["GPU HEALTH"] == "2 unhealthy"  # which ones: -o wide, describe node
+    assert rows["node-000"]["UNHEALTHY GPUS"] == "3:k8s 5:slurm"
+    assert rows["node-002"]["GPU HEALTH"] == "unknown"
+    assert rows["node-002"]["UNHEALTHY GPUS"].startswith("unknown: no ResourceSlice")
+    assert views.node_records(seen, NOW)[0]["GPU HEALTH"] == "3:k8s 5:slurm"
+    health = views.describe_node(seen, "node-000", [], NOW)["GPU health"]
+    assert [(g["GPU"], g["Health"]) for g in health if g["Health"] != "ok"] == [
+        ("3", "tainted in Kubernetes: example.com/xid=79:NoSchedule"),
+        ("5", "named by Slurm's drain reason"),
+    ]
     seen.gpus = {"node-000": replace(devices, devices=tuple(replace(d, taints=()) for d in devices.devices))}
     seen.slurm = f.SlurmView(nodes={"gpu-000": Node("gpu-000", "IDLE")})
-    assert views.node_rows(seen)[0]["GPU HEALTH"] == "ok"
+    assert views.node_rows(seen, NOW)[0]["GPU HEALTH"] == "ok"
 
 
 def test_describe_tells_the_whole_story_of_a_pending_pod() -> None:
@@ -289,7 +305,7 @@ def test_without_an_operator_certificate_the_syncer_is_not_asked() -> None:
         f.read_syncer("127.0.0.1:1", None)
 
 
-@pytest.mark.parametrize("command", [["get"], ["describe", "p"], ["nodes"]])
+@pytest.mark.parametrize("command", [["get"], ["describe", "p"], ["describe", "node", "n"], ["nodes"]])
 def test_the_output_flag_goes_before_or_after_the_subcommand(command: list[str]) -> None:
     assert main.parser().parse_args([*command, "-o", "yaml"]).output == "yaml"
     assert main.parser().parse_args(["-o", "json", *command]).output == "json"
@@ -346,9 +362,12 @@ def test_nodes_show_which_gpu_indices_each_job_holds_and_a_disagreeing_node() ->
             {"type": keys.GPU_MISMATCH_CONDITION, "status": "True", "message": "Slurm has 8 gpu:h100"}
         ]
     }
-    rows = views.node_rows(seen)
-    assert rows[0]["GPUS"] == "0-1=12 2-3,6-7=13"
-    assert rows[1]["GPUS"] == "disagree: Slurm has 8 gpu:h100"
+    rows = views.node_rows(seen, NOW, wide=True)
+    assert rows[0]["GPU IDX=JOB"] == "0-1=12 2-3,6-7=13"
+    assert rows[1]["GPU IDX=JOB"] == "disagree: Slurm has 8 gpu:h100"
+    # 6 held; how many the Node has, only its ResourceSlice says (it publishes none here)
+    assert (rows[0]["GPUS USED/TOTAL"], rows[1]["GPUS USED/TOTAL"]) == ("6/?", "disagree")
+    assert views.node_records(seen, NOW)[0]["GPUS"] == "0-1=12 2-3,6-7=13"
 
 
 def test_describe_names_the_pod_s_claims_and_its_job_s_gpus() -> None:
@@ -389,4 +408,223 @@ def test_gpu_health_reads_a_slurm_drain_from_the_node_without_the_syncer() -> No
     seen = facts(running)
     seen.nodes["node-000"]["metadata"]["annotations"] = {keys.DRAIN_ANNOTATION: "GPUs 1-2 ECC"}
     seen.gpus = {"node-000": NodeDevices("node-000", "gpu.nvidia.com", "node-000", ())}
-    assert views.node_rows(seen)[0]["GPU HEALTH"] == "1:slurm 2:slurm"
+    assert views.node_records(seen, NOW)[0]["GPU HEALTH"] == "1:slurm 2:slurm"
+
+
+def soak() -> f.Facts:
+    """Node node-000 after a soak on the 8-node lab: 35 jobs (four holding 7 of its 8 GPUs, GPU 7
+    tainted), 28 Pods; node-002 drained with a long reason."""
+    gpus = {812: "0-1", 813: "2-3", 814: "4-5", 815: "6"}
+    jobs = {
+        j: JobStatus(
+            Job(
+                j,
+                "soak",
+                "RUNNING",
+                nodes=("gpu-000",),
+                gres_detail=(f"gpu:h100:{2 if '-' in gpus[j] else 1}(IDX:{gpus[j]})",) if j in gpus else (),
+            )
+        )
+        for j in range(812, 847)
+    }
+    long_reason = "GPU 3 ECC errors climbing, RMA ticket INC-48213 opened by the night shift, do not resume"
+    slurm = f.SlurmView(
+        jobs=jobs,
+        nodes={
+            "gpu-000": Node("gpu-000", "MIXED"),
+            "gpu-002": Node("gpu-002", "IDLE", ("DRAIN",), long_reason),
+        },
+    )
+    pods = [
+        pod(f"soak-infer-{i:04d}-7d9f8c6b5-x2k4q", 812 + i, node="node-000", phase="Running")
+        for i in range(28)
+    ]
+    seen = facts(*pods, slurm=slurm)
+    seen.nodes["node-000"]["metadata"]["creationTimestamp"] = "2026-11-10T10:00:00Z"
+    xid = DeviceTaint("example.com/xid", "79", "NoSchedule")
+    devices = tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i, (xid,) if i == 7 else ()) for i in range(8))
+    seen.gpus = {"node-000": NodeDevices("node-000", "gpu.nvidia.com", "node-000", devices)}
+    return seen
+
+
+def cli(seen: f.Facts, *argv: str) -> str:
+    """What `kubectl tandem ARGV` prints for these facts."""
+    kube = mock.Mock()
+    kube.get.return_value = {"items": []}  # no Events
+    with mock.patch.object(f, "gather", return_value=seen):
+        return main.run(main.parser().parse_args(list(argv)), kube, "team-a")
+
+
+SOAK_PODS = [f"team-a/soak-infer-{i:04d}-7d9f8c6b5-x2k4q" for i in range(28)]
+
+
+def test_nodes_counts_jobs_and_pods_in_a_row_that_fits_a_terminal() -> None:
+    """Issue 41: after a soak, one row listed 35 job ids and 28 Pod names, ~900 characters."""
+    lines = cli(soak(), "nodes").splitlines()
+    assert max(len(line) for line in lines) < 120
+    assert re.split(r" {3,}", lines[0]) == [
+        "NODE",
+        "SLURM NODE",
+        "SLURM STATE",
+        "LOCK",
+        "JOBS",
+        "PODS",
+        "GPUS USED/TOTAL",  # the header says what the number counts
+        "GPU HEALTH",
+        "AGE",
+    ]
+    assert lines[1].split()[:9] == [
+        "node-000",
+        "gpu-000",
+        "MIXED",
+        "locked_strict",
+        "35",
+        "28",
+        "7/8",
+        "1",
+        "unhealthy",
+    ]
+    assert lines[2].split()[:8] == [
+        "node-002",
+        "gpu-002",
+        "IDLE+DRAIN",
+        "false",
+        "0",
+        "0",
+        "<none>",
+        "<none>",
+    ]
+    assert "812" not in "\n".join(lines) and "soak-infer" not in "\n".join(lines) and "RMA" not in lines[2]
+
+
+def test_nodes_wide_lists_the_job_ids_the_pods_the_gpus_and_the_reason() -> None:
+    lines = cli(soak(), "nodes", "-o", "wide").splitlines()
+    assert re.split(r" {3,}", lines[0])[9:] == [
+        "REASON",
+        "JOB IDS",
+        "GPU IDX=JOB",
+        "UNHEALTHY GPUS",
+        "POD NAMES",
+    ]
+    assert re.split(r" {3,}", lines[1])[9:] == [
+        "<none>",
+        "812-846",
+        "0-1=812 2-3=813 4-5=814 6=815",
+        "7:k8s",
+        ",".join(SOAK_PODS),
+    ]
+    assert (
+        "GPU 3 ECC errors climbing, RMA ticket INC-48213 opened by the night shift, do not resume" in lines[2]
+    )
+
+
+def test_nodes_json_keeps_every_job_and_pod() -> None:
+    rows = {r["NODE"]: r for r in json.loads(cli(soak(), "nodes", "-o", "json"))}
+    assert rows["node-000"]["JOBS"] == list(range(812, 847))
+    assert rows["node-000"]["PODS"] == SOAK_PODS
+    assert (rows["node-000"]["GPUS USED"], rows["node-000"]["GPUS TOTAL"]) == (7, 8)
+    assert rows["node-000"]["GPUS"] == "0-1=812 2-3=813 4-5=814 6=815"
+    assert rows["node-000"]["GPU HEALTH"] == "7:k8s"
+    assert rows["node-002"]["REASON"].endswith("do not resume")
+
+
+@pytest.mark.parametrize(
+    "target", [["node", "node-000"], ["node/node-000"], ["nodes", "gpu-000"], ["no/gpu-000"]]
+)
+def test_describe_node_lists_every_job_with_its_gpus_every_pod_and_each_gpu(target: list[str]) -> None:
+    text = cli(soak(), "describe", *target)
+    lines = text.splitlines()
+    assert lines[:6] == [
+        "Node:           node-000",
+        "Slurm node:     gpu-000",
+        "Slurm state:    MIXED",
+        "Reason:         (none)",
+        "Lock:           locked_strict",
+        "GPUs:           7 of 8 held by Slurm jobs",
+    ]
+    assert "Jobs:           (35 in total)" in lines and "Pods:           (28 in total)" in lines
+    jobs = [line.split() for line in lines if line.startswith("  8")]
+    assert [j[0] for j in jobs] == [str(j) for j in range(812, 847)]
+    assert jobs[0] == ["812", "RUNNING", "0-1", SOAK_PODS[0]]
+    assert jobs[3][:3] == ["815", "RUNNING", "6"] and jobs[-1] == ["846", "RUNNING", "<none>", "<none>"]
+    pods = [line.split()[:4] for line in lines if line.startswith("  team-a ")]
+    assert pods == [["team-a", p.split("/")[1], str(812 + i), "Running"] for i, p in enumerate(SOAK_PODS)]
+    gpu = lines.index("GPU health:     (8 in total)")
+    assert lines[gpu + 1].split() == ["GPU", "Device", "Job", "Health"]
+    assert lines[gpu + 3].split() == ["0", "gpu-0", "812", "ok"]
+    assert lines[gpu + 10].split() == [
+        "7",
+        "gpu-7",
+        "<none>",
+        "tainted",
+        "in",
+        "Kubernetes:",
+        "example.com/xid=79:NoSchedule",
+    ]
+    assert max(len(line) for line in lines) < 120
+
+
+def test_describe_node_of_an_idle_drained_node_and_json() -> None:
+    story = json.loads(cli(soak(), "describe", "node", "node-002", "-o", "json"))
+    assert story["Slurm state"] == "IDLE+DRAIN" and story["Reason"].endswith("do not resume")
+    assert story["Jobs"] == [] and story["Pods"] == []
+    assert "Jobs:           (none)" in cli(soak(), "describe", "node", "node-002")
+    with pytest.raises(f.Unreachable, match='node "node-009" not found'):
+        cli(soak(), "describe", "node", "node-009")
+
+
+@pytest.mark.parametrize(
+    ("words", "target"),
+    [
+        (("infer", None), ("pod", "infer")),
+        (("node", None), ("pod", "node")),  # one word is a Pod's name, as before
+        (("pod", "infer"), ("pod", "infer")),
+        (("po/infer", None), ("pod", "infer")),
+        (("Node", "node-000"), ("node", "node-000")),
+        (("node/node-000", None), ("node", "node-000")),
+    ],
+)
+def test_describe_reads_a_pod_name_type_name_and_type_slash_name(
+    words: tuple[str, str | None], target: tuple[str, str]
+) -> None:
+    assert main.describe_target(*words) == target
+
+
+@pytest.mark.parametrize("words", [("deployment", "x"), ("svc/x", None), ("node/", None)])
+def test_describe_of_anything_else_is_a_clear_error(words: tuple[str, str | None]) -> None:
+    with pytest.raises(main.UsageError, match="describe"):
+        main.describe_target(*words)
+
+
+def test_nodes_gpu_counts_say_which_side_is_unknown() -> None:
+    """Without the syncer, which GPUs jobs hold is unknown; without a ResourceSlice, how many."""
+    seen = soak()
+    seen.slurm = None
+    rows = views.node_rows(seen, NOW)
+    assert (rows[0]["SLURM STATE"], rows[0]["JOBS"], rows[0]["GPUS USED/TOTAL"]) == ("", "28", "?/8")
+    seen = soak()
+    seen.gpus = {}
+    assert views.node_rows(seen, NOW)[0]["GPUS USED/TOTAL"] == "7/?"
+    assert views.node_rows(seen, NOW)[1]["GPUS USED/TOTAL"] == ""  # no GPU published, none held
+
+
+@pytest.mark.parametrize("target", [["infer"], ["pod", "infer"], ["pods/infer"]])
+def test_describe_pod_still_tells_a_pods_story(target: list[str]) -> None:
+    the_pod = pod("infer", 812, node="node-000", phase="Running")
+    kube = mock.Mock()
+    kube.get.side_effect = lambda path, params=None: (
+        the_pod if path == "/api/v1/namespaces/team-a/pods/infer" else {"items": []}
+    )
+    with mock.patch.object(f, "gather", return_value=soak()):
+        text = main.run(main.parser().parse_args(["describe", *target]), kube, "team-a")
+    assert text.startswith("Pod:            team-a/infer\n")
+    assert "  slurm node:     gpu-000" in text
+
+
+def test_describe_of_an_unknown_type_says_so_before_asking_the_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main.main(["--kubeconfig", str(tmp_path / "nope"), "describe", "deployment", "x"]) == 1
+    assert capsys.readouterr().err == (
+        'error: cannot describe "deployment": a pod (POD, pod POD, pod/POD) or a node (node NODE)\n'
+    )

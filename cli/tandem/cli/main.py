@@ -2,8 +2,14 @@
 
     kubectl tandem get [-n NS | -A]     Tandem's Pods: group, Slurm job, state, reason, queue
                                         position, Slurm node, Node, lock, age
-    kubectl tandem describe POD [-n NS] the whole story of one Pod
-    kubectl tandem nodes                Node <-> Slurm node, Slurm state, lock, jobs
+    kubectl tandem describe POD [-n NS] the whole story of one Pod (also: pod POD, pod/POD)
+    kubectl tandem describe node NODE   the whole story of one Node (also: node/NODE, or its Slurm
+                                        node's name): Slurm state and reason, lock, each job and
+                                        its GPUs, each Pod, each GPU's health
+    kubectl tandem nodes [-o wide]      Node <-> Slurm node, Slurm state, lock, how many jobs and
+                                        Pods, GPUs used of total, GPU health; -o wide adds the
+                                        reason, the job ids, each job's GPUs, the unhealthy GPUs
+                                        and the Pods' names
     kubectl tandem topology             Slurm's topology as the syncer wrote it from Node labels,
                                         each domain's free and busy nodes
 
@@ -52,14 +58,18 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("TANDEM_SLURMD_NAMESPACE", f.DEFAULT_SLURMD_NAMESPACE),
         help="namespace of the slurmd Pods, as the services are told (env TANDEM_SLURMD_NAMESPACE)",
     )
-    p.add_argument("-o", "--output", choices=output.FORMATS, default="table")
+    output_help = "wide: `nodes` adds the reason and the lists (job ids, each job's GPUs, Pods)"
+    p.add_argument("-o", "--output", choices=output.FORMATS, default="table", help=output_help)
     sub = p.add_subparsers(dest="command", required=True)
     get = sub.add_parser("get", help="Tandem's Pods")
     get.add_argument("-n", "--namespace", default=None)
     get.add_argument("-A", "--all-namespaces", action="store_true")
-    describe = sub.add_parser("describe", help="one Pod's whole story")
-    describe.add_argument("pod")
-    describe.add_argument("-n", "--namespace", default=None)
+    describe = sub.add_parser("describe", help="one Pod's or one Node's whole story")
+    describe.add_argument(
+        "what", metavar="POD|TYPE", help="a Pod's name, or the type (pod, node) of NAME, or TYPE/NAME"
+    )
+    describe.add_argument("name", metavar="NAME", nargs="?", help="with a TYPE: the Pod's or Node's name")
+    describe.add_argument("-n", "--namespace", default=None, help="the Pod's namespace")
     describe.add_argument(
         "--topology-configmap",
         default=os.environ.get("TANDEM_TOPOLOGY_CONFIGMAP", f.DEFAULT_TOPOLOGY_CONFIGMAP),
@@ -74,17 +84,45 @@ def parser() -> argparse.ArgumentParser:
     )
     # kubectl's users put flags after the subcommand too.
     for child in (get, describe, nodes, topo):
-        child.add_argument("-o", "--output", choices=output.FORMATS, default=argparse.SUPPRESS)
+        child.add_argument(
+            "-o", "--output", choices=output.FORMATS, default=argparse.SUPPRESS, help=output_help
+        )
     return p
+
+
+POD_TYPE = frozenset({"pod", "pods", "po"})
+NODE_TYPE = frozenset({"node", "nodes", "no"})
+
+
+class UsageError(ValueError):
+    """The command names nothing Tandem can show; the message says what it can."""
+
+
+def describe_target(what: str, name: str | None) -> tuple[str, str]:
+    """("pod" or "node", its name) from `describe`'s words, as kubectl reads them: `NAME` (a Pod:
+    Tandem's own subject), `TYPE NAME` or `TYPE/NAME`."""
+    if name is None:
+        kind, slash, name = what.partition("/")
+        if not slash:
+            return "pod", what
+        what = kind
+    kind = "pod" if what.lower() in POD_TYPE else "node" if what.lower() in NODE_TYPE else ""
+    if not kind:
+        raise UsageError(f'cannot describe "{what}": a pod (POD, pod POD, pod/POD) or a node (node NODE)')
+    if not name:
+        raise UsageError(f"describe {what}: which one? (a name after the type)")
+    return kind, name
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.command == "describe":
+            describe_target(args.what, args.name)  # a wrong type is told before the cluster is asked
         kube, default_ns = _client(args.kubeconfig, args.context)
         print(run(args, kube, default_ns))
         return 0
-    except f.Unreachable as e:
+    except (f.Unreachable, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
     except KubeError as e:
         if e.status == 0:  # no answer at all (tandem.kube's connection errors)
@@ -122,7 +160,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         namespace = None if args.all_namespaces else (args.namespace or default_ns)
         facts = _gather(args, kube, namespace)
         rows = views.pod_rows(facts, now)
-        if args.output != "table":
+        if args.output not in output.TABLES:
             return output.structured(rows, args.output)
         columns = views.POD_COLUMNS if namespace is None else views.POD_COLUMNS[1:]
         if not rows:
@@ -136,23 +174,25 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
             why = "is the syncer's --topology-levels empty?"
             return f"No topology published in ConfigMap {args.configmap} ({why})."
         rows = views.topology_rows(facts, published)
-        if args.output != "table":
+        if args.output not in output.TABLES:
             return output.structured(rows, args.output)
         return output.table(views.TOPOLOGY_COLUMNS, rows)
     if args.command == "nodes":
         facts = _gather(args, kube, None)
-        rows = views.node_rows(facts)
-        return (
-            output.table(views.NODE_COLUMNS, rows)
-            if args.output == "table"
-            else output.structured(rows, args.output)
-        )
+        if args.output not in output.TABLES:
+            return output.structured(views.node_records(facts, now), args.output)
+        wide = args.output == "wide"
+        rows = views.node_rows(facts, now, wide)
+        return output.table(views.NODE_WIDE_COLUMNS if wide else views.NODE_COLUMNS, rows)
+    kind, name = describe_target(args.what, args.name)
+    if kind == "node":
+        return _describe_node(args, kube, name, now)
     namespace = args.namespace or default_ns
     try:
-        pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{args.pod}")
+        pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
     except KubeError as e:
         if e.not_found:
-            raise f.Unreachable(f'pod "{args.pod}" not found in namespace {namespace}') from e
+            raise f.Unreachable(f'pod "{name}" not found in namespace {namespace}') from e
         raise
     facts = _gather(args, kube, namespace)
     job = views.job_id(pod)
@@ -166,10 +206,18 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     domain = views.topology_section(
         asked, f.topology_of(kube, args.topology_configmap) if asked else None, slurm_nodes
     )
-    story = views.describe(
-        facts, pod, f.events_of(kube, "Pod", args.pod, namespace), node_events, now, domain
-    )
-    return output.story(story) if args.output == "table" else output.structured(story, args.output)
+    story = views.describe(facts, pod, f.events_of(kube, "Pod", name, namespace), node_events, now, domain)
+    return output.story(story) if args.output in output.TABLES else output.structured(story, args.output)
+
+
+def _describe_node(args: argparse.Namespace, kube: KubeClient, name: str, now: dt.datetime) -> str:
+    facts = _gather(args, kube, None)
+    node = views.find_node(facts, name)
+    if node is None:
+        raise f.Unreachable(f'node "{name}" not found (neither a Node nor a Slurm node a slurmd Pod runs)')
+    events = views.lock_events(f.events_of(kube, "Node", node, None))
+    story = views.describe_node(facts, node, events, now)
+    return output.story(story) if args.output in output.TABLES else output.structured(story, args.output)
 
 
 def _client(path: str, context: str | None) -> tuple[KubeClient, str]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from tandem import keys, topology
 from tandem.cli.facts import Facts
+from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, parse_rfc3339, pod_finished
 from tandem.scheduler import decide, gpuclaims, groups
 from tandem.slurm import queue
@@ -39,19 +41,6 @@ POD_COLUMNS = (
     "LOCK",
     "AGE",
 )
-NODE_COLUMNS = (
-    "NODE",
-    "SLURM NODE",
-    "SLURM STATE",
-    "REASON",
-    "LOCK",
-    "JOBS",
-    "GPUS",
-    "GPU HEALTH",
-    "PODS",
-)
-
-
 TOPOLOGY_COLUMNS = ("DOMAIN", "LABEL", "NODES", "FREE", "BUSY", "DOWN", "SLURM NAME")
 
 
@@ -187,76 +176,310 @@ def pod_rows(facts: Facts, now: dt.datetime) -> list[dict[str, str]]:
     return sorted(rows, key=lambda r: (r["NAMESPACE"], r["GROUP"], r["POD"]))
 
 
-def node_rows(facts: Facts) -> list[dict[str, str]]:
+# `kubectl tandem nodes`, as `kubectl get nodes` reads: short columns, counts rather than lists,
+# so a row fits a terminal however many jobs and Pods a node runs. The lists are in `-o wide`
+# (kubectl's way: the same columns, more after them), in `describe node` and in `-o json|yaml`.
+# REASON is only there too: a drain reason is free text of any length.
+NODE_COLUMNS = (
+    "NODE",
+    "SLURM NODE",
+    "SLURM STATE",
+    "LOCK",
+    "JOBS",
+    "PODS",
+    "GPUS USED/TOTAL",
+    "GPU HEALTH",
+    "AGE",
+)
+NODE_WIDE_COLUMNS = (*NODE_COLUMNS, "REASON", "JOB IDS", "GPU IDX=JOB", "UNHEALTHY GPUS", "POD NAMES")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One Node as `nodes` and `describe node` show it, every list whole."""
+
+    name: str
+    node: JSON
+    slurm_node: str
+    state: str
+    reason: str
+    lock: str
+    # The jobs Slurm has on its Slurm node (those it holds, running or cleaning up) and those its
+    # Pods name; its Tandem Pods (any phase), by namespace and name.
+    jobs: tuple[int, ...]
+    pods: tuple[JSON, ...]
+    # The GPU indices each job holds there, Slurm's IDX (a Pod's claim gets those devices); None
+    # without Slurm's view (the syncer's).
+    held: tuple[tuple[tuple[int, ...], int], ...] | None
+    # The SlurmGpuMismatch condition's message: the Node's GPUs and Slurm's GRES differ.
+    disagree: str
+    # Its GPUs as the ResourceSlices publish them (None: none; a str: why they cannot be numbered).
+    devices: NodeDevices | str | None
+    # Each unhealthy GPU by Slurm index and the sides that say so ("k8s", "slurm").
+    unhealthy: dict[int, list[str]]
+
+    @property
+    def gpus_used(self) -> int | None:
+        """GPUs held by Slurm jobs on the node; None without Slurm's view (the syncer's)."""
+        return None if self.held is None else len({i for indices, _ in self.held for i in indices})
+
+    @property
+    def gpus_total(self) -> int | None:
+        """The GPUs (and MIG slices) the Node publishes, numbered as Slurm numbers them."""
+        return len(self.devices.devices) if isinstance(self.devices, NodeDevices) else None
+
+    def holder(self, index: int) -> int | None:
+        """The job holding GPU `index` (None: free, or unknown without Slurm's view)."""
+        return next((job for indices, job in self.held or () if index in indices), None)
+
+
+def node_view(facts: Facts, name: str) -> NodeView:
+    node = facts.nodes.get(name) or {}
+    slurm_node = facts.slurm_node_of.get(name, "")
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    state, why = "", str(annotations.get(keys.DRAIN_ANNOTATION, ""))
+    jobs: set[int] = set()
+    if facts.slurm is not None and slurm_node:
+        known = facts.slurm.nodes.get(slurm_node)
+        if known is not None:
+            state = "+".join((known.state, *known.flags))
+            why = known.reason or why
+        jobs = {s.job_id for s in facts.slurm.jobs.values() if slurm_node in s.job.nodes and s.holds_nodes}
+    elif why:
+        state = "DRAINED"
+    on_node = sorted(
+        (p for p in facts.pods if node_of(p) == name),
+        key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"].get("name", "")),
+    )
+    jobs |= {j for p in on_node if (j := job_id(p)) is not None}
+    disagree = ""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == keys.GPU_MISMATCH_CONDITION and c.get("status") == "True":
+            disagree = str(c.get("message", ""))
+    devices = facts.gpus.get(name)
+    unhealthy: dict[int, list[str]] = {}
+    if isinstance(devices, NodeDevices):
+        unhealthy = {g.index: ["k8s"] for g in gputaints.tainted_gpus(devices)}
+        for index in gputaints.gpus_named(_slurm_drain(facts, name, slurm_node)):
+            unhealthy.setdefault(index, []).append("slurm")
+    return NodeView(
+        name=name,
+        node=node,
+        slurm_node=slurm_node,
+        state=state,
+        reason=why,
+        lock=facts.lock_of(slurm_node) if slurm_node else "",
+        jobs=tuple(sorted(jobs)),
+        pods=tuple(on_node),
+        held=_held(facts, slurm_node),
+        disagree=disagree,
+        devices=devices,
+        unhealthy=unhealthy,
+    )
+
+
+def node_views(facts: Facts) -> list[NodeView]:
+    return [node_view(facts, name) for name in sorted(set(facts.nodes) | set(facts.slurm_node_of))]
+
+
+def find_node(facts: Facts, name: str) -> str | None:
+    """The Node `name` names: a Node, or the Node hosting the Slurm node of that name."""
+    if name in facts.nodes or name in facts.slurm_node_of:
+        return name
+    return next((node for node, slurm in sorted(facts.slurm_node_of.items()) if slurm == name), None)
+
+
+def node_rows(facts: Facts, now: dt.datetime, wide: bool = False) -> list[dict[str, str]]:
+    """The `nodes` table: NODE_COLUMNS, or NODE_WIDE_COLUMNS when `wide`."""
     rows = []
-    for name in sorted(set(facts.nodes) | set(facts.slurm_node_of)):
-        node = facts.nodes.get(name) or {}
-        slurm_node = facts.slurm_node_of.get(name, "")
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        state, why = "", str(annotations.get(keys.DRAIN_ANNOTATION, ""))
-        jobs: set[int] = set()
-        if facts.slurm is not None and slurm_node:
-            known = facts.slurm.nodes.get(slurm_node)
-            if known is not None:
-                state = "+".join((known.state, *known.flags))
-                why = known.reason or why
-            jobs = {
-                s.job_id for s in facts.slurm.jobs.values() if slurm_node in s.job.nodes and s.holds_nodes
+    for v in node_views(facts):
+        row = {
+            "NODE": v.name,
+            "SLURM NODE": v.slurm_node,
+            "SLURM STATE": v.state,
+            "LOCK": v.lock,
+            "JOBS": str(len(v.jobs)),
+            "PODS": str(len(v.pods)),
+            "GPUS USED/TOTAL": _gpu_count(v),
+            "GPU HEALTH": _gpu_health_short(v),
+            "AGE": age((v.node.get("metadata") or {}).get("creationTimestamp"), now),
+        }
+        if wide:
+            row |= {
+                "REASON": v.reason,
+                "JOB IDS": compress_indices(v.jobs),
+                "GPU IDX=JOB": _gpu_map(v),
+                "UNHEALTHY GPUS": _gpu_health(v) if v.unhealthy or isinstance(v.devices, str) else "",
+                "POD NAMES": ",".join(_pod_name(p) for p in v.pods),
             }
-        elif why:
-            state = "DRAINED"
-        on_node = [p for p in facts.pods if node_of(p) == name]
-        jobs |= {j for p in on_node if (j := job_id(p)) is not None}
-        rows.append(
-            {
-                "NODE": name,
-                "SLURM NODE": slurm_node,
-                "SLURM STATE": state,
-                "REASON": why,
-                "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
-                "JOBS": ",".join(str(j) for j in sorted(jobs)),
-                "GPUS": _gpus(facts, node, slurm_node),
-                "GPU HEALTH": gpu_health(facts, name, slurm_node),
-                "PODS": ",".join(
-                    sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node)
-                ),
-            }
-        )
+        rows.append(row)
     return rows
 
 
-def _gpus(facts: Facts, node: JSON, slurm_node: str) -> str:
-    """Which GPU indices each job holds on the node (`0-1=12 4-7=20`: Slurm's IDX, which a Pod's
-    claim is allocated the devices of), or why Pods claiming GPUs are kept off it."""
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == keys.GPU_MISMATCH_CONDITION and c.get("status") == "True":
-            return f"disagree: {c.get('message', '')}"
+def node_records(facts: Facts, now: dt.datetime) -> list[dict[str, Any]]:
+    """`nodes -o json|yaml`: everything, the lists whole (job ids, Pods), for scripts."""
+    return [
+        {
+            "NODE": v.name,
+            "SLURM NODE": v.slurm_node,
+            "SLURM STATE": v.state,
+            "REASON": v.reason,
+            "LOCK": v.lock,
+            "JOBS": list(v.jobs),
+            "GPUS": _gpu_map(v),
+            "GPUS USED": v.gpus_used,
+            "GPUS TOTAL": v.gpus_total,
+            "GPU HEALTH": _gpu_health(v),
+            "PODS": [_pod_name(p) for p in v.pods],
+            "AGE": age((v.node.get("metadata") or {}).get("creationTimestamp"), now),
+        }
+        for v in node_views(facts)
+    ]
+
+
+def _pod_name(pod: JSON) -> str:
+    return f"{pod['metadata'].get('namespace', '')}/{pod['metadata'].get('name', '')}"
+
+
+def _held(facts: Facts, slurm_node: str) -> tuple[tuple[tuple[int, ...], int], ...] | None:
+    """Which GPU indices each job holds on the node (Slurm's IDX), by index."""
     if facts.slurm is None or not slurm_node:
-        return ""
+        return None
     held = []
     for status in facts.slurm.jobs.values():
         if slurm_node in status.job.nodes and status.holds_nodes and status.job.gres_detail:
             indices = gpuclaims.job_gpu_indices(status.job, slurm_node)
             if isinstance(indices, tuple) and indices:
                 held.append((indices, status.job_id))
-    return " ".join(f"{compress_indices(i)}={job}" for i, job in sorted(held))
+    return tuple(sorted(held))
 
 
-def gpu_health(facts: Facts, kube_node: str, slurm_node: str) -> str:
+def _gpu_count(v: NodeView) -> str:
+    """`6/8`: GPUs held by Slurm jobs of those the Node publishes; `?` where a side is unknown
+    (held: without the syncer; published: no ResourceSlice); `disagree` when the two disagree."""
+    if v.disagree:
+        return "disagree"
+    used, total = v.gpus_used, v.gpus_total
+    if total is None and not used:
+        return ""  # no GPUs published, none held: a CPU node, or one Tandem cannot see GPUs of
+    return f"{'?' if used is None else used}/{'?' if total is None else total}"
+
+
+def _gpu_map(v: NodeView) -> str:
+    """`0-1=12 4-7=20`: the GPU indices each job holds, or why Pods claiming GPUs are kept off."""
+    if v.disagree:
+        return f"disagree: {v.disagree}"
+    return " ".join(f"{compress_indices(i)}={job}" for i, job in v.held or ())
+
+
+def _gpu_health(v: NodeView) -> str:
     """Each unhealthy GPU by Slurm index and the side that says so: `3:k8s` (a device taint keeps
     it from claims, and so Slurm drains the node), `5:slurm` (a Slurm drain names it, and so its
     device is tainted); "ok" when the Node's GPUs are all healthy, "" when it publishes none."""
-    devices = facts.gpus.get(kube_node)
-    if devices is None:
+    if v.devices is None:
         return ""
-    if isinstance(devices, str):
-        return f"unknown: {devices}"
-    sides: dict[int, list[str]] = {g.index: ["k8s"] for g in gputaints.tainted_gpus(devices)}
-    for index in gputaints.gpus_named(_slurm_drain(facts, kube_node, slurm_node)):
-        sides.setdefault(index, []).append("slurm")
-    if not sides:
+    if isinstance(v.devices, str):
+        return f"unknown: {v.devices}"
+    if not v.unhealthy:
         return "ok"
-    return " ".join(f"{i}:{','.join(who)}" for i, who in sorted(sides.items()))
+    return " ".join(f"{i}:{','.join(who)}" for i, who in sorted(v.unhealthy.items()))
+
+
+def _gpu_health_short(v: NodeView) -> str:
+    """The default column: `ok`, `2 unhealthy`, `unknown`; which ones in -o wide."""
+    if v.devices is None:
+        return ""
+    if isinstance(v.devices, str):
+        return "unknown"
+    return f"{len(v.unhealthy)} unhealthy" if v.unhealthy else "ok"
+
+
+def describe_node(facts: Facts, name: str, node_events: list[JSON], now: dt.datetime) -> dict[str, Any]:
+    """The whole story of one Node, as `kubectl describe node` tells it: its Slurm node's state and
+    reason, the lock, every job with the GPUs it holds, every Pod, each GPU's health."""
+    v = node_view(facts, name)
+    story: dict[str, Any] = {
+        "Node": v.name,
+        "Slurm node": v.slurm_node or "(none: no slurmd Pod runs on this Node)",
+        "Slurm state": _slurm_state_line(facts, v),
+        "Reason": v.reason or "(none)",
+        "Lock": v.lock or "(none)",
+        "GPUs": _gpus_line(v),
+        "Jobs": [_job_line(facts, v, job) for job in v.jobs],
+        "Pods": [
+            {
+                "Namespace": str(p["metadata"].get("namespace", "")),
+                "Name": str(p["metadata"].get("name", "")),
+                "Job": "" if (job := job_id(p)) is None else str(job),
+                "Phase": "Terminating"
+                if p["metadata"].get("deletionTimestamp")
+                else str((p.get("status") or {}).get("phase", "")),
+                "Age": age(p["metadata"].get("creationTimestamp"), now),
+            }
+            for p in v.pods
+        ],
+    }
+    if isinstance(v.devices, NodeDevices):
+        story["GPU health"] = _gpu_health_lines(v, v.devices)
+    elif isinstance(v.devices, str):
+        story["GPU health"] = f"unknown: {v.devices}"
+    story["Lock history"] = [_event_line(e, now) for e in node_events] or ["(no lock Events)"]
+    return story
+
+
+def _slurm_state_line(facts: Facts, v: NodeView) -> str:
+    if not v.slurm_node:
+        return "(no Slurm node)"
+    if facts.slurm is None:
+        return f"{v.state or 'unknown'} (Slurm's own view needs --syncer-address)"
+    return v.state or "(not known to Slurm)"
+
+
+def _gpus_line(v: NodeView) -> str:
+    if v.disagree:
+        return f"disagree with Slurm's GRES: {v.disagree}"
+    used, total = v.gpus_used, v.gpus_total
+    if total is None and not used:
+        return "(none published: no ResourceSlice of gpu.nvidia.com for this Node)"
+    line = f"{'?' if used is None else used} of {'?' if total is None else total} held by Slurm jobs"
+    return line + (" (held: Slurm's view needs --syncer-address)" if used is None else "")
+
+
+def _job_line(facts: Facts, v: NodeView, job: int) -> dict[str, str]:
+    status = facts.slurm.jobs.get(job) if facts.slurm is not None else None
+    pods = [p for p in v.pods if job_id(p) == job]
+    held = next((indices for indices, j in v.held or () if j == job), ())
+    return {
+        "Job": str(job),
+        "State": status.state_name if status is not None else (job_state(pods[0], None) if pods else ""),
+        "GPUs": compress_indices(held),
+        "Pods": ",".join(_pod_name(p) for p in pods),
+    }
+
+
+def _gpu_health_lines(v: NodeView, devices: NodeDevices) -> list[dict[str, str]]:
+    """Each GPU (and MIG slice) of the Node by Slurm index: its device, the job holding it, its
+    health and who says so."""
+    tainted = {g.index: g.taints for g in gputaints.tainted_gpus(devices)}
+    by_index = devices.by_index()
+    lines = []
+    for index in sorted(set(by_index) | set(v.unhealthy)):
+        why = []
+        if index in tainted:
+            why.append("tainted in Kubernetes: " + ", ".join(str(t) for t in tainted[index]))
+        if "slurm" in v.unhealthy.get(index, []):
+            why.append("named by Slurm's drain reason")
+        device = by_index.get(index)
+        holder = v.holder(index)
+        lines.append(
+            {
+                "GPU": str(index),
+                "Device": device.name if device is not None else "",
+                "Job": "" if holder is None else str(holder),
+                "Health": "; ".join(why) or "ok",
+            }
+        )
+    return lines
 
 
 def _slurm_drain(facts: Facts, kube_node: str, slurm_node: str) -> str:
