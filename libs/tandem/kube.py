@@ -1,4 +1,4 @@
-"""A small raw-JSON Kubernetes API client on httpx.
+"""A small raw-JSON Kubernetes API client (on tandem.httpwire).
 
 The typed `kubernetes` client deserialises slowly (lab/KUBERNETES.md: 1.2 s vs 0.07 s for 4,000
 Pods) and its binding call fails to parse the reply; Tandem's hot paths speak JSON directly. The
@@ -20,9 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from tandem import kubeconfig
+from tandem import httpwire, kubeconfig
 from tandem.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -144,11 +142,10 @@ class KubeClient:
         self._token_every = token_every
         self._token_read_at = -token_every
         self._token_lock = threading.Lock()
-        self._http = httpx.Client(
-            base_url=host.rstrip("/"),
-            verify=tls_context(ca_file, ca_data, cert, cert_data),
+        self._http = httpwire.Client(
+            host,
+            ssl_context=tls_context(ca_file, ca_data, cert, cert_data),
             timeout=timeout,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
             headers={"Accept": "application/json"},
         )
         self.host = host
@@ -272,9 +269,9 @@ class KubeClient:
                 params=params,
                 content=content,
                 headers=headers,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                timeout=timeout,
             )
-        except httpx.HTTPError as e:
+        except httpwire.HttpError as e:
             raise KubeError(0, "Unreachable", f"{method} {path}: {e}") from e
         if r.status_code >= 400:
             try:
@@ -319,19 +316,27 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        with self._http.stream(
-            "GET",
-            path,
-            params=query,
-            headers=self._headers(),
-            timeout=httpx.Timeout(10.0, read=timeout_seconds + 30),
-        ) as r:
+        try:
+            r = self._http.request(
+                "GET",
+                path,
+                params=query,
+                headers=self._headers(),
+                timeout=timeout_seconds + 30,
+                connect_timeout=10.0,
+                stream=True,
+            )
+        except httpwire.HttpError as e:
+            raise KubeError(0, "Unreachable", f"WATCH {path}: {e}") from e
+        with r:
             if r.status_code >= 400:
-                r.read()
                 raise KubeError(r.status_code, "", r.text[:300])
-            for line in r.iter_lines():
-                if line:
-                    yield json.loads(line)
+            try:
+                for line in r.iter_lines():
+                    if line:
+                        yield json.loads(line)
+            except httpwire.HttpError as e:
+                raise KubeError(0, "Unreachable", f"WATCH {path}: {e}") from e
 
     def reachable(self) -> bool:
         try:

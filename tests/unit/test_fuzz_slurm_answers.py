@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import MALFORMED, SlurmApiError, SlurmRestClient, TokenSource
+from tests.unit import httpx_stand_in
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 
@@ -83,7 +84,7 @@ def _client(version: str, status: int, body: bytes) -> SlurmRestClient:
 
     client = SlurmRestClient("http://slurmrestd", "slurm", TokenSource(token="t"), version=version)
     client._http.close()
-    client._http = httpx.Client(base_url=client.base_url, transport=httpx.MockTransport(respond))
+    client._http = httpx_stand_in.client(client.base_url, respond)
     return client
 
 

@@ -101,3 +101,27 @@ def test_memory_holds_one_element_at_a_time_not_the_answer() -> None:
         tracemalloc.stop()
     assert seen == 1_000
     assert peak < 1_000_000, f"peak {peak} bytes while decoding 10 MB"
+
+
+def test_a_big_element_in_small_chunks_is_decoded_a_few_times_not_once_a_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slurmrestd job is tens of kB pretty-printed; the answer comes a few kB at a time. Each try
+    # decodes the element from its start: one try a chunk made reading it quadratic (issue 40).
+    job = {"job_id": 7, "fields": [{"name": f"field-{i}", "value": "x" * 40} for i in range(600)]}
+    text = json.dumps({"jobs": [job], "meta": {}}, indent=2)
+    assert len(text) > 40_000
+    from tandem.slurm import listing as module
+
+    tries = 0
+    real = module._DECODER
+
+    class Counting(json.JSONDecoder):
+        def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+            nonlocal tries
+            tries += 1
+            return real.raw_decode(s, idx)
+
+    monkeypatch.setattr(module, "_DECODER", Counting())
+    assert list(Listing(_chunks(text, 256), "jobs")) == [job]
+    assert tries < 30, f"{tries} decodes of a {len(text)}-character answer read 256 at a time"

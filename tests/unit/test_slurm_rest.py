@@ -1,4 +1,4 @@
-"""SlurmRestClient against an in-process slurmrestd stand-in (httpx.MockTransport): no network."""
+"""SlurmRestClient against an in-process slurmrestd stand-in (tests/unit/httpx_stand_in.py): no network."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenFile, TokenFileError, TokenSource
+from tests.unit import httpx_stand_in
 
 BASE = "http://slurmrestd.test:6820"
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -61,7 +62,7 @@ def make_client() -> Iterator[MakeClient]:
         recorder = Recorder(respond)
         client = SlurmRestClient(BASE, user, tokens or TokenSource(token="fixed-token"), version=version)
         client._http.close()
-        client._http = httpx.Client(base_url=client.base_url, transport=httpx.MockTransport(recorder))
+        client._http = httpx_stand_in.client(client.base_url, recorder)
         clients.append(client)
         return client, recorder
 

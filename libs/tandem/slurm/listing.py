@@ -86,7 +86,7 @@ class Listing:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as e:
-                if not self._more():
+                if not self._more(at_least=len(self._buf) - self._pos):
                     raise ListingError(f"answer cut off or not JSON: {e.msg}") from e
                 continue
             if end == len(self._buf) and self._more():
@@ -114,16 +114,22 @@ class Listing:
             if not self._more():
                 return False
 
-    def _more(self) -> bool:
-        """Append the next chunk (dropping what is decoded already); False at the end."""
+    def _more(self, at_least: int = 1) -> bool:
+        """Append chunks, `at_least` characters of them (dropping what is decoded already); False
+        when none came. A value cut off is decoded again from its start: asking for as much again
+        as was tried keeps that linear in its size (a chunk at a time, a 30 kB job read in 4 kB
+        chunks was decoded eight times, most of the syncer's CPU in a burst: issue 40)."""
         if self._ended:
             return False
+        got = 0
         for chunk in self._chunks:
             if not chunk:
                 continue
             if self._pos >= _COMPACT_AT:
                 self._buf, self._pos = self._buf[self._pos :], 0
             self._buf += chunk
-            return True
+            got += len(chunk)
+            if got >= at_least:
+                return True
         self._ended = True
-        return False
+        return got > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -10,10 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 from opentelemetry.trace import SpanKind
 
-from tandem import tracing
+from tandem import httpwire, tracing
 from tandem.metrics import REGISTRY
 from tandem.settings import ClusterAccess
 from tandem.slurm import jwt
@@ -181,12 +181,11 @@ class SlurmRestClient:
         self.user = user
         self.tokens = tokens
         self._dialect: Dialect | None = None if version == "auto" else Dialect(version)
-        self._http = httpx.Client(
-            base_url=self.base_url,
+        self._http = httpwire.Client(
+            self.base_url,
             timeout=timeout,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
             # https:// slurmrestd: its certificate checked against the CA given, else the system's.
-            verify=ca_file or True,
+            ssl_context=ssl.create_default_context(cafile=ca_file or None),
         )
 
     @classmethod
@@ -221,8 +220,8 @@ class SlurmRestClient:
         them: 24.11 v0.0.40-42, 26.05 v0.0.42-45), asked newest first."""
         for version in SUPPORTED_VERSIONS:
             try:
-                r = self._http.get(f"/slurm/{version}/ping", headers=self._auth(self.user))
-            except httpx.HTTPError as e:
+                r = self._http.request("GET", f"/slurm/{version}/ping", headers=self._auth(self.user))
+            except httpwire.HttpError as e:
                 raise SlurmApiError(
                     f"slurmrestd at {self.base_url} unreachable: {e}",
                     summary=f"slurmrestd at {self.base_url} unreachable",
@@ -341,7 +340,7 @@ class SlurmRestClient:
                 return None
             listing = Listing(r.iter_text(), what)
             items = [parse(raw) for raw in listing]
-        except httpx.HTTPError as e:
+        except httpwire.HttpError as e:
             raise SlurmApiError(
                 f"slurmrestd at {self.base_url} broke off GET {what}: {e}",
                 summary=f"slurmrestd at {self.base_url} unreachable",
@@ -444,7 +443,7 @@ class SlurmRestClient:
         json: object | None = None,
         params: Mapping[str, str | Sequence[str]] | None = None,
         stream: bool = False,
-    ) -> httpx.Response:
+    ) -> httpwire.Response:
         """The answer to one call; an error status raises. `stream`: the body is left unread (the
         caller reads it and closes the answer), but an error's body is read here."""
         version = self.dialect.version
@@ -456,20 +455,20 @@ class SlurmRestClient:
             attributes={"http.request.method": method, "url.path": f"/slurm/{version}/{path}"},
         ) as span:
             try:
-                request = self._http.build_request(
+                r = self._http.request(
                     method,
                     f"/slurm/{version}/{path}",
                     headers=tracing.inject(self._auth(self.user)),
                     json=json,
                     params=params,
+                    stream=stream,
                 )
-                r = self._http.send(request, stream=stream)
                 if stream and r.status_code >= 400:
                     try:
                         r.read()
                     finally:
                         r.close()
-            except httpx.HTTPError as e:
+            except httpwire.HttpError as e:
                 API_ERRORS.inc(operation=operation, status="0")
                 tracing.mark_error(span, "unreachable")
                 raise SlurmApiError(
