@@ -10,7 +10,7 @@ def test_a_computed_gauge_follows_its_newest_owner() -> None:
     registry = Registry()
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 1.0})
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 7.0})
-    assert 'locks{state="locked"} 7' in registry.render()
+    assert 'locks{state="locked"} 7.0' in registry.render()
 
 
 def test_the_leader_gauge_follows_the_lease() -> None:
@@ -24,10 +24,10 @@ def test_the_leader_gauge_follows_the_lease() -> None:
 
     stop = threading.Event()
     elector = leader.LeaderElector(mock.Mock(), "tandem", "ha-lease")
-    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0.0' in REGISTRY.render()
     with mock.patch.object(elector, "_try_acquire_or_renew", side_effect=[True, False, False, False]):
         elector.renew_seconds, elector.retry_seconds = 0.0, 0.01
         lost = threading.Event()
         elector.run(stop, lambda: None, lost.set)
     assert lost.is_set()
-    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0.0' in REGISTRY.render()
