@@ -31,3 +31,21 @@ def test_the_leader_gauge_follows_the_lease() -> None:
         elector.run(stop, lambda: None, lost.set)
     assert lost.is_set()
     assert 'tandem_leader{lease="ha-lease"} 0.0' in REGISTRY.render()
+
+
+def test_every_controllers_queue_depth_is_reported() -> None:
+    """The syncer runs two controllers (node-sync, topology): a gauge callback per runner replaced
+    the one before, and node-sync's depth went unreported."""
+    from tandem.metrics import REGISTRY
+    from tandem.runner import Runner
+    from tandem.workqueue import WorkQueue
+
+    first, second = WorkQueue(name="test-depth-a"), WorkQueue(name="test-depth-b")
+    first.add("x")
+    second.add("y")
+    second.add("z")
+    Runner("test-depth-a", first, lambda key: None)
+    Runner("test-depth-b", second, lambda key: None)
+    rendered = REGISTRY.render()
+    assert 'tandem_workqueue_depth{controller="test-depth-a"} 1.0\n' in rendered
+    assert 'tandem_workqueue_depth{controller="test-depth-b"} 2.0\n' in rendered
