@@ -41,6 +41,8 @@ WATCHED = ("tandem-scheduler", "tandem-syncer", "tandem-hooks", "kube-apiserver"
 
 
 def peak_rss_mib(pid: int) -> float:
+    """From /proc for Tandem's services too: their /metrics shows the current RSS
+    (process_resident_memory_bytes) but not its peak, and VmHWM has no process_* equivalent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024

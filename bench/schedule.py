@@ -155,13 +155,13 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int, rate: float | None) -> P
         with lock:
             submitted[job_id] = t
 
-    cpu_before = cpu.sample(stack.all_daemons(cfg))
+    cpu_before = cpu.sample_stack(cfg)
     first = time.time()
     offer(n, submit, parallel, rate)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and len(list(marks.iterdir())) < n:
         time.sleep(0.1)
-    cpu_used = cpu.used_between(cpu_before, cpu.sample(stack.all_daemons(cfg)))
+    cpu_used = cpu.used_between(cpu_before, cpu.sample_stack(cfg))
     started = {int(p.name): float(p.read_text() or 0) for p in marks.iterdir() if p.read_text().strip()}
     shutil.rmtree(marks, ignore_errors=True)
     latencies = [started[j] - t for j, t in submitted.items() if j in started]
@@ -259,12 +259,12 @@ def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, floor: b
                 failed.append(name)
             settle()
 
-    cpu_before = cpu.sample(stack.all_daemons(cfg))
+    cpu_before = cpu.sample_stack(cfg)
     first = time.time()
     offer(n, create, parallel, rate)
     if not done.wait(600):
         print(f"only {len(bound)} of {n} Pods bound after 600 s", flush=True)
-    cpu_used = cpu.used_between(cpu_before, cpu.sample(stack.all_daemons(cfg)))
+    cpu_used = cpu.used_between(cpu_before, cpu.sample_stack(cfg))
     latencies = [bound[name] - t for name, t in created.items() if name in bound]
     last = max(bound.values()) if bound else time.time()
     raw.close()

@@ -55,6 +55,19 @@ def _own_address(cfg: StackConfig, name: str) -> str:
     return f"127.0.0.1:{p.scheduler_grpc_b if second else p.scheduler_grpc}"
 
 
+def metrics_url(cfg: StackConfig, name: str) -> str | None:
+    """A lab Tandem process's /metrics: the health port of a scheduler or syncer replica, the hooks
+    gateway's own port; None for the syncer's router, which is no Tandem service."""
+    p, second = cfg.ports, name.endswith(SECOND)
+    if name.startswith("tandem-syncer"):
+        return f"http://127.0.0.1:{p.syncer_health_b if second else p.syncer_health}/metrics"
+    if name.startswith("tandem-scheduler"):
+        return f"http://127.0.0.1:{p.scheduler_health_b if second else p.scheduler_health}/metrics"
+    if name == "tandem-hooks":
+        return f"{cfg.hooks_url}/metrics"
+    return None
+
+
 def job_key_file(cfg: StackConfig) -> Path:
     """The job key ring the scheduler signs each placeholder's credential with and the gateway and
     the syncer check it with (a Secret of the chart's in a cluster); nobody on the Slurm nodes has

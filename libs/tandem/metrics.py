@@ -1,153 +1,128 @@
-"""Prometheus metrics in the text exposition format, without a client library: counters, gauges
-(set, or computed when scraped) and histograms, with labels. One registry per process."""
+"""Prometheus metrics on prometheus_client, behind the small facade the services were written
+against: `REGISTRY.counter(name, help, labels)` and `.inc(**labels)`, histograms' `.observe(v,
+**labels)`, gauges set or computed when scraped. One registry per process, which also carries the
+process' own metrics (process_cpu_seconds_total, process_resident_memory_bytes, python_*)."""
 
 from __future__ import annotations
 
-import bisect
-import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+import prometheus_client as prom
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LabelValues = tuple[str, ...]
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The text format every Prometheus reads; prometheus_client's newer default (1.0.0) only matters for
+# UTF-8 metric names, which Tandem has none of.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Without this, each counter and histogram adds a `<name>_created` series: names nothing reads,
+# which /metrics did not show before.
+prom.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+_Prom = TypeVar("_Prom", prom.Counter, prom.Histogram)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _series(metric: _Prom, label_names: Sequence[str], labels: dict[str, str]) -> _Prom:
+    """The series of `labels`; prometheus_client raises ValueError for wrong label names."""
+    return metric.labels(**labels) if labels or label_names else metric
 
 
-def _labels(names: Sequence[str], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _num(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        self.name, self.help, self.label_names = name, help, tuple(labels)
-        self._lock = threading.Lock()
-
-    def _key(self, labels: dict[str, str]) -> LabelValues:
-        if set(labels) != set(self.label_names):
-            raise ValueError(f"{self.name} takes labels {self.label_names}, got {sorted(labels)}")
-        return tuple(str(labels[n]) for n in self.label_names)
-
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-
-    def render(self) -> list[str]:
-        raise NotImplementedError
-
-
-class Counter(_Metric):
-    kind = "counter"
-
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help, labels)
-        self._values: dict[LabelValues, float] = {}
+class Counter:
+    def __init__(self, registry: prom.CollectorRegistry, name: str, help: str, labels: Sequence[str]) -> None:
+        # prometheus_client exposes a counter as <name>_total whatever it is given: a name without
+        # the suffix would be exposed under another one than the code says.
+        if not name.endswith("_total"):
+            raise ValueError(f"counter {name}: a counter's name ends in _total")
+        self.name, self.label_names = name, tuple(labels)
+        self._metric = prom.Counter(name, help, self.label_names, registry=registry)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
-
-    def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0.0)
-
-    def render(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return [f"{self.name}{_labels(self.label_names, k)} {_num(v)}" for k, v in items]
+        _series(self._metric, self.label_names, labels).inc(amount)
 
 
-class Gauge(_Metric):
-    kind = "gauge"
+class Histogram:
+    def __init__(
+        self,
+        registry: prom.CollectorRegistry,
+        name: str,
+        help: str,
+        labels: Sequence[str],
+        buckets: Sequence[float],
+    ) -> None:
+        self.name, self.label_names = name, tuple(labels)
+        self._metric = prom.Histogram(name, help, self.label_names, registry=registry, buckets=buckets)
+
+    def observe(self, value: float, **labels: str) -> None:
+        _series(self._metric, self.label_names, labels).observe(value)
+
+
+class Gauge(Collector):
+    """Values set, and those `compute` gives when scraped (label values -> value). A Collector of
+    its own: prometheus_client's Gauge computes at most one unlabelled series at scrape time, and
+    these callbacks give a series per label value (Pods by state, locks by state, ...)."""
 
     def __init__(
         self,
         name: str,
         help: str,
-        labels: Sequence[str] = (),
-        collect: Callable[[], dict[LabelValues, float]] | None = None,
+        labels: Sequence[str],
+        compute: Callable[[], dict[LabelValues, float]] | None,
     ) -> None:
-        super().__init__(name, help, labels)
+        self.name, self.help, self.label_names = name, help, tuple(labels)
+        self.compute = compute
         self._values: dict[LabelValues, float] = {}
-        self._collect = collect
+        self._lock = threading.Lock()
 
     def set(self, value: float, **labels: str) -> None:
+        if set(labels) != set(self.label_names):
+            raise ValueError(f"{self.name} takes labels {self.label_names}, got {sorted(labels)}")
         with self._lock:
-            self._values[self._key(labels)] = value
+            self._values[tuple(str(labels[n]) for n in self.label_names)] = value
 
-    def render(self) -> list[str]:
+    def describe(self) -> Iterable[Metric]:
+        # The registry learns the name from this, without calling `compute` before its owner is ready.
+        return [GaugeMetricFamily(self.name, self.help, labels=self.label_names)]
+
+    def collect(self) -> Iterable[Metric]:
         with self._lock:
             values = dict(self._values)
-        if self._collect is not None:
-            values.update(self._collect())
-        return [f"{self.name}{_labels(self.label_names, k)} {_num(v)}" for k, v in sorted(values.items())]
+        if self.compute is not None:
+            values.update(self.compute())
+        family = GaugeMetricFamily(self.name, self.help, labels=self.label_names)
+        for key, value in sorted(values.items()):
+            family.add_metric(key, value)
+        return [family]
 
 
-class Histogram(_Metric):
-    kind = "histogram"
-
-    def __init__(
-        self, name: str, help: str, labels: Sequence[str] = (), buckets: Sequence[float] = DEFAULT_BUCKETS
-    ) -> None:
-        super().__init__(name, help, labels)
-        self.buckets = tuple(sorted(buckets))
-        self._counts: dict[LabelValues, list[int]] = {}
-        self._sums: dict[LabelValues, float] = {}
-
-    def observe(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            counts = self._counts.setdefault(key, [0] * (len(self.buckets) + 1))
-            counts[bisect.bisect_left(self.buckets, value)] += 1
-            self._sums[key] = self._sums.get(key, 0.0) + value
-
-    def count(self, **labels: str) -> int:
-        return sum(self._counts.get(self._key(labels), []))
-
-    def render(self) -> list[str]:
-        lines = []
-        with self._lock:
-            items = sorted((k, list(v), self._sums[k]) for k, v in self._counts.items())
-        for key, counts, total in items:
-            running = 0
-            for bound, n in zip((*self.buckets, math.inf), counts, strict=True):
-                running += n
-                le = 'le="' + _num(bound) + '"'
-                lines.append(f"{self.name}_bucket{_labels(self.label_names, key, le)} {running}")
-            lines.append(f"{self.name}_sum{_labels(self.label_names, key)} {_num(total)}")
-            lines.append(f"{self.name}_count{_labels(self.label_names, key)} {running}")
-        return lines
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
 
 class Registry:
     def __init__(self) -> None:
-        self._metrics: dict[str, _Metric] = {}
+        self.collectors = prom.CollectorRegistry()
+        prom.ProcessCollector(registry=self.collectors)
+        prom.PlatformCollector(registry=self.collectors)
+        prom.GCCollector(registry=self.collectors)
+        self._metrics: dict[str, Counter | Gauge | Histogram] = {}
         self._lock = threading.Lock()
 
-    def _add(self, metric: _Metric) -> _Metric:
+    def _add(self, name: str, kind: type[_Metric], make: Callable[[], _Metric]) -> _Metric:
         with self._lock:
-            existing = self._metrics.get(metric.name)
-            if existing is not None:
-                return existing  # modules imported twice, tests: one metric per name
-            self._metrics[metric.name] = metric
-            return metric
+            metric = self._metrics.get(name)
+            if metric is None:
+                # Modules imported twice, tests: one metric per name (prometheus_client refuses a
+                # second registration).
+                metric = self._metrics[name] = make()
+        if not isinstance(metric, kind):
+            raise TypeError(f"{name} is a {type(metric).__name__}, not a {kind.__name__}")
+        return metric
 
     def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
-        metric = self._add(Counter(name, help, labels))
-        assert isinstance(metric, Counter)
-        return metric
+        return self._add(name, Counter, lambda: Counter(self.collectors, name, help, labels))
 
     def gauge(
         self,
@@ -156,27 +131,28 @@ class Registry:
         labels: Sequence[str] = (),
         collect: Callable[[], dict[LabelValues, float]] | None = None,
     ) -> Gauge:
-        metric = self._add(Gauge(name, help, labels, collect))
-        assert isinstance(metric, Gauge)
+        def make() -> Gauge:
+            gauge = Gauge(name, help, labels, collect)
+            self.collectors.register(gauge)
+            return gauge
+
+        metric = self._add(name, Gauge, make)
         if collect is not None:
             # Registered again by a newer owner (a re-created lock manager): it reports now.
-            metric._collect = collect
+            metric.compute = collect
         return metric
 
     def histogram(
         self, name: str, help: str, labels: Sequence[str] = (), buckets: Sequence[float] = DEFAULT_BUCKETS
     ) -> Histogram:
-        metric = self._add(Histogram(name, help, labels, buckets))
-        assert isinstance(metric, Histogram)
-        return metric
+        return self._add(name, Histogram, lambda: Histogram(self.collectors, name, help, labels, buckets))
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """One sample's value as /metrics shows it (`x_total`, `x_count`, ...), None if absent."""
+        return self.collectors.get_sample_value(name, labels)
 
     def render(self) -> str:
-        with self._lock:
-            metrics = list(self._metrics.values())
-        lines: list[str] = []
-        for m in metrics:
-            lines += m.header() + m.render()
-        return "\n".join(lines) + "\n"
+        return prom.generate_latest(self.collectors).decode()
 
 
 REGISTRY = Registry()

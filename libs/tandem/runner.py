@@ -23,6 +23,16 @@ RECONCILES = REGISTRY.counter(
     ["controller", "result"],
 )
 RECONCILE_SECONDS = REGISTRY.histogram("tandem_reconcile_seconds", "time one reconcile took", ["controller"])
+# Each controller's queue, the newest runner of a name reporting (tests make many). One callback for
+# all: a callback per runner replaced the one before, and the syncer's node-sync queue went unreported
+# once its topology runner was made.
+_QUEUES: dict[str, WorkQueue] = {}
+REGISTRY.gauge(
+    "tandem_workqueue_depth",
+    "keys waiting in a controller's work queue",
+    ["controller"],
+    collect=lambda: {(name,): float(len(queue)) for name, queue in list(_QUEUES.items())},
+)
 
 # A reconcile's answer: None when done, or seconds after which to look at the key again.
 Requeue = float | None
@@ -49,12 +59,7 @@ class Runner:
         self.queue = queue
         self.reconcile = reconcile
         self.workers = workers
-        REGISTRY.gauge(
-            "tandem_workqueue_depth",
-            "keys waiting in a controller's work queue",
-            ["controller"],
-            collect=lambda: {(self.name,): float(len(self.queue))},
-        )
+        _QUEUES[name] = queue
 
     def start_workers(self, on_started: Callable[[], None] = lambda: None) -> None:
         """Start the workers (they end when the queue shuts down), then call `on_started`. Only

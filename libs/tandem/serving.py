@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tandem import mtls, tracing
+from tandem.metrics import CONTENT_TYPE
 from tandem.settings import split_host_port
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class HealthHttpServer:
                         "".join(f"not ready: {why}\n" for why in waiting) or "ok\n",
                     )
                 elif path == "/metrics":
-                    self._reply(HTTPStatus.OK, outer.metrics(), "text/plain; version=0.0.4")
+                    self._reply(HTTPStatus.OK, outer.metrics(), CONTENT_TYPE)
                 else:
                     self._reply(HTTPStatus.NOT_FOUND, "not found\n")
 

@@ -1,5 +1,6 @@
 """A work queue in the manner of client-go's: a key is queued at most once, is never processed by
-two workers at once, and is processed again if it changed while a worker had it."""
+two workers at once, and is processed again if it changed while a worker had it. Like client-go's,
+it counts the keys added and times how long each waited before a worker took it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,30 @@ import threading
 import time
 from collections import deque
 
+from tandem.metrics import REGISTRY
+
 Key = str
+
+ADDS = REGISTRY.counter(
+    "tandem_workqueue_adds_total",
+    "keys added to a controller's work queue (not already in it)",
+    ["controller"],
+)
+# From added (or due, for a delayed key) to taken by a worker; the work itself is
+# tandem_reconcile_seconds.
+QUEUE_SECONDS = REGISTRY.histogram(
+    "tandem_workqueue_queue_duration_seconds",
+    "seconds a key waited in a controller's work queue before a worker took it",
+    ["controller"],
+)
 
 
 class WorkQueue:
-    def __init__(self, backoff_base: float = 0.25, backoff_cap: float = 30.0) -> None:
+    def __init__(self, backoff_base: float = 0.25, backoff_cap: float = 30.0, name: str = "") -> None:
         """`backoff_*`: the per-key exponential delay of `add_rate_limited` (client-go's
-        ItemExponentialFailureRateLimiter): base * 2^(failures so far), at most cap."""
+        ItemExponentialFailureRateLimiter): base * 2^(failures so far), at most cap. `name`: the
+        controller's, the `controller` label of the queue's metrics."""
+        self.name = name
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self._failures: dict[Key, int] = {}
@@ -29,12 +47,16 @@ class WorkQueue:
         # AddAfter). Every pass of a node asked to look again when a hold's grace ends; each ask
         # had been a pass of its own a minute later.
         self._ready_at: dict[Key, float] = {}
+        # When each key queued or dirty was added: a key added again meanwhile keeps its first time.
+        self._added_at: dict[Key, float] = {}
         self._shutdown = False
 
     def add(self, key: Key, urgent: bool = False) -> None:
         """Queue `key`; an urgent key (e.g. a Pod ready to bind) goes ahead of routine updates."""
         with self._cond:
             if key in self._processing:
+                if key not in self._dirty:
+                    self._added(key)
                 self._dirty.add(key)
                 if urgent:
                     self._urgent.add(key)
@@ -45,6 +67,7 @@ class WorkQueue:
                     self._queue.appendleft(key)
                     self._urgent.add(key)
                 return
+            self._added(key)
             self._queued.add(key)
             if urgent:
                 self._urgent.add(key)
@@ -93,6 +116,8 @@ class WorkQueue:
                     self._queued.discard(key)
                     self._urgent.discard(key)
                     self._processing.add(key)
+                    now = time.monotonic()
+                    QUEUE_SECONDS.observe(now - self._added_at.pop(key, now), controller=self.name)
                     return key
                 wait = self._delayed[0][0] - time.monotonic() if self._delayed else None
                 self._cond.wait(timeout=max(wait, 0.0) if wait is not None else None)
@@ -127,7 +152,16 @@ class WorkQueue:
                 continue  # an earlier time for this key came first and brought it
             del self._ready_at[key]
             if key in self._processing:
+                if key not in self._dirty:
+                    self._added(key)
                 self._dirty.add(key)
             elif key not in self._queued:
+                self._added(key)
                 self._queued.add(key)
                 self._queue.append(key)
+
+    def _added(self, key: Key) -> None:
+        """`key` is in the queue now, or will be once its worker is done (client-go's metrics: a
+        delayed key counts from when it is due)."""
+        ADDS.inc(controller=self.name)
+        self._added_at.setdefault(key, time.monotonic())

@@ -25,9 +25,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 
 def _metric(text: str, name: str, labels: str = "") -> float:
+    """The sum of `name`'s samples that have each of `labels` (`a="x",b="y"`, in any order: the
+    exposition sorts them)."""
     total = 0.0
+    wanted = [label for label in labels.split(",") if label]
     for line in text.splitlines():
-        if line.startswith(name) and (not labels or labels in line) and not line.startswith("#"):
+        if line.startswith(name) and all(w in line for w in wanted) and not line.startswith("#"):
             key = line.split(" ")[0]
             if key == name or key.startswith(name + "{"):
                 total += float(line.rsplit(" ", 1)[1])

@@ -217,7 +217,7 @@ def test_a_pod_is_bound_where_the_syncer_says_its_slurmd_pod_is_now() -> None:
 
 
 def _valid_count() -> float:
-    return ctl.PODS_VALIDATED._values.get(("valid", ""), 0.0)
+    return REGISTRY.sample("tandem_pods_validated_total", result="valid", reason="") or 0.0
 
 
 def test_a_pod_is_counted_valid_once_however_often_its_submit_is_retried() -> None:
@@ -457,7 +457,7 @@ def test_the_pods_gauge_counts_pending_bound_and_refused() -> None:
     _controller(pods, _tracker())
     rendered = REGISTRY.render()
     for state, count in (("pending", 1), ("bound", 1), ("refused", 1)):
-        assert f'tandem_pods{{state="{state}"}} {count}' in rendered
+        assert f'tandem_pods{{state="{state}"}} {count}.0\n' in rendered
 
 
 def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> None:

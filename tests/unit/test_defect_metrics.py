@@ -10,7 +10,7 @@ def test_a_computed_gauge_follows_its_newest_owner() -> None:
     registry = Registry()
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 1.0})
     registry.gauge("locks", "by state", ["state"], collect=lambda: {("locked",): 7.0})
-    assert 'locks{state="locked"} 7' in registry.render()
+    assert 'locks{state="locked"} 7.0' in registry.render()
 
 
 def test_the_leader_gauge_follows_the_lease() -> None:
@@ -24,10 +24,28 @@ def test_the_leader_gauge_follows_the_lease() -> None:
 
     stop = threading.Event()
     elector = leader.LeaderElector(mock.Mock(), "tandem", "ha-lease")
-    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0.0' in REGISTRY.render()
     with mock.patch.object(elector, "_try_acquire_or_renew", side_effect=[True, False, False, False]):
         elector.renew_seconds, elector.retry_seconds = 0.0, 0.01
         lost = threading.Event()
         elector.run(stop, lambda: None, lost.set)
     assert lost.is_set()
-    assert 'tandem_leader{lease="ha-lease"} 0' in REGISTRY.render()
+    assert 'tandem_leader{lease="ha-lease"} 0.0' in REGISTRY.render()
+
+
+def test_every_controllers_queue_depth_is_reported() -> None:
+    """The syncer runs two controllers (node-sync, topology): a gauge callback per runner replaced
+    the one before, and node-sync's depth went unreported."""
+    from tandem.metrics import REGISTRY
+    from tandem.runner import Runner
+    from tandem.workqueue import WorkQueue
+
+    first, second = WorkQueue(name="test-depth-a"), WorkQueue(name="test-depth-b")
+    first.add("x")
+    second.add("y")
+    second.add("z")
+    Runner("test-depth-a", first, lambda key: None)
+    Runner("test-depth-b", second, lambda key: None)
+    rendered = REGISTRY.render()
+    assert 'tandem_workqueue_depth{controller="test-depth-a"} 1.0\n' in rendered
+    assert 'tandem_workqueue_depth{controller="test-depth-b"} 2.0\n' in rendered

@@ -203,7 +203,7 @@ def test_without_election_this_replica_leads_at_once_and_says_so(managers: list[
     managers.append(manager)
     manager.start()
     assert started.wait(2)
-    assert 'tandem_leader{lease="solo-lease"} 1' in REGISTRY.render()
+    assert 'tandem_leader{lease="solo-lease"} 1.0' in REGISTRY.render()
 
 
 def test_a_lost_lease_closes_everything_in_order_and_ends_the_process_with_an_error() -> None:

@@ -46,9 +46,9 @@ def recorded(events: mock.Mock, count: int = 1) -> list[tuple[Any, ...]]:
     return [c.args for c in events.record.call_args_list]
 
 
-def gauge() -> dict[str, str]:
+def gauge() -> dict[str, float]:
     lines = [line for line in REGISTRY.render().splitlines() if line.startswith("tandem_policy_stale{")]
-    return {line.split('"')[1]: line.rsplit(" ", 1)[1] for line in lines}
+    return {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in lines}
 
 
 def test_a_good_policy_applies_and_nothing_is_stale() -> None:
@@ -56,7 +56,7 @@ def test_a_good_policy_applies_and_nothing_is_stale() -> None:
     src._changed("tandem/tandem-policy", None, configmap(STRICT))
     assert src.current() == p.parse(STRICT) and src.stale == ""
     changed.assert_called_once()
-    assert set(gauge().values()) == {"0"}
+    assert set(gauge().values()) == {0}
     assert events.record.call_count == 0
 
 
@@ -70,7 +70,7 @@ def test_a_deleted_configmap_keeps_the_last_good_policy_and_says_so() -> None:
         "tenant policy ConfigMap tandem/tandem-policy was deleted: the last good policy stays until it is "
         "created again"
     )
-    assert gauge()[ps.DELETED] == "1" and gauge()[ps.ABSENT] == "0"
+    assert gauge()[ps.DELETED] == 1 and gauge()[ps.ABSENT] == 0
     [(obj, type_, reason, message)] = recorded(events)
     assert (obj["kind"], obj["metadata"]["name"], obj["metadata"]["uid"]) == (
         "ConfigMap",
@@ -92,9 +92,9 @@ def test_an_unparsable_configmap_keeps_the_last_good_policy_and_a_fix_applies_ag
         "exclusive, groupIds, maxPriority, maxTimeoutMinutes, nodes, partitions, "
         "qos, reservations, userIds, workingDirs)): the last good policy stays"
     )
-    assert gauge()[ps.UNPARSABLE] == "1"
+    assert gauge()[ps.UNPARSABLE] == 1
     src._changed("k", None, configmap(STRICT + "\n", "3"))
-    assert src.stale == "" and set(gauge().values()) == {"0"}
+    assert src.stale == "" and set(gauge().values()) == {0}
     assert [(t, r) for _, t, r, _ in recorded(events, 2)] == [
         ("Warning", ps.EVENT_STALE),
         ("Normal", ps.EVENT_APPLIED),
@@ -132,7 +132,7 @@ def test_a_configmap_absent_from_the_start_leaves_the_builtin_policy_and_says_so
         "tenant policy ConfigMap tandem/tandem-policy is not found: the built-in policy applies until it "
         "is created (no uid or gid 0, no default user, priority at most 10000)"
     )
-    assert gauge()[ps.ABSENT] == "1"
+    assert gauge()[ps.ABSENT] == 1
     [(obj, type_, reason, _)] = recorded(events)
     assert (obj["metadata"]["name"], type_, reason) == ("tandem-policy", "Warning", ps.EVENT_STALE)
     # Then created: it applies.
@@ -152,7 +152,7 @@ def test_a_configmap_the_scheduler_may_not_read_is_a_readiness_reason() -> None:
         "tenant policy ConfigMap tandem/tandem-policy cannot be read (HTTP 403 Forbidden: configmaps is "
         'forbidden: User "x" cannot list): no Pod is scheduled until it can'
     )
-    assert gauge()[ps.UNREAD] == "1"
+    assert gauge()[ps.UNREAD] == 1
 
 
 def test_the_configmap_reference_is_namespace_and_name() -> None:

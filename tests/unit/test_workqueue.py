@@ -3,6 +3,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tandem.metrics import REGISTRY
 from tandem.workqueue import WorkQueue
 
 
@@ -68,3 +69,58 @@ def test_a_key_delayed_several_times_comes_once_at_its_earliest_time() -> None:
     q.add_after("a", 0.0)  # asked again after it came: comes again
     worker.join(2)
     assert got == ["a"]
+
+
+def _queue_metric(sample: str, queue: WorkQueue) -> float:
+    return REGISTRY.sample(sample, controller=queue.name) or 0.0
+
+
+def test_a_key_taken_has_its_time_in_the_queue_observed() -> None:
+    q = WorkQueue(name="test-queue-duration")
+    q.add("a")
+    time.sleep(0.05)
+    assert q.get() == "a"
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_count", q) == 1
+    assert 0.05 <= _queue_metric("tandem_workqueue_queue_duration_seconds_sum", q) < 5
+    # As /metrics shows it: the controller's name, the buckets the histogram had.
+    rendered = REGISTRY.render()
+    bucket = 'tandem_workqueue_queue_duration_seconds_bucket{controller="test-queue-duration"'
+    assert f'{bucket},le="0.01"}} 0.0\n' in rendered
+    assert f'{bucket},le="+Inf"}} 1.0\n' in rendered
+    assert 'tandem_workqueue_adds_total{controller="test-queue-duration"} 1.0\n' in rendered
+
+
+def test_a_key_added_again_before_it_is_taken_is_one_add_timed_from_the_first() -> None:
+    q = WorkQueue(name="test-queue-adds")
+    q.add("a")
+    time.sleep(0.05)
+    q.add("a")
+    q.add("b", urgent=True)
+    assert [q.get(), q.get()] == ["b", "a"]
+    assert _queue_metric("tandem_workqueue_adds_total", q) == 2
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_sum", q) >= 0.05
+
+
+def test_a_key_changed_while_worked_on_waits_from_its_change() -> None:
+    """client-go's: the time counts from the add, through the worker still holding the key."""
+    q = WorkQueue(name="test-queue-dirty")
+    q.add("a")
+    assert q.get() == "a"
+    q.add("a")
+    q.add("a")
+    time.sleep(0.05)
+    q.done("a")
+    assert q.get() == "a"
+    assert _queue_metric("tandem_workqueue_adds_total", q) == 2
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_count", q) == 2
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_sum", q) >= 0.05
+
+
+def test_a_delayed_key_waits_from_when_it_is_due_not_from_when_it_was_asked_for() -> None:
+    q = WorkQueue(name="test-queue-delayed")
+    q.add_after("a", 0.1)
+    assert _queue_metric("tandem_workqueue_adds_total", q) == 0
+    assert q.get() == "a"
+    assert _queue_metric("tandem_workqueue_adds_total", q) == 1
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_count", q) == 1
+    assert _queue_metric("tandem_workqueue_queue_duration_seconds_sum", q) < 0.05

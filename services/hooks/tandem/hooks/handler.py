@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from tandem import jobtoken, nodetoken, placeholder, tracing
 from tandem.hooks.routes import NODE, SyncerRoutes
 from tandem.hooks.server import Request, Response, json_response
-from tandem.metrics import REGISTRY
+from tandem.metrics import CONTENT_TYPE, REGISTRY
 
 log = logging.getLogger("tandem.hooks.gateway")
 
@@ -80,7 +80,7 @@ class HookHandler:
         if head.method == "GET" and head.path == "/healthz":
             return json_response(HTTPStatus.OK, {"status": "ok"})
         if head.method == "GET" and head.path == "/metrics":
-            return Response(HTTPStatus.OK, REGISTRY.render().encode(), "text/plain; version=0.0.4")
+            return Response(HTTPStatus.OK, REGISTRY.render().encode(), CONTENT_TYPE)
         if head.method not in ("GET", "POST"):
             return json_response(
                 HTTPStatus.METHOD_NOT_ALLOWED,

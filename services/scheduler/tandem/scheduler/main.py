@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         lambda pod, job: controller.on_job(pod, job),
         lambda slurm_node: controller.on_node_moved(slurm_node),
     )
-    queue = WorkQueue()
+    queue = WorkQueue(name="scheduler")
     controller = Controller(
         kube,
         slurm,

@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         health_conditions=cfg.health_conditions,
         topology_labels=levels,
     )
-    node_queue = WorkQueue()
+    node_queue = WorkQueue(name="node-sync")
     servicer, facts, node_sync = _lock_and_sync(cfg, kube, slurm, mirror, cluster, node_queue)
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a node sync or a lock reads. Standbys keep their Kubernetes caches warm (a new
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_controller(runner, on_started=lambda: enqueue_every_node(mirror, cluster, facts, node_queue))
     manager.add_runnable("node-resync", resync(mirror, cluster, facts, node_queue, cfg.reconcile_interval))
     if levels:
-        topology_queue = WorkQueue()
+        topology_queue = WorkQueue(name="topology")
         sync = TopologySync(
             TopologyConfig(levels, cfg.topology_plugin, cfg.topology_file, cfg.topology_configmap),
             topology_labels(mirror, cluster),
