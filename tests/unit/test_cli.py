@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from devstack import pki
-from tandem import keys
+from tandem import keys, mtls, serving
 from tandem.cli import facts as f
 from tandem.cli import main, output, views
 from tandem.dra.slices import NodeDevices, SlicedDevice
@@ -22,6 +22,7 @@ from tandem.dra.taints import DeviceTaint
 from tandem.kube import JSON
 from tandem.mtls import TlsFiles
 from tandem.slurm.models import Job, JobStatus, Node
+from tandem.v1 import slurm_pb2, syncer_pb2, syncer_pb2_grpc
 
 NOW = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.UTC)
 
@@ -298,6 +299,48 @@ def test_an_unreachable_syncer_is_named(tmp_path: Path) -> None:
     operator = TlsFiles(str(d / "ca.crt"), str(d / "tandem-operator.crt"), str(d / "tandem-operator.key"))
     with pytest.raises(f.Unreachable, match=r"cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE"):
         f.read_syncer("127.0.0.1:1", operator)
+
+
+class BatchingSyncer(syncer_pb2_grpc.SyncerServiceServicer):
+    """A syncer's snapshot in two batched messages, the last marked done, then a change."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    def WatchSlurm(self, request: Any, context: Any) -> Any:
+        self.requests.append(request)
+        node = syncer_pb2.SlurmChange(
+            node=slurm_pb2.SlurmNode(name="gpu-000", state=slurm_pb2.NODE_STATE_IDLE)
+        )
+        jobs = [syncer_pb2.SlurmChange(job=slurm_pb2.SlurmJob(job_id=j, name=f"job-{j}")) for j in (1, 2, 3)]
+        yield syncer_pb2.WatchSlurmResponse(changes=[node, jobs[0]])
+        yield syncer_pb2.WatchSlurmResponse(changes=jobs[1:], snapshot_done=True)
+        yield syncer_pb2.WatchSlurmResponse(
+            changes=[syncer_pb2.SlurmChange(job=slurm_pb2.SlurmJob(job_id=4))]
+        )
+
+
+def test_the_syncer_s_snapshot_is_read_whole_from_its_batches(tmp_path: Path) -> None:
+    pki.ensure_grpc_pki(tmp_path)
+    d = pki.grpc_dir(tmp_path)
+    fake = BatchingSyncer()
+    server = serving.GrpcServer(
+        "127.0.0.1:0",
+        [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(fake, s)],
+        ["tandem.v1.SyncerService"],
+        TlsFiles(str(d / "ca.crt"), str(d / f"{mtls.SYNCER}.crt"), str(d / f"{mtls.SYNCER}.key")),
+    )
+    server.start()
+    try:
+        operator = TlsFiles(
+            str(d / "ca.crt"), str(d / f"{mtls.OPERATOR}.crt"), str(d / f"{mtls.OPERATOR}.key")
+        )
+        view = f.read_syncer(f"127.0.0.1:{server.port}", operator)
+    finally:
+        server.stop(0)
+    assert [r.batched for r in fake.requests] == [True]
+    assert sorted(view.jobs) == [1, 2, 3], "the snapshot, not what came after it"
+    assert list(view.nodes) == ["gpu-000"]
 
 
 def test_without_an_operator_certificate_the_syncer_is_not_asked() -> None:

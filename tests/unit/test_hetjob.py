@@ -93,8 +93,9 @@ def test_a_scheduler_is_sent_the_het_job_once_whole_never_its_components() -> No
     # The second component ends: the change goes out as the whole job.
     slurm.list_jobs.return_value = [LEADER, _component(13, 1, ("cpu-003", "cpu-005"), "COMPLETING")]
     mirror.poll_once()
-    change, _ = sub.queue.get_nowait()  # type: ignore[misc]
-    assert isinstance(change, JobStatus) and change.job_id == 12 and len(change.job.components) == 2
+    batch = sub.take(timeout=0)
+    assert batch is not None
+    assert [(c.job_id, len(c.job.components)) for c, _ in batch if isinstance(c, JobStatus)] == [(12, 2)]
 
 
 def test_the_started_push_for_a_het_job_answers_with_every_node() -> None:

@@ -57,7 +57,7 @@ def test_the_ring_is_read_again_as_it_rotates_and_a_torn_write_keeps_the_last(tm
 
 
 def _servicer(job: Job) -> SyncerServicer:
-    mirror = mock.Mock()
+    mirror = mock.MagicMock()  # the call batches what it changes: `with mirror.batch()`
     mirror.refresh_job.return_value = JobStatus(job)
     mirror.job_started.return_value = JobStatus(job)
     slurm = mock.Mock()

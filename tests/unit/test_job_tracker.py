@@ -1,4 +1,5 @@
-"""The scheduler's view of Slurm jobs, fed by the syncer's stream, across a broken stream."""
+"""The scheduler's view of Slurm jobs, fed by the syncer's stream, across a broken stream; each
+message a batch, recorded in one go and then told to the controller job by job."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import grpc
 
 from tandem import placeholder
 from tandem.scheduler.jobs import JobTracker
+from tandem.slurm.models import JobStatus
 from tandem.slurm.wire import job_from_proto
 from tandem.v1 import slurm_pb2, syncer_pb2
 
@@ -51,9 +53,15 @@ class FakeSyncer:
 
 
 def _snapshot(*jobs: Any) -> list[Any]:
-    return [syncer_pb2.WatchSlurmResponse(job=j) for j in jobs] + [
-        syncer_pb2.WatchSlurmResponse(snapshot_done=True)
+    return [
+        syncer_pb2.WatchSlurmResponse(
+            changes=[syncer_pb2.SlurmChange(job=j) for j in jobs], snapshot_done=True
+        )
     ]
+
+
+def _batch(*changes: Any) -> Any:
+    return syncer_pb2.WatchSlurmResponse(changes=list(changes))
 
 
 def _run(streams: list[list[Any]]) -> tuple[JobTracker, list[tuple[int, str]]]:
@@ -98,7 +106,7 @@ def test_a_slurm_node_whose_node_becomes_known_wakes_the_pods_waiting_to_bind_th
     stop = threading.Event()
     woken: list[str] = []
     node = slurm_pb2.SlurmNode(name="cpu-009", kube_node="node-009")
-    streams = [[*_snapshot(_job(1)), syncer_pb2.WatchSlurmResponse(node=node)]]
+    streams = [[*_snapshot(_job(1)), _batch(syncer_pb2.SlurmChange(node=node))]]
     tracker = JobTracker(SCHEDULER, FakeSyncer(streams, stop), lambda pod, job: None, woken.append)
     tracker.run(stop)
     assert woken == ["cpu-009"]
@@ -119,3 +127,111 @@ def test_how_long_a_job_has_been_in_its_phase_restarts_when_the_phase_changes() 
         tracker._apply(replace(pending, job=replace(pending.job, state="RUNNING", nodes=("cpu-001",))))
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=102.25):
         assert tracker.in_phase_for(1) == 0.25
+
+
+class CountingLock:
+    """The tracker's lock, counting how often it is taken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _started(job_id: int, **flags: Any) -> Any:
+    job = _job(job_id)
+    job.script_started = True
+    for name, value in flags.items():
+        setattr(job, name, value)
+    return job
+
+
+def test_a_batch_is_recorded_under_one_lock_then_each_changed_job_reaches_the_controller() -> None:
+    """One wake-up, one hold of the lock for the batch, not one a change. The controller still
+    hears of every job, with what makes it urgent (started, terminating, ended), and each callback
+    finds the whole batch recorded already."""
+    stop = threading.Event()
+    seen: list[tuple[int, bool, bool, bool]] = []
+    recorded_when_told: list[list[int]] = []
+    batch = _batch(
+        syncer_pb2.SlurmChange(job=_started(1)),
+        syncer_pb2.SlurmChange(job=_started(2, terminating=True)),
+        syncer_pb2.SlurmChange(job=_job(3, slurm_pb2.JOB_STATE_COMPLETED)),
+        syncer_pb2.SlurmChange(job=_job(4, slurm_pb2.JOB_STATE_PENDING)),
+        syncer_pb2.SlurmChange(node=slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-001")),
+    )
+    lock = CountingLock()
+
+    def on_change(pod: placeholder.PodRef, job: JobStatus) -> None:
+        seen.append((job.job_id, job.started, job.terminating, job.ended))
+        recorded_when_told.append(sorted(tracker._jobs))  # not get(): it would count
+
+    tracker = JobTracker(SCHEDULER, FakeSyncer([[*_snapshot(_job(9)), batch]], stop), on_change)
+    tracker._lock = lock  # type: ignore[assignment]
+    tracker.run(stop)
+    assert seen == [
+        (9, False, False, False),
+        (1, True, False, False),
+        (2, True, True, False),
+        (3, False, False, True),
+        (4, False, False, False),
+    ]
+    # The snapshot, its look for jobs missing from it, and the batch of five (one a change before).
+    assert lock.taken == 3
+    assert recorded_when_told[1:] == [[1, 2, 3, 4, 9]] * 4
+    assert tracker.kube_node("cpu-001") == "node-001"
+
+
+def test_a_batch_s_trace_context_stays_with_its_own_job() -> None:
+    """The bind of job 2's Pod is a child of the call that started it; jobs 1 and 3, found started
+    by the poll in the same batch, have no parent to claim."""
+    stop = threading.Event()
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    batch = _batch(
+        syncer_pb2.SlurmChange(job=_started(1)),
+        syncer_pb2.SlurmChange(job=_started(2), trace_context={"traceparent": traceparent}),
+        syncer_pb2.SlurmChange(job=_started(3)),
+    )
+    tracker = JobTracker(SCHEDULER, FakeSyncer([[*_snapshot(), batch]], stop), lambda pod, job: None)
+    tracker.run(stop)
+    assert tracker.trace_context == {2: {"traceparent": traceparent}}
+    assert set(tracker.started_at) == {1, 2, 3}
+
+
+def test_a_snapshot_over_several_messages_is_whole_before_missing_jobs_are_reported_gone() -> None:
+    """A large snapshot comes in a few messages; only the last says snapshot_done, and a job in an
+    earlier one is not taken for one that vanished."""
+    first = _batch(syncer_pb2.SlurmChange(job=_job(1)))
+    last = _batch(syncer_pb2.SlurmChange(job=_job(2)))
+    last.snapshot_done = True
+    tracker, changes = _run([_snapshot(_job(1), _job(2), _job(3)), [first, last]])
+    assert [j for j, state in changes if state == "GONE"] == [3]
+    gone = tracker.get(3)
+    assert gone is not None and gone.gone
+
+
+def test_a_syncer_older_than_batching_is_read_one_change_a_message() -> None:
+    """An upgrade rolls the scheduler and the syncer one after the other: the old syncer ignores
+    the request's `batched` and sends each change in the deprecated fields."""
+    stop = threading.Event()
+    changes: list[int] = []
+    woken: list[str] = []
+    old_shape = [
+        syncer_pb2.WatchSlurmResponse(job=_job(1)),
+        syncer_pb2.WatchSlurmResponse(node=slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-001")),
+        syncer_pb2.WatchSlurmResponse(snapshot_done=True),
+        syncer_pb2.WatchSlurmResponse(job=_started(2), trace_context={"traceparent": "tp"}),
+        syncer_pb2.WatchSlurmResponse(node=slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002")),
+    ]
+    syncer = FakeSyncer([old_shape], stop)
+    tracker = JobTracker(SCHEDULER, syncer, lambda pod, job: changes.append(job.job_id), woken.append)
+    tracker.run(stop)
+    assert changes == [1, 2]
+    assert tracker.trace_context == {2: {"traceparent": "tp"}}
+    assert woken == ["cpu-001"] and tracker.kube_node("cpu-001") == "node-002"

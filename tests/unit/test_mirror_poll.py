@@ -69,12 +69,11 @@ def _settled(slurm: FakeSlurm) -> tuple[SlurmMirror, Subscription]:
 
 
 def _sent(sub: Subscription) -> list[JobStatus]:
-    out = []
+    out: list[JobStatus] = []
     while not sub.queue.empty():
-        item = sub.queue.get_nowait()
-        assert item is not None
-        if isinstance(item[0], JobStatus):
-            out.append(item[0])
+        batch = sub.take(timeout=0)
+        assert batch is not None
+        out.extend(change for change, _ in batch if isinstance(change, JobStatus))
     return out
 
 

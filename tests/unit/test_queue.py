@@ -75,12 +75,9 @@ def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
         _pending(2, 10),
     ]
     mirror.poll_once()
-    sent = []
-    while not sub.queue.empty():
-        item = sub.queue.get_nowait()
-        assert item is not None
-        if isinstance(item[0], JobStatus):
-            sent.append((item[0].job_id, item[0].queue_position, item[0].queue_length))
+    batch = sub.take(timeout=0)
+    assert batch is not None and sub.queue.empty(), "the poll's changes: one batch"
+    sent = [(c.job_id, c.queue_position, c.queue_length) for c, _ in batch if isinstance(c, JobStatus)]
     assert sorted(sent) == [(1, 0, 0), (2, 1, 1)]
     assert mirror.job(1).queue_position == 0  # type: ignore[union-attr]
 

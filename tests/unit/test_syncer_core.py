@@ -478,12 +478,7 @@ def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
     mirror._publish(Node("cpu-002", "IDLE"))
 
     def drained(sub: Subscription) -> list[Any]:
-        out = []
-        while not sub.queue.empty():
-            item = sub.queue.get_nowait()
-            assert item is not None
-            out.append(item[0].job_id if isinstance(item[0], JobStatus) else item[0].name)
-        return out
+        return [c.job_id if isinstance(c, JobStatus) else c.name for c, _ in _drain(sub)]
 
     assert drained(a) == [1, "cpu-002"]
     assert drained(b) == [2, "cpu-002"]
@@ -509,11 +504,12 @@ def test_a_poll_that_sees_only_what_the_push_told_sends_nothing_more() -> None:
 
 
 def _drain(sub: Subscription) -> list[Any]:
+    """Every change queued, batch after batch."""
     out = []
     while not sub.queue.empty():
-        item = sub.queue.get_nowait()
-        assert item is not None
-        out.append(item)
+        batch = sub.take(timeout=0)
+        assert batch is not None
+        out.extend(batch)
     return out
 
 

@@ -201,16 +201,17 @@ def read_syncer(address: str, tls: TlsFiles | None, server_name: str = "") -> Sl
         options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         with grpc.secure_channel(address, credentials, options) as channel:
             stream = syncer_pb2_grpc.SyncerServiceStub(channel).WatchSlurm(
-                syncer_pb2.WatchSlurmRequest(), timeout=SYNCER_TIMEOUT_S
+                syncer_pb2.WatchSlurmRequest(batched=True), timeout=SYNCER_TIMEOUT_S
             )
-            for change in stream:
-                if change.HasField("job"):
-                    status = wire.job_from_proto(change.job)
-                    view.jobs[status.job_id] = status
-                elif change.HasField("node"):
-                    node, _ = wire.node_from_proto(change.node)
-                    view.nodes[node.name] = node
-                if change.snapshot_done:
+            for msg in stream:
+                for change in wire.changes_of(msg):
+                    if change.HasField("job"):
+                        status = wire.job_from_proto(change.job)
+                        view.jobs[status.job_id] = status
+                    elif change.HasField("node"):
+                        node, _ = wire.node_from_proto(change.node)
+                        view.nodes[node.name] = node
+                if msg.snapshot_done:
                     stream.cancel()
                     break
     except grpc.RpcError as e:

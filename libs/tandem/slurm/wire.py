@@ -1,10 +1,13 @@
 """Jobs and nodes between the model (tandem.slurm.models) and the protos (tandem.v1.slurm): the
-syncer writes them on its stream, the scheduler reads them back; both convert here and nowhere else."""
+syncer writes them on its stream, the scheduler reads them back; both convert here and nowhere else,
+and read the stream's two message shapes (batched, and one change a message) here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tandem.slurm.models import HetComponent, Job, JobStatus, Node
-from tandem.v1 import slurm_pb2
+from tandem.v1 import slurm_pb2, syncer_pb2
 
 _GONE = "GONE"
 _NODE_STATES = ("IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "FUTURE")
@@ -91,3 +94,22 @@ def node_from_proto(msg: slurm_pb2.SlurmNode) -> tuple[Node, str]:
 def _job_state(state: str) -> str:
     name = f"JOB_STATE_{state}"
     return name if name in slurm_pb2.JobState.DESCRIPTOR.values_by_name else "JOB_STATE_UNSPECIFIED"
+
+
+def changes_of(msg: syncer_pb2.WatchSlurmResponse) -> Sequence[syncer_pb2.SlurmChange]:
+    """A WatchSlurm message's changes, in either shape: a syncer older than batching ignores the
+    request's `batched` and sends one change a message in the deprecated fields."""
+    if msg.changes:
+        return msg.changes
+    if msg.HasField("job"):
+        return (syncer_pb2.SlurmChange(job=msg.job, trace_context=msg.trace_context),)
+    if msg.HasField("node"):
+        return (syncer_pb2.SlurmChange(node=msg.node, trace_context=msg.trace_context),)
+    return ()
+
+
+def unbatched(change: syncer_pb2.SlurmChange) -> syncer_pb2.WatchSlurmResponse:
+    """A change as a message of its own, for a client that did not ask for `batched`."""
+    if change.HasField("job"):
+        return syncer_pb2.WatchSlurmResponse(job=change.job, trace_context=change.trace_context)
+    return syncer_pb2.WatchSlurmResponse(node=change.node, trace_context=change.trace_context)

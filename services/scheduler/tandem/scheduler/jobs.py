@@ -1,6 +1,7 @@
 """The scheduler's view of Slurm, kept current by the syncer's WatchSlurm stream: this
 scheduler's placeholder jobs, and which Kubernetes Node hosts each Slurm node (the syncer owns that
-mapping and publishes it; the scheduler binds from it)."""
+mapping and publishes it; the scheduler binds from it). Each message is a batch (what one poll of
+Slurm or one call changed): applied under one hold of the lock, then told to the controller."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 import grpc
 
 from tandem import placeholder
-from tandem.slurm.models import JobStatus
-from tandem.slurm.wire import job_from_proto, node_from_proto
+from tandem.slurm.models import JobStatus, Node
+from tandem.slurm.wire import changes_of, job_from_proto, node_from_proto
 from tandem.v1 import slurm_pb2, syncer_pb2
 
 log = logging.getLogger(__name__)
@@ -127,17 +128,17 @@ class JobTracker:
                 # A fresh snapshot: every job submitted before this call is in it, so a restarted
                 # scheduler finds the jobs its previous life submitted. Only this scheduler's jobs.
                 in_snapshot: set[int] | None = set()
-                request = syncer_pb2.WatchSlurmRequest(fresh=True, scheduler_name=self.scheduler_name)
+                request = syncer_pb2.WatchSlurmRequest(
+                    fresh=True, scheduler_name=self.scheduler_name, batched=True
+                )
                 for msg in self.syncer.WatchSlurm(request, wait_for_ready=True):
                     self.connected = True
                     self.trouble = ""
                     backoff = 0.5
-                    if msg.HasField("job"):
-                        if in_snapshot is not None:
-                            in_snapshot.add(msg.job.job_id)
-                        self._apply(job_from_proto(msg.job), dict(msg.trace_context))
-                    elif msg.HasField("node"):
-                        self._apply_node(msg.node)
+                    changes = changes_of(msg)
+                    if in_snapshot is not None:
+                        in_snapshot.update(c.job.job_id for c in changes if c.HasField("job"))
+                    self._apply_changes(changes)
                     if msg.snapshot_done:
                         if in_snapshot is not None:
                             self._forget_missing(in_snapshot)
@@ -154,47 +155,81 @@ class JobTracker:
             stop.wait(backoff)  # a stop ends the wait: a shutdown never sits out a backoff
             backoff = min(backoff * 2, 5.0)
 
+    def _apply_changes(self, changes: Sequence[syncer_pb2.SlurmChange]) -> None:
+        jobs = [(job_from_proto(c.job), dict(c.trace_context)) for c in changes if c.HasField("job")]
+        nodes = [node_from_proto(c.node) for c in changes if c.HasField("node")]
+        self._apply_batch(jobs, nodes)
+
+    def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
+        """A job's change on its own: a batch of one."""
+        self._apply_batch([(status, trace_context or {})])
+
     def _apply_node(self, msg: slurm_pb2.SlurmNode) -> None:
-        node, kube_node = node_from_proto(msg)
+        """A node's change on its own: a batch of one."""
+        self._apply_batch([], [node_from_proto(msg)])
+
+    def _apply_batch(
+        self,
+        jobs: Sequence[tuple[JobStatus, dict[str, str]]],
+        nodes: Sequence[tuple[Node, str]] = (),
+    ) -> None:
+        """A batch of changes: every one recorded under one hold of the lock, then each changed
+        job and each moved node told, outside it (the callbacks take the controller's locks, and
+        find the whole batch recorded)."""
+        if not jobs and not nodes:
+            return
         with self._lock:
-            before = self._kube_nodes.get(node.name)
-            self._kube_nodes[node.name] = kube_node
+            changed = [c for status, trace in jobs if (c := self._record(status, trace)) is not None]
+            moved = [node.name for node, kube_node in nodes if self._record_node(node, kube_node)]
+            if any(status.gone for status, _ in jobs):
+                self._prune_gone()
+        for pod, status in changed:
+            self.on_change(pod, status)
+        if self.on_node_moved is not None:
+            for name in moved:
+                self.on_node_moved(name)
+
+    def _record_node(self, node: Node, kube_node: str) -> bool:
+        """Whether a Pod waiting to bind on the node should look again. Lock held."""
+        before = self._kube_nodes.get(node.name)
+        self._kube_nodes[node.name] = kube_node
         # Moved, or known at last: a Pod waiting to bind there looks again now (in the first
         # snapshot every node is new, and the runner looks at every Pod once it starts anyway).
         known_at_last = before is None and bool(kube_node) and self._synced.is_set()
         moved = before is not None and before != kube_node
-        if (moved or known_at_last) and self.on_node_moved is not None:
-            self.on_node_moved(node.name)
+        return moved or known_at_last
 
-    def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
+    def _record(
+        self, status: JobStatus, trace_context: dict[str, str]
+    ) -> tuple[placeholder.PodRef, JobStatus] | None:
+        """Record a job; its Pod and the job as recorded, to tell the controller (None: not a Pod's
+        job of this scheduler). Lock held."""
         job = status.job
         if (job.name or job.admin_comment) and placeholder.scheduler_of_job(job) != self.scheduler_name:
-            return  # another scheduler's job, or no placeholder at all (whatever its name)
+            return None  # another scheduler's job, or no placeholder at all (whatever its name)
         pod = placeholder.pod_of(job)
-        with self._lock:
-            old = self._jobs.get(job.job_id)
-            if pod is None and old is not None:
-                # A pushed start may carry no name; keep the one we know.
-                pod = placeholder.pod_of(old.job)
-                if pod is not None:
-                    status = replace(
-                        status, job=replace(job, name=old.job.name, admin_comment=old.job.admin_comment)
-                    )
-            if old is None or phase(old) != phase(status):
-                self._phase_since[job.job_id] = time.monotonic()
-            if status.started and (old is None or not old.started):
-                self.started_at[job.job_id] = time.monotonic()
-                if trace_context:
-                    self.trace_context[job.job_id] = trace_context
-            self._jobs[job.job_id] = status
+        old = self._jobs.get(job.job_id)
+        if pod is None and old is not None:
+            # A pushed start may carry no name; keep the one we know.
+            pod = placeholder.pod_of(old.job)
             if pod is not None:
-                self._by_uid[pod.uid].add(job.job_id)
-                self._by_key[pod.key].add(job.job_id)
-            if status.gone:
-                self._gone_at[job.job_id] = time.monotonic()
-                self._prune_gone()
-        if pod is not None:
-            self.on_change(pod, status)
+                status = replace(
+                    status, job=replace(job, name=old.job.name, admin_comment=old.job.admin_comment)
+                )
+        if old is None or phase(old) != phase(status):
+            self._phase_since[job.job_id] = time.monotonic()
+        if status.started and (old is None or not old.started):
+            self.started_at[job.job_id] = time.monotonic()
+            if trace_context:
+                self.trace_context[job.job_id] = trace_context
+        self._jobs[job.job_id] = status
+        if status.gone:
+            self._gone_at[job.job_id] = time.monotonic()
+        if pod is None:
+            return None
+        self._by_uid[pod.uid].add(job.job_id)
+        self._by_key[pod.key].add(job.job_id)
+        return pod, status
 
     def _forget_missing(self, in_snapshot: set[int]) -> None:
         """After a reconnect: a job we knew that the fresh snapshot lacks ended while the stream
@@ -203,7 +238,7 @@ class JobTracker:
             missing = [s for job_id, s in self._jobs.items() if job_id not in in_snapshot and not s.gone]
         for status in missing:
             log.info("job vanished while the syncer stream was down", extra={"job": status.job_id})
-            self._apply(replace(status, gone=True))
+        self._apply_batch([(replace(status, gone=True), {}) for status in missing])
 
     def _prune_gone(self) -> None:
         cutoff = time.monotonic() - TOMBSTONE_SECONDS

@@ -1,7 +1,8 @@
 """The syncer's mirror of Slurm: jobs and nodes, fed by an `update_time`-filtered poll of
 slurmrestd (the safety net) and by pushes from the hooks and the scheduler (the fast path),
-published to subscribers as changes. A heterogeneous job is kept as Slurm lists it, a component
-per job id (each prolog locks for its own), and read and published as one (tandem.slurm.hetjob)."""
+published to subscribers in batches: what one poll or one push changed. A heterogeneous job is
+kept as Slurm lists it, a component per job id (each prolog locks for its own), and read and
+published as one (tandem.slurm.hetjob)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Protocol
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 Change = JobStatus | Node
 # A change and the trace context of the call that caused it (empty when the poll found it).
 Published = tuple[Change, dict[str, str]]
+# What one poll or one call changed, each job or node once: one item of a subscriber's queue, one
+# stream message, one wake-up of the scheduler that reads it (SlurmMirror.batch).
+Batch = list[Published]
 
 
 class SlurmReader(Protocol):
@@ -62,10 +66,14 @@ class Subscription:
     ) -> None:
         self._mirror = mirror
         self.scheduler_name = scheduler_name
-        # One slot more than the backlog: room for the None that ends the stream.
-        self.queue: queue.Queue[Published | None] = queue.Queue(maxsize=backlog + 1)
+        # Unbounded in batches: the backlog bounds the changes they hold (a poll's batch can hold
+        # every job).
+        self.queue: queue.Queue[Batch | None] = queue.Queue()
         self.backlog = backlog
         self.overflowed = False
+        # Changes queued and not taken yet: offered under the mirror's lock, taken by the stream.
+        self._waiting = 0
+        self._counting = threading.Lock()
 
     def wants(self, change: Change) -> bool:
         """Nodes go to everyone; a job only to the scheduler whose placeholder it is (a job pushed
@@ -76,20 +84,33 @@ class Subscription:
             return True
         return placeholder.scheduler_of_job(change.job) == self.scheduler_name
 
-    def offer(self, item: Published) -> None:
+    def offer(self, batch: Batch) -> None:
         if self.overflowed:
             return
-        if self.queue.qsize() >= self.backlog:
+        with self._counting:
+            # A batch is taken whole by a subscriber that is not behind, however large: the
+            # mirror's size bounds it.
+            behind = self._waiting > 0 and self._waiting + len(batch) > self.backlog
+            if not behind:
+                self._waiting += len(batch)
+        if behind:
             self.overflowed = True
             log.warning("subscriber fell behind; cutting it off", extra={"backlog": self.backlog})
             self.close()
             return
-        self.queue.put_nowait(item)
+        self.queue.put_nowait(batch)
+
+    def take(self, timeout: float) -> Batch | None:
+        """The next batch, or None once the stream is to end; queue.Empty after `timeout`."""
+        batch = self.queue.get(timeout=timeout)
+        if batch is not None:
+            with self._counting:
+                self._waiting -= len(batch)
+        return batch
 
     def close(self) -> None:
         self._mirror._unsubscribe(self)
-        with contextlib.suppress(queue.Full):  # full: it is ending anyway
-            self.queue.put_nowait(None)
+        self.queue.put_nowait(None)
 
 
 class SlurmMirror:
@@ -103,6 +124,8 @@ class SlurmMirror:
         self._nodes: dict[str, Node] = {}
         self._subs: list[Subscription] = []
         self._lock = threading.RLock()
+        # This thread's open batch (`batch`): its changes by job id or node name.
+        self._local = threading.local()
         self._jobs_since: int | None = None
         self._nodes_since: int | None = None
         self._synced = threading.Event()
@@ -192,6 +215,35 @@ class SlurmMirror:
             if node is not None:
                 self._publish(node)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Publish what this thread changes inside as one batch when its outermost batch ends:
+        each subscriber gets one queue item, its scheduler one message and one wake-up, however
+        many jobs and nodes changed. Per thread: a push answered during a poll goes out at once,
+        not when the poll ends."""
+        if getattr(self._local, "pending", None) is not None:
+            yield  # the outer batch sends
+            return
+        pending: dict[tuple[str, int | str], Published] = {}
+        self._local.pending = pending
+        try:
+            yield
+        finally:
+            self._local.pending = None
+            if pending:
+                with self._lock:
+                    self._send([(self._now(change), caused_by) for change, caused_by in pending.values()])
+
+    def _now(self, change: Change) -> Change:
+        """A batch's change as the mirror holds it when the batch is sent: another thread may have
+        sent a newer state of the same job or node meanwhile, and a stream must never step one
+        back. The change itself once the mirror forgot it (or a part of its het job). Lock held."""
+        if isinstance(change, Node):
+            return self._nodes.get(change.name, change)
+        if change.job.het_job_id:
+            return self._whole(change.job.het_job_id) or change
+        return self._jobs.get(change.job_id, change)
+
     def _unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
             if sub in self._subs:
@@ -215,12 +267,16 @@ class SlurmMirror:
     def refresh_job(self, job_id: int) -> JobStatus | None:
         """Fetch one job now (e.g. a prolog for a job nobody told us about)."""
         jobs = self.slurm.get_job_components(job_id)
-        with self._lock:
+        with self.batch(), self._lock:
             for job in jobs:
                 self._apply_job(job)
             return self.job(job_id)
 
     def _push(self, job_id: int, node: str, started: bool = False, terminating: bool = False) -> JobStatus:
+        with self.batch():  # what the read below found and the push itself: one message
+            return self._pushed(job_id, node, started, terminating)
+
+    def _pushed(self, job_id: int, node: str, started: bool, terminating: bool) -> JobStatus:
         with self._lock:
             current = self._jobs.get(job_id)
         if current is None or _allocation_unknown(current):
@@ -261,7 +317,7 @@ class SlurmMirror:
             stop.wait(self.poll_interval)
 
     def poll_once(self) -> None:
-        with self._polling:
+        with self._polling, self.batch():  # everything the poll finds, jobs and nodes: one message
             started = int(time.time())
             asked_at = time.monotonic()
             listed = self._light_listing()
@@ -467,10 +523,10 @@ class SlurmMirror:
                     del self._het[het]
 
     def _publish(self, change: Change, before: JobStatus | None = None) -> None:
-        """Send a change to every subscriber that wants it. A job is sent only when what the stream
-        carries of it changed (`before`: the job as last stored): the poll also sees changes the wire
-        does not carry (the start marker once the push told, Slurm's state flags), and each message
-        wakes every scheduler that reads it."""
+        """Send a change to every subscriber that wants it, or add it to this thread's batch. A job
+        is sent only when what the stream carries of it changed (`before`: the job as last stored):
+        the poll also sees changes the wire does not carry (the start marker once the push told,
+        Slurm's state flags), and each change is work for every scheduler that reads it."""
         if (
             isinstance(change, JobStatus)
             and before is not None
@@ -484,9 +540,22 @@ class SlurmMirror:
                 return  # its first component is not known yet: published once it is
             change = whole
         caused_by = tracing.inject()
+        pending: dict[tuple[str, int | str], Published] | None = getattr(self._local, "pending", None)
+        if pending is None:
+            self._send([(change, caused_by)])
+            return
+        key = ("node", change.name) if isinstance(change, Node) else ("job", change.job_id)
+        earlier = pending.get(key)
+        # Changed again in the same batch: sent once; the call that caused it keeps its trace.
+        pending[key] = (change, caused_by or (earlier[1] if earlier else {}))
+
+    def _send(self, batch: Batch) -> None:
+        """Each subscriber's part of a batch, in one queue item. Lock held: items are queued in
+        the order the mirror made the changes."""
         for sub in list(self._subs):
-            if sub.wants(change):
-                sub.offer((change, caused_by))
+            mine = [item for item in batch if sub.wants(item[0])]
+            if mine:
+                sub.offer(mine)
 
 
 def _is_group(job: Job) -> bool:

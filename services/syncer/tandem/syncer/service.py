@@ -14,11 +14,11 @@ from tandem.nodetoken import ReviewUnavailable, TokenReviewer
 from tandem.slurm.models import STARTED_MARKER, Job, JobStatus, Node
 from tandem.slurm.names import valid_node_name
 from tandem.slurm.rest import SlurmApiError
-from tandem.slurm.wire import job_to_proto, node_to_proto
+from tandem.slurm.wire import job_to_proto, node_to_proto, unbatched
 from tandem.syncer import convert
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
-from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.mirror import Batch, SlurmMirror
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ A_PLACEHOLDERS_CALL = (
 # What JobTerminating keeps of its deadline to drain the nodes its Pods still run on: its
 # KillWait deadline (drain_at) is this much before the call's.
 DRAIN_ALLOWANCE_SECONDS = 1.5
+
+# At most this much of changes in one WatchSlurm message; a larger batch (a snapshot of thousands of
+# jobs) is split. gRPC clients refuse a message over 4 MiB unless told otherwise.
+MESSAGE_BYTES = 1 << 20
+# What a change adds to a message besides itself: its field's tag and length.
+CHANGE_FRAMING_BYTES = 6
 
 
 class SlurmWriter(Protocol):
@@ -120,10 +126,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobStartedRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobStartedResponse:
         self._require_active(context)
-        verified = self._verified_placeholder(
-            context, request.job_id, request.placeholder, request.slurm_node, request.job_token
-        )
-        status = self.mirror.job_started(request.job_id, request.slurm_node)
+        with self.mirror.batch():  # the job as the check read it and the push: one message
+            verified = self._verified_placeholder(
+                context, request.job_id, request.placeholder, request.slurm_node, request.job_token
+            )
+            status = self.mirror.job_started(request.job_id, request.slurm_node)
         return syncer_pb2.JobStartedResponse(
             job=job_to_proto(status) if status else None, marked=self._mark_started(verified.job)
         )
@@ -149,10 +156,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
     ) -> syncer_pb2.JobTerminatingResponse:
         self._require_active(context)
-        self._verified_placeholder(
-            context, request.job_id, request.placeholder, request.slurm_node, request.job_token
-        )
-        status = self.mirror.job_terminating(request.job_id, request.slurm_node)
+        with self.mirror.batch():  # as in JobStarted
+            self._verified_placeholder(
+                context, request.job_id, request.placeholder, request.slurm_node, request.job_token
+            )
+            status = self.mirror.job_terminating(request.job_id, request.slurm_node)
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
@@ -178,25 +186,41 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         snapshot, sub = self.mirror.subscribe(request.scheduler_name)
         context.add_callback(sub.close)
         try:
-            for change in snapshot:
-                yield self._change(change)
-            yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
+            yield from self._messages([(c, {}) for c in snapshot], request.batched, snapshot_done=True)
             while context.is_active():
                 try:
-                    item = sub.queue.get(timeout=1.0)
+                    batch = sub.take(timeout=1.0)
                 except queue.Empty:
                     continue
-                if item is None:
+                if batch is None:
                     if sub.overflowed:
                         context.abort(
                             grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
                         )
                     return
-                change, caused_by = item
-                yield self._change(change, caused_by)
+                yield from self._messages(batch, request.batched)
         finally:
             sub.close()
+
+    def _messages(
+        self, batch: Batch, batched: bool, snapshot_done: bool = False
+    ) -> Iterator[syncer_pb2.WatchSlurmResponse]:
+        """A batch as messages: one (a few when it is larger than MESSAGE_BYTES), the last marked
+        `snapshot_done` for the snapshot; to a client that did not ask for batches, one a change."""
+        changes = [self._change(change, caused_by) for change, caused_by in batch]
+        if not batched:
+            yield from map(unbatched, changes)
+            if snapshot_done:
+                yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
+            return
+        chunks = list(_chunks(changes, MESSAGE_BYTES))
+        if snapshot_done and not chunks:
+            chunks = [[]]  # an empty snapshot still ends
+        for i, chunk in enumerate(chunks):
+            yield syncer_pb2.WatchSlurmResponse(
+                changes=chunk, snapshot_done=snapshot_done and i == len(chunks) - 1
+            )
 
     def DrainNode(
         self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
@@ -334,13 +358,26 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 log.warning("cannot look up job for its lock", extra={"job": job_id, "error": str(e)})
         return status is not None and placeholder.pod_of(status.job) is not None
 
-    def _change(
-        self, change: JobStatus | Node, caused_by: dict[str, str] | None = None
-    ) -> syncer_pb2.WatchSlurmResponse:
+    def _change(self, change: JobStatus | Node, caused_by: dict[str, str]) -> syncer_pb2.SlurmChange:
         if isinstance(change, JobStatus):
-            return syncer_pb2.WatchSlurmResponse(job=job_to_proto(change), trace_context=caused_by)
+            return syncer_pb2.SlurmChange(job=job_to_proto(change), trace_context=caused_by)
         kube_node = self.cluster.kube_node_of(change.name)
-        return syncer_pb2.WatchSlurmResponse(node=node_to_proto(change, kube_node), trace_context=caused_by)
+        return syncer_pb2.SlurmChange(node=node_to_proto(change, kube_node), trace_context=caused_by)
+
+
+def _chunks(changes: list[syncer_pb2.SlurmChange], limit: int) -> Iterator[list[syncer_pb2.SlurmChange]]:
+    """`changes` in order, in runs of at most `limit` bytes on the wire (a larger change alone)."""
+    chunk: list[syncer_pb2.SlurmChange] = []
+    size = 0
+    for change in changes:
+        n = change.ByteSize() + CHANGE_FRAMING_BYTES
+        if chunk and size + n > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(change)
+        size += n
+    if chunk:
+        yield chunk
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
