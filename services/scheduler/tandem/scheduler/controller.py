@@ -24,14 +24,14 @@ from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, 
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
-from tandem.scheduler import eligibility, groups, jobspec
+from tandem.scheduler import eligibility, groups, jobspec, podmemo
 from tandem.scheduler.dra_source import BY_CLAIM, DraCaches
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import FROM_DEFAULT, FROM_FLAG, KillWait
 from tandem.scheduler.podapi import PodApi, condition
 from tandem.scheduler.policy import BUILTIN, Policy
-from tandem.scheduler.validation import Problem, Validation, effective_requests
+from tandem.scheduler.validation import Problem, Validation
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.hostlist import expand
 from tandem.slurm.models import JobSpec, JobStatus
@@ -61,6 +61,12 @@ WAKEUPS = REGISTRY.counter(
     "tandem_scheduler_wakeups_total",
     "keys queued for a reconcile, by what queued them (a Pod, its job, a Node, a freed Node, ...)",
     ["source"],
+)
+
+DECISIONS = REGISTRY.counter(
+    "tandem_scheduler_decisions_total",
+    "what reconciles decided, by action (Nothing: a wake-up that found nothing to do)",
+    ["action"],
 )
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
@@ -141,7 +147,7 @@ def _claim_path(namespace: str, name: str = "") -> str:
 
 def _asks_gpus(pod: JSON) -> bool:
     try:
-        return effective_requests(pod).get(keys.GPU_RESOURCE, 0) > 0
+        return podmemo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
     except ValueError:
         return False
 
@@ -394,7 +400,9 @@ class Controller:
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
             raise NotYet("Slurm's KillWait is not known yet")
         self._forget_what_the_caches_show(key)
-        return self._act(*self.decision(key, kill_wait))
+        observed, action = self.decision(key, kill_wait)
+        DECISIONS.inc(action=type(action).__name__)
+        return self._act(observed, action)
 
     def decision(self, key: str, kill_wait: KillWait | None = None) -> tuple[d.Observed, d.Action]:
         """What to do for a key: decided on a snapshot, judged against every Node only when the
@@ -591,7 +599,7 @@ class Controller:
             if not _may_need_a_fit(pod, job):
                 continue
             try:
-                requests = effective_requests(pod)
+                requests = podmemo.requests(pod)
             except ValueError:
                 continue  # validation reports it
             if hosts is None:

@@ -83,7 +83,7 @@ from tandem import keys, topology
 from tandem.dra.claims import PodGpus
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import domains, gpuclaims, groups, validation
+from tandem.scheduler import domains, gpuclaims, groups, podmemo, validation
 from tandem.scheduler.eligibility import Eligibility
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.podapi import condition
@@ -426,7 +426,7 @@ def decide(o: Observed) -> Action:
             return Nothing()
         return Pend(unbound, REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
     results = tuple(
-        validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source) for m in live
+        podmemo.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source) for m in live
     )
     invalid = _invalid(group, live, results) or _unclaimable(o, group, live)
     if invalid is not None:
@@ -939,7 +939,7 @@ def _gpus_by_dra(o: Observed, p: Placement) -> bool:
     if not o.extended_class or p.kube_node not in o.dra_served:
         return False
     try:
-        return validation.effective_requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0
+        return podmemo.requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0
     except ValueError:
         return False
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tandem import keys
 from tandem.kube import JSON
 from tandem.placeholder import GROUP_SEPARATOR, PodRef
-from tandem.scheduler.validation import effective_requests
+from tandem.scheduler import podmemo
 
 _PODGROUP = "pg"
 _COMPOSITE = "cpg"
@@ -272,7 +272,7 @@ def _leader_differs(members: list[JSON]) -> bool:
     if not leaders or not workers:
         return False
     try:
-        return effective_requests(leaders[0]) != effective_requests(workers[0])
+        return podmemo.requests(leaders[0]) != podmemo.requests(workers[0])
     except ValueError:
         return False  # validation refuses the group, and says why
 
