@@ -5,6 +5,7 @@ per job id (each prolog locks for its own), and read and published as one (tande
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -56,6 +57,10 @@ READ_ONE_BY_ONE = 256
 SUBSCRIBER_BACKLOG = 50_000
 
 
+def _nothing() -> None:
+    pass
+
+
 class Subscription:
     def __init__(
         self, mirror: SlurmMirror, scheduler_name: str = "", backlog: int = SUBSCRIBER_BACKLOG
@@ -66,6 +71,8 @@ class Subscription:
         self.queue: queue.Queue[Published | None] = queue.Queue(maxsize=backlog + 1)
         self.backlog = backlog
         self.overflowed = False
+        # Told after each put, on the publisher's thread: wakes a stream waiting on an event loop.
+        self._arrived: Callable[[], None] = _nothing
 
     def wants(self, change: Change) -> bool:
         """Nodes go to everyone; a job only to the scheduler whose placeholder it is (a job pushed
@@ -85,11 +92,34 @@ class Subscription:
             self.close()
             return
         self.queue.put_nowait(item)
+        self._arrived()
 
     def close(self) -> None:
         self._mirror._unsubscribe(self)
         with contextlib.suppress(queue.Full):  # full: it is ending anyway
             self.queue.put_nowait(None)
+        self._arrived()
+
+    async def get_async(self) -> Published | None:
+        """The next change (None: the stream ends), waited for on the event loop: a stream that
+        waits for hours holds no thread."""
+        loop = asyncio.get_running_loop()
+        arrived = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+                loop.call_soon_threadsafe(arrived.set)
+
+        self._arrived = wake
+        try:
+            while True:
+                arrived.clear()  # before looking: a put after the look wakes the wait below
+                try:
+                    return self.queue.get_nowait()
+                except queue.Empty:
+                    await arrived.wait()
+        finally:
+            self._arrived = _nothing
 
 
 class SlurmMirror:

@@ -1,11 +1,17 @@
-"""The syncer's gRPC API (proto/tandem/v1/syncer.proto)."""
+"""The syncer's gRPC API (proto/tandem/v1/syncer.proto), served by grpc.aio (tandem.aioserving).
+
+The calls that wait (a prolog's lock, an epilog's unlock, a placeholder's end) and the WatchSlurm
+stream are coroutines: while they wait they hold no thread, however many prologs wait at once
+(issue 40). What such a call does besides waiting runs in steps on the server's thread pool
+(tandem.syncer.steps), as does every other call, a plain method.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
-from collections.abc import Callable, Iterator
-from typing import NoReturn, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -19,6 +25,7 @@ from tandem.syncer import convert
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
+from tandem.syncer.steps import Steps, run_async
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -29,11 +36,45 @@ ONE_NODE = "slurm_node must be one Slurm node's name"
 A_PLACEHOLDERS_CALL = (
     "job_id and placeholder (the reference whose credential the caller presented) are required"
 )
+STANDBY = "this syncer is a standby; the leader serves"
 
 
 # What JobTerminating keeps of its deadline to drain the nodes its Pods still run on: its
 # KillWait deadline (drain_at) is this much before the call's.
 DRAIN_ALLOWANCE_SECONDS = 1.5
+
+T = TypeVar("T")
+
+
+class CallContext(Protocol):
+    """What a call's checks read of its gRPC context, on whichever thread they run."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn: ...
+
+    def time_remaining(self) -> float | None: ...
+
+
+class Refused(Exception):
+    """A call refused in a step on a worker thread: its coroutine ends it with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class StepContext:
+    """The call's context as its steps see it on a worker thread. grpc.aio's `abort` is a coroutine
+    that a thread cannot await (called, it would do nothing): here it raises `Refused`."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise Refused(code, details)
+
+    def time_remaining(self) -> float | None:
+        left = self._context.time_remaining()
+        return float(left) if left is not None else None
 
 
 class SlurmWriter(Protocol):
@@ -69,9 +110,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # False on a standby replica: it answers UNAVAILABLE until it leads.
         self.active = False
 
-    def AcquireNodeLock(
-        self, request: syncer_pb2.AcquireNodeLockRequest, context: grpc.ServicerContext
+    async def AcquireNodeLock(
+        self, request: syncer_pb2.AcquireNodeLockRequest, context: Any
     ) -> syncer_pb2.AcquireNodeLockResponse:
+        return await self._waiting(self._acquire(request, StepContext(context)), context)
+
+    def _acquire(
+        self, request: syncer_pb2.AcquireNodeLockRequest, context: CallContext
+    ) -> Steps[syncer_pb2.AcquireNodeLockResponse]:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         self._verified_node(context, request.slurm_node, request.node_token)
@@ -80,24 +126,39 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # node and answer.
         timeout = budget.lock_wait(context.time_remaining(), cap=self.locks.cap)
         try:
-            view = self.locks.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
+            view = yield from self.locks.acquire_steps(request.slurm_node, request.job_id, strict, timeout)
         except LockFailed as e:  # a timeout too: the node was drained with the Pods' names
             code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(e))
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
-    def ReleaseNodeLock(
-        self, request: syncer_pb2.ReleaseNodeLockRequest, context: grpc.ServicerContext
+    async def ReleaseNodeLock(
+        self, request: syncer_pb2.ReleaseNodeLockRequest, context: Any
     ) -> syncer_pb2.ReleaseNodeLockResponse:
+        return await self._waiting(self._release(request, StepContext(context)), context)
+
+    def _release(
+        self, request: syncer_pb2.ReleaseNodeLockRequest, context: CallContext
+    ) -> Steps[syncer_pb2.ReleaseNodeLockResponse]:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         self._verified_node(context, request.slurm_node, request.node_token)
         try:
-            view = self.locks.release(request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0)
+            view = yield from self.locks.release_steps(
+                request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0
+            )
         except LockFailed as e:
             code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(e))
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
+
+    async def _waiting(self, steps: Steps[T], context: Any) -> T:
+        """Run a waiting call's steps (tandem.syncer.steps); a refusal in one ends the call so."""
+        try:
+            return await run_async(steps, self.cluster.wait_async)
+        except Refused as e:
+            await context.abort(e.code, e.details)
+            raise AssertionError("context.abort returned") from e
 
     def GetNodeLock(
         self, request: syncer_pb2.GetNodeLockRequest, context: grpc.ServicerContext
@@ -145,9 +206,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             return False
         return True
 
-    def JobTerminating(
-        self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
+    async def JobTerminating(
+        self, request: syncer_pb2.JobTerminatingRequest, context: Any
     ) -> syncer_pb2.JobTerminatingResponse:
+        return await self._waiting(self._terminating(request, StepContext(context)), context)
+
+    def _terminating(
+        self, request: syncer_pb2.JobTerminatingRequest, context: CallContext
+    ) -> Steps[syncer_pb2.JobTerminatingResponse]:
         self._require_active(context)
         self._verified_placeholder(
             context, request.job_id, request.placeholder, request.slurm_node, request.job_token
@@ -156,45 +222,43 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
-
         # The node sync drains, at drain_at (just before KillWait), each node where a Pod of the
         # job still runs; the call waits for the Pods to go or for those drains, on the caches.
         remaining = _remaining(context)
         drain_in = min(self.terminating_timeout, remaining - DRAIN_ALLOWANCE_SECONDS)
-        pod_gone, drained = self.locks.at_killwait(
+        pod_gone, drained = yield from self.locks.killwait_steps(
             status, ref, request.slurm_node, drain_in, timeout=remaining - 0.5
         )
         return syncer_pb2.JobTerminatingResponse(pod_gone=pod_gone, drained_slurm_nodes=drained)
 
-    def WatchSlurm(
-        self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext
-    ) -> Iterator[syncer_pb2.WatchSlurmResponse]:
-        self._require_active(context)
+    async def WatchSlurm(
+        self, request: syncer_pb2.WatchSlurmRequest, context: Any
+    ) -> AsyncIterator[syncer_pb2.WatchSlurmResponse]:
+        """A stream for hours: it waits for changes on the event loop, holding no thread, and ends
+        (unsubscribed) as soon as its caller goes away (the coroutine is cancelled)."""
+        if not self.active:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STANDBY)
         if request.fresh:
             try:
-                self.mirror.poll_once()
+                await asyncio.to_thread(self.mirror.poll_once)
             except SlurmApiError as e:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}")
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}"
+                )
         snapshot, sub = self.mirror.subscribe(request.scheduler_name)
-        context.add_callback(sub.close)
         try:
-            for change in snapshot:
-                yield self._change(change)
+            # Thousands of jobs: made into messages off the loop, which serves every other call.
+            for message in await asyncio.to_thread(lambda: [self._change(c) for c in snapshot]):
+                yield message
             yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
-            while context.is_active():
-                try:
-                    item = sub.queue.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if item is None:
-                    if sub.overflowed:
-                        context.abort(
-                            grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
-                        )
-                    return
+            while (item := await sub.get_async()) is not None:
                 change, caused_by = item
                 yield self._change(change, caused_by)
+            if sub.overflowed:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
+                )
         finally:
             sub.close()
 
@@ -237,7 +301,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         return syncer_pb2.PlaceholderSubmittedResponse()
 
     def _verified_placeholder(
-        self, context: grpc.ServicerContext, job_id: int, reference: str, slurm_node: str, job_token: str
+        self, context: CallContext, job_id: int, reference: str, slurm_node: str, job_token: str
     ) -> JobStatus:
         """The job as Slurm has it now, if it is the placeholder whose credential the caller
         presented, that credential is the job's own (under the job key, bound to the binding in
@@ -282,7 +346,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             )
         return status
 
-    def _verified_node(self, context: grpc.ServicerContext, slurm_node: str, node_token: str) -> None:
+    def _verified_node(self, context: CallContext, slurm_node: str, node_token: str) -> None:
         """Refuses the call unless `node_token` is the credential of `slurm_node` itself: a token
         the API server vouches for (TokenReview, audience tandem-hooks), bound to the slurmd Pod
         this syncer sees for that node now (same uid: a deleted Pod's token is refused at once)."""
@@ -321,9 +385,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 f" {slurm_node}: a node locks and unlocks itself only",
             )
 
-    def _require_active(self, context: grpc.ServicerContext) -> None:
+    def _require_active(self, context: CallContext) -> None:
         if not self.active:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "this syncer is a standby; the leader serves")
+            context.abort(grpc.StatusCode.UNAVAILABLE, STANDBY)
 
     def _is_placeholder(self, job_id: int) -> bool:
         status = self.mirror.job(job_id)
@@ -343,16 +407,16 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         return syncer_pb2.WatchSlurmResponse(node=node_to_proto(change, kube_node), trace_context=caused_by)
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+def _abort(context: CallContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)
     raise AssertionError("context.abort returned")  # it raises; this says so to the type checker
 
 
-def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:
+def _require(context: CallContext, ok: object, message: str) -> None:
     if not ok:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-def _remaining(context: grpc.ServicerContext) -> float:
+def _remaining(context: CallContext) -> float:
     left = context.time_remaining()
     return float(left) if left is not None else 3600.0
