@@ -7,7 +7,8 @@ runs them:
   hold store and waiters. Kubernetes and Slurm are stand-ins (caches filled by hand, an API server
   that vouches for every node credential at once), and no node sync runs: every lock waits until
   the benchmark says "release"; then each node shows locked (its hold's pass settled, its Node
-  tainted, its slurmd Pod annotated), each change waking its calls as the informers would;
+  tainted, its slurmd Pod annotated), each change waking its calls as the informers would, and a
+  hold recorded later is settled by the next pass at once;
 - the hooks gateway (tandem.hooks.gateway.HooksGateway) in front of it.
 
 Then N lock calls at once, one Slurm node each with its own credential, as N prologs make them:
@@ -19,7 +20,8 @@ is answered is taken.
     .venv/bin/python bench/waiting_prologs.py [--calls 500] [--hold 5] [--via both|gateway|grpc]
 
 Prints a table, then one JSON line last: per scenario, the calls waiting at the syncer, each
-process's threads, RSS (MiB) and CPU seconds per second while they wait, and release_s.
+process's threads and RSS (MiB) before any call ("idle") and while they wait, with its CPU seconds
+per second then, and release_s.
 """
 
 from __future__ import annotations
@@ -174,7 +176,21 @@ def serve_syncer(calls: int, tls_dir: Path) -> None:
     mirror = SlurmMirror(slurm, poll_interval=3600)
     writes = LockWrites(kube, SLURMD_NS, cluster.node)
     facts = CacheFacts(cluster, mirror, "slurm", holds, writes, "tandem")
-    locks = NodeLocks(holds, WorkQueue(), cluster, facts, mirror)
+    queue = WorkQueue()
+    locks = NodeLocks(holds, queue, cluster, facts, mirror)
+    released = threading.Event()
+
+    def node_sync() -> None:
+        """A pass for each hold, as the node sync's: it settles nothing until the release, and
+        after it, a hold a call records late (a prolog turned away and asking again) at once."""
+        while (key := queue.get()) is not None:
+            try:
+                if released.is_set():
+                    holds.passed(key, holds.memory(key).seq)
+            finally:
+                queue.done(key)
+
+    threading.Thread(target=node_sync, name="node-sync", daemon=True).start()
     servicer = SyncerServicer(mirror, locks, slurm, cluster, 30.0, node_tokens=TokenReviewer(review))
     server = syncer_main.grpc_service("127.0.0.1:0", _tls(tls_dir, mtls.SYNCER), servicer)
     server.start()
@@ -185,6 +201,7 @@ def serve_syncer(calls: int, tls_dir: Path) -> None:
         if command == "holds":
             _say(holds=sum(len(holds.holds_of(slurm_node(i))) for i in range(calls)))
         elif command == "release":
+            released.set()
             for i in range(calls):
                 # What the node sync's pass writes and reads back: settled, tainted, annotated.
                 holds.passed(slurm_node(i), holds.memory(slurm_node(i)).seq)
@@ -192,6 +209,7 @@ def serve_syncer(calls: int, tls_dir: Path) -> None:
                 put(cluster.pods, f"{SLURMD_NS}/{slurm_node(i)}", slurmd_pod(i, "locked"))
             _say(released=calls)
     server.stop(0)
+    queue.shutdown()
 
 
 # -- the gateway process ------------------------------------------------------------------------
@@ -338,6 +356,12 @@ def _until_waiting(syncer: Server, calls: int, settle: float) -> int:
     return held
 
 
+def _idle(procs: dict[str, Server]) -> dict[str, dict[str, float]]:
+    """Each process before any call: its threads and RSS."""
+    samples = {name: p.sample() for name, p in procs.items()}
+    return {name: {"threads": s["threads"], "rss_mib": round(s["rss_mib"], 1)} for name, s in samples.items()}
+
+
 def _measure(procs: dict[str, Server], hold: float) -> dict[str, dict[str, float]]:
     """Each process over `hold` seconds: most threads and RSS seen, CPU seconds per second."""
     first = {name: p.sample() for name, p in procs.items()}
@@ -364,6 +388,7 @@ def _measure(procs: dict[str, Server], hold: float) -> dict[str, dict[str, float
 def via_gateway(calls: int, hold: float, tls_dir: Path) -> dict[str, Any]:
     with _servers(calls, tls_dir, gateway=True) as (syncer, front):
         assert front is not None
+        idle = _idle({"syncer": syncer, "gateway": front})
         answers: dict[int, int] = {}
         refused: list[int] = []
         stop = time.monotonic() + 120
@@ -382,6 +407,7 @@ def via_gateway(calls: int, hold: float, tls_dir: Path) -> dict[str, Any]:
         release_s = time.monotonic() - began
         statuses = sorted(set(answers.values()))
         return {
+            "idle": idle,
             "waiting": waiting,
             "refused_503": len(refused),
             "refused_503_while_held": len(refused) - busy_before,
@@ -394,6 +420,7 @@ def via_gateway(calls: int, hold: float, tls_dir: Path) -> dict[str, Any]:
 
 def via_grpc(calls: int, hold: float, tls_dir: Path) -> dict[str, Any]:
     with _servers(calls, tls_dir, gateway=False) as (syncer, _):
+        idle = _idle({"syncer": syncer})
         channel, futures = _grpc_calls(syncer.port, tls_dir, calls)
         try:
             waiting = _until_waiting(syncer, calls, settle=30)
@@ -404,24 +431,40 @@ def via_grpc(calls: int, hold: float, tls_dir: Path) -> dict[str, Any]:
             release_s = time.monotonic() - began
         finally:
             channel.close()
-        return {"waiting": waiting, **measured, "release_s": round(release_s, 3), "answered": ok}
+        return {
+            "idle": idle,
+            "waiting": waiting,
+            **measured,
+            "release_s": round(release_s, 3),
+            "answered": ok,
+        }
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     rows = [
-        ["scenario", "process", "waiting", "threads", "rss MiB", "cpu s/s", "release s", "answered", "503s"]
+        [
+            "scenario",
+            "process",
+            "waiting",
+            "threads idle/waiting",
+            "rss MiB idle/waiting",
+            "cpu s/s",
+            "release s",
+            "answered",
+            "503s",
+        ]
     ]
     for scenario, r in results.items():
         for process in ("syncer", "gateway"):
             if process in r:
-                m = r[process]
+                m, idle = r[process], r["idle"][process]
                 rows.append(
                     [
                         scenario,
                         process,
                         str(r["waiting"]),
-                        str(int(m["threads"])),
-                        f"{m['rss_mib']:.1f}",
+                        f"{int(idle['threads'])}/{int(m['threads'])}",
+                        f"{idle['rss_mib']:.1f}/{m['rss_mib']:.1f}",
                         f"{m['cpu_s_per_s']:.3f}",
                         f"{r['release_s']:.2f}",
                         str(r["answered"]),

@@ -5,6 +5,7 @@ waiter with it. A WatchSlurm stream waits without a thread too, and unsubscribes
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ def test_many_waiting_lock_calls_hold_no_thread_and_are_answered_once_the_node_i
     waited for one)."""
     before = threading.active_count()
     calls = [served.acquire(job_id, timeout=30) for job_id in range(1, WAITING_CALLS + 1)]
-    _until(f"{WAITING_CALLS} calls waiting", lambda: served.waiting() == WAITING_CALLS)
+    _until(f"{WAITING_CALLS} calls waiting", lambda: served.waiting() == WAITING_CALLS, timeout=10.0)
     time.sleep(0.3)  # each waits on its Node; none is answered
     assert not any(c.done() for c in calls)
     assert _pool_threads() <= GRPC_WORKERS
@@ -126,7 +127,7 @@ def test_a_lock_call_whose_node_is_never_settled_ends_at_its_deadline_as_before(
     with pytest.raises(grpc.RpcError) as refused:
         served.acquire(7, timeout=3.0).result()
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "cpu-001 not locked within 2s" in (refused.value.details() or "")
+    assert re.search(r"cpu-001 not locked within \ds", refused.value.details() or "")
     assert 2.0 < time.monotonic() - began < 3.0
     assert served.waiting() == 0
 

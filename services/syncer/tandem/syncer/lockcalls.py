@@ -4,7 +4,7 @@ node sync's queue, and wait on the caches for the outcome. They write nothing th
 sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
 
 Each call is written as steps around its wait (tandem.syncer.steps): the gRPC service waits on the
-event loop, holding no thread; `acquire`, `release` and `at_killwait` wait on the caller's thread.
+event loop, holding no thread; `acquire` and `release` wait on the caller's thread.
 """
 
 from __future__ import annotations
@@ -189,12 +189,6 @@ class NodeLocks:
             return self.get(slurm_node)
         except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
             raise LockFailed(str(e)) from e
-
-    def at_killwait(
-        self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float
-    ) -> tuple[bool, list[str]]:
-        """`killwait_steps`, waiting on this thread."""
-        return run(self.killwait_steps(status, ref, script_node, drain_in, timeout), self.cluster.wait_for)
 
     def killwait_steps(
         self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float

@@ -222,6 +222,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
+
         # The node sync drains, at drain_at (just before KillWait), each node where a Pod of the
         # job still runs; the call waits for the Pods to go or for those drains, on the caches.
         remaining = _remaining(context)
