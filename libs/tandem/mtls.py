@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import grpc.aio
+
+from tandem import rpcwrap
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +272,21 @@ def allowed(method: str, identity: str, access: Mapping[str, frozenset[str]] = A
     return identity in access.get(method, frozenset())
 
 
+def refusal(
+    method: str, context: grpc.ServicerContext, access: Mapping[str, frozenset[str]] = ACCESS
+) -> rpcwrap.Refusal | None:
+    """Why the certified caller may not make this call; None: it may."""
+    identity = peer_identity(context)
+    if allowed(method, identity, access):
+        return None
+    who = identity or (
+        "a caller whose certificate names no Tandem identity (a URI SAN"
+        f" {IDENTITY_URI_PREFIX}<identity> from Tandem's CA)"
+    )
+    log.warning("gRPC call refused", extra={"method": method, "caller": who})
+    return grpc.StatusCode.PERMISSION_DENIED, f"{who} may not call {method}"
+
+
 class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Refuses, before any work, a call whose certified caller may not make it."""
 
@@ -283,14 +301,9 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
         def guard(behavior: Callable[..., Any]) -> Callable[..., Any]:
             def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                identity = peer_identity(context)
-                if not allowed(method, identity, self.access):
-                    who = identity or (
-                        "a caller whose certificate names no Tandem identity (a URI SAN"
-                        f" {IDENTITY_URI_PREFIX}<identity> from Tandem's CA)"
-                    )
-                    log.warning("gRPC call refused", extra={"method": method, "caller": who})
-                    context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{who} may not call {method}")
+                refused = refusal(method, context, self.access)
+                if refused is not None:
+                    context.abort(*refused)
                 return behavior(request, context)
 
             return checked
@@ -310,3 +323,18 @@ class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                     response_serializer=handler.response_serializer,
                 )
         return handler
+
+
+class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """AuthorizationInterceptor for a grpc.aio server: the same check, before any work, whether the
+    call is a coroutine on the loop or a plain method on the pool (tandem.rpcwrap)."""
+
+    def __init__(self, access: Mapping[str, frozenset[str]] = ACCESS) -> None:
+        self.access = access
+
+    async def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        return rpcwrap.guarded(handler, lambda context: refusal(method, context, self.access))

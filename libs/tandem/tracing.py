@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import grpc
+import grpc.aio
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from tandem import rpcwrap
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +161,36 @@ class ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+class AioServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """ServerInterceptor for a grpc.aio server: the same SERVER span around each unary call, a
+    coroutine's (its awaits included) or a plain method's."""
+
+    async def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or not enabled():
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        parent = {k: v for k, v in (details.invocation_metadata or ()) if k == TRACEPARENT}
+        return rpcwrap.spanned(
+            handler,
+            lambda: span(method, parent=parent, kind=SpanKind.SERVER, attributes={"rpc.method": method}),
+        )
+
+
+def begin_span(
+    name: str, *, parent: Mapping[str, str] | None = None, kind: SpanKind, attributes: Mapping[str, Any]
+) -> Span:
+    """A span that outlives this call (ended by whoever gets the answer, on any thread), child of
+    `parent` (W3C headers) when given; `use_span` makes it current while a call starts."""
+    ctx = extract(parent) if parent else None
+    return tracer().start_span(name, context=ctx, kind=kind, attributes=dict(attributes))
+
+
+def use_span(current: Span) -> AbstractContextManager[Span]:
+    """`current` as the current span (what the gRPC client interceptor sends on), not ended here."""
+    return trace.use_span(current, end_on_exit=False)
 
 
 def intercept_channel(channel: grpc.Channel) -> grpc.Channel:

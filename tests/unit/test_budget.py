@@ -10,7 +10,6 @@ import pytest
 
 from tandem import budget
 from tandem.hooks import gateway, scripts
-from tandem.v1 import syncer_pb2
 
 REPO = scripts.DIR.parents[4]
 
@@ -40,14 +39,17 @@ def test_each_hop_answers_before_its_caller_gives_up() -> None:
 
 def test_the_gateway_gives_the_syncer_the_prologs_budget_less_a_margin() -> None:
     stub = mock.Mock()
-    stub.AcquireNodeLock.return_value = syncer_pb2.AcquireNodeLockResponse()
     gw = gateway.HooksGateway("127.0.0.1:0", stub, call_timeout=5)
     gw.start()
     try:
-        gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")
-        assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == 39  # not capped by --call-timeout
-        gw.routes.lock({"node": "gpu-001", "job": 7}, "")
-        assert stub.AcquireNodeLock.call_args.kwargs["timeout"] == budget.below(budget.LOCK_SECONDS)
+        call = gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 40}, "")
+        assert call.method is stub.AcquireNodeLock
+        assert call.timeout == 39  # not capped by --call-timeout
+        call = gw.routes.lock({"node": "gpu-001", "job": 7}, "")
+        assert call.timeout == budget.below(budget.LOCK_SECONDS)
+        # And so the call is started: with that deadline, waiting for the syncer to be reachable.
+        gw.routes.start("/v1/lock", b'{"node": "gpu-001", "job": 7, "timeout": 40}', "", "t", print)
+        assert stub.AcquireNodeLock.future.call_args.kwargs == {"timeout": 39, "wait_for_ready": True}
         with pytest.raises(gateway.BadRequest, match="at most 600"):
             gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 10**6}, "")
     finally:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tandem.v1 import lock_pb2, syncer_pb2
+from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token
 from tests.unit.test_gateway_limits import JobKeys
 
@@ -68,7 +69,7 @@ def served() -> Iterator[tuple[HooksGateway, RecordingSyncer]]:
     syncer = RecordingSyncer()
     gateway = HooksGateway(
         "127.0.0.1:0",
-        syncer,  # type: ignore[arg-type]
+        FutureStub(syncer),  # type: ignore[arg-type]
         call_timeout=2,
         job_keys=JobKeys(JOB_KEY.encode()),
     )

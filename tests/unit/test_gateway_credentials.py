@@ -15,6 +15,7 @@ import pytest
 
 from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
+from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token
 from tests.unit.test_gateway_limits import JobKeys, Refusal, Syncer
 
@@ -37,7 +38,7 @@ ROOT = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def gateway() -> Iterator[tuple[HooksGateway, Syncer]]:
     syncer = Syncer()
-    g = HooksGateway("127.0.0.1:0", syncer, 5, job_keys=JobKeys(KEY))  # type: ignore[arg-type]
+    g = HooksGateway("127.0.0.1:0", FutureStub(syncer), 5, job_keys=JobKeys(KEY))  # type: ignore[arg-type]
     g.start()
     yield g, syncer
     g.stop()

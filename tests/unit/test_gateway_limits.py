@@ -19,6 +19,7 @@ from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.server import Limits
 from tandem.v1 import lock_pb2, syncer_pb2
+from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token
 
 # A node's credential (tandem.nodetoken): what the prolog and epilog present.
@@ -103,7 +104,7 @@ def serve() -> Iterator[Any]:
         def start(syncer: Syncer | None = None, **limits: Any) -> HooksGateway:
             g = HooksGateway(
                 "127.0.0.1:0",
-                syncer or Syncer(),  # type: ignore[arg-type]
+                FutureStub(syncer or Syncer()),  # type: ignore[arg-type]
                 5,
                 Limits(**limits),
                 job_keys=JobKeys(JOB_KEY),
@@ -292,10 +293,10 @@ def test_past_max_connections_the_oldest_unfinished_one_makes_room(serve: Any) -
             s.close()
 
 
-def test_calls_beyond_the_workers_get_a_quick_503_and_probes_still_answer(serve: Any) -> None:
+def test_calls_beyond_max_calls_get_a_quick_503_and_probes_still_answer(serve: Any) -> None:
     hold = threading.Event()
     syncer = Syncer(hold)
-    gateway = serve(syncer, workers=2)
+    gateway = serve(syncer, max_calls=2)
     waiting = [threading.Thread(target=_lock, args=(gateway,)) for _ in range(2)]
     for t in waiting:
         t.start()
@@ -306,14 +307,66 @@ def test_calls_beyond_the_workers_get_a_quick_503_and_probes_still_answer(serve:
         started = time.monotonic()
         r = _lock(gateway, timeout=2)
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
-        assert "workers are busy" in r.json()["error"]
+        assert "2 calls in progress" in r.json()["error"]
         assert time.monotonic() - started < 0.5
         assert httpx.get(f"http://127.0.0.1:{gateway.port}/healthz", timeout=2).status_code == 200
     finally:
         hold.set()
         for t in waiting:
             t.join()
-    assert _lock(gateway).status_code == 200  # a worker free again: served
+    assert _lock(gateway).status_code == 200  # a call ended: served
+
+
+class WaitingLocks(Syncer):
+    """Lock calls wait until `hold` is set (a Node still emptying); the rest answer at once."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Event())
+
+    def AcquireNodeLock(self, request: Any, **_: Any) -> Any:
+        self.calls.append(("lock", request))
+        assert self.hold is not None and self.hold.wait(10)
+        return syncer_pb2.AcquireNodeLockResponse(lock=lock_pb2.NodeLock())
+
+    def ReleaseNodeLock(self, request: Any, **_: Any) -> Any:
+        self.calls.append(("unlock", request))
+        return syncer_pb2.ReleaseNodeLockResponse(lock=lock_pb2.NodeLock())
+
+
+def test_calls_waiting_on_the_syncer_hold_no_worker(serve: Any) -> None:
+    """Issue 40. Before: each waiting prolog held a worker thread (128), and past them every call
+    got a 503. One worker here, 20 prologs waiting: an epilog's call is still served at once."""
+    syncer = WaitingLocks()
+    gateway = serve(syncer, workers=1)
+    locks: list[httpx.Response] = []
+    waiting = [threading.Thread(target=lambda: locks.append(_lock(gateway, timeout=10))) for _ in range(20)]
+    for t in waiting:
+        t.start()
+    try:
+        deadline = time.monotonic() + 3
+        while len(syncer.calls) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(syncer.calls) == 20
+        started = time.monotonic()
+        r = httpx.post(
+            f"http://127.0.0.1:{gateway.port}/v1/unlock",
+            json={"node": "gpu-001", "job": 41},
+            headers=AUTH,
+            timeout=2,
+        )
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - started < 0.5
+        assert not locks  # still waiting
+        workers = [
+            t for t in threading.enumerate() if t.name.startswith("hooks-http-") and t.name != "hooks-http-io"
+        ]
+        assert len(workers) == 1
+    finally:
+        assert syncer.hold is not None
+        syncer.hold.set()
+        for t in waiting:
+            t.join()
+    assert [r.status_code for r in locks] == [200] * 20
 
 
 @pytest.mark.parametrize("whole", [True, False])

@@ -3,8 +3,9 @@ and only for the calls its identity may make; certificates rotate without a rest
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devstack import pki
 from tandem import mtls, serving
+from tandem.aioserving import AioGrpcServer
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 
@@ -53,15 +55,33 @@ class Recorder(syncer_pb2_grpc.SyncerServiceServicer):
         yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
 
 
-@pytest.fixture
+class WaitingRecorder(Recorder):
+    """With a lock call that is a coroutine, as the syncer's (served by grpc.aio only)."""
+
+    async def AcquireNodeLock(self, request: Any, context: Any) -> Any:
+        await asyncio.sleep(0)
+        self.calls.append(f"lock {request.slurm_node}")
+        return syncer_pb2.AcquireNodeLockResponse()
+
+
+# The syncer serves with grpc.aio (its waiting calls are coroutines), the scheduler with threads:
+# each guarantee holds on both.
+SERVERS: dict[str, tuple[Callable[..., serving.GrpcServer | AioGrpcServer], type[Recorder]]] = {
+    "threads": (serving.GrpcServer, Recorder),
+    "aio": (AioGrpcServer, WaitingRecorder),
+}
+
+
+@pytest.fixture(params=sorted(SERVERS))
 def syncer(
-    ours: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ours: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, Recorder, Path]]:
     monkeypatch.setattr(mtls, "RELOAD_CHECK_SECONDS", 0.0)
     served = tmp_path / "served"
     shutil.copytree(ours, served)
-    recorder = Recorder()
-    server = serving.GrpcServer(
+    make_server, make_recorder = SERVERS[request.param]
+    recorder = make_recorder()
+    server = make_server(
         "127.0.0.1:0",
         [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(recorder, s)],
         ["tandem.v1.SyncerService"],
@@ -132,6 +152,26 @@ def test_the_gateway_may_not_watch_slurm_and_an_operator_may(
             syncer_pb2_grpc.SyncerServiceStub(channel).WatchSlurm(syncer_pb2.WatchSlurmRequest(), timeout=5)
         )
     assert replies[-1].snapshot_done and recorder.calls == ["watch"]
+
+
+def test_under_grpc_aio_a_call_that_is_a_coroutine_is_checked_as_well(
+    syncer: tuple[str, Recorder, Path], ours: Path
+) -> None:
+    address, recorder, _ = syncer
+    if not isinstance(recorder, WaitingRecorder):
+        pytest.skip("a threaded server serves no coroutine")
+    request = syncer_pb2.AcquireNodeLockRequest(slurm_node="gpu-010", job_id=7)
+    with serving.channel(address, _files(ours, mtls.SCHEDULER)) as channel, pytest.raises(grpc.RpcError) as e:
+        syncer_pb2_grpc.SyncerServiceStub(channel).AcquireNodeLock(request, timeout=5)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "tandem-scheduler may not call /tandem.v1.SyncerService/AcquireNodeLock" in (
+        e.value.details() or ""
+    )
+    assert recorder.calls == []
+    with serving.channel(address, _files(ours, mtls.HOOKS)) as channel:
+        # The call form the gateway uses (tandem.hooks.routes), through the rotating channel.
+        syncer_pb2_grpc.SyncerServiceStub(channel).AcquireNodeLock.future(request, timeout=5).result()
+    assert recorder.calls == ["lock gpu-010"]
 
 
 def test_health_answers_any_tandem_identity(syncer: tuple[str, Recorder, Path], ours: Path) -> None:

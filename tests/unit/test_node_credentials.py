@@ -19,10 +19,11 @@ from tandem.hooks.gateway import HooksGateway
 from tandem.kube import KubeError
 from tandem.nodetoken import TOKEN_REVIEWS, ReviewUnavailable, TokenReviewer
 from tandem.syncer.locking import NodeLockView
-from tandem.syncer.main import token_review
+from tandem.syncer.main import grpc_service, token_review
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tests.unit.node_credentials import node_token
+from tests.unit.servicer_calls import call, steps_done
 from tests.unit.syncer_world import SLURMD_NS, World, _pod, _slurmd, api_server_review, node_token_for
 
 
@@ -59,11 +60,11 @@ class Syncer:
         self.api = ApiServer()
         self.locks = mock.Mock()
         self.locks.cap = 0.0
-        self.locks.acquire.side_effect = lambda node, job, strict, timeout: NodeLockView(
-            node, "node-0", keys.LockState.LOCKED, [job]
+        self.locks.acquire_steps.side_effect = lambda node, job, strict, timeout: steps_done(
+            NodeLockView(node, "node-0", keys.LockState.LOCKED, [job])
         )
-        self.locks.release.side_effect = lambda node, job, timeout: NodeLockView(
-            node, "node-0", keys.LockState.FALSE
+        self.locks.release_steps.side_effect = lambda node, job, timeout: steps_done(
+            NodeLockView(node, "node-0", keys.LockState.FALSE)
         )
         mirror = mock.Mock()
         mirror.job.return_value = None
@@ -90,7 +91,7 @@ class Syncer:
         else:
             request = syncer_pb2.ReleaseNodeLockRequest(slurm_node=slurm_node, job_id=7, node_token=token)
         try:
-            getattr(self.servicer, method)(request, context)
+            call(getattr(self.servicer, method), request, context)
         except Aborted:
             code, message = context.abort.call_args.args
             return code, message
@@ -98,7 +99,7 @@ class Syncer:
 
     def untouched(self) -> bool:
         """No lock or unlock was asked of the node locks."""
-        return not self.locks.acquire.called and not self.locks.release.called
+        return not self.locks.acquire_steps.called and not self.locks.release_steps.called
 
 
 CALLS = ["AcquireNodeLock", "ReleaseNodeLock"]
@@ -114,12 +115,15 @@ def test_a_nodes_own_credential_locks_and_unlocks_it(syncer: Syncer, method: str
     assert syncer.call(method, "gpu-000", node_token_for("gpu-000")) == (grpc.StatusCode.OK, "")
     assert syncer.call(method, "gpu-001", node_token_for("gpu-001")) == (grpc.StatusCode.OK, "")
     if method == "AcquireNodeLock":
-        assert [c.args[:3] for c in syncer.locks.acquire.call_args_list] == [
+        assert [c.args[:3] for c in syncer.locks.acquire_steps.call_args_list] == [
             ("gpu-000", 7, False),
             ("gpu-001", 7, False),
         ]
     else:
-        assert [c.args[:2] for c in syncer.locks.release.call_args_list] == [("gpu-000", 7), ("gpu-001", 7)]
+        assert [c.args[:2] for c in syncer.locks.release_steps.call_args_list] == [
+            ("gpu-000", 7),
+            ("gpu-001", 7),
+        ]
 
 
 @pytest.mark.parametrize("method", CALLS)
@@ -285,12 +289,7 @@ def test_a_failed_token_review_is_unavailable_not_a_refusal(error: KubeError) ->
 
 @pytest.fixture
 def gateway(syncer: Syncer) -> Iterator[HooksGateway]:
-    server = serving.GrpcServer(
-        "127.0.0.1:0",
-        [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(syncer.servicer, s)],
-        [],
-        None,
-    )
+    server = grpc_service("127.0.0.1:0", None, syncer.servicer)
     server.start()
     channel = serving.channel(f"127.0.0.1:{server.port}", None)
     g = HooksGateway("127.0.0.1:0", syncer_pb2_grpc.SyncerServiceStub(channel), call_timeout=5)
@@ -326,4 +325,4 @@ def test_the_prolog_learns_the_syncers_verdict_on_its_credential(
     r = _lock(gateway, "gpu-001", node_token_for("gpu-001"))
     assert r.status_code == 200, r.text
     assert r.json() == {"node": "gpu-001", "job": 7, "lock": "locked"}
-    assert syncer.locks.acquire.call_args.args[:2] == ("gpu-001", 7)
+    assert syncer.locks.acquire_steps.call_args.args[:2] == ("gpu-001", 7)

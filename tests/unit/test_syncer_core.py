@@ -27,6 +27,7 @@ from tandem.syncer.mirror import SlurmMirror, Subscription
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import lock_pb2, syncer_pb2
+from tests.unit.servicer_calls import call
 from tests.unit.syncer_world import (
     JOB_KEY,
     SLURMD_NS,
@@ -68,7 +69,8 @@ def _context(remaining: float = 10.0) -> Any:
 
 
 def _acquire(stack: Stack, job_id: int, strict: bool = True, remaining: float = 10.0) -> Any:
-    return stack.servicer.AcquireNodeLock(
+    return call(
+        stack.servicer.AcquireNodeLock,
         syncer_pb2.AcquireNodeLockRequest(
             slurm_node="cpu-001", job_id=job_id, strict=strict, node_token=NODE_TOKEN
         ),
@@ -77,7 +79,8 @@ def _acquire(stack: Stack, job_id: int, strict: bool = True, remaining: float = 
 
 
 def _release(stack: Stack, job_id: int, slurm_node: str = "cpu-001") -> Any:
-    return stack.servicer.ReleaseNodeLock(
+    return call(
+        stack.servicer.ReleaseNodeLock,
         syncer_pb2.ReleaseNodeLockRequest(
             slurm_node=slurm_node, job_id=job_id, node_token=node_token_for(slurm_node)
         ),
@@ -327,7 +330,8 @@ def test_the_callers_deadline_bounds_the_lock_wait(stacks: list[Stack]) -> None:
     context = _context(3.0)
     began = time.monotonic()
     with pytest.raises(RuntimeError):
-        stack.servicer.AcquireNodeLock(
+        call(
+            stack.servicer.AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(
                 slurm_node="cpu-001", job_id=9, strict=True, node_token=NODE_TOKEN
             ),
@@ -353,7 +357,8 @@ def test_a_lock_on_a_slurm_node_without_a_slurmd_pod_fails_at_once(stacks: list[
     context = _context(10.0)
     began = time.monotonic()
     with pytest.raises(RuntimeError):
-        stack.servicer.AcquireNodeLock(
+        call(
+            stack.servicer.AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(
                 slurm_node="cpu-001", job_id=9, strict=False, node_token=NODE_TOKEN
             ),
@@ -373,8 +378,10 @@ def test_a_release_on_a_slurm_node_without_a_slurmd_pod_says_so(stacks: list[Sta
     stack = _stack(stacks, World(), _mirror(synced=True))
     context = _context(10.0)
     with pytest.raises(RuntimeError):
-        stack.servicer.ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=9, node_token=NODE_TOKEN), context
+        call(
+            stack.servicer.ReleaseNodeLock,
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=9, node_token=NODE_TOKEN),
+            context,
         )
     code, message = context.abort.call_args.args
     assert code == grpc.StatusCode.PERMISSION_DENIED and "slurm/cpu-001, which is not a slurmd Pod" in message
@@ -428,7 +435,8 @@ def test_an_unreachable_api_answers_unavailable_at_once_and_a_retry_locks(stacks
     context = _context(30.0)
     began = time.monotonic()
     with pytest.raises(RuntimeError):
-        stack.servicer.AcquireNodeLock(
+        call(
+            stack.servicer.AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(
                 slurm_node="cpu-001", job_id=9, strict=False, node_token=NODE_TOKEN
             ),
@@ -536,7 +544,8 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Sta
     context = mock.Mock()
     context.time_remaining.return_value = 10
     began = time.monotonic()
-    answer = servicer.JobTerminating(
+    answer = call(
+        servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7,
             slurm_node="cpu-001",
@@ -573,12 +582,15 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     mirror._push(7, "cpu-001")
     mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     world.add_pod(_slurmd("cpu-001", "node-001"))
+    # Its Node there: a pass over cpu-001 would drain it at once for a Node that is gone.
+    world.add_node("node-001")
     stack = _stack(stacks, world, mirror)
     servicer, slurm = stack.servicer, stack.slurm
     servicer.terminating_timeout = 2
     context = mock.Mock()
     context.time_remaining.return_value = 10
-    answer = servicer.JobTerminating(
+    answer = call(
+        servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7,
             slurm_node="cpu-001",
@@ -629,7 +641,8 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     stack = _stack(stacks, world, mirror, events=events)
     stack.servicer.terminating_timeout = 0.6
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
-    answer = stack.servicer.JobTerminating(
+    answer = call(
+        stack.servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7,
             slurm_node="cpu-001",
@@ -663,7 +676,8 @@ def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Sta
     slurm.drain_node.side_effect = SlurmApiError("slurmrestd: connection refused", 0)
     stack = _stack(stacks, world, mirror, slurm=slurm)
     stack.servicer.terminating_timeout = 0.2
-    answer = stack.servicer.JobTerminating(
+    answer = call(
+        stack.servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7, slurm_node="cpu-001", placeholder=name, job_token=token_for(name)
         ),
@@ -694,7 +708,8 @@ def _ended_placeholder(slurm_node: Node) -> tuple[World, SlurmMirror, str]:
 
 
 def _terminating(stack: Stack, name: str, remaining: float = 10.0) -> Any:
-    return stack.servicer.JobTerminating(
+    return call(
+        stack.servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7, slurm_node="cpu-001", placeholder=name, job_token=token_for(name)
         ),
@@ -804,7 +819,8 @@ def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) ->
     threading.Timer(0.1, world.remove_pod, ["apps/train-0"]).start()
     context = mock.Mock()
     context.time_remaining.return_value = 10
-    answer = servicer.JobTerminating(
+    answer = call(
+        servicer.JobTerminating,
         syncer_pb2.JobTerminatingRequest(
             job_id=7,
             slurm_node="cpu-001",
@@ -1031,7 +1047,8 @@ def _prolog_stuck_behind_a_budget(stacks: list[Stack]) -> tuple[World, Stack, An
 
     def prolog_call() -> None:
         try:
-            outcome["answer"] = stack.servicer.AcquireNodeLock(
+            outcome["answer"] = call(
+                stack.servicer.AcquireNodeLock,
                 syncer_pb2.AcquireNodeLockRequest(
                     slurm_node="cpu-001", job_id=9, strict=True, node_token=NODE_TOKEN
                 ),
@@ -1103,8 +1120,10 @@ def test_an_unlock_under_a_job_slurm_says_still_runs_there_is_refused_and_change
     context = _context()
     context.abort.side_effect = RuntimeError("aborted")
     with pytest.raises(RuntimeError):
-        stack.servicer.ReleaseNodeLock(
-            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42, node_token=NODE_TOKEN), context
+        call(
+            stack.servicer.ReleaseNodeLock,
+            syncer_pb2.ReleaseNodeLockRequest(slurm_node="cpu-001", job_id=42, node_token=NODE_TOKEN),
+            context,
         )
     code, message = context.abort.call_args.args
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "still holds cpu-001 (RUNNING)" in message

@@ -12,6 +12,7 @@ import pytest
 
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2
+from tests.unit.servicer_calls import call as served
 
 
 class Aborted(Exception):
@@ -35,7 +36,7 @@ def test_a_name_that_is_not_one_node_is_invalid_argument_and_touches_nothing(cal
     context: Any = mock.Mock()
     context.abort.side_effect = Aborted
     with pytest.raises(Aborted):
-        getattr(servicer, call)(CALLS[call](node), context)
+        served(getattr(servicer, call), CALLS[call](node), context)
     code, message = context.abort.call_args.args
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "slurm_node" in message
     assert not locker.method_calls and not slurm.method_calls

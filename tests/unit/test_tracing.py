@@ -3,8 +3,9 @@ the scheduler's context reaches the job's comment and environment; the scripts f
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -14,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tandem import serving, tracing
+from tandem.aioserving import AioGrpcServer
 from tandem.hooks import scripts
 from tandem.hooks.gateway import HooksGateway
 from tandem.scheduler import jobspec
@@ -48,10 +50,28 @@ class FakeSyncer(syncer_pb2_grpc.SyncerServiceServicer):
         )
 
 
-@pytest.fixture
-def gateway_to_fake_syncer(exporter: InMemorySpanExporter) -> Iterator[tuple[HooksGateway, FakeSyncer]]:
-    fake = FakeSyncer()
-    server = serving.GrpcServer(
+class WaitingFakeSyncer(FakeSyncer):
+    """Its lock call a coroutine, as the syncer's (served by grpc.aio)."""
+
+    async def AcquireNodeLock(self, request: Any, context: Any) -> Any:
+        await asyncio.sleep(0.01)
+        return super().AcquireNodeLock(request, context)
+
+
+SERVERS: dict[str, tuple[Callable[..., serving.GrpcServer | AioGrpcServer], type[FakeSyncer]]] = {
+    "threads": (serving.GrpcServer, FakeSyncer),
+    "aio, a plain method": (AioGrpcServer, FakeSyncer),
+    "aio, a coroutine": (AioGrpcServer, WaitingFakeSyncer),
+}
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def gateway_to_fake_syncer(
+    exporter: InMemorySpanExporter, request: pytest.FixtureRequest
+) -> Iterator[tuple[HooksGateway, FakeSyncer]]:
+    make_server, make_fake = SERVERS[request.param]
+    fake = make_fake()
+    server = make_server(
         "127.0.0.1:0", [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(fake, s)], [], None
     )
     server.start()

@@ -6,10 +6,11 @@ state."""
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import pytest
@@ -22,6 +23,7 @@ from tandem.syncer import service
 from tandem.syncer.mirror import Batch, SlurmMirror
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import slurm_pb2, syncer_pb2
+from tests.unit.servicer_calls import call, steps_done
 from tests.unit.syncer_world import JOB_KEY, token_for
 
 SCHEDULER = "tandem"
@@ -70,25 +72,50 @@ def _setup(jobs: int = 0, nodes: int = 1) -> tuple[FakeSlurm, SlurmMirror, Synce
 
 
 class Stream:
-    """A WatchSlurm call: the snapshot read at once, then `rest()` reads what was queued since and
-    ends the call (it stays open while its subscription has something queued)."""
+    """A WatchSlurm call, driven as grpc.aio drives it (an async generator, on an event loop of its
+    own): the snapshot read at once, then `rest()` reads what was queued since and ends the call
+    (its subscription closed, as when the caller goes away: what was queued before still goes)."""
 
     def __init__(self, servicer: SyncerServicer, mirror: SlurmMirror, **request: Any) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue()  # the subscription's, once made
         context = mock.Mock()
         context.abort.side_effect = RuntimeError
-        context.is_active.side_effect = lambda: not self._queue.empty()
+        self._loop = asyncio.new_event_loop()
+        _streams.append(self)
         self._messages = servicer.WatchSlurm(syncer_pb2.WatchSlurmRequest(**request), context)
         self.snapshot: list[syncer_pb2.WatchSlurmResponse] = []
-        for msg in self._messages:
-            if not self.snapshot:
-                self._queue = mirror._subs[-1].queue  # subscribed before its first message
-            self.snapshot.append(msg)
-            if msg.snapshot_done:
-                break
+        while not self.snapshot or not self.snapshot[-1].snapshot_done:
+            self.snapshot.append(self._next())
+            if len(self.snapshot) == 1:
+                self._sub = mirror._subs[-1]  # subscribed before its first message
+
+    def _next(self) -> syncer_pb2.WatchSlurmResponse:
+        return self._loop.run_until_complete(asyncio.wait_for(anext(self._messages), timeout=5))
 
     def rest(self) -> list[syncer_pb2.WatchSlurmResponse]:
-        return list(self._messages)
+        self._sub.close()
+        out: list[syncer_pb2.WatchSlurmResponse] = []
+        try:
+            while True:
+                out.append(self._next())
+        except StopAsyncIteration:
+            return out
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self._messages.aclose())
+            self._loop.close()
+
+
+_streams: list[Stream] = []
+
+
+@pytest.fixture(autouse=True)
+def _streams_closed() -> Iterator[None]:
+    yield
+    while _streams:
+        _streams.pop().close()
 
 
 def _ids(msg: syncer_pb2.WatchSlurmResponse) -> list[int | str]:
@@ -220,6 +247,33 @@ def test_a_started_call_is_one_message_carrying_its_trace_context() -> None:
     [msg] = stream.rest()
     [change] = msg.changes
     assert change.job.job_id == 7 and change.job.script_started
+    assert dict(change.trace_context) == {"traceparent": TRACEPARENT}
+
+
+def test_a_terminating_call_is_one_message_though_its_steps_run_on_a_worker_thread() -> None:
+    """JobTerminating is a coroutine (grpc.aio) whose steps run on the server's threads: its check
+    (the job read from Slurm: now running) and its push (terminating) are still one message, the
+    batch opened and sent within the step, before the call waits for the job's Pods."""
+    slurm, mirror, servicer = _setup(nodes=1)
+    stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)
+    job = replace(_placeholder(8), state="RUNNING", nodes=("gpu-000",))
+    slurm.jobs[8] = job
+    cast(Any, servicer.locks).killwait_steps.return_value = steps_done((True, []))
+    context = mock.Mock()
+    context.time_remaining.return_value = 30.0
+    with mock.patch("tandem.syncer.mirror.tracing.inject", return_value={"traceparent": TRACEPARENT}):
+        answer = call(
+            servicer.JobTerminating,
+            syncer_pb2.JobTerminatingRequest(
+                job_id=8, slurm_node="gpu-000", placeholder=job.name, job_token=token_for(job.name)
+            ),
+            context,
+        )
+    assert answer.pod_gone
+    [msg] = stream.rest()
+    [change] = msg.changes
+    assert change.job.job_id == 8 and change.job.terminating
+    assert change.job.state == slurm_pb2.JOB_STATE_RUNNING
     assert dict(change.trace_context) == {"traceparent": TRACEPARENT}
 
 

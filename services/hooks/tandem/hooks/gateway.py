@@ -18,8 +18,9 @@ Credentials are screened from the request head, before any body is read; the syn
 each call itself: a node's credential with the API server (a TokenReview: it names the slurmd Pod,
 so the node, it speaks for), a placeholder's against Slurm (the job is that placeholder and holds
 that node). `node` is one
-Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, workers and
-timeouts are bounded by tandem.hooks.server.
+Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, calls in
+progress and timeouts are bounded by tandem.hooks.server; a call waiting on the syncer holds no
+thread.
 """
 
 from __future__ import annotations

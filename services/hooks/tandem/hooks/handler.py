@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
 
 from tandem import jobtoken, nodetoken, placeholder, tracing
-from tandem.hooks.routes import NODE, SyncerRoutes
+from tandem.hooks.routes import NODE, Outcome, SyncerRoutes
 from tandem.hooks.server import Request, Response, json_response
 from tandem.metrics import CONTENT_TYPE, REGISTRY
 
@@ -67,7 +67,7 @@ class Credentials:
 
 class HookHandler:
     """The two halves tandem.hooks.server asks for: `screen` (the head alone) and `handle` (an
-    authorized call with its body, in a worker thread)."""
+    authorized call with its body: started in a worker thread, answered when the syncer replies)."""
 
     def __init__(self, credentials: Credentials, routes: SyncerRoutes) -> None:
         self.credentials = credentials
@@ -114,24 +114,50 @@ class HookHandler:
             )
         return None
 
-    def handle(self, request: Request) -> Response:
-        """An authorized POST to a route, its body read: one syncer call (in a worker thread)."""
+    def handle(self, request: Request, answer: Callable[[Response], None]) -> None:
+        """An authorized POST to a route, its body read: one syncer call, started here (in a
+        worker thread) and answered through `answer` when it ends (on gRPC's thread)."""
         path = request.path
         started = time.monotonic()
         caller = {tracing.TRACEPARENT: request.headers.get(tracing.TRACEPARENT, "")}
-        with tracing.span(
+        # Open until the syncer replies; current while the call starts, so the call carries it.
+        span = tracing.begin_span(
             f"POST {path}", parent=caller, kind=SpanKind.SERVER, attributes={"http.route": path}
-        ) as span:
-            reference = self.credentials.caller(request.headers) or NODE  # screened: not None
-            token = self.credentials.presented(request.headers)
-            status, body = self.routes.serve(path, request.body, reference, token)
-            span.set_attribute("http.response.status_code", int(status))
-            # Which job and node: a bare job's prolog call has no trace to join, only these.
-            for attribute, value in (("slurm.job_id", body.get("job")), ("slurm.node", body.get("node"))):
-                if isinstance(value, int | str) and value != "":
-                    span.set_attribute(attribute, value)
-            if status >= 400:
-                tracing.mark_error(span, str(body.get("error", "")))
+        )
+
+        def finish(outcome: Outcome) -> None:
+            try:
+                status, body = outcome()
+            except Exception:
+                log.exception("a hooks request failed", extra={"route": path})
+                status, body = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}
+            try:
+                self._record(request, span, status, body, started)
+            finally:
+                answer(json_response(status, body))
+
+        try:
+            with tracing.use_span(span):
+                reference = self.credentials.caller(request.headers) or NODE  # screened: not None
+                token = self.credentials.presented(request.headers)
+                self.routes.start(path, request.body, reference, token, finish)
+        except BaseException:
+            span.end()  # the server answers 500 for it
+            raise
+
+    def _record(
+        self, request: Request, span: Span, status: HTTPStatus, body: dict[str, Any], started: float
+    ) -> None:
+        """The answer on the call's span (ended here), in the metrics and in the log."""
+        path = request.path
+        span.set_attribute("http.response.status_code", int(status))
+        # Which job and node: a bare job's prolog call has no trace to join, only these.
+        for attribute, value in (("slurm.job_id", body.get("job")), ("slurm.node", body.get("node"))):
+            if isinstance(value, int | str) and value != "":
+                span.set_attribute(attribute, value)
+        if status >= 400:
+            tracing.mark_error(span, str(body.get("error", "")))
+        span.end()
         HOOK_CALLS.inc(route=path, code=str(int(status)))
         HOOK_SECONDS.observe(time.monotonic() - started, route=path)
         log.info(
@@ -144,4 +170,3 @@ class HookHandler:
                 "ms": round((time.monotonic() - started) * 1000, 1),
             },
         )
-        return json_response(status, body)

@@ -1,11 +1,16 @@
 """The hook routes: each is one call to the syncer, from a JSON body to an HTTP status and a JSON
 answer (tandem.hooks.gateway says who may call which). A bad body, and every syncer error, becomes
-a status with a JSON error; the syncer's answer is final unless it says unavailable."""
+a status with a JSON error; the syncer's answer is final unless it says unavailable.
+
+A call is started, not waited for: its answer comes back on gRPC's own thread once the syncer
+replies (a prolog's lock may wait a minute), so no thread of the gateway waits with it (issue 40).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -30,9 +35,26 @@ _GRPC_TO_HTTP = {
 }
 
 NODE = ""  # the caller's placeholder reference when it presented a node's credential: none
+
+Answer = tuple[HTTPStatus, dict[str, Any]]
+# What a call came to, computed when asked (it may raise: the caller answers 500 for it).
+Outcome = Callable[[], Answer]
+
+
+@dataclass(frozen=True)
+class SyncerCall:
+    """The one syncer call a route makes (`method`: the stub's, e.g. stub.AcquireNodeLock), with
+    how long it may take, and what its reply becomes."""
+
+    method: Any
+    request: Any
+    timeout: float
+    answer: Callable[[Any], Answer]
+
+
 # A route: the parsed body, the caller's placeholder reference (NODE for a node's credential) and
 # the credential it presented (a node's token or a placeholder's job token: the syncer checks it).
-Route = Callable[[dict[str, Any], str, str], tuple[HTTPStatus, dict[str, Any]]]
+Route = Callable[[dict[str, Any], str, str], SyncerCall]
 
 
 class BadRequest(ValueError):
@@ -53,99 +75,114 @@ class SyncerRoutes:
             "/v1/drain": self.drain,
         }
 
-    def serve(
-        self, path: str, raw: bytes, reference: str = NODE, credential: str = ""
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
-        """Run a route; a bad body or a syncer error becomes an HTTP status with a JSON error."""
+    def start(
+        self,
+        path: str,
+        raw: bytes,
+        reference: str,
+        credential: str,
+        deliver: Callable[[Outcome], None],
+    ) -> None:
+        """Run a route: `deliver` gets its outcome once, now (a bad body) or on gRPC's thread when
+        the syncer replies. A bad body or a syncer error becomes an HTTP status with a JSON error."""
         try:
             if len(raw) > MAX_BODY:
                 raise BadRequest(f"body larger than {MAX_BODY} bytes")
-            return self.table[path](_parse_body(raw), reference, credential)
+            call = self.table[path](_parse_body(raw), reference, credential)
         except BadRequest as e:
-            return HTTPStatus.BAD_REQUEST, {"error": str(e)}
-        except grpc.RpcError as e:
-            code = e.code()
-            status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
-            return status, {"error": e.details() or code.name, "syncer_status": code.name}
+            refused: Answer = (HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            deliver(lambda: refused)
+            return
+        pending = call.method.future(call.request, timeout=call.timeout, wait_for_ready=True)
+        pending.add_done_callback(lambda done: deliver(lambda: _outcome(call, done)))
 
     def _stub(self) -> syncer_pb2_grpc.SyncerServiceStub:
         if self.syncer is None:
             raise BadRequest("no syncer configured")
         return self.syncer
 
-    def lock(
-        self, body: dict[str, Any], _node_caller: str, node_token: str = ""
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def lock(self, body: dict[str, Any], _node_caller: str, node_token: str = "") -> SyncerCall:
         node, job = _node(body), _job(body)
         # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
         # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
         waits = _timeout(body, budget.LOCK_SECONDS)
-        reply = self._stub().AcquireNodeLock(
+        return SyncerCall(
+            self._stub().AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job, node_token=node_token),
-            timeout=budget.below(waits),
-            wait_for_ready=True,
+            budget.below(waits),
+            lambda reply: (HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}),
         )
-        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def unlock(
-        self, body: dict[str, Any], _node_caller: str, node_token: str = ""
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def unlock(self, body: dict[str, Any], _node_caller: str, node_token: str = "") -> SyncerCall:
         node, job = _node(body), _job(body)
-        reply = self._stub().ReleaseNodeLock(
+        return SyncerCall(
+            self._stub().ReleaseNodeLock,
             syncer_pb2.ReleaseNodeLockRequest(slurm_node=node, job_id=job, node_token=node_token),
-            timeout=self.call_timeout,
-            wait_for_ready=True,
+            self.call_timeout,
+            lambda reply: (HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}),
         )
-        return HTTPStatus.OK, {"node": node, "job": job, "lock": _lock_name(reply.lock.state)}
 
-    def started(
-        self, body: dict[str, Any], reference: str, token: str = ""
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def started(self, body: dict[str, Any], reference: str, token: str = "") -> SyncerCall:
         job = _job(body)
-        reply = self._stub().JobStarted(
+        return SyncerCall(
+            self._stub().JobStarted,
             syncer_pb2.JobStartedRequest(
                 job_id=job, slurm_node=_optional_node(body), placeholder=reference, job_token=token
             ),
-            timeout=self.call_timeout,
-            wait_for_ready=True,
+            self.call_timeout,
+            lambda reply: (HTTPStatus.OK, {"job": job, "started": True, "marked": reply.marked}),
         )
-        return HTTPStatus.OK, {"job": job, "started": True, "marked": reply.marked}
 
-    def terminating(
-        self, body: dict[str, Any], reference: str, token: str
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def terminating(self, body: dict[str, Any], reference: str, token: str) -> SyncerCall:
         job = _job(body)
         timeout = _timeout(body, self.call_timeout)
-        reply = self._stub().JobTerminating(
+
+        def answer(reply: syncer_pb2.JobTerminatingResponse) -> Answer:
+            if reply.pod_gone:
+                return HTTPStatus.OK, {"job": job, "pod_gone": True}
+            return HTTPStatus.REQUEST_TIMEOUT, {
+                "job": job,
+                "pod_gone": False,
+                "drained_slurm_nodes": list(reply.drained_slurm_nodes),
+                "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
+            }
+
+        return SyncerCall(
+            self._stub().JobTerminating,
             syncer_pb2.JobTerminatingRequest(
                 job_id=job, slurm_node=_optional_node(body), placeholder=reference, job_token=token
             ),
             # The answer must reach the caller before it gives up (curl --max-time = timeout).
-            timeout=max(1.0, timeout - 0.5),
-            wait_for_ready=True,
+            max(1.0, timeout - 0.5),
+            answer,
         )
-        if reply.pod_gone:
-            return HTTPStatus.OK, {"job": job, "pod_gone": True}
-        return HTTPStatus.REQUEST_TIMEOUT, {
-            "job": job,
-            "pod_gone": False,
-            "drained_slurm_nodes": list(reply.drained_slurm_nodes),
-            "error": "a Pod of the job is still there at the deadline; Tandem drained its nodes",
-        }
 
-    def drain(
-        self, body: dict[str, Any], reference: str, token: str = ""
-    ) -> tuple[HTTPStatus, dict[str, Any]]:
+    def drain(self, body: dict[str, Any], reference: str, token: str = "") -> SyncerCall:
         node, job = _node(body), _job(body)
-        reply = self._stub().DrainNode(
+
+        def answer(reply: syncer_pb2.DrainNodeResponse) -> Answer:
+            if not reply.drained:
+                why = "no Pod of the job runs on the node"
+                return HTTPStatus.OK, {"node": node, "drained": False, "why": why}
+            return HTTPStatus.OK, {"node": node, "drained": True}
+
+        return SyncerCall(
+            self._stub().DrainNode,
             syncer_pb2.DrainNodeRequest(slurm_node=node, job_id=job, placeholder=reference, job_token=token),
-            timeout=self.call_timeout,
-            wait_for_ready=True,
+            self.call_timeout,
+            answer,
         )
-        if not reply.drained:
-            why = "no Pod of the job runs on the node"
-            return HTTPStatus.OK, {"node": node, "drained": False, "why": why}
-        return HTTPStatus.OK, {"node": node, "drained": True}
+
+
+def _outcome(call: SyncerCall, done: Any) -> Answer:
+    """A finished call's reply as an answer; a syncer error as the status it maps to."""
+    try:
+        reply = done.result()
+    except grpc.RpcError as e:
+        code = e.code()
+        status = _GRPC_TO_HTTP.get(code, HTTPStatus.BAD_GATEWAY)
+        return status, {"error": e.details() or code.name, "syncer_status": code.name}
+    return call.answer(reply)
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:

@@ -1,14 +1,17 @@
-"""An HTTP/1.1 server for short JSON calls whose worker threads never wait on a client.
+"""An HTTP/1.1 server for JSON calls whose threads never wait, on a client or on the answer.
 
 One thread does all socket I/O through a selector: it accepts, reads each request until its head
 and body are complete (within `request_timeout` of the accept, however slowly the bytes come), asks
 `screen` about the head before reading any body (a wrong token is refused without reading it), and
-writes every answer. Only a complete request goes to one of `workers` threads, which run `handle`
-(a hook call may wait ~55 s on the syncer); when all are busy the answer is a 503 at once, and the
-hook scripts ask again a second later. A connection still sending its request costs a socket and a
-buffer, no thread; at `max_connections` the oldest such connection is closed to admit the newest,
-so slow or idle clients cannot lock prologs out. One request per connection (`Connection: close`):
-the scripts run one curl per call.
+writes every answer. Only a complete request goes to one of `workers` threads, which run `handle`:
+it starts the call and returns, and whoever finishes the call (gRPC's thread, once the syncer
+replies: a prolog's lock may wait ~55 s) hands the answer back to the I/O thread (issue 40: a
+waiting call held a worker thread each, and hundreds of prologs wait at once). At most `max_calls`
+calls are in progress; past that the answer is a 503 at once, and the hook scripts ask again a
+second later. A connection still sending its request costs a socket and a buffer, no thread; at
+`max_connections` the oldest such connection is closed to admit the newest, so slow or idle clients
+cannot lock prologs out. One request per connection (`Connection: close`): the scripts run one curl
+per call.
 """
 
 from __future__ import annotations
@@ -49,10 +52,15 @@ _SWEEP_EVERY = 0.2
 
 @dataclass(frozen=True)
 class Limits:
-    workers: int = 128
+    # Threads that start calls: parse a body, start a gRPC call (microseconds each, under the GIL).
+    # More than one, so a handler held up (a certificate rotation's file reads) stops no other.
+    workers: int = 8
     request_timeout: float = 10.0
     max_connections: int = 1024
     max_body: int = 64 * 1024
+    # Calls in progress at once (a socket and a gRPC call each, no thread): a prolog on every node
+    # of a 1,000-node cluster at once, each waiting for its Node.
+    max_calls: int = 1024
 
 
 @dataclass(frozen=True)
@@ -144,7 +152,27 @@ class _Conn:
 
 
 Screen = Callable[[Request], Response | None]
-Handle = Callable[[Request], Response]
+Answer = Callable[[Response], None]
+# Starts serving a complete request; the answer goes to `Answer`, once, from any thread, now or
+# when the call ends.
+Handle = Callable[[Request, Answer], None]
+
+
+class _Reply:
+    """A request's one answer, back to the I/O thread (a second one is dropped)."""
+
+    def __init__(self, server: BoundedHTTPServer, conn: _Conn) -> None:
+        self._server, self._conn = server, conn
+        self._lock = threading.Lock()
+        self._sent = False
+
+    def __call__(self, response: Response) -> None:
+        with self._lock:
+            if self._sent:
+                return
+            self._sent = True
+        self._server._answers.put((self._conn, response))
+        self._server._wake()
 
 
 class BoundedHTTPServer:
@@ -162,7 +190,7 @@ class BoundedHTTPServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         # Insertion order = age: the first one is the one to close when room is needed.
         self._open: dict[_Conn, None] = {}
-        self._busy = 0  # requests with a worker; touched by the I/O thread only
+        self._busy = 0  # requests handed to `handle`, not answered yet; touched by the I/O thread only
         self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[tuple[_Conn, Response]] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -302,20 +330,16 @@ class BoundedHTTPServer:
             return json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
 
     def _dispatch(self, conn: _Conn, request: Request) -> None:
-        if self._busy >= self.limits.workers:
+        if self._busy >= self.limits.max_calls:
             CONNECTIONS_REFUSED.inc(reason="busy")
+            busy = f"{self.limits.max_calls} calls in progress, the most served at once; ask again"
             self._answer(
-                conn,
-                json_response(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    {"error": f"all {self.limits.workers} workers are busy; ask again"},
-                    {"Retry-After": "1"},
-                ),
+                conn, json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"error": busy}, {"Retry-After": "1"})
             )
             return
         self._busy += 1
         self._watch(conn, 0)
-        del self._open[conn]  # a worker holds it: no deadline, never evicted
+        del self._open[conn]  # a call in progress: no deadline, never evicted
         self._jobs.put((conn, request))
 
     def _take_answers(self) -> None:
@@ -394,13 +418,12 @@ class BoundedHTTPServer:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             conn, request = job
+            reply = _Reply(self, conn)
             try:
-                response = self.handle(request)
+                self.handle(request, reply)
             except Exception:
                 log.exception("a hooks request failed", extra={"route": request.path})
-                response = json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
-            self._answers.put((conn, response))
-            self._wake()
+                reply(json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}))
 
     def _wake(self) -> None:
         # A full buffer means a wake-up is pending anyway; a closed one, that the server stopped.

@@ -42,7 +42,13 @@ class HooksSettings(ServiceSettings):
         Limits.workers,
         flag="--hooks-workers",
         env="TANDEM_HOOKS_WORKERS",
-        help="hook calls served at once (a prolog's lock call holds one until its Node is locked); "
+        help="threads that start hook calls (a call waiting on the syncer holds none)",
+    )
+    max_calls: int = option(
+        Limits.max_calls,
+        flag="--hooks-max-calls",
+        env="TANDEM_HOOKS_MAX_CALLS",
+        help="hook calls in progress at once (a prolog's lock call lasts until its Node is locked); "
         "beyond them a call gets 503 at once and the scripts ask again",
     )
     request_timeout: Seconds = option(
@@ -66,5 +72,8 @@ class HooksSettings(ServiceSettings):
 
     def limits(self) -> Limits:
         return Limits(
-            workers=self.workers, request_timeout=self.request_timeout, max_connections=self.max_connections
+            workers=self.workers,
+            request_timeout=self.request_timeout,
+            max_connections=self.max_connections,
+            max_calls=self.max_calls,
         )

@@ -2,6 +2,9 @@
 end (its KillWait deadline) record what they ask in the hold store, put the Slurm node at the front of the
 node sync's queue, and wait on the caches for the outcome. They write nothing themselves: the node
 sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
+
+Each call is written as steps around its wait (tandem.syncer.steps): the gRPC service waits on the
+event loop, holding no thread; `acquire` and `release` wait on the caller's thread.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodefacts import CacheFacts
+from tandem.syncer.steps import Steps, Wait, run
 from tandem.syncer.waiters import job_key, node_key, pod_key
 from tandem.workqueue import WorkQueue
 
@@ -85,6 +89,12 @@ class NodeLocks:
         )
 
     def acquire(self, slurm_node: str, job_id: int, strict: bool, timeout: float) -> NodeLockView:
+        """`acquire_steps`, waiting on this thread."""
+        return run(self.acquire_steps(slurm_node, job_id, strict, timeout), self.cluster.wait_for)
+
+    def acquire_steps(
+        self, slurm_node: str, job_id: int, strict: bool, timeout: float
+    ) -> Steps[NodeLockView]:
         """Hold the node for the job; return once it is locked (strictly for a placeholder) and
         its Node tainted. Raises LockFailed when the node sync failed the hold (the Pods that did
         not leave by the deadline, no slurmd Pod, no Node) or could not settle it in time."""
@@ -106,7 +116,7 @@ class NodeLocks:
             host = slurmd.host_of(pod)
             return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
 
-        done = self.cluster.wait_for([node_key(slurm_node)], settled, max(0.0, timeout) + SETTLE_SECONDS)
+        done = yield Wait((node_key(slurm_node),), settled, max(0.0, timeout) + SETTLE_SECONDS)
         failure = self.store.failure(slurm_node, job_id)
         if failure is not None:
             raise LockFailed(failure.message, failure.unavailable)
@@ -137,6 +147,12 @@ class NodeLocks:
         return self._settled_view(slurm_node)
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
+        """`release_steps`, waiting on this thread."""
+        return run(self.release_steps(slurm_node, job_id, timeout), self.cluster.wait_for)
+
+    def release_steps(
+        self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS
+    ) -> Steps[NodeLockView]:
         """The job no longer holds the node; return once a pass has carried that out (the node
         unlocked, or kept for another holder, or kept while Slurm is not read). Refused while
         Slurm, asked now, says the job still holds the node: an epilog calls once its job ended,
@@ -159,7 +175,7 @@ class NodeLocks:
                 self.store.trouble(slurm_node, since=seq, unreachable=True)
             )
 
-        done = self.cluster.wait_for([node_key(slurm_node)], settled, min(timeout, RELEASE_WAIT_SECONDS))
+        done = yield Wait((node_key(slurm_node),), settled, min(timeout, RELEASE_WAIT_SECONDS))
         if not done or self.store.settled(slurm_node) < seq:
             trouble = self.store.trouble(slurm_node)
             raise LockFailed(
@@ -174,9 +190,9 @@ class NodeLocks:
         except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
             raise LockFailed(str(e)) from e
 
-    def at_killwait(
+    def killwait_steps(
         self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float
-    ) -> tuple[bool, list[str]]:
+    ) -> Steps[tuple[bool, list[str]]]:
         """A placeholder's job ended: record its KillWait deadline, `drain_in` seconds from now
         (the node sync then drains each node where a Pod of the job still runs), and wait, at
         most `timeout`, for its Pods to go or for every node's pass to settle. Returns whether the
@@ -198,8 +214,8 @@ class NodeLocks:
             found = self.store.killwait_of(status.job_id)
             return gone() or found is None or found.outcome_known
 
-        waits_on = [job_key(status.job_id), pod_key(ref.uid), *(node_key(n) for n in entry.nodes)]
-        self.cluster.wait_for(waits_on, settled, max(0.0, deadline - self.clock()))
+        waits_on = (job_key(status.job_id), pod_key(ref.uid), *(node_key(n) for n in entry.nodes))
+        yield Wait(waits_on, settled, max(0.0, deadline - self.clock()))
         pod_gone = gone()
         found = self.store.answer_killwait(status.job_id, drain_at, pod_gone)
         if pod_gone:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from tandem import jobtoken, logs, serving, settings, topology, tracing
+from tandem import aioserving, jobtoken, logs, serving, settings, topology, tracing
 from tandem.dra.claims import dra_config
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
@@ -42,6 +42,14 @@ LABEL_RETRY_MAX_SECONDS = 30.0
 # Passes run side by side on different Slurm nodes (never two on one: the work queue's rule); a
 # prolog stuck behind a PodDisruptionBudget holds up no pass, since nothing waits inside one.
 NODE_SYNC_WORKERS = 8
+# The gRPC server's threads. A waiting call (a prolog's lock, an epilog's unlock, a placeholder's
+# end, a WatchSlurm stream) holds none while it waits (grpc.aio, issue 40); threads run only the
+# work around the waits and the short calls: a TokenReview or a Slurm read each (seconds at worst,
+# bounded by their clients' timeouts), the rest in memory under the GIL. The API server's and
+# slurmrestd's clients have 64 connections each, shared with the node sync's 8 workers, the
+# informers and the Slurm poll: more threads than half of those would only queue for a connection,
+# and 32 still review a wave of 500 new node credentials in 500/32 rounds of one review each.
+GRPC_WORKERS = 32
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -233,17 +241,20 @@ def resync(
     return run
 
 
-def grpc_service(address: str, tls: TlsFiles, servicer: SyncerServicer) -> serving.GrpcServer:
+def grpc_service(address: str, tls: TlsFiles | None, servicer: SyncerServicer) -> aioserving.AioGrpcServer:
+    """Every prolog holds a lock call while its Node empties, hundreds at once under load: served
+    by grpc.aio, each waits as a coroutine, not on a thread (`tls=None`: plaintext, for tests)."""
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
 
     def register(server: grpc.Server) -> None:
         syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, server)
 
-    # Every prolog holds a call while its Node empties; hundreds start at once under load.
-    return serving.GrpcServer(address, [register], [name], tls, max_workers=512)
+    return aioserving.AioGrpcServer(address, [register], [name], tls, max_workers=GRPC_WORKERS)
 
 
-def serve_as_leader(servicer: SyncerServicer, grpc_server: serving.GrpcServer) -> Callable[[bool], None]:
+def serve_as_leader(
+    servicer: SyncerServicer, grpc_server: aioserving.AioGrpcServer
+) -> Callable[[bool], None]:
     def serve(active: bool) -> None:
         servicer.active = active
         grpc_server.set_serving(active)

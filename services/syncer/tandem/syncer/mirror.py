@@ -6,6 +6,7 @@ published as one (tandem.slurm.hetjob)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -60,6 +61,10 @@ READ_ONE_BY_ONE = 256
 SUBSCRIBER_BACKLOG = 50_000
 
 
+def _nothing() -> None:
+    pass
+
+
 class Subscription:
     def __init__(
         self, mirror: SlurmMirror, scheduler_name: str = "", backlog: int = SUBSCRIBER_BACKLOG
@@ -74,6 +79,8 @@ class Subscription:
         # Changes queued and not taken yet: offered under the mirror's lock, taken by the stream.
         self._waiting = 0
         self._counting = threading.Lock()
+        # Told after each put, on the publisher's thread: wakes a stream waiting on an event loop.
+        self._arrived: Callable[[], None] = _nothing
 
     def wants(self, change: Change) -> bool:
         """Nodes go to everyone; a job only to the scheduler whose placeholder it is (a job pushed
@@ -99,10 +106,34 @@ class Subscription:
             self.close()
             return
         self.queue.put_nowait(batch)
+        self._arrived()
 
     def take(self, timeout: float) -> Batch | None:
         """The next batch, or None once the stream is to end; queue.Empty after `timeout`."""
-        batch = self.queue.get(timeout=timeout)
+        return self._taken(self.queue.get(timeout=timeout))
+
+    async def take_async(self) -> Batch | None:
+        """The next batch (None: the stream ends), waited for on the event loop: a stream that
+        waits for hours holds no thread."""
+        loop = asyncio.get_running_loop()
+        arrived = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+                loop.call_soon_threadsafe(arrived.set)
+
+        self._arrived = wake
+        try:
+            while True:
+                arrived.clear()  # before looking: a put after the look wakes the wait below
+                try:
+                    return self._taken(self.queue.get_nowait())
+                except queue.Empty:
+                    await arrived.wait()
+        finally:
+            self._arrived = _nothing
+
+    def _taken(self, batch: Batch | None) -> Batch | None:
         if batch is not None:
             with self._counting:
                 self._waiting -= len(batch)
@@ -110,7 +141,8 @@ class Subscription:
 
     def close(self) -> None:
         self._mirror._unsubscribe(self)
-        self.queue.put_nowait(None)
+        self.queue.put_nowait(None)  # unbounded: always room for the end
+        self._arrived()
 
 
 class SlurmMirror:

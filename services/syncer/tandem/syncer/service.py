@@ -1,11 +1,17 @@
-"""The syncer's gRPC API (proto/tandem/v1/syncer.proto)."""
+"""The syncer's gRPC API (proto/tandem/v1/syncer.proto), served by grpc.aio (tandem.aioserving).
+
+The calls that wait (a prolog's lock, an epilog's unlock, a placeholder's end) and the WatchSlurm
+stream are coroutines: while they wait they hold no thread, however many prologs wait at once
+(issue 40). What such a call does besides waiting runs in steps on the server's thread pool
+(tandem.syncer.steps), as does every other call, a plain method.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
-from collections.abc import Callable, Iterator
-from typing import NoReturn, Protocol
+from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -19,6 +25,7 @@ from tandem.syncer import convert
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import Batch, SlurmMirror
+from tandem.syncer.steps import Steps, run_async
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -29,6 +36,7 @@ ONE_NODE = "slurm_node must be one Slurm node's name"
 A_PLACEHOLDERS_CALL = (
     "job_id and placeholder (the reference whose credential the caller presented) are required"
 )
+STANDBY = "this syncer is a standby; the leader serves"
 
 
 # What JobTerminating keeps of its deadline to drain the nodes its Pods still run on: its
@@ -40,6 +48,42 @@ DRAIN_ALLOWANCE_SECONDS = 1.5
 MESSAGE_BYTES = 1 << 20
 # What a change adds to a message besides itself: its field's tag and length.
 CHANGE_FRAMING_BYTES = 6
+# A batch of more changes than this is made into messages off the event loop (a poll that saw
+# thousands of jobs change); a smaller one, most of them, on it.
+CONVERT_ON_LOOP = 64
+
+T = TypeVar("T")
+
+
+class CallContext(Protocol):
+    """What a call's checks read of its gRPC context, on whichever thread they run."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn: ...
+
+    def time_remaining(self) -> float | None: ...
+
+
+class Refused(Exception):
+    """A call refused in a step on a worker thread: its coroutine ends it with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class StepContext:
+    """The call's context as its steps see it on a worker thread. grpc.aio's `abort` is a coroutine
+    that a thread cannot await (called, it would do nothing): here it raises `Refused`."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise Refused(code, details)
+
+    def time_remaining(self) -> float | None:
+        left = self._context.time_remaining()
+        return float(left) if left is not None else None
 
 
 class SlurmWriter(Protocol):
@@ -75,9 +119,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # False on a standby replica: it answers UNAVAILABLE until it leads.
         self.active = False
 
-    def AcquireNodeLock(
-        self, request: syncer_pb2.AcquireNodeLockRequest, context: grpc.ServicerContext
+    async def AcquireNodeLock(
+        self, request: syncer_pb2.AcquireNodeLockRequest, context: Any
     ) -> syncer_pb2.AcquireNodeLockResponse:
+        return await self._waiting(self._acquire(request, StepContext(context)), context)
+
+    def _acquire(
+        self, request: syncer_pb2.AcquireNodeLockRequest, context: CallContext
+    ) -> Steps[syncer_pb2.AcquireNodeLockResponse]:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         self._verified_node(context, request.slurm_node, request.node_token)
@@ -86,24 +135,39 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # node and answer.
         timeout = budget.lock_wait(context.time_remaining(), cap=self.locks.cap)
         try:
-            view = self.locks.acquire(request.slurm_node, request.job_id, strict, timeout=timeout)
+            view = yield from self.locks.acquire_steps(request.slurm_node, request.job_id, strict, timeout)
         except LockFailed as e:  # a timeout too: the node was drained with the Pods' names
             code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(e))
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
-    def ReleaseNodeLock(
-        self, request: syncer_pb2.ReleaseNodeLockRequest, context: grpc.ServicerContext
+    async def ReleaseNodeLock(
+        self, request: syncer_pb2.ReleaseNodeLockRequest, context: Any
     ) -> syncer_pb2.ReleaseNodeLockResponse:
+        return await self._waiting(self._release(request, StepContext(context)), context)
+
+    def _release(
+        self, request: syncer_pb2.ReleaseNodeLockRequest, context: CallContext
+    ) -> Steps[syncer_pb2.ReleaseNodeLockResponse]:
         self._require_active(context)
         _require(context, valid_node_name(request.slurm_node) and request.job_id, ONE_NODE_AND_JOB)
         self._verified_node(context, request.slurm_node, request.node_token)
         try:
-            view = self.locks.release(request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0)
+            view = yield from self.locks.release_steps(
+                request.slurm_node, request.job_id, timeout=_remaining(context) - 1.0
+            )
         except LockFailed as e:
             code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(e))
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
+
+    async def _waiting(self, steps: Steps[T], context: Any) -> T:
+        """Run a waiting call's steps (tandem.syncer.steps); a refusal in one ends the call so."""
+        try:
+            return await run_async(steps, self.cluster.wait_async)
+        except Refused as e:
+            await context.abort(e.code, e.details)
+            raise AssertionError("context.abort returned") from e
 
     def GetNodeLock(
         self, request: syncer_pb2.GetNodeLockRequest, context: grpc.ServicerContext
@@ -152,11 +216,18 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             return False
         return True
 
-    def JobTerminating(
-        self, request: syncer_pb2.JobTerminatingRequest, context: grpc.ServicerContext
+    async def JobTerminating(
+        self, request: syncer_pb2.JobTerminatingRequest, context: Any
     ) -> syncer_pb2.JobTerminatingResponse:
+        return await self._waiting(self._terminating(request, StepContext(context)), context)
+
+    def _terminating(
+        self, request: syncer_pb2.JobTerminatingRequest, context: CallContext
+    ) -> Steps[syncer_pb2.JobTerminatingResponse]:
         self._require_active(context)
-        with self.mirror.batch():  # as in JobStarted
+        # As in JobStarted. A batch is its thread's (SlurmMirror.batch): it is sent within this step,
+        # before the wait below, after which the steps may go on on another of the pool's threads.
+        with self.mirror.batch():
             self._verified_placeholder(
                 context, request.job_id, request.placeholder, request.slurm_node, request.job_token
             )
@@ -169,58 +240,67 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # job still runs; the call waits for the Pods to go or for those drains, on the caches.
         remaining = _remaining(context)
         drain_in = min(self.terminating_timeout, remaining - DRAIN_ALLOWANCE_SECONDS)
-        pod_gone, drained = self.locks.at_killwait(
+        pod_gone, drained = yield from self.locks.killwait_steps(
             status, ref, request.slurm_node, drain_in, timeout=remaining - 0.5
         )
         return syncer_pb2.JobTerminatingResponse(pod_gone=pod_gone, drained_slurm_nodes=drained)
 
-    def WatchSlurm(
-        self, request: syncer_pb2.WatchSlurmRequest, context: grpc.ServicerContext
-    ) -> Iterator[syncer_pb2.WatchSlurmResponse]:
-        self._require_active(context)
+    async def WatchSlurm(
+        self, request: syncer_pb2.WatchSlurmRequest, context: Any
+    ) -> AsyncGenerator[syncer_pb2.WatchSlurmResponse, None]:
+        """A stream for hours: it waits for changes on the event loop, holding no thread, and ends
+        (unsubscribed) as soon as its caller goes away (the coroutine is cancelled)."""
+        if not self.active:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STANDBY)
         if request.fresh:
             try:
-                self.mirror.poll_once()
+                await asyncio.to_thread(self.mirror.poll_once)
             except SlurmApiError as e:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}")
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, f"cannot read Slurm for a fresh snapshot: {e}"
+                )
         snapshot, sub = self.mirror.subscribe(request.scheduler_name)
-        context.add_callback(sub.close)
         try:
-            yield from self._messages([(c, {}) for c in snapshot], request.batched, snapshot_done=True)
-            while context.is_active():
-                try:
-                    batch = sub.take(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if batch is None:
-                    if sub.overflowed:
-                        context.abort(
-                            grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
-                        )
-                    return
-                yield from self._messages(batch, request.batched)
+            # Thousands of jobs: made into messages off the loop, which serves every other call.
+            snapshot_batch: Batch = [(c, {}) for c in snapshot]
+            for message in await asyncio.to_thread(
+                self._messages, snapshot_batch, request.batched, snapshot_done=True
+            ):
+                yield message
+            while (batch := await sub.take_async()) is not None:
+                if len(batch) > CONVERT_ON_LOOP:
+                    messages = await asyncio.to_thread(self._messages, batch, request.batched)
+                else:
+                    messages = self._messages(batch, request.batched)
+                for message in messages:
+                    yield message
+            if sub.overflowed:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"fell more than {sub.backlog} changes behind; reconnect for a fresh snapshot",
+                )
         finally:
             sub.close()
 
     def _messages(
         self, batch: Batch, batched: bool, snapshot_done: bool = False
-    ) -> Iterator[syncer_pb2.WatchSlurmResponse]:
+    ) -> list[syncer_pb2.WatchSlurmResponse]:
         """A batch as messages: one (a few when it is larger than MESSAGE_BYTES), the last marked
-        `snapshot_done` for the snapshot; to a client that did not ask for batches, one a change."""
+        `snapshot_done` for the snapshot; to a client that did not ask for batches, one a change.
+        Made whole, on whichever thread calls (the stream sends them from the event loop)."""
         changes = [self._change(change, caused_by) for change, caused_by in batch]
         if not batched:
-            yield from map(unbatched, changes)
+            messages = [unbatched(change) for change in changes]
             if snapshot_done:
-                yield syncer_pb2.WatchSlurmResponse(snapshot_done=True)
-            return
+                messages.append(syncer_pb2.WatchSlurmResponse(snapshot_done=True))
+            return messages
         chunks = list(_chunks(changes, MESSAGE_BYTES))
         if snapshot_done and not chunks:
             chunks = [[]]  # an empty snapshot still ends
-        for i, chunk in enumerate(chunks):
-            yield syncer_pb2.WatchSlurmResponse(
-                changes=chunk, snapshot_done=snapshot_done and i == len(chunks) - 1
-            )
+        return [
+            syncer_pb2.WatchSlurmResponse(changes=chunk, snapshot_done=snapshot_done and i == len(chunks) - 1)
+            for i, chunk in enumerate(chunks)
+        ]
 
     def DrainNode(
         self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
@@ -261,7 +341,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         return syncer_pb2.PlaceholderSubmittedResponse()
 
     def _verified_placeholder(
-        self, context: grpc.ServicerContext, job_id: int, reference: str, slurm_node: str, job_token: str
+        self, context: CallContext, job_id: int, reference: str, slurm_node: str, job_token: str
     ) -> JobStatus:
         """The job as Slurm has it now, if it is the placeholder whose credential the caller
         presented, that credential is the job's own (under the job key, bound to the binding in
@@ -306,7 +386,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             )
         return status
 
-    def _verified_node(self, context: grpc.ServicerContext, slurm_node: str, node_token: str) -> None:
+    def _verified_node(self, context: CallContext, slurm_node: str, node_token: str) -> None:
         """Refuses the call unless `node_token` is the credential of `slurm_node` itself: a token
         the API server vouches for (TokenReview, audience tandem-hooks), bound to the slurmd Pod
         this syncer sees for that node now (same uid: a deleted Pod's token is refused at once)."""
@@ -345,9 +425,9 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 f" {slurm_node}: a node locks and unlocks itself only",
             )
 
-    def _require_active(self, context: grpc.ServicerContext) -> None:
+    def _require_active(self, context: CallContext) -> None:
         if not self.active:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "this syncer is a standby; the leader serves")
+            context.abort(grpc.StatusCode.UNAVAILABLE, STANDBY)
 
     def _is_placeholder(self, job_id: int) -> bool:
         status = self.mirror.job(job_id)
@@ -380,16 +460,16 @@ def _chunks(changes: list[syncer_pb2.SlurmChange], limit: int) -> Iterator[list[
         yield chunk
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+def _abort(context: CallContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)
     raise AssertionError("context.abort returned")  # it raises; this says so to the type checker
 
 
-def _require(context: grpc.ServicerContext, ok: object, message: str) -> None:
+def _require(context: CallContext, ok: object, message: str) -> None:
     if not ok:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-def _remaining(context: grpc.ServicerContext) -> float:
+def _remaining(context: CallContext) -> float:
     left = context.time_remaining()
     return float(left) if left is not None else 3600.0
