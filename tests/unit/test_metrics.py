@@ -31,7 +31,7 @@ DEFINING = (
 )
 
 # name -> type, as the hand-written exposition showed them before prometheus_client (and the two
-# work queue metrics added with it).
+# work queue metrics added with it, and the scheduler's decisions by action since).
 IMPORTED = {
     "tandem_kube_requests_total": "counter",
     "tandem_leader": "gauge",
@@ -58,6 +58,7 @@ IMPORTED = {
     "tandem_bind_seconds": "histogram",
     "tandem_pod_create_to_bound_seconds": "histogram",
     "tandem_scheduler_wakeups_total": "counter",
+    "tandem_scheduler_decisions_total": "counter",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")
 

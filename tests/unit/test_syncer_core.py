@@ -656,6 +656,8 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     stack.slurm.drain_node.assert_called_once()
     node, reason = stack.slurm.drain_node.call_args.args
     assert node == "cpu-002" and "apps/train-1 still running at KillWait (job 7)" in reason
+    # The pass posts the Event just after it settles the drain, which may answer the call first.
+    _until("the drain's Event posted", lambda: events.record.called)
     stack.sync._event_pool.shutdown(wait=True)
     told = [(c.args[0]["metadata"]["name"], c.args[2]) for c in events.record.call_args_list]
     assert ("train-1", "SlurmNodeDrained") in told
@@ -736,6 +738,7 @@ def test_a_pod_still_running_at_killwait_has_its_node_drained_then_not_before(
     node, reason = slurm.drain_node.call_args.args
     assert (node, reason) == ("cpu-001", keys.killwait_drain_reason("apps", "trainer", 7))
     assert stack.holds.killwait_of(7) is None
+    _until("the drain's Event posted", lambda: events.record.called)  # as in the group job's
     stack.sync._event_pool.shutdown(wait=True)
     assert [c.args[2] for c in events.record.call_args_list] == ["SlurmNodeDrained"]
 
