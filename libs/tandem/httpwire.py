@@ -262,7 +262,7 @@ class Client:
         try:
             body = answer.read()
         except (OSError, http.client.HTTPException) as e:
-            give_back(False)
+            conn.close()  # its slot: `request` gives it back as the error passes
             raise HttpError(f"the answer from {self.base_url} broke off: {_describe(e)}") from e
         give_back(True)
         return Response(status, body, headers)
@@ -308,6 +308,8 @@ class Client:
 def _chunks(answer: http.client.HTTPResponse) -> Iterator[bytes]:
     while chunk := answer.read1(CHUNK):
         yield chunk
+    if answer.length:  # read1 takes the end of the connection for the end of the body
+        raise http.client.IncompleteRead(b"", answer.length)
 
 
 def _still_open(conn: http.client.HTTPConnection) -> bool:

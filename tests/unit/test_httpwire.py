@@ -57,6 +57,13 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
             return
+        if self.path.startswith("/short"):  # a body that stops before its Content-Length
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b'{"cut": ')
+            self.close_connection = True
+            return
         self._answer(
             404 if self.path.startswith("/missing") else 200, json.dumps({"path": self.path}).encode()
         )
@@ -187,3 +194,11 @@ def test_a_stand_in_transport_sees_the_request_and_answers() -> None:
     client = httpwire.Client("https://example.invalid/base", transport=transport, headers={"Accept": "x"})
     assert client.request("PUT", "/a", params={"q": "1"}, content=b"body").json() == {"ok": True}
     assert seen == [httpwire.Request("PUT", "/base/a?q=1", {"Accept": "x"}, b"body")]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_body_cut_short_of_its_length_is_an_error(server: Server, stream: bool) -> None:
+    client = _client(server)
+    with pytest.raises(httpwire.HttpError, match="broke off"):
+        client.request("GET", "/short", stream=stream).read()
+    assert client.request("GET", "/after").status_code == 200
