@@ -999,3 +999,93 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
     controller.on_pod("default/mine", mine, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
+
+
+def _recorded_by_us() -> tuple[Controller, FakePodCache, dict[str, Any], dict[str, Any]]:
+    """A Pod this controller submitted and recorded job 7 on: the Pod before, and as the informer
+    then shows the write (the job id, the lock toleration, the version the write was answered)."""
+    pods = FakePodCache()
+    pods.synced = True
+    before = _pod()
+    pods.pods[POD.key] = before
+    controller, slurm, kube = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    kube.merge_patch.return_value = {"metadata": {"resourceVersion": "2"}}
+    controller.reconcile(POD.key)
+    (_, patch), _ = kube.merge_patch.call_args
+    after = {
+        **before,
+        "metadata": {
+            **before["metadata"],
+            "resourceVersion": "2",
+            "annotations": patch["metadata"]["annotations"],
+        },
+        "spec": {**before["spec"], **patch.get("spec", {})},
+    }
+    return controller, pods, before, after
+
+
+def test_the_informer_showing_a_record_this_controller_wrote_queues_nothing() -> None:
+    """The reconcile that wrote it acted as if it was there already (it assumed it): a third of a
+    Pod's reconciles decided nothing for such echoes (issue 40)."""
+    controller, _, before, after = _recorded_by_us()
+    controller.on_pod(POD.key, before, after)
+    assert len(controller.queue) == 0
+    assert controller._recorded.get(POD.uid) is None, "forgotten: no reconcile comes to forget it"
+
+
+def test_a_record_shown_with_any_other_change_is_reconciled() -> None:
+    controller, _, before, after = _recorded_by_us()
+    relabelled = {**after, "metadata": {**after["metadata"], "labels": {"team": "b"}}}
+    controller.on_pod(POD.key, before, relabelled)
+    assert len(controller.queue) == 1
+
+
+def test_the_informer_showing_a_bind_this_controller_made_queues_nothing() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    unbound = _pod(job_id="7")
+    pods.pods[POD.key] = unbound
+    controller, _, kube = _controller(pods, _tracker(_status(started=True), hosts={"cpu-001": "node-001"}))
+    controller.reconcile(POD.key)
+    assert [c.args[0] for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
+    scheduled = [{"type": "PodScheduled", "status": "True"}]
+    bound = {
+        **unbound,
+        "metadata": {**unbound["metadata"], "resourceVersion": "3"},
+        "spec": {**unbound["spec"], "nodeName": "node-001"},
+        "status": {"conditions": scheduled},
+    }
+    controller.on_pod(POD.key, unbound, bound)
+    assert len(controller.queue) == 0
+    assert controller._bound.get(POD.uid) is None
+    # Bound elsewhere than this controller bound it: looked at.
+    controller._bound.assume(POD.uid, "node-001")
+    controller.on_pod(POD.key, unbound, {**bound, "spec": {**bound["spec"], "nodeName": "node-002"}})
+    assert len(controller.queue) == 1
+
+
+def test_a_pod_deleted_after_its_job_was_cancelled_queues_nothing_and_one_with_a_live_job_does() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    controller, slurm, _ = _controller(pods, _tracker(_status()))
+    deleted = _pod(job_id="7")
+    controller.on_pod(POD.key, deleted, None)
+    assert len(controller.queue) == 1, "its job still runs: the reconcile cancels it"
+    controller.reconcile(POD.key)
+    slurm.cancel_job.assert_called_once_with(7)
+    controller.queue.get()
+    controller.queue.done(POD.key)
+    controller.on_pod(POD.key, deleted, None)
+    assert len(controller.queue) == 0
+
+
+def test_a_job_that_ends_after_its_pod_went_queues_nothing_and_one_whose_pod_is_there_does() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    controller, _, _ = _controller(pods, _tracker(_status("COMPLETED")))
+    controller.on_job(POD, _status("COMPLETED"))
+    assert len(controller.queue) == 0
+    pods.pods[POD.key] = _pod(job_id="7")
+    controller.on_job(POD, _status("COMPLETED"))
+    assert len(controller.queue) == 1

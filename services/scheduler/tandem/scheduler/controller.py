@@ -69,6 +69,12 @@ DECISIONS = REGISTRY.counter(
     ["action"],
 )
 
+SKIPPED = REGISTRY.counter(
+    "tandem_scheduler_wakeups_skipped_total",
+    "changes that queued no reconcile: no decision would act on them (why)",
+    ["why"],
+)
+
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
 
@@ -283,6 +289,12 @@ class Controller:
         self._on_own_pod_held(key, old, new)
         if old is not None and new is not None and _running_report(old, new):
             return
+        if old is not None and new is not None and self._own_write_shown(old, new):
+            SKIPPED.inc(why="own write shown")
+            return
+        if new is None and old is not None and self._gone_with_its_jobs(old):
+            SKIPPED.inc(why="deleted, its jobs stopped")
+            return
         WAKEUPS.inc(source="pod")
         # A member of a group is placed with its group: the group's key is what is reconciled.
         for pod in (old, new):
@@ -371,9 +383,12 @@ class Controller:
             self.queue.add(self._key_of(pod))
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
-        WAKEUPS.inc(source="job")
         if job.ended:
             self._cancelled.forget(str(job.job_id))  # the stream shows the cancel done
+            if self._ended_after_its_pod(pod):
+                SKIPPED.inc(why="job ended after its Pod")
+                return
+        WAKEUPS.inc(source="job")
         # A Pod to bind or to stop goes ahead of pending-reason updates.
         self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
 
@@ -386,6 +401,51 @@ class Controller:
             for job in jobs:
                 if slurm_node in job.job.nodes and not job.ended:
                     self.queue.add(pkey or object_key(pod), urgent=True)
+
+    # -- predicates: changes no decision would act on (controller-runtime's predicates) ---------
+
+    def _own_write_shown(self, old: JSON, new: JSON) -> bool:
+        """The update only shows what this process wrote and the reconcile that wrote it already
+        acted on (it assumed the write): the job id recorded (with its toleration), or the bind.
+        The assumption is forgotten here, since no reconcile comes to forget it. A third of a
+        Pod's reconciles decided nothing for this reason (issue 40)."""
+        uid = str(new["metadata"]["uid"])
+        before, after = _decision_view(old), _decision_view(new)
+        recorded = self._recorded.get(uid)
+        if (
+            recorded is not None
+            and d.recorded_job_id(new) == recorded != d.recorded_job_id(old)
+            and _without_record(before) == _without_record(after)
+        ):
+            self._recorded.forget(uid)
+            return True
+        bound = self._bound.get(uid)
+        if (
+            bound is not None
+            and _node_name(new) == bound
+            and not _node_name(old)
+            and _without_bind(before) == _without_bind(after)
+        ):
+            self._bound.forget(uid)
+            return True
+        return False
+
+    def _gone_with_its_jobs(self, pod: JSON) -> bool:
+        """A Pod alone deleted once every job it had was stopped (its deletion's reconcile sent the
+        cancel): the reconcile its going would bring has nothing left to stop."""
+        if groups.group_key(pod) is not None:
+            return False  # the group's reconcile weighs the members that remain
+        uid = str(pod["metadata"]["uid"])
+        return self._submitted.get(uid) is None and self._all_stopped(self.jobs.for_pod(uid))
+
+    def _ended_after_its_pod(self, pod: placeholder.PodRef) -> bool:
+        """A Pod alone's job ended after the Pod went, and no other job of that name lives on."""
+        if groups.is_group_key(pod.key) or self.pods.get(pod.key) is not None:
+            return False
+        return self._submitted.get(pod.uid) is None and self._all_stopped(self.jobs.for_pod_key(pod.key))
+
+    def _all_stopped(self, jobs: list[JobStatus]) -> bool:
+        return all(j.ended or self._cancelled.get(str(j.job_id)) is not None for j in jobs)
 
     def reconcile(self, key: str) -> Requeue:
         if not groups.is_group_key(key):
@@ -1091,6 +1151,28 @@ def _decision_view(pod: JSON) -> JSON:
         "conditions": [c for c in status.get("conditions") or [] if c.get("type") in _DECISION_CONDITIONS],
         "nominated": status.get("nominatedNodeName"),
     }
+
+
+def _without_record(view: JSON) -> JSON:
+    """A decision view without what recording a job writes: the job id, the lock toleration."""
+    meta = view["metadata"]
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != keys.JOB_ID_ANNOTATION}
+    spec = {k: v for k, v in (view.get("spec") or {}).items() if k != "tolerations"}
+    tolerations = [
+        t for t in (view.get("spec") or {}).get("tolerations") or [] if t.get("key") != keys.LOCK_KEY
+    ]
+    return {
+        **view,
+        "metadata": {**meta, "annotations": annotations},
+        "spec": {**spec, "tolerations": tolerations},
+    }
+
+
+def _without_bind(view: JSON) -> JSON:
+    """A decision view without what a bind writes: the node, and PodScheduled turned True."""
+    spec = {k: v for k, v in (view.get("spec") or {}).items() if k != "nodeName"}
+    conditions = [c for c in view["conditions"] if c.get("type") != "PodScheduled"]
+    return {**view, "spec": spec, "conditions": conditions}
 
 
 # The Pod conditions decisions read: this scheduler's refusals, and kube-scheduler's preemption.
