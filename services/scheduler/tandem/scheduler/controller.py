@@ -15,7 +15,6 @@ from typing import Protocol
 from tandem import keys, placeholder, tracing
 from tandem.assume import AssumeCache, version_of
 from tandem.dra import extended
-from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import PodGpus
 from tandem.dra.shape import at, items, obj
 from tandem.dra.slices import NodeDevices
@@ -25,6 +24,7 @@ from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups, jobspec, podmemo
+from tandem.scheduler.claimwrites import ClaimApi
 from tandem.scheduler.dra_source import BY_CLAIM, DraCaches
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.jobs import JobTracker
@@ -143,14 +143,6 @@ def unschedulable_index(pod: JSON) -> list[str]:
     return ["yes"] if c.get("status") == "False" and c.get("reason") == d.REASON_UNSCHEDULABLE else []
 
 
-def _claim_path(namespace: str, name: str = "") -> str:
-    """A ResourceClaim's path (the collection's without a name)."""
-    collection = (
-        f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}/namespaces/{namespace}/{keys.RESOURCE_CLAIMS}"
-    )
-    return f"{collection}/{name}" if name else collection
-
-
 def _asks_gpus(pod: JSON) -> bool:
     try:
         return podmemo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
@@ -231,6 +223,7 @@ class Controller:
         self.queue = queue
         self.pods = pods
         self.api = PodApi(kube)
+        self.claims = ClaimApi(kube)
         self.placeholder_cfg = placeholder_cfg
         # Slurm's KillWait now (tandem.scheduler.killwait_source: cached, read again now and then);
         # None until it is first known. A number: fixed, as --slurm-kill-wait gives it.
@@ -750,15 +743,16 @@ class Controller:
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
             case d.MakeClaims(new=new, stale=stale):
                 for claim, why in stale:
-                    self._drop_claim(claim, why)
+                    self.claims.drop(claim, why)
                 if not stale:
                     for pod, manifest in new:
-                        self._make_claim(pod, manifest)
+                        made = self.claims.make(pod, manifest)
+                        self._made_claims.assume(str(pod["metadata"]["uid"]), made)
             case d.Bind(job=job, placements=placements, claims=claim_writes, pod_statuses=pod_statuses):
                 for placement in placements:
                     uid = str(placement.pod["metadata"]["uid"])
                     writes = claim_writes.get(uid, ())
-                    self._allocate(placement.pod, writes)
+                    self.claims.allocate(placement.pod, writes)
                     if uid in pod_statuses:
                         self.api.extended_claim_status(placement.pod, pod_statuses[uid])
                     self._bind(placement.pod, job, placement.slurm_node, placement.kube_node, writes)
@@ -950,68 +944,6 @@ class Controller:
     def _record(self, pod: JSON, job_id: int) -> None:
         answer = self.api.record_job(pod, job_id)
         self._recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
-
-    def _allocate(self, pod: JSON, writes: tuple[ClaimWrite, ...]) -> None:
-        """Each claim allocated the devices Slurm chose and reserved for the Pod, as kube-scheduler's
-        DRA plugin does before its bind: the finalizer first (the claim cannot go while the Pod may
-        use its devices), then the status, each guarded by the resourceVersion read. A crash in
-        between leaves a state the next decision finishes (tandem.dra.allocation.claim_status)."""
-        for write in writes:
-            path = _claim_path(write.namespace, write.name)
-            version = str(at(write.claim, "metadata", "resourceVersion") or "")
-            if write.needs_finalizer:
-                finalizers = [str(f) for f in items(at(write.claim, "metadata", "finalizers"))]
-                answer = self.kube.json_patch(
-                    path,
-                    [
-                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                        {"op": "add", "path": "/metadata/finalizers", "value": [*finalizers, FINALIZER]},
-                    ],
-                )
-                version = str(at(answer, "metadata", "resourceVersion") or "")
-            if not write.status_written:
-                self.kube.merge_patch(
-                    f"{path}/status", {"metadata": {"resourceVersion": version}, "status": write.status}
-                )
-            log.info(
-                "claim allocated",
-                extra={"pod": object_key(pod), "claim": write.name, "devices": list(write.devices)},
-            )
-
-    def _make_claim(self, pod: JSON, manifest: JSON) -> None:
-        """The claim for the Pod's nvidia.com/gpu (tandem.dra.extended), as kube-scheduler makes it."""
-        namespace = str(at(pod, "metadata", "namespace") or "")
-        answer = self.kube.post(_claim_path(namespace), manifest)
-        self._made_claims.assume(str(pod["metadata"]["uid"]), answer)
-        log.info(
-            "claim made for the Pod's GPUs",
-            extra={"pod": object_key(pod), "claim": at(answer, "metadata", "name")},
-        )
-
-    def _drop_claim(self, claim: JSON, why: str) -> None:
-        """A claim made for a Pod that cannot serve it now: its finalizer off (it holds no devices
-        for a running container: the Pod is not bound), then deleted; the next decision makes anew."""
-        name, namespace = str(at(claim, "metadata", "name")), str(at(claim, "metadata", "namespace"))
-        path = _claim_path(namespace, name)
-        finalizers = [str(f) for f in items(at(claim, "metadata", "finalizers"))]
-        try:
-            if FINALIZER in finalizers:
-                self.kube.json_patch(
-                    path,
-                    [
-                        {"op": "test", "path": "/metadata/uid", "value": at(claim, "metadata", "uid")},
-                        {
-                            "op": "replace",
-                            "path": "/metadata/finalizers",
-                            "value": [f for f in finalizers if f != FINALIZER],
-                        },
-                    ],
-                )
-            self.kube.delete(path, {"preconditions": {"uid": at(claim, "metadata", "uid")}})
-        except KubeError as e:
-            if e.status != 404:
-                raise
-        log.info("stale claim deleted", extra={"claim": f"{namespace}/{name}", "why": why})
 
     def _bind(
         self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str, writes: tuple[ClaimWrite, ...] = ()
