@@ -22,17 +22,18 @@ from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.scheduler import eligibility, groups, jobspec
-from tandem.scheduler.controller import (
+from tandem.scheduler.caches import (
     BY_GROUP,
     BY_NODE,
     BY_PARENT,
     BY_UNSCHEDULABLE,
+    Caches,
     ClusterCaches,
-    Controller,
     group_index,
     node_index,
     unschedulable_index,
 )
+from tandem.scheduler.controller import Controller, ControllerSettings, Writers
 from tandem.scheduler.dra_source import (
     BY_CLAIM,
     BY_EXTENDED_OWNER,
@@ -99,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    caches = watch_cluster(kube, cfg, lambda: controller)
+    informers = watch_cluster(kube, cfg, lambda: controller)
     jobs = JobTracker(
         cfg.scheduler_name,
         syncer_pb2_grpc.SyncerServiceStub(channel),
@@ -108,35 +109,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     queue = WorkQueue(name="scheduler")
     controller = Controller(
-        kube,
-        slurm,
-        jobs,
-        EventRecorder(kube, "tandem-scheduler"),
-        queue,
-        caches.pods,
-        placeholder_cfg,
-        kill_wait.current,
-        caches.podgroups,
-        ClusterCaches(caches.nodes, caches.bound, caches.pods),
-        cfg.reject_static_cpu,
-        policy.current,
-        caches.composites,
-        DraCaches(
-            caches.claims, caches.claim_templates, caches.slices, caches.device_classes, dra_config(cfg)
+        Caches(
+            informers.pods,
+            informers.podgroups,
+            informers.composites,
+            ClusterCaches(informers.nodes, informers.bound, informers.pods),
+            DraCaches(
+                informers.claims,
+                informers.claim_templates,
+                informers.slices,
+                informers.device_classes,
+                dra_config(cfg),
+            ),
         ),
-        slurm_topology.current,
+        jobs,
+        Writers.of(kube, slurm, EventRecorder(kube, "tandem-scheduler")),
+        ControllerSettings(
+            placeholder_cfg,
+            kill_wait.current,
+            policy.current,
+            slurm_topology.current,
+            cfg.reject_static_cpu,
+        ),
+        queue,
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
-    manager.add_source("Pods", caches.pods, caches.pods.run)
-    manager.add_source("PodGroups", caches.podgroups, caches.podgroups.run)
-    manager.add_source("CompositePodGroups", caches.composites, caches.composites.run)
-    manager.add_source("Nodes", caches.nodes, caches.nodes.run)
-    manager.add_source("ResourceClaims", caches.claims, caches.claims.run)
-    manager.add_source("ResourceClaimTemplates", caches.claim_templates, caches.claim_templates.run)
-    manager.add_source("ResourceSlices", caches.slices, caches.slices.run)
-    manager.add_source("DeviceClasses", caches.device_classes, caches.device_classes.run)
-    manager.add_source("bound Pods", caches.bound, caches.bound.run)
+    manager.add_source("Pods", informers.pods, informers.pods.run)
+    manager.add_source("PodGroups", informers.podgroups, informers.podgroups.run)
+    manager.add_source("CompositePodGroups", informers.composites, informers.composites.run)
+    manager.add_source("Nodes", informers.nodes, informers.nodes.run)
+    manager.add_source("ResourceClaims", informers.claims, informers.claims.run)
+    manager.add_source("ResourceClaimTemplates", informers.claim_templates, informers.claim_templates.run)
+    manager.add_source("ResourceSlices", informers.slices, informers.slices.run)
+    manager.add_source("DeviceClasses", informers.device_classes, informers.device_classes.run)
+    manager.add_source("bound Pods", informers.bound, informers.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
     # Not a source the workers wait for: a topology that cannot be read (RBAC, a release without a
     # syncer publishing one) holds back only the gangs that ask for a domain, which say why.
@@ -144,13 +151,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
     # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
     runner = Runner("scheduler", queue, controller.reconcile, workers=cfg.workers)
-    manager.add_controller(runner, on_started=lambda: enqueue_every_pod(caches.pods, queue))
+    manager.add_controller(runner, on_started=lambda: enqueue_every_pod(informers.pods, queue))
     grpc_server = grpc_service(cfg.grpc_address, tls, SchedulerServicer(controller))
     http = serving.HealthHttpServer(cfg.health_address, readiness(manager, jobs), REGISTRY.render)
     manager.start()
     grpc_server.start()
     http.start()
-    caches.pods.wait_synced(30)
+    informers.pods.wait_synced(30)
     jobs.wait_synced(30)
     grpc_server.set_serving(True)
     log.info(
@@ -174,7 +181,7 @@ def tenant_policy(kube: KubeClient, cfg: SchedulerSettings, on_change: Callable[
 
 
 @dataclass(frozen=True)
-class Caches:
+class Informers:
     pods: Informer  # this scheduler's Pods
     nodes: Informer
     bound: Informer  # every Pod bound to a Node
@@ -186,7 +193,9 @@ class Caches:
     device_classes: Informer
 
 
-def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]) -> Caches:
+def watch_cluster(
+    kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]
+) -> Informers:
     """The informers a reconcile reads, each calling the controller back on a change. What fits
     where (tandem.scheduler.eligibility) reads every Node and every Pod bound to one (of the
     watched namespaces in namespace scope), slimmed to what the filters read."""
@@ -195,7 +204,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
     # Gangs: the Workload API's PodGroups, in the version the cluster serves (absent is fine).
     podgroup_api = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS)
     composite_api = Versioned(keys.PODGROUP_GROUP, keys.COMPOSITE_RESOURCE, keys.COMPOSITE_VERSIONS)
-    return Caches(
+    return Informers(
         pods=Informer(
             kube,
             paths,
