@@ -58,6 +58,8 @@ IMPORTED = {
     "tandem_bind_seconds": "histogram",
     "tandem_pod_create_to_bound_seconds": "histogram",
     "tandem_scheduler_wakeups_total": "counter",
+    "tandem_scheduler_wakeups_skipped_total": "counter",
+    "tandem_scheduler_decisions_total": "counter",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")
 
