@@ -24,6 +24,7 @@ from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.scheduler.killwait_source import KillWait, fixed
 from tandem.scheduler.policy import parse
+from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import HetComponent, Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import scheduler_pb2, slurm_pb2
@@ -74,9 +75,13 @@ def _controller(pods: FakePodCache, jobs: JobTracker) -> tuple[Controller, mock.
         jobs,
         Writers.of(kube, slurm, mock.Mock()),
         ControllerSettings(cfg, fixed(30.0), policy=lambda: lab),
-        WorkQueue(),
     )
     return controller, slurm, kube
+
+
+def _watches(controller: Controller) -> SchedulerWatches:
+    """What the informers and the job stream call back, queueing into a queue of their own."""
+    return SchedulerWatches(controller.caches, controller.jobs, controller.assumed, WorkQueue())
 
 
 def _status(state: str = "RUNNING", started: bool = False, node: str = "cpu-001") -> JobStatus:
@@ -122,12 +127,12 @@ def _pod(job_id: str = "", requests: dict[str, str] | None = None) -> dict[str, 
     }
 
 
-def _manager(controller: Controller, pods: FakePodCache) -> Manager:
+def _manager(controller: Controller, pods: FakePodCache, queue: WorkQueue) -> Manager:
     """The controller's runner under a manager that waits for the Pods and the Slurm jobs."""
     manager = Manager(mock.Mock(), Election(enabled=False, namespace="", lease="test"))
     manager.add_source("Pods", pods, lambda stop: None)
     manager.add_source("Slurm jobs", controller.jobs, lambda stop: None)
-    manager.add_controller(Runner("test", controller.queue, controller.reconcile))
+    manager.add_controller(Runner("test", queue, controller.reconcile))
     return manager
 
 
@@ -143,8 +148,9 @@ def _wait(predicate: Any, timeout: float = 5.0) -> bool:
 def test_no_worker_runs_before_the_pods_are_listed() -> None:
     pods = FakePodCache()
     controller, slurm, _ = _controller(pods, _tracker(_status()))
-    controller.queue.add(POD.key)
-    manager = _manager(controller, pods)
+    queue = WorkQueue()
+    queue.add(POD.key)
+    manager = _manager(controller, pods, queue)
     manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()  # the Pod is not gone: it is not listed yet
@@ -160,8 +166,9 @@ def test_no_worker_runs_before_the_job_list_arrives() -> None:
     jobs = _tracker(_status())
     jobs._synced.clear()
     controller, slurm, _ = _controller(pods, jobs)
-    controller.queue.add(POD.key)
-    manager = _manager(controller, pods)
+    queue = WorkQueue()
+    queue.add(POD.key)
+    manager = _manager(controller, pods, queue)
     manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()
@@ -173,10 +180,11 @@ def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None
     pods.synced = True
     jobs = _tracker(_status())
     controller, slurm, _ = _controller(pods, jobs)
+    watches = _watches(controller)
     controller.reconcile(POD.key)
     controller.reconcile(POD.key)
     slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
-    controller.on_job(POD, _status("CANCELLED"))
+    watches.on_job(POD, _status("CANCELLED"))
     assert len(controller.assumed.cancelled) == 0
 
 
@@ -357,7 +365,6 @@ def _gang(*members: dict[str, Any], min_count: int = 2) -> tuple[Controller, moc
         jobs,
         Writers.of(kube, slurm, mock.Mock()),
         ControllerSettings(cfg, fixed(30.0), policy=lambda: lab),
-        WorkQueue(),
     )
     return controller, slurm, kube
 
@@ -768,7 +775,6 @@ def _composite(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, JobTrac
         jobs,
         Writers.of(mock.Mock(), slurm, mock.Mock()),
         ControllerSettings(cfg, fixed(30.0), policy=lambda: parse("default: {defaultUser: 1001}")),
-        WorkQueue(),
     )
     return controller, slurm, jobs
 
@@ -854,11 +860,12 @@ def test_a_node_locked_or_unlocked_by_tandem_sends_no_waiting_pod_to_be_judged_a
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker())
+    watches = _watches(controller)
     lock = {"key": keys.LOCK_KEY, "value": "true", "effect": "NoExecute"}
-    controller.on_node("node-001", node([]), node([lock], version="2"))
-    assert len(controller.queue) == 0
-    controller.on_node("node-001", node([lock], version="2"), node([lock], cordoned=True, version="3"))
-    assert len(controller.queue) == 1
+    watches.on_node("node-001", node([]), node([lock], version="2"))
+    assert len(watches.queue) == 0
+    watches.on_node("node-001", node([lock], version="2"), node([lock], cordoned=True, version="3"))
+    assert len(watches.queue) == 1
 
 
 def test_a_pod_alone_is_submitted_with_its_annotation_and_no_event() -> None:
@@ -920,8 +927,9 @@ def test_a_running_pods_kubelet_reports_queue_nothing_and_its_deletion_does() ->
 
     def queued(old: dict[str, Any], new: dict[str, Any]) -> bool:
         controller, _, _ = _controller(FakePodCache(), _tracker())
-        controller.on_pod(POD.key, old, new)
-        return len(controller.queue) == 1
+        watches = _watches(controller)
+        watches.on_pod(POD.key, old, new)
+        return len(watches.queue) == 1
 
     bound = {
         **_pod("7"),
@@ -961,6 +969,7 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    watches = _watches(controller)
     bound = _BoundByNode()
     bound.synced = True
     controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound)
@@ -974,11 +983,11 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
         }
     )
     bound.pods["default/hog"] = hog
-    controller.on_bound_pod("default/hog", None, hog)
+    watches.on_bound_pod("default/hog", None, hog)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     bound.pods.pop("default/hog")
-    controller.on_bound_pod("default/hog", hog, None)
+    watches.on_bound_pod("default/hog", hog, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
 
@@ -991,6 +1000,7 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    watches = _watches(controller)
     bound, own = _BoundByNode(), _BoundByNode()
     bound.synced = own.synced = True
     controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound, own=own)
@@ -1006,11 +1016,11 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
         "status": {"phase": "Running"},
     }
     own.pods["default/mine"] = mine
-    controller.on_pod("default/mine", None, mine)
+    watches.on_pod("default/mine", None, mine)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     own.pods.pop("default/mine")
-    controller.on_pod("default/mine", mine, None)
+    watches.on_pod("default/mine", mine, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
 
@@ -1043,16 +1053,18 @@ def test_the_informer_showing_a_record_this_controller_wrote_queues_nothing() ->
     """The reconcile that wrote it acted as if it was there already (it assumed it): a third of a
     Pod's reconciles decided nothing for such echoes (issue 40)."""
     controller, _, before, after = _recorded_by_us()
-    controller.on_pod(POD.key, before, after)
-    assert len(controller.queue) == 0
+    watches = _watches(controller)
+    watches.on_pod(POD.key, before, after)
+    assert len(watches.queue) == 0
     assert controller.assumed.recorded.get(POD.uid) is None, "forgotten: no reconcile comes to forget it"
 
 
 def test_a_record_shown_with_any_other_change_is_reconciled() -> None:
     controller, _, before, after = _recorded_by_us()
+    watches = _watches(controller)
     relabelled = {**after, "metadata": {**after["metadata"], "labels": {"team": "b"}}}
-    controller.on_pod(POD.key, before, relabelled)
-    assert len(controller.queue) == 1
+    watches.on_pod(POD.key, before, relabelled)
+    assert len(watches.queue) == 1
 
 
 def test_the_informer_showing_a_bind_this_controller_made_queues_nothing() -> None:
@@ -1061,6 +1073,7 @@ def test_the_informer_showing_a_bind_this_controller_made_queues_nothing() -> No
     unbound = _pod(job_id="7")
     pods.pods[POD.key] = unbound
     controller, _, kube = _controller(pods, _tracker(_status(started=True), hosts={"cpu-001": "node-001"}))
+    watches = _watches(controller)
     controller.reconcile(POD.key)
     assert [c.args[0] for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
     scheduled = [{"type": "PodScheduled", "status": "True"}]
@@ -1070,36 +1083,38 @@ def test_the_informer_showing_a_bind_this_controller_made_queues_nothing() -> No
         "spec": {**unbound["spec"], "nodeName": "node-001"},
         "status": {"conditions": scheduled},
     }
-    controller.on_pod(POD.key, unbound, bound)
-    assert len(controller.queue) == 0
+    watches.on_pod(POD.key, unbound, bound)
+    assert len(watches.queue) == 0
     assert controller.assumed.bound.get(POD.uid) is None
     # Bound elsewhere than this controller bound it: looked at.
     controller.assumed.bound.assume(POD.uid, "node-001")
-    controller.on_pod(POD.key, unbound, {**bound, "spec": {**bound["spec"], "nodeName": "node-002"}})
-    assert len(controller.queue) == 1
+    watches.on_pod(POD.key, unbound, {**bound, "spec": {**bound["spec"], "nodeName": "node-002"}})
+    assert len(watches.queue) == 1
 
 
 def test_a_pod_deleted_after_its_job_was_cancelled_queues_nothing_and_one_with_a_live_job_does() -> None:
     pods = FakePodCache()
     pods.synced = True
     controller, slurm, _ = _controller(pods, _tracker(_status()))
+    watches = _watches(controller)
     deleted = _pod(job_id="7")
-    controller.on_pod(POD.key, deleted, None)
-    assert len(controller.queue) == 1, "its job still runs: the reconcile cancels it"
+    watches.on_pod(POD.key, deleted, None)
+    assert len(watches.queue) == 1, "its job still runs: the reconcile cancels it"
     controller.reconcile(POD.key)
     slurm.cancel_job.assert_called_once_with(7)
-    controller.queue.get()
-    controller.queue.done(POD.key)
-    controller.on_pod(POD.key, deleted, None)
-    assert len(controller.queue) == 0
+    watches.queue.get()
+    watches.queue.done(POD.key)
+    watches.on_pod(POD.key, deleted, None)
+    assert len(watches.queue) == 0
 
 
 def test_a_job_that_ends_after_its_pod_went_queues_nothing_and_one_whose_pod_is_there_does() -> None:
     pods = FakePodCache()
     pods.synced = True
     controller, _, _ = _controller(pods, _tracker(_status("COMPLETED")))
-    controller.on_job(POD, _status("COMPLETED"))
-    assert len(controller.queue) == 0
+    watches = _watches(controller)
+    watches.on_job(POD, _status("COMPLETED"))
+    assert len(watches.queue) == 0
     pods.pods[POD.key] = _pod(job_id="7")
-    controller.on_job(POD, _status("COMPLETED"))
-    assert len(controller.queue) == 1
+    watches.on_job(POD, _status("COMPLETED"))
+    assert len(watches.queue) == 1

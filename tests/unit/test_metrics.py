@@ -28,6 +28,7 @@ DEFINING = (
     "tandem.syncer.nodeapply",
     "tandem.syncer.topologysync",
     "tandem.scheduler.controller",
+    "tandem.scheduler.watches",
 )
 
 # name -> type, as the hand-written exposition showed them before prometheus_client (and the two

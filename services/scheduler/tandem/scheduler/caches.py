@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tandem.informer import Informer
 from tandem.kube import JSON, object_key
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups
@@ -117,3 +118,18 @@ class Caches:
         """The key a Pod is placed under: its group's, or its own when alone."""
         gkey = groups.group_key(pod)
         return self.placement_key(gkey) if gkey is not None else object_key(pod)
+
+
+@dataclass(frozen=True)
+class Informers:
+    """The informers themselves: what main starts and the watches are called back by."""
+
+    pods: Informer  # this scheduler's Pods
+    nodes: Informer
+    bound: Informer  # every Pod bound to a Node
+    podgroups: Informer
+    composites: Informer
+    claims: Informer
+    claim_templates: Informer
+    slices: Informer
+    device_classes: Informer

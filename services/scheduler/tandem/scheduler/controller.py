@@ -16,7 +16,7 @@ from tandem import keys, placeholder, tracing
 from tandem.assume import version_of
 from tandem.dra import extended
 from tandem.dra.claims import PodGpus
-from tandem.dra.shape import at, items, obj
+from tandem.dra.shape import at
 from tandem.dra.slices import NodeDevices
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
@@ -25,9 +25,8 @@ from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups, jobspec, podmemo
 from tandem.scheduler.assumed import Assumed
-from tandem.scheduler.caches import BY_GROUP, BY_PARENT, BY_UNSCHEDULABLE, Caches
+from tandem.scheduler.caches import BY_GROUP, BY_PARENT, Caches
 from tandem.scheduler.claimwrites import ClaimApi
-from tandem.scheduler.dra_source import BY_CLAIM
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import FROM_DEFAULT, KillWait
@@ -41,7 +40,6 @@ from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto
 from tandem.topology import Topology
 from tandem.v1 import scheduler_pb2
-from tandem.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +57,10 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
 )
 
-WAKEUPS = REGISTRY.counter(
-    "tandem_scheduler_wakeups_total",
-    "keys queued for a reconcile, by what queued them (a Pod, its job, a Node, a freed Node, ...)",
-    ["source"],
-)
-
 DECISIONS = REGISTRY.counter(
     "tandem_scheduler_decisions_total",
     "what reconciles decided, by action (Nothing: a wake-up that found nothing to do)",
     ["action"],
-)
-
-SKIPPED = REGISTRY.counter(
-    "tandem_scheduler_wakeups_skipped_total",
-    "changes that queued no reconcile: no decision would act on them (why)",
-    ["why"],
 )
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
@@ -137,10 +123,8 @@ class Controller:
         jobs: JobTracker,
         writers: Writers,
         settings: ControllerSettings,
-        queue: WorkQueue,
         assumed: Assumed | None = None,
     ) -> None:
-        self.queue = queue
         self.caches = caches
         self.jobs = jobs
         self.writers = writers
@@ -170,172 +154,6 @@ class Controller:
             )
             counts[(state,)] += 1
         return counts
-
-    # -- entry points ------------------------------------------------------------------------
-
-    def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        self._on_own_pod_held(key, old, new)
-        if old is not None and new is not None and _running_report(old, new):
-            return
-        if old is not None and new is not None and self._own_write_shown(old, new):
-            SKIPPED.inc(why="own write shown")
-            return
-        if new is None and old is not None and self._gone_with_its_jobs(old):
-            SKIPPED.inc(why="deleted, its jobs stopped")
-            return
-        WAKEUPS.inc(source="pod")
-        # A member of a group is placed with its group: the group's key is what is reconciled.
-        for pod in (old, new):
-            gkey = groups.group_key(pod) if pod is not None else None
-            if gkey is not None:
-                self.queue.add(self.caches.placement_key(gkey))
-        self.queue.add(key)
-
-    def on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A Node's labels, taints, cordon, readiness or room changed: every unbound Pod looks again."""
-        if _content(old) == _content(new):
-            return  # a heartbeat
-        WAKEUPS.inc(source="node")
-        for pod in self.caches.pods.items():
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(self.caches.key_of(pod))
-
-    def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """What a Node holds changed; room freed on it (a Pod left or finished): the Pods no Node
-        would take look again."""
-        if self.caches.cluster is not None:
-            for pod in (old, new):
-                node = (pod or {}).get("spec", {}).get("nodeName")
-                if node:
-                    self.caches.cluster.rooms.changed(str(node))
-        if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
-            WAKEUPS.inc(source="room freed")
-            for pod in self.caches.pods.by_index(BY_UNSCHEDULABLE, "yes"):
-                self.queue.add(self.caches.key_of(pod))
-
-    def _on_own_pod_held(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """One of this scheduler's Pods as a Pod a Node holds (the bound-Pod informer leaves them
-        out, ClusterCaches.own holds them): its Node's room changes, its end frees room."""
-        held_before = old if old is not None and _node_name(old) else None
-        held_now = new if new is not None and _node_name(new) else None
-        if held_before is not None or held_now is not None:
-            self.on_bound_pod(key, held_before, held_now)
-
-    def on_topology_changed(self) -> None:
-        """Slurm's topology changed: a gang waiting for a domain with room may fit now."""
-        WAKEUPS.inc(source="topology")
-        for pod in self.caches.pods.items():
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(self.caches.key_of(pod))
-
-    def on_policy_changed(self) -> None:
-        """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
-        now (and its job cancelled); a bound one is only told (decide.would_be_refused)."""
-        for pod in self.caches.pods.items():
-            self.queue.add(self.caches.key_of(pod))
-
-    def on_podgroup(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        pg = new or old
-        if pg is None:
-            return
-        gkey = groups.key_of_podgroup(pg)
-        self.queue.add(gkey)
-        self.queue.add(self.caches.placement_key(gkey))  # its CompositePodGroup's, when it has one
-        for pod in self.caches.pods.by_index(BY_GROUP, gkey):
-            self.queue.add(object_key(pod))  # a basic policy: its Pods go one by one
-
-    def on_composite(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A CompositePodGroup came, changed or went: it and each child PodGroup look again (a
-        child is placed by its own key when its composite is basic)."""
-        composite = new or old
-        if composite is None:
-            return
-        self.queue.add(groups.key_of_composite(composite))
-        for child in self.caches.podgroups.by_index(BY_PARENT, key):
-            self.queue.add(groups.key_of_podgroup(child))
-
-    def on_claim(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A ResourceClaim came or changed: the Pods naming it look again (one made from a template
-        is what a Pod waits for before its bind), and the Pod one was made for."""
-        for pod in self.caches.pods.by_index(BY_CLAIM, key):
-            self.queue.add(self.caches.key_of(pod))
-        claim = new or old
-        if claim is not None and extended.owner_index(claim):
-            for ref in items(at(claim, "metadata", "ownerReferences")):
-                owner = self.caches.pods.get(f"{at(claim, 'metadata', 'namespace')}/{obj(ref).get('name')}")
-                if owner is not None and at(owner, "metadata", "uid") == obj(ref).get("uid"):
-                    self.queue.add(self.caches.key_of(owner))
-
-    def on_claim_template(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        for pod in self.caches.pods.by_index(BY_CLAIM, f"template:{key}"):
-            self.queue.add(self.caches.key_of(pod))
-
-    def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
-        if job.ended:
-            self.assumed.cancelled.forget(str(job.job_id))  # the stream shows the cancel done
-            if self._ended_after_its_pod(pod):
-                SKIPPED.inc(why="job ended after its Pod")
-                return
-        WAKEUPS.inc(source="job")
-        # A Pod to bind or to stop goes ahead of pending-reason updates.
-        self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
-
-    def on_node_moved(self, slurm_node: str) -> None:
-        """A slurmd Pod moved (or its Node became known): Pods of jobs on that node look again."""
-        for pod in self.caches.pods.items():
-            gkey = groups.group_key(pod)
-            pkey = self.caches.placement_key(gkey) if gkey else None
-            jobs = self.jobs.for_pod_key(pkey) if pkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
-            for job in jobs:
-                if slurm_node in job.job.nodes and not job.ended:
-                    self.queue.add(pkey or object_key(pod), urgent=True)
-
-    # -- predicates: changes no decision would act on (controller-runtime's predicates) ---------
-
-    def _own_write_shown(self, old: JSON, new: JSON) -> bool:
-        """The update only shows what this process wrote and the reconcile that wrote it already
-        acted on (it assumed the write): the job id recorded (with its toleration), or the bind.
-        The assumption is forgotten here, since no reconcile comes to forget it. A third of a
-        Pod's reconciles decided nothing for this reason (issue 40)."""
-        uid = str(new["metadata"]["uid"])
-        before, after = _decision_view(old), _decision_view(new)
-        recorded = self.assumed.recorded.get(uid)
-        if (
-            recorded is not None
-            and d.recorded_job_id(new) == recorded != d.recorded_job_id(old)
-            and _without_record(before) == _without_record(after)
-        ):
-            self.assumed.recorded.forget(uid)
-            return True
-        bound = self.assumed.bound.get(uid)
-        if (
-            bound is not None
-            and _node_name(new) == bound
-            and not _node_name(old)
-            and _without_bind(before) == _without_bind(after)
-        ):
-            self.assumed.bound.forget(uid)
-            return True
-        return False
-
-    def _gone_with_its_jobs(self, pod: JSON) -> bool:
-        """A Pod alone deleted once every job it had was stopped (its deletion's reconcile sent the
-        cancel): the reconcile its going would bring has nothing left to stop."""
-        if groups.group_key(pod) is not None:
-            return False  # the group's reconcile weighs the members that remain
-        uid = str(pod["metadata"]["uid"])
-        return self.assumed.submitted.get(uid) is None and self._all_stopped(self.jobs.for_pod(uid))
-
-    def _ended_after_its_pod(self, pod: placeholder.PodRef) -> bool:
-        """A Pod alone's job ended after the Pod went, and no other job of that name lives on."""
-        if groups.is_group_key(pod.key) or self.caches.pods.get(pod.key) is not None:
-            return False
-        return self.assumed.submitted.get(pod.uid) is None and self._all_stopped(
-            self.jobs.for_pod_key(pod.key)
-        )
-
-    def _all_stopped(self, jobs: list[JobStatus]) -> bool:
-        return all(j.ended or self.assumed.cancelled.get(str(j.job_id)) is not None for j in jobs)
 
     def reconcile(self, key: str) -> Requeue:
         if not groups.is_group_key(key):
@@ -958,67 +776,6 @@ def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None
         if j.job_id in recorded:
             return j
     return candidates[-1] if candidates else None
-
-
-def _node_name(pod: JSON) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def _running_report(old: JSON, new: JSON) -> bool:
-    """A bound Pod's kubelet reporting on it (Running, Ready, container states): nothing a decision
-    reads changed, so nothing is queued. Two of the six updates a Pod gets in its life, a fifth of
-    the scheduler's reconciles in a burst (issue 22)."""
-    bound = (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get("nodeName")
-    return bool(bound) and _decision_view(old) == _decision_view(new)
-
-
-def _decision_view(pod: JSON) -> JSON:
-    """What of a Pod any decision reads: all but its resourceVersion and the kubelet's reports."""
-    status = pod.get("status") or {}
-    meta = pod.get("metadata") or {}
-    return {
-        "metadata": {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")},
-        "spec": pod.get("spec"),
-        "finished": pod_finished(pod),
-        "conditions": [c for c in status.get("conditions") or [] if c.get("type") in _DECISION_CONDITIONS],
-        "nominated": status.get("nominatedNodeName"),
-    }
-
-
-def _without_record(view: JSON) -> JSON:
-    """A decision view without what recording a job writes: the job id, the lock toleration."""
-    meta = view["metadata"]
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != keys.JOB_ID_ANNOTATION}
-    spec = {k: v for k, v in (view.get("spec") or {}).items() if k != "tolerations"}
-    tolerations = [
-        t for t in (view.get("spec") or {}).get("tolerations") or [] if t.get("key") != keys.LOCK_KEY
-    ]
-    return {
-        **view,
-        "metadata": {**meta, "annotations": annotations},
-        "spec": {**spec, "tolerations": tolerations},
-    }
-
-
-def _without_bind(view: JSON) -> JSON:
-    """A decision view without what a bind writes: the node, and PodScheduled turned True."""
-    spec = {k: v for k, v in (view.get("spec") or {}).items() if k != "nodeName"}
-    conditions = [c for c in view["conditions"] if c.get("type") != "PodScheduled"]
-    return {**view, "spec": spec, "conditions": conditions}
-
-
-# The Pod conditions decisions read: this scheduler's refusals, and kube-scheduler's preemption.
-_DECISION_CONDITIONS = ("PodScheduled", "DisruptionTarget")
-
-
-def _content(obj: JSON | None) -> JSON | None:
-    """An object without its resourceVersion: what a change changed."""
-    if obj is None:
-        return None
-    return {
-        **obj,
-        "metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"},
-    }
 
 
 def _created_at(pod: JSON) -> float | None:

@@ -44,7 +44,7 @@ class JobTracker:
         self,
         scheduler_name: str,
         syncer: SyncerClient,
-        on_change: Callable[[placeholder.PodRef, JobStatus], None],
+        on_change: Callable[[placeholder.PodRef, JobStatus], None] = lambda pod, job: None,
         on_node_moved: Callable[[str], None] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import grpc
 
@@ -21,7 +20,7 @@ from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
 from tandem.runner import Runner
-from tandem.scheduler import eligibility, groups, jobspec
+from tandem.scheduler import eligibility, groups, jobspec, watches
 from tandem.scheduler.caches import (
     BY_GROUP,
     BY_NODE,
@@ -29,6 +28,7 @@ from tandem.scheduler.caches import (
     BY_UNSCHEDULABLE,
     Caches,
     ClusterCaches,
+    Informers,
     group_index,
     node_index,
     unschedulable_index,
@@ -91,22 +91,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.slurm_kill_wait, slurm, cfg.slurm_conf_file, refresh_seconds=cfg.slurm_conf_refresh
     )
     channel = serving.channel(cfg.syncer_address, tls)
-    # What the controller reads calls it back on each change: it exists by the time they start.
-    controller: Controller
-    policy = tenant_policy(kube, cfg, lambda: controller.on_policy_changed())
+    policy = tenant_policy(kube, cfg)
     try:
-        slurm_topology = TopologySource(
-            kube, cfg.topology_configmap, lambda: controller.on_topology_changed()
-        )
+        slurm_topology = TopologySource(kube, cfg.topology_configmap)
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    informers = watch_cluster(kube, cfg, lambda: controller)
-    jobs = JobTracker(
-        cfg.scheduler_name,
-        syncer_pb2_grpc.SyncerServiceStub(channel),
-        lambda pod, job: controller.on_job(pod, job),
-        lambda slurm_node: controller.on_node_moved(slurm_node),
-    )
+    informers = watch_cluster(kube, cfg)
+    jobs = JobTracker(cfg.scheduler_name, syncer_pb2_grpc.SyncerServiceStub(channel))
     queue = WorkQueue(name="scheduler")
     controller = Controller(
         Caches(
@@ -131,7 +122,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             slurm_topology.current,
             cfg.reject_static_cpu,
         ),
-        queue,
+    )
+    # What each source calls back on a change: the placement keys it concerns, queued.
+    watches.register(
+        watches.SchedulerWatches(controller.caches, jobs, controller.assumed, queue),
+        informers,
+        jobs,
+        policy,
+        slurm_topology,
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
@@ -173,32 +171,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
 
 
-def tenant_policy(kube: KubeClient, cfg: SchedulerSettings, on_change: Callable[[], None]) -> PolicySource:
+def tenant_policy(kube: KubeClient, cfg: SchedulerSettings) -> PolicySource:
     try:
-        return PolicySource(kube, cfg.policy_configmap, on_change)
+        return PolicySource(kube, cfg.policy_configmap)
     except ValueError as e:
         raise SystemExit(str(e)) from e
 
 
-@dataclass(frozen=True)
-class Informers:
-    pods: Informer  # this scheduler's Pods
-    nodes: Informer
-    bound: Informer  # every Pod bound to a Node
-    podgroups: Informer
-    composites: Informer
-    claims: Informer
-    claim_templates: Informer
-    slices: Informer
-    device_classes: Informer
-
-
-def watch_cluster(
-    kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]
-) -> Informers:
-    """The informers a reconcile reads, each calling the controller back on a change. What fits
-    where (tandem.scheduler.eligibility) reads every Node and every Pod bound to one (of the
-    watched namespaces in namespace scope), slimmed to what the filters read."""
+def watch_cluster(kube: KubeClient, cfg: SchedulerSettings) -> Informers:
+    """The informers a reconcile reads (tandem.scheduler.watches.register says what each calls back
+    on a change). What fits where (tandem.scheduler.eligibility) reads every Node and every Pod
+    bound to one (of the watched namespaces in namespace scope), slimmed to what the filters read."""
     namespaces = cfg.watch_namespaces
     paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] if namespaces else ["/api/v1/pods"]
     # Gangs: the Workload API's PodGroups, in the version the cluster serves (absent is fine).
@@ -209,7 +192,6 @@ def watch_cluster(
             kube,
             paths,
             {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
-            lambda key, old, new: controller().on_pod(key, old, new),
             indexes={
                 BY_GROUP: group_index,
                 BY_UNSCHEDULABLE: unschedulable_index,
@@ -221,7 +203,6 @@ def watch_cluster(
             kube,
             ["/api/v1/nodes"],
             {},
-            lambda key, old, new: controller().on_node(key, old, new),
             transform=eligibility.slim_node,
         ),
         bound=Informer(
@@ -229,7 +210,6 @@ def watch_cluster(
             paths,
             # This scheduler's own Pods come from `pods` (ClusterCaches.own), not twice.
             {"fieldSelector": f"spec.nodeName!=,spec.schedulerName!={cfg.scheduler_name}"},
-            lambda key, old, new: controller().on_bound_pod(key, old, new),
             indexes={BY_NODE: node_index},
             transform=eligibility.slim_bound_pod,
         ),
@@ -239,7 +219,6 @@ def watch_cluster(
             if namespaces
             else ["/apis/{api}/podgroups"],
             {},
-            lambda key, old, new: controller().on_podgroup(key, old, new),
             indexes={BY_PARENT: groups.parent_index},
             api=podgroup_api,
         ),
@@ -249,14 +228,12 @@ def watch_cluster(
             if namespaces
             else [f"/apis/{{api}}/{keys.COMPOSITE_RESOURCE}"],
             {},
-            lambda key, old, new: controller().on_composite(key, old, new),
             api=composite_api,
         ),
         claims=Informer(
             kube,
             _namespaced(keys.RESOURCE_CLAIMS, namespaces),
             {},
-            lambda key, old, new: controller().on_claim(key, old, new),
             indexes={BY_EXTENDED_OWNER: extended.owner_index},
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIMS, keys.DRA_VERSIONS),
         ),
@@ -264,7 +241,6 @@ def watch_cluster(
             kube,
             _namespaced(keys.RESOURCE_CLAIM_TEMPLATES, namespaces),
             {},
-            lambda key, old, new: controller().on_claim_template(key, old, new),
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIM_TEMPLATES, keys.DRA_VERSIONS),
         ),
         # Only NVIDIA's GPUs: Slurm's GRES are what its driver publishes.

@@ -38,10 +38,11 @@ class PolicySource:
         self,
         kube: KubeClient,
         ref: str,
-        on_change: Callable[[], None],
+        on_change: Callable[[], None] = lambda: None,
         events: EventRecorder | None = None,
     ) -> None:
-        """`ref`: `namespace/name` of the ConfigMap ("" for none: the built-in policy)."""
+        """`ref`: `namespace/name` of the ConfigMap ("" for none: the built-in policy). `on_change`:
+        told when the policy in force changed (tandem.scheduler.watches.register sets it)."""
         self.ref = ref
         self.kube = kube
         self.on_change = on_change
