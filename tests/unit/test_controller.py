@@ -18,7 +18,7 @@ from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import caches as ctl
 from tandem.scheduler import decide, groups
-from tandem.scheduler.caches import Caches, group_index
+from tandem.scheduler.caches import POD_INDEXES, Caches
 from tandem.scheduler.controller import Controller, ControllerSettings, Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
@@ -49,7 +49,7 @@ class FakePodCache:
         return list(self.pods.values())
 
     def by_index(self, index: str, value: str) -> list[Any]:
-        return [p for p in self.pods.values() if group_index(p) == [value]]
+        return [p for p in self.pods.values() if value in POD_INDEXES[index](p)]
 
 
 class FakeObjects:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tandem.informer import Informer
+from tandem.informer import IndexFunc, Informer
 from tandem.kube import JSON, object_key
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups
-from tandem.scheduler.dra_source import DraCaches
+from tandem.scheduler.dra_source import BY_CLAIM, DraCaches, claim_index
 from tandem.scheduler.podapi import condition
 
 # The Pod informer's index of Pods by the group they name (tandem.scheduler.groups.group_key).
@@ -21,6 +21,10 @@ BY_UNSCHEDULABLE = "unschedulable"
 BY_NODE = "node"
 # The PodGroup informer's index by the CompositePodGroup each belongs to (`ns/<name>`).
 BY_PARENT = "parent"
+# The Pod informer's index of the Pods not bound yet: what a Node's or the topology's change concerns.
+BY_UNBOUND = "unbound"
+# The Pod informer's index by namespace: what a change of one namespace's tenant policy concerns.
+BY_NAMESPACE = "namespace"
 
 
 class PodCache(Protocol):
@@ -72,9 +76,30 @@ def node_index(pod: JSON) -> list[str]:
     return [str(node)] if node else []
 
 
+def unbound_index(pod: JSON) -> list[str]:
+    return [] if (pod.get("spec") or {}).get("nodeName") else ["yes"]
+
+
+def namespace_index(pod: JSON) -> list[str]:
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return [str(namespace)] if namespace else []
+
+
 def group_index(pod: JSON) -> list[str]:
     key = groups.group_key(pod)
     return [key] if key else []
+
+
+# The indexes of the Pod informer (this scheduler's Pods), each a question a reconcile or a watch
+# asks without reading every Pod.
+POD_INDEXES: dict[str, IndexFunc] = {
+    BY_GROUP: group_index,
+    BY_UNSCHEDULABLE: unschedulable_index,
+    BY_CLAIM: claim_index,
+    BY_NODE: node_index,
+    BY_UNBOUND: unbound_index,
+    BY_NAMESPACE: namespace_index,
+}
 
 
 @dataclass

@@ -22,24 +22,19 @@ from tandem.mtls import TlsFiles
 from tandem.runner import Runner
 from tandem.scheduler import eligibility, groups, jobspec, watches
 from tandem.scheduler.caches import (
-    BY_GROUP,
     BY_NODE,
     BY_PARENT,
-    BY_UNSCHEDULABLE,
+    POD_INDEXES,
     Caches,
     ClusterCaches,
     Informers,
-    group_index,
     node_index,
-    unschedulable_index,
 )
 from tandem.scheduler.controller import Controller, ControllerSettings, Writers
 from tandem.scheduler.dra_source import (
-    BY_CLAIM,
     BY_EXTENDED_OWNER,
     BY_SLICE_NODE,
     DraCaches,
-    claim_index,
     slice_node_index,
 )
 from tandem.scheduler.jobs import JobTracker
@@ -192,12 +187,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings) -> Informers:
             kube,
             paths,
             {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
-            indexes={
-                BY_GROUP: group_index,
-                BY_UNSCHEDULABLE: unschedulable_index,
-                BY_CLAIM: claim_index,
-                BY_NODE: node_index,
-            },
+            indexes=POD_INDEXES,
         ),
         nodes=Informer(
             kube,

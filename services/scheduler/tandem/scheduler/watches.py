@@ -14,7 +14,8 @@ controller-runtime's Watches(source, handler, predicates) shape (tandem.watches)
                                                                             it started or ends)
     a Slurm node moved               -                                      its jobs' Pods (urgent)
     Slurm's topology                 -                                      every unbound Pod's
-    the tenant policy                -                                      every Pod's
+    the tenant policy                -                                      the Pods of the namespaces
+                                                                            whose rules changed
 
 A placement key is what tandem.scheduler.controller reconciles: a Pod alone's, or its group's
 (caches.Caches.key_of). Predicates only drop what no decision would act on; the reconcile that a
@@ -33,9 +34,18 @@ from tandem.metrics import REGISTRY
 from tandem.scheduler import decide as d
 from tandem.scheduler import groups
 from tandem.scheduler.assumed import Assumed
-from tandem.scheduler.caches import BY_GROUP, BY_PARENT, BY_UNSCHEDULABLE, Caches, Informers
+from tandem.scheduler.caches import (
+    BY_GROUP,
+    BY_NAMESPACE,
+    BY_PARENT,
+    BY_UNBOUND,
+    BY_UNSCHEDULABLE,
+    Caches,
+    Informers,
+)
 from tandem.scheduler.dra_source import BY_CLAIM
 from tandem.scheduler.jobs import JobTracker
+from tandem.scheduler.policy import Policy
 from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.topology_source import TopologySource
 from tandem.slurm.models import JobStatus
@@ -53,6 +63,14 @@ SKIPPED = REGISTRY.counter(
     "changes that queued no reconcile: no decision would act on them (why)",
     ["why"],
 )
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    """The tenant policy in force before and after a change of its ConfigMap."""
+
+    old: Policy
+    new: Policy
 
 
 @dataclass(frozen=True)
@@ -92,7 +110,7 @@ class SchedulerWatches:
         self._job = Watch(queue, self._job_keys, (self._not_ended_after_its_pod,), _bind_or_stop)
         self.on_node_moved = Watch(queue, self._keys_on_slurm_node, urgent=_always)
         self._topology = Watch(queue, self._unbound_keys_for("topology"))
-        self._policy = Watch(queue, self._every_key)
+        self._policy = Watch(queue, self._keys_under_rules_changed)
 
     # -- what the stream and the sources without objects call ------------------------------------
 
@@ -105,10 +123,11 @@ class SchedulerWatches:
         """Slurm's topology changed: a gang waiting for a domain with room may fit now."""
         self._topology(None)
 
-    def on_policy_changed(self) -> None:
-        """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
-        now (and its job cancelled); a bound one is only told (decide.would_be_refused)."""
-        self._policy(None)
+    def on_policy_changed(self, old: Policy, new: Policy) -> None:
+        """The tenant policy changed: the Pods its change concerns are judged again. One not bound
+        yet may be refused now (and its job cancelled); a bound one is only told
+        (decide.would_be_refused)."""
+        self._policy(PolicyChange(old, new))
 
     # -- caches derived from the events -----------------------------------------------------------
 
@@ -149,16 +168,21 @@ class SchedulerWatches:
 
         def unbound_keys(event: object) -> list[Key]:
             WAKEUPS.inc(source=source)
-            return [
-                self.caches.key_of(pod)
-                for pod in self.caches.pods.items()
-                if not (pod.get("spec") or {}).get("nodeName")
-            ]
+            return [self.caches.key_of(pod) for pod in self.caches.pods.by_index(BY_UNBOUND, "yes")]
 
         return unbound_keys
 
-    def _every_key(self, event: object) -> list[Key]:
-        return [self.caches.key_of(pod) for pod in self.caches.pods.items()]
+    def _keys_under_rules_changed(self, change: PolicyChange) -> list[Key]:
+        """Every Pod's key when the default rules changed (they apply to every namespace not
+        listed); else the keys of the Pods in the namespaces whose rules changed. A Pod's
+        validation reads only its own namespace's rules (policy.check)."""
+        old, new = change.old, change.new
+        if old.default != new.default:
+            return [self.caches.key_of(pod) for pod in self.caches.pods.items()]
+        changed = sorted(ns for ns in {*old.namespaces, *new.namespaces} if old.rules(ns) != new.rules(ns))
+        return [
+            self.caches.key_of(pod) for ns in changed for pod in self.caches.pods.by_index(BY_NAMESPACE, ns)
+        ]
 
     def _unschedulable_keys(self, change: Change) -> list[Key]:
         """Room freed on a Node (a Pod left or finished): the Pods no Node would take look again."""
@@ -208,16 +232,33 @@ class SchedulerWatches:
         return [change.pod.key]
 
     def _keys_on_slurm_node(self, slurm_node: str) -> list[Key]:
-        """A slurmd Pod moved (or its Node became known): Pods of jobs on that node look again."""
-        found = []
-        for pod in self.caches.pods.items():
-            gkey = groups.group_key(pod)
-            pkey = self.caches.placement_key(gkey) if gkey else None
-            jobs = self.jobs.for_pod_key(pkey) if pkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
-            for job in jobs:
-                if slurm_node in job.job.nodes and not job.ended:
-                    found.append(pkey or object_key(pod))
+        """A slurmd Pod moved (or its Node became known): the Pods of the jobs on that node look
+        again, those still in the cache (a deleted one's reconcile has run)."""
+        found: list[Key] = []
+        for job in self.jobs.on_node(slurm_node):
+            ref = placeholder.pod_of(job.job)
+            if ref is not None and ref.key not in found and self._placed_under(ref):
+                found.append(ref.key)
         return found
+
+    def _placed_under(self, ref: placeholder.PodRef) -> bool:
+        """Whether a Pod in the cache is placed under the job's key: the Pod alone it was
+        submitted for (that uid), or a member of the group whose job it is."""
+        if not groups.is_group_key(ref.key):
+            pod = self.caches.pods.get(ref.key)
+            return (
+                pod is not None and groups.group_key(pod) is None and str(pod["metadata"]["uid"]) == ref.uid
+            )
+        composite = groups.composite_key(ref.key)
+        gkeys = (
+            [groups.key_of_podgroup(child) for child in self.caches.podgroups.by_index(BY_PARENT, composite)]
+            if composite is not None
+            else [ref.key]
+        )
+        return any(
+            self.caches.placement_key(gkey) == ref.key and self.caches.pods.by_index(BY_GROUP, gkey)
+            for gkey in gkeys
+        )
 
     # -- predicates: events no decision would act on (False drops them) ---------------------------
 
