@@ -1,6 +1,7 @@
-"""The scheduler's reconciler: observe one Pod, `decide` (tandem.scheduler.decide), carry the one
-action out. Requeues and backoff belong to the runner (tandem.runner); this module only says "look
-again in N seconds" or raises."""
+"""The scheduler's reconciler: observe one placement key (a Pod alone, or a group), `decide`
+(tandem.scheduler.decide), carry the one action out through its writers. What queues a key is
+tandem.scheduler.watches; requeues and backoff belong to the runner (tandem.runner): this module
+only says "look again in N seconds" or raises."""
 
 from __future__ import annotations
 
