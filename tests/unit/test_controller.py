@@ -16,13 +16,15 @@ from tandem import keys, placeholder
 from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
-from tandem.scheduler import controller as ctl
+from tandem.scheduler import caches as ctl
 from tandem.scheduler import decide, groups
-from tandem.scheduler.controller import Controller, group_index
+from tandem.scheduler.caches import POD_INDEXES, Caches
+from tandem.scheduler.controller import Controller, ControllerSettings, Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
-from tandem.scheduler.killwait_source import KillWait
+from tandem.scheduler.killwait_source import KillWait, fixed
 from tandem.scheduler.policy import parse
+from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import HetComponent, Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import scheduler_pb2, slurm_pb2
@@ -47,7 +49,7 @@ class FakePodCache:
         return list(self.pods.values())
 
     def by_index(self, index: str, value: str) -> list[Any]:
-        return [p for p in self.pods.values() if group_index(p) == [value]]
+        return [p for p in self.pods.values() if value in POD_INDEXES[index](p)]
 
 
 class FakeObjects:
@@ -68,8 +70,18 @@ def _controller(pods: FakePodCache, jobs: JobTracker) -> tuple[Controller, mock.
     cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
     # The lab's policy: Pods without user-id run as tandem-pods.
     lab = parse("default: {defaultUser: 1001}")
-    controller = Controller(kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, policy=lambda: lab)
+    controller = Controller(
+        Caches(pods),
+        jobs,
+        Writers.of(kube, slurm, mock.Mock()),
+        ControllerSettings(cfg, fixed(30.0), policy=lambda: lab),
+    )
     return controller, slurm, kube
+
+
+def _watches(controller: Controller) -> SchedulerWatches:
+    """What the informers and the job stream call back, queueing into a queue of their own."""
+    return SchedulerWatches(controller.caches, controller.jobs, controller.assumed, WorkQueue())
 
 
 def _status(state: str = "RUNNING", started: bool = False, node: str = "cpu-001") -> JobStatus:
@@ -115,12 +127,12 @@ def _pod(job_id: str = "", requests: dict[str, str] | None = None) -> dict[str, 
     }
 
 
-def _manager(controller: Controller, pods: FakePodCache) -> Manager:
+def _manager(controller: Controller, pods: FakePodCache, queue: WorkQueue) -> Manager:
     """The controller's runner under a manager that waits for the Pods and the Slurm jobs."""
     manager = Manager(mock.Mock(), Election(enabled=False, namespace="", lease="test"))
     manager.add_source("Pods", pods, lambda stop: None)
     manager.add_source("Slurm jobs", controller.jobs, lambda stop: None)
-    manager.add_controller(Runner("test", controller.queue, controller.reconcile))
+    manager.add_controller(Runner("test", queue, controller.reconcile))
     return manager
 
 
@@ -136,8 +148,9 @@ def _wait(predicate: Any, timeout: float = 5.0) -> bool:
 def test_no_worker_runs_before_the_pods_are_listed() -> None:
     pods = FakePodCache()
     controller, slurm, _ = _controller(pods, _tracker(_status()))
-    controller.queue.add(POD.key)
-    manager = _manager(controller, pods)
+    queue = WorkQueue()
+    queue.add(POD.key)
+    manager = _manager(controller, pods, queue)
     manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()  # the Pod is not gone: it is not listed yet
@@ -153,8 +166,9 @@ def test_no_worker_runs_before_the_job_list_arrives() -> None:
     jobs = _tracker(_status())
     jobs._synced.clear()
     controller, slurm, _ = _controller(pods, jobs)
-    controller.queue.add(POD.key)
-    manager = _manager(controller, pods)
+    queue = WorkQueue()
+    queue.add(POD.key)
+    manager = _manager(controller, pods, queue)
     manager.start()
     time.sleep(0.3)
     slurm.cancel_job.assert_not_called()
@@ -166,11 +180,12 @@ def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None
     pods.synced = True
     jobs = _tracker(_status())
     controller, slurm, _ = _controller(pods, jobs)
+    watches = _watches(controller)
     controller.reconcile(POD.key)
     controller.reconcile(POD.key)
     slurm.cancel_job.assert_called_once_with(7)  # once is enough while it shuts down
-    controller.on_job(POD, _status("CANCELLED"))
-    assert len(controller._cancelled) == 0
+    watches.on_job(POD, _status("CANCELLED"))
+    assert len(controller.assumed.cancelled) == 0
 
 
 def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
@@ -180,11 +195,11 @@ def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
     slurm.submit_job.return_value = 7
     pods.pods[POD.key] = _pod()
     controller.reconcile(POD.key)
-    assert controller._submitted.get(POD.uid) == 7
+    assert controller.assumed.submitted.get(POD.uid) == 7
     pods.pods[POD.key] = _pod("7")  # the informer caught up with the annotation
     controller.reconcile(POD.key)
-    assert controller._submitted.get(POD.uid) is None
-    assert controller._recorded.get(POD.uid) is None
+    assert controller.assumed.submitted.get(POD.uid) is None
+    assert controller.assumed.recorded.get(POD.uid) is None
     slurm.submit_job.assert_called_once()
 
 
@@ -192,9 +207,9 @@ def test_a_pod_deleted_before_its_annotation_was_seen_leaves_nothing_behind() ->
     pods = FakePodCache()
     pods.synced = True
     controller, _, _ = _controller(pods, _tracker(_status()))
-    controller._submitted.assume(POD.uid, 7)
+    controller.assumed.submitted.assume(POD.uid, 7)
     controller.reconcile(POD.key)
-    assert controller._submitted.get(POD.uid) is None
+    assert controller.assumed.submitted.get(POD.uid) is None
 
 
 def test_a_pod_is_bound_where_the_syncer_says_its_slurmd_pod_is_now() -> None:
@@ -285,11 +300,11 @@ def test_a_placement_read_changes_nothing_a_reconcile_relies_on() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod("7")
     controller, _, _ = _controller(pods, _tracker())
-    controller._submitted.assume(POD.uid, 7)
+    controller.assumed.submitted.assume(POD.uid, 7)
     controller.placement(pods.pods[POD.key])
-    assert controller._submitted.get(POD.uid) == 7
+    assert controller.assumed.submitted.get(POD.uid) == 7
     controller.reconcile(POD.key)
-    assert controller._submitted.get(POD.uid) is None  # the reconcile saw the cache carry it
+    assert controller.assumed.submitted.get(POD.uid) is None  # the reconcile saw the cache carry it
 
 
 def test_not_yet_comes_back_after_the_keys_own_growing_backoff() -> None:
@@ -346,7 +361,10 @@ def _gang(*members: dict[str, Any], min_count: int = 2) -> tuple[Controller, moc
     podgroups = FakeObjects({f"{POD.namespace}/train": podgroup})
     lab = parse("default: {defaultUser: 1001}")  # Pods without user-id run as tandem-pods
     controller = Controller(
-        kube, slurm, jobs, mock.Mock(), WorkQueue(), pods, cfg, 30.0, podgroups, policy=lambda: lab
+        Caches(pods, podgroups),
+        jobs,
+        Writers.of(kube, slurm, mock.Mock()),
+        ControllerSettings(cfg, fixed(30.0), policy=lambda: lab),
     )
     return controller, slurm, kube
 
@@ -384,7 +402,10 @@ def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.submit_job.assert_called_once()
     controller._background.shutdown(wait=True)
-    posted = [(c.args[0]["metadata"]["name"], c.args[2]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    posted = [
+        (c.args[0]["metadata"]["name"], c.args[2])
+        for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
+    ]
     assert ("train-0", "UnknownAnnotation") in posted
     assert ("train-1", "StaticCPU") in posted
 
@@ -435,7 +456,7 @@ def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
     status_writes = [c for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
     assert len(status_writes) == 1
     controller._background.shutdown(wait=True)
-    events = [c.args[2] for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    events = [c.args[2] for c in controller.writers.events.record.call_args_list]  # type: ignore[attr-defined]
     assert events == ["SlurmUnavailable"]
 
 
@@ -514,7 +535,7 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
     )
     controller.jobs._apply(reported)
     controller.reconcile(POD.key)
-    assert len(controller._excludes) == 0
+    assert len(controller.assumed.excludes) == 0
 
 
 def _cordoned_second_node() -> ctl.ClusterCaches:
@@ -553,7 +574,7 @@ def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_when_a
     pods.pods[POD.key] = _pod()
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
     controller, _, _ = _controller(pods, jobs)
-    controller.cluster = _cordoned_second_node()
+    controller.caches.cluster = _cordoned_second_node()
     observed, _ = controller.decision(POD.key)
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
@@ -565,7 +586,7 @@ def test_a_group_observation_is_a_snapshot_too() -> None:
     import dataclasses
 
     controller, _, _ = _gang(_member(0), _member(1))
-    controller.cluster = _cordoned_second_node()
+    controller.caches.cluster = _cordoned_second_node()
     observed, _ = controller.decision(f"{POD.namespace}/pg:train")
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert isinstance(observed.fits, dict)
@@ -601,7 +622,10 @@ def test_a_group_whose_slurm_is_down_is_told_as_a_pod_alone_is() -> None:
     with pytest.raises(SlurmApiError):
         controller.reconcile(f"{POD.namespace}/pg:train")
     controller._background.shutdown(wait=True)
-    posted = [(c.args[0]["metadata"]["name"], c.args[2]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    posted = [
+        (c.args[0]["metadata"]["name"], c.args[2])
+        for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
+    ]
     assert posted == [("train-0", "SlurmUnavailable"), ("train-1", "SlurmUnavailable")]
 
 
@@ -650,7 +674,10 @@ def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced()
     kube.delete.assert_not_called()
     assert controller.observe(f"{POD.namespace}/pg:train").recorded == {f"uid-{i}": 10 for i in range(3)}
     controller._background.shutdown(wait=True)
-    posted = [(c.args[0]["metadata"]["name"], c.args[1:]) for c in controller.events.record.call_args_list]  # type: ignore[attr-defined]
+    posted = [
+        (c.args[0]["metadata"]["name"], c.args[1:])
+        for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
+    ]
     message = (
         "PodGroup default/train's minCount grew to 3 while Slurm job 9 (2 nodes) was pending: "
         "cancelling it to place the group as one job of 3"
@@ -677,7 +704,7 @@ def test_each_decision_reads_kill_wait_as_it_is_now_and_the_job_is_told_it() -> 
     pods.pods[POD.key] = pod
     controller, slurm, _ = _controller(pods, _tracker())
     now = KillWait(30.0, "Slurm's running configuration")
-    controller.kill_wait = lambda: now
+    controller.settings.kill_wait = lambda: now
     _, action = controller.decision(POD.key)
     assert isinstance(action, decide.Reject)
     assert "(KillWait 30s minus 5s, KillWait from Slurm's running configuration), got 40" in action.message
@@ -695,7 +722,7 @@ def test_nothing_is_decided_until_kill_wait_is_known() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, slurm, _ = _controller(pods, _tracker())
-    controller.kill_wait = lambda: None
+    controller.settings.kill_wait = lambda: None
     with pytest.raises(NotYet, match="KillWait is not known yet"):
         controller.reconcile(POD.key)
     slurm.submit_job.assert_not_called()
@@ -744,17 +771,10 @@ def _composite(*members: dict[str, Any]) -> tuple[Controller, mock.Mock, JobTrac
         f"{POD.namespace}/{c['metadata']['name']}": c for c in (_child("decode", 2), _child("prefill", 1))
     }
     controller = Controller(
-        mock.Mock(),
-        slurm,
+        Caches(pods, FakeObjects(children), FakeObjects({f"{POD.namespace}/serve": composite})),
         jobs,
-        mock.Mock(),
-        WorkQueue(),
-        pods,
-        cfg,
-        30.0,
-        FakeObjects(children),
-        policy=lambda: parse("default: {defaultUser: 1001}"),
-        composites=FakeObjects({f"{POD.namespace}/serve": composite}),
+        Writers.of(mock.Mock(), slurm, mock.Mock()),
+        ControllerSettings(cfg, fixed(30.0), policy=lambda: parse("default: {defaultUser: 1001}")),
     )
     return controller, slurm, jobs
 
@@ -785,7 +805,7 @@ def test_a_composite_waits_for_every_component_and_says_which_lacks_members() ->
     controller, slurm, _ = _composite(*SERVE[:2])
     controller.reconcile(f"{POD.namespace}/cpg:serve")
     slurm.submit_job.assert_not_called()
-    kube: mock.Mock = controller.api.kube  # type: ignore[assignment]
+    kube: mock.Mock = controller.writers.pods.kube  # type: ignore[assignment]
     writes = [c.args[1] for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
     message = writes[0]["status"]["conditions"][0]["message"]
     assert "CompositePodGroup default/serve needs 3 members" in message and "1 of decode" in message
@@ -812,7 +832,7 @@ def test_each_member_of_a_het_job_is_bound_to_a_node_of_its_own_component() -> N
         )
     )
     controller.reconcile(f"{POD.namespace}/cpg:serve")
-    kube: mock.Mock = controller.api.kube  # type: ignore[assignment]
+    kube: mock.Mock = controller.writers.pods.kube  # type: ignore[assignment]
     bound = {
         body["metadata"]["name"]: body["target"]["name"]
         for path, body in (c.args for c in kube.post.call_args_list)
@@ -840,11 +860,12 @@ def test_a_node_locked_or_unlocked_by_tandem_sends_no_waiting_pod_to_be_judged_a
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker())
+    watches = _watches(controller)
     lock = {"key": keys.LOCK_KEY, "value": "true", "effect": "NoExecute"}
-    controller.on_node("node-001", node([]), node([lock], version="2"))
-    assert len(controller.queue) == 0
-    controller.on_node("node-001", node([lock], version="2"), node([lock], cordoned=True, version="3"))
-    assert len(controller.queue) == 1
+    watches.on_node("node-001", node([]), node([lock], version="2"))
+    assert len(watches.queue) == 0
+    watches.on_node("node-001", node([lock], version="2"), node([lock], cordoned=True, version="3"))
+    assert len(watches.queue) == 1
 
 
 def test_a_pod_alone_is_submitted_with_its_annotation_and_no_event() -> None:
@@ -858,7 +879,7 @@ def test_a_pod_alone_is_submitted_with_its_annotation_and_no_event() -> None:
     controller.reconcile(POD.key)
     slurm.submit_job.assert_called_once()
     controller._background.shutdown(wait=True)
-    record: mock.Mock = controller.events.record  # type: ignore[assignment]
+    record: mock.Mock = controller.writers.events.record  # type: ignore[assignment]
     assert [c.args[2] for c in record.call_args_list] == []
     assert [c.args[0] for c in kube.merge_patch.call_args_list] == [
         f"/api/v1/namespaces/{POD.namespace}/pods/{POD.name}"
@@ -880,7 +901,7 @@ def test_a_pod_is_bound_once_even_when_a_reconcile_comes_before_the_informer_sho
     # Once the informer shows the binding, nothing is assumed any more.
     pods.pods[POD.key] = {**_pod(job_id="7"), "spec": {**_pod()["spec"], "nodeName": "node-001"}}
     controller.reconcile(POD.key)
-    assert controller._bound.get(POD.uid) is None
+    assert controller.assumed.bound.get(POD.uid) is None
 
 
 def test_a_job_just_pending_writes_nothing_and_comes_back_when_its_reason_would_show() -> None:
@@ -906,8 +927,9 @@ def test_a_running_pods_kubelet_reports_queue_nothing_and_its_deletion_does() ->
 
     def queued(old: dict[str, Any], new: dict[str, Any]) -> bool:
         controller, _, _ = _controller(FakePodCache(), _tracker())
-        controller.on_pod(POD.key, old, new)
-        return len(controller.queue) == 1
+        watches = _watches(controller)
+        watches.on_pod(POD.key, old, new)
+        return len(watches.queue) == 1
 
     bound = {
         **_pod("7"),
@@ -947,9 +969,10 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    watches = _watches(controller)
     bound = _BoundByNode()
     bound.synced = True
-    controller.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound)
+    controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     hog = eligibility.slim_bound_pod(
@@ -960,11 +983,11 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
         }
     )
     bound.pods["default/hog"] = hog
-    controller.on_bound_pod("default/hog", None, hog)
+    watches.on_bound_pod("default/hog", None, hog)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     bound.pods.pop("default/hog")
-    controller.on_bound_pod("default/hog", hog, None)
+    watches.on_bound_pod("default/hog", hog, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
 
@@ -977,9 +1000,10 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
     pods.synced = True
     pods.pods[POD.key] = _pod()
     controller, _, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"}))
+    watches = _watches(controller)
     bound, own = _BoundByNode(), _BoundByNode()
     bound.synced = own.synced = True
-    controller.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound, own=own)
+    controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound, own=own)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     mine = {
@@ -992,10 +1016,105 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
         "status": {"phase": "Running"},
     }
     own.pods["default/mine"] = mine
-    controller.on_pod("default/mine", None, mine)
+    watches.on_pod("default/mine", None, mine)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     own.pods.pop("default/mine")
-    controller.on_pod("default/mine", mine, None)
+    watches.on_pod("default/mine", mine, None)
     observed, _ = controller.decision(POD.key)
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
+
+
+def _recorded_by_us() -> tuple[Controller, FakePodCache, dict[str, Any], dict[str, Any]]:
+    """A Pod this controller submitted and recorded job 7 on: the Pod before, and as the informer
+    then shows the write (the job id, the lock toleration, the version the write was answered)."""
+    pods = FakePodCache()
+    pods.synced = True
+    before = _pod()
+    pods.pods[POD.key] = before
+    controller, slurm, kube = _controller(pods, _tracker())
+    slurm.submit_job.return_value = 7
+    kube.merge_patch.return_value = {"metadata": {"resourceVersion": "2"}}
+    controller.reconcile(POD.key)
+    (_, patch), _ = kube.merge_patch.call_args
+    after = {
+        **before,
+        "metadata": {
+            **before["metadata"],
+            "resourceVersion": "2",
+            "annotations": patch["metadata"]["annotations"],
+        },
+        "spec": {**before["spec"], **patch.get("spec", {})},
+    }
+    return controller, pods, before, after
+
+
+def test_the_informer_showing_a_record_this_controller_wrote_queues_nothing() -> None:
+    """The reconcile that wrote it acted as if it was there already (it assumed it): a third of a
+    Pod's reconciles decided nothing for such echoes (issue 40)."""
+    controller, _, before, after = _recorded_by_us()
+    watches = _watches(controller)
+    watches.on_pod(POD.key, before, after)
+    assert len(watches.queue) == 0
+    assert controller.assumed.recorded.get(POD.uid) is None, "forgotten: no reconcile comes to forget it"
+
+
+def test_a_record_shown_with_any_other_change_is_reconciled() -> None:
+    controller, _, before, after = _recorded_by_us()
+    watches = _watches(controller)
+    relabelled = {**after, "metadata": {**after["metadata"], "labels": {"team": "b"}}}
+    watches.on_pod(POD.key, before, relabelled)
+    assert len(watches.queue) == 1
+
+
+def test_the_informer_showing_a_bind_this_controller_made_queues_nothing() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    unbound = _pod(job_id="7")
+    pods.pods[POD.key] = unbound
+    controller, _, kube = _controller(pods, _tracker(_status(started=True), hosts={"cpu-001": "node-001"}))
+    watches = _watches(controller)
+    controller.reconcile(POD.key)
+    assert [c.args[0] for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
+    scheduled = [{"type": "PodScheduled", "status": "True"}]
+    bound = {
+        **unbound,
+        "metadata": {**unbound["metadata"], "resourceVersion": "3"},
+        "spec": {**unbound["spec"], "nodeName": "node-001"},
+        "status": {"conditions": scheduled},
+    }
+    watches.on_pod(POD.key, unbound, bound)
+    assert len(watches.queue) == 0
+    assert controller.assumed.bound.get(POD.uid) is None
+    # Bound elsewhere than this controller bound it: looked at.
+    controller.assumed.bound.assume(POD.uid, "node-001")
+    watches.on_pod(POD.key, unbound, {**bound, "spec": {**bound["spec"], "nodeName": "node-002"}})
+    assert len(watches.queue) == 1
+
+
+def test_a_pod_deleted_after_its_job_was_cancelled_queues_nothing_and_one_with_a_live_job_does() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    controller, slurm, _ = _controller(pods, _tracker(_status()))
+    watches = _watches(controller)
+    deleted = _pod(job_id="7")
+    watches.on_pod(POD.key, deleted, None)
+    assert len(watches.queue) == 1, "its job still runs: the reconcile cancels it"
+    controller.reconcile(POD.key)
+    slurm.cancel_job.assert_called_once_with(7)
+    watches.queue.get()
+    watches.queue.done(POD.key)
+    watches.on_pod(POD.key, deleted, None)
+    assert len(watches.queue) == 0
+
+
+def test_a_job_that_ends_after_its_pod_went_queues_nothing_and_one_whose_pod_is_there_does() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    controller, _, _ = _controller(pods, _tracker(_status("COMPLETED")))
+    watches = _watches(controller)
+    watches.on_job(POD, _status("COMPLETED"))
+    assert len(watches.queue) == 0
+    pods.pods[POD.key] = _pod(job_id="7")
+    watches.on_job(POD, _status("COMPLETED"))
+    assert len(watches.queue) == 1

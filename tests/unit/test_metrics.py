@@ -28,6 +28,7 @@ DEFINING = (
     "tandem.syncer.nodeapply",
     "tandem.syncer.topologysync",
     "tandem.scheduler.controller",
+    "tandem.scheduler.watches",
 )
 
 # name -> type, as the hand-written exposition showed them before prometheus_client (and the two
@@ -58,6 +59,7 @@ IMPORTED = {
     "tandem_bind_seconds": "histogram",
     "tandem_pod_create_to_bound_seconds": "histogram",
     "tandem_scheduler_wakeups_total": "counter",
+    "tandem_scheduler_wakeups_skipped_total": "counter",
     "tandem_scheduler_decisions_total": "counter",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")

@@ -157,4 +157,4 @@ def test_a_configmap_the_scheduler_may_not_read_is_a_readiness_reason() -> None:
 
 def test_the_configmap_reference_is_namespace_and_name() -> None:
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
-        ps.PolicySource(mock.Mock(), "tandem-policy", lambda: None, mock.Mock())
+        ps.PolicySource(mock.Mock(), "tandem-policy", lambda old, new: None, mock.Mock())

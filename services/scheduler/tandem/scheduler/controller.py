@@ -1,6 +1,7 @@
-"""The scheduler's reconciler: observe one Pod, `decide` (tandem.scheduler.decide), carry the one
-action out. Requeues and backoff belong to the runner (tandem.runner); this module only says "look
-again in N seconds" or raises."""
+"""The scheduler's reconciler: observe one placement key (a Pod alone, or a group), `decide`
+(tandem.scheduler.decide), carry the one action out through its writers. What queues a key is
+tandem.scheduler.watches; requeues and backoff belong to the runner (tandem.runner): this module
+only says "look again in N seconds" or raises."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from tandem import keys, placeholder, tracing
-from tandem.assume import AssumeCache, version_of
+from tandem.assume import version_of
 from tandem.dra import extended
-from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import PodGpus
-from tandem.dra.shape import at, items, obj
+from tandem.dra.shape import at
 from tandem.dra.slices import NodeDevices
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, object_key, parse_rfc3339, pod_finished
@@ -25,10 +25,12 @@ from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
 from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups, jobspec, podmemo
-from tandem.scheduler.dra_source import BY_CLAIM, DraCaches
+from tandem.scheduler.assumed import Assumed
+from tandem.scheduler.caches import BY_GROUP, BY_PARENT, Caches
+from tandem.scheduler.claimwrites import ClaimApi
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.jobs import JobTracker
-from tandem.scheduler.killwait_source import FROM_DEFAULT, FROM_FLAG, KillWait
+from tandem.scheduler.killwait_source import FROM_DEFAULT, KillWait
 from tandem.scheduler.podapi import PodApi, condition
 from tandem.scheduler.policy import BUILTIN, Policy
 from tandem.scheduler.validation import Problem, Validation
@@ -39,7 +41,6 @@ from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import job_to_proto
 from tandem.topology import Topology
 from tandem.v1 import scheduler_pb2
-from tandem.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,6 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
     "tandem_pod_create_to_bound_seconds",
     "time from Pod creation to binding",
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
-)
-
-WAKEUPS = REGISTRY.counter(
-    "tandem_scheduler_wakeups_total",
-    "keys queued for a reconcile, by what queued them (a Pod, its job, a Node, a freed Node, ...)",
-    ["source"],
 )
 
 DECISIONS = REGISTRY.counter(
@@ -83,68 +78,6 @@ class JobSubmitter(Protocol):
     def set_excluded_nodes(self, job_id: int, hostlist: str) -> None: ...
 
 
-class PodCache(Protocol):
-    """The Pod informer, as the controller reads it."""
-
-    @property
-    def synced(self) -> bool: ...
-
-    def get(self, key: str) -> JSON | None: ...
-
-    def items(self) -> list[JSON]: ...
-
-    def by_index(self, index: str, value: str) -> list[JSON]: ...
-
-
-class ObjectCache(Protocol):
-    """An informer the controller only reads by key (PodGroups)."""
-
-    def get(self, key: str) -> JSON | None: ...
-
-
-class NodeCache(ObjectCache, Protocol):
-    """The Node informer: read by key, and copied whole for judging a fit against every Node."""
-
-    def snapshot(self) -> dict[str, JSON]: ...
-
-
-class IndexedCache(ObjectCache, Protocol):
-    """An informer read by key and by index (PodGroups, by the CompositePodGroup they belong to)."""
-
-    def by_index(self, index: str, value: str) -> list[JSON]: ...
-
-
-class _NoPodGroups:
-    def get(self, key: str) -> JSON | None:
-        return None
-
-    def by_index(self, index: str, value: str) -> list[JSON]:
-        return []
-
-
-# The Pod informer's index of Pods by the group they name (tandem.scheduler.groups.group_key).
-BY_GROUP = "group"
-# The Pod informer's index of the Pods no Node would take now (PodScheduled reason Unschedulable).
-BY_UNSCHEDULABLE = "unschedulable"
-# The bound-Pod informer's index by Node.
-BY_NODE = "node"
-# The PodGroup informer's index by the CompositePodGroup each belongs to (`ns/<name>`).
-BY_PARENT = "parent"
-
-
-def unschedulable_index(pod: JSON) -> list[str]:
-    c = condition(pod, "PodScheduled") or {}
-    return ["yes"] if c.get("status") == "False" and c.get("reason") == d.REASON_UNSCHEDULABLE else []
-
-
-def _claim_path(namespace: str, name: str = "") -> str:
-    """A ResourceClaim's path (the collection's without a name)."""
-    collection = (
-        f"/apis/{keys.DRA_GROUP}/{keys.DRA_VERSIONS[0]}/namespaces/{namespace}/{keys.RESOURCE_CLAIMS}"
-    )
-    return f"{collection}/{name}" if name else collection
-
-
 def _asks_gpus(pod: JSON) -> bool:
     try:
         return podmemo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
@@ -152,99 +85,54 @@ def _asks_gpus(pod: JSON) -> bool:
         return False
 
 
-def node_index(pod: JSON) -> list[str]:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return [str(node)] if node else []
+@dataclass(frozen=True)
+class Writers:
+    """What a reconcile acts through: Slurm, the Pod and ResourceClaim writes, the Events."""
+
+    slurm: JobSubmitter
+    pods: PodApi
+    claims: ClaimApi
+    events: EventRecorder
+
+    @classmethod
+    def of(cls, kube: KubeClient, slurm: JobSubmitter, events: EventRecorder) -> Writers:
+        return cls(slurm, PodApi(kube), ClaimApi(kube), events)
+
+
+def _no_topology() -> Topology | str:
+    return "the scheduler reads no topology (--topology-configmap)"
 
 
 @dataclass
-class ClusterCaches:
-    """What judging a fit reads: the Nodes and every Pod bound to one (tandem.scheduler.eligibility),
-    the latter summed per Node as it changes (`rooms`). `bound` holds the Pods of other schedulers
-    (slim); `own`, when given, is this scheduler's Pod informer (indexed by Node), which `bound`
-    leaves out: each update of this scheduler's Pods would otherwise be sent and decoded twice."""
+class ControllerSettings:
+    """What every decision reads besides the caches and Slurm's jobs."""
 
-    nodes: NodeCache
-    bound: PodCache
-    own: PodCache | None = None
-    rooms: eligibility.RoomLedger = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.rooms = eligibility.RoomLedger(self._pods_on)
-
-    def _pods_on(self, node: str) -> list[JSON]:
-        held = self.bound.by_index(BY_NODE, node)
-        if self.own is None:
-            return held
-        return held + [eligibility.slim_bound_pod(p) for p in self.own.by_index(BY_NODE, node)]
-
-
-def group_index(pod: JSON) -> list[str]:
-    key = groups.group_key(pod)
-    return [key] if key else []
+    placeholder: jobspec.PlaceholderConfig
+    # Slurm's KillWait now (tandem.scheduler.killwait_source: cached, read again now and then);
+    # None until it is first known. killwait_source.fixed: as --slurm-kill-wait gives it.
+    kill_wait: Callable[[], KillWait | None]
+    policy: Callable[[], Policy] = lambda: BUILTIN
+    # Slurm's topology as tandem-syncer publishes it, or why there is none.
+    topology: Callable[[], Topology | str] = _no_topology
+    reject_static_cpu: bool = False
 
 
 class Controller:
     def __init__(
         self,
-        kube: KubeClient,
-        slurm: JobSubmitter,
+        caches: Caches,
         jobs: JobTracker,
-        events: EventRecorder,
-        queue: WorkQueue,
-        pods: PodCache,
-        placeholder_cfg: jobspec.PlaceholderConfig,
-        kill_wait: float | Callable[[], KillWait | None],
-        podgroups: IndexedCache | None = None,
-        cluster: ClusterCaches | None = None,
-        reject_static_cpu: bool = False,
-        policy: Callable[[], Policy] = lambda: BUILTIN,
-        composites: ObjectCache | None = None,
-        dra: DraCaches | None = None,
-        topology: Callable[[], Topology | str] | None = None,
+        writers: Writers,
+        settings: ControllerSettings,
+        assumed: Assumed | None = None,
     ) -> None:
-        self.reject_static_cpu = reject_static_cpu
-        # Slurm's topology as tandem-syncer publishes it, or why there is none.
-        self.topology: Callable[[], Topology | str] = topology or (
-            lambda: "the scheduler reads no topology (--topology-configmap)"
-        )
-        # GPUs by claim (tandem.dra); None: Pods' ResourceClaims are not read.
-        self.dra = dra
-        self.kube = kube
-        self.policy = policy
-        self.slurm = slurm
-        self.podgroups: IndexedCache = podgroups or _NoPodGroups()
-        self.composites: ObjectCache = composites or _NoPodGroups()
-        self.cluster = cluster
-        # What this process wrote that its caches do not show yet (tandem.assume). Slurm writes
-        # carry no resourceVersion: each is forgotten when the job stream shows it.
-        # Job id -> the nodes this process last told Slurm to exclude (Slurm's own report wins).
-        self._excludes: AssumeCache[frozenset[str]] = AssumeCache()
+        self.caches = caches
         self.jobs = jobs
-        self.events = events
-        self.queue = queue
-        self.pods = pods
-        self.api = PodApi(kube)
-        self.placeholder_cfg = placeholder_cfg
-        # Slurm's KillWait now (tandem.scheduler.killwait_source: cached, read again now and then);
-        # None until it is first known. A number: fixed, as --slurm-kill-wait gives it.
-        self.kill_wait: Callable[[], KillWait | None] = (
-            kill_wait if callable(kill_wait) else _fixed(KillWait(float(kill_wait), FROM_FLAG))
-        )
-        # Pod uid (or group key) -> the job this process submitted for it, until the stream
-        # shows the job or the Pod carries its id.
-        self._submitted: AssumeCache[int] = AssumeCache()
-        # Pod uid -> the job id this process wrote on it, until the informer shows that write.
-        self._recorded: AssumeCache[int] = AssumeCache()
-        # Job id -> cancel sent: its script is shutting down; once is enough until the job ends.
-        self._cancelled: AssumeCache[bool] = AssumeCache()
-        # Pod uid -> the Node this process bound it to, until the informer shows spec.nodeName: a
-        # reconcile in between would bind it again (a 409 and a retry: a tenth of the bindings
-        # in a burst, issue 22).
-        self._bound: AssumeCache[str] = AssumeCache()
-        # Pod uid -> the claim this process made for its nvidia.com/gpu, until the claim informer
-        # shows one (a reconcile in between would make a second).
-        self._made_claims: AssumeCache[JSON] = AssumeCache()
+        self.writers = writers
+        self.settings = settings
+        # What this process wrote that its caches do not show yet (shared with the watches, which
+        # forget the echoes no reconcile comes for).
+        self.assumed = assumed if assumed is not None else Assumed()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
         REGISTRY.gauge(
             "tandem_pods",
@@ -255,7 +143,7 @@ class Controller:
 
     def _count_pods(self) -> dict[tuple[str, ...], float]:
         counts: dict[tuple[str, ...], float] = dict.fromkeys((("pending",), ("bound",), ("refused",)), 0.0)
-        for pod in self.pods.items():
+        for pod in self.caches.pods.items():
             if pod_finished(pod):
                 continue
             state = (
@@ -268,133 +156,14 @@ class Controller:
             counts[(state,)] += 1
         return counts
 
-    # -- entry points ------------------------------------------------------------------------
-
-    def _placement_key(self, gkey: str) -> str:
-        """The key that places a group (a child PodGroup's: its CompositePodGroup's)."""
-        return groups.placement_key(gkey, self.podgroups.get, self.composites.get)
-
-    def _key_of(self, pod: JSON) -> str:
-        """The key a Pod is placed under: its group's, or its own when alone."""
-        gkey = groups.group_key(pod)
-        return self._placement_key(gkey) if gkey is not None else object_key(pod)
-
-    def on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        self._on_own_pod_held(key, old, new)
-        if old is not None and new is not None and _running_report(old, new):
-            return
-        WAKEUPS.inc(source="pod")
-        # A member of a group is placed with its group: the group's key is what is reconciled.
-        for pod in (old, new):
-            gkey = groups.group_key(pod) if pod is not None else None
-            if gkey is not None:
-                self.queue.add(self._placement_key(gkey))
-        self.queue.add(key)
-
-    def on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A Node's labels, taints, cordon, readiness or room changed: every unbound Pod looks again."""
-        if _content(old) == _content(new):
-            return  # a heartbeat
-        WAKEUPS.inc(source="node")
-        for pod in self.pods.items():
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(self._key_of(pod))
-
-    def on_bound_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """What a Node holds changed; room freed on it (a Pod left or finished): the Pods no Node
-        would take look again."""
-        if self.cluster is not None:
-            for pod in (old, new):
-                node = (pod or {}).get("spec", {}).get("nodeName")
-                if node:
-                    self.cluster.rooms.changed(str(node))
-        if old is not None and (new is None or (pod_finished(new) and not pod_finished(old))):
-            WAKEUPS.inc(source="room freed")
-            for pod in self.pods.by_index(BY_UNSCHEDULABLE, "yes"):
-                self.queue.add(self._key_of(pod))
-
-    def _on_own_pod_held(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """One of this scheduler's Pods as a Pod a Node holds (the bound-Pod informer leaves them
-        out, ClusterCaches.own holds them): its Node's room changes, its end frees room."""
-        held_before = old if old is not None and _node_name(old) else None
-        held_now = new if new is not None and _node_name(new) else None
-        if held_before is not None or held_now is not None:
-            self.on_bound_pod(key, held_before, held_now)
-
-    def on_topology_changed(self) -> None:
-        """Slurm's topology changed: a gang waiting for a domain with room may fit now."""
-        WAKEUPS.inc(source="topology")
-        for pod in self.pods.items():
-            if not (pod.get("spec") or {}).get("nodeName"):
-                self.queue.add(self._key_of(pod))
-
-    def on_policy_changed(self) -> None:
-        """The tenant policy changed: every Pod is judged again. One not bound yet may be refused
-        now (and its job cancelled); a bound one is only told (decide.would_be_refused)."""
-        for pod in self.pods.items():
-            self.queue.add(self._key_of(pod))
-
-    def on_podgroup(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        pg = new or old
-        if pg is None:
-            return
-        gkey = groups.key_of_podgroup(pg)
-        self.queue.add(gkey)
-        self.queue.add(self._placement_key(gkey))  # its CompositePodGroup's, when it has one
-        for pod in self.pods.by_index(BY_GROUP, gkey):
-            self.queue.add(object_key(pod))  # a basic policy: its Pods go one by one
-
-    def on_composite(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A CompositePodGroup came, changed or went: it and each child PodGroup look again (a
-        child is placed by its own key when its composite is basic)."""
-        composite = new or old
-        if composite is None:
-            return
-        self.queue.add(groups.key_of_composite(composite))
-        for child in self.podgroups.by_index(BY_PARENT, key):
-            self.queue.add(groups.key_of_podgroup(child))
-
-    def on_claim(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        """A ResourceClaim came or changed: the Pods naming it look again (one made from a template
-        is what a Pod waits for before its bind), and the Pod one was made for."""
-        for pod in self.pods.by_index(BY_CLAIM, key):
-            self.queue.add(self._key_of(pod))
-        claim = new or old
-        if claim is not None and extended.owner_index(claim):
-            for ref in items(at(claim, "metadata", "ownerReferences")):
-                owner = self.pods.get(f"{at(claim, 'metadata', 'namespace')}/{obj(ref).get('name')}")
-                if owner is not None and at(owner, "metadata", "uid") == obj(ref).get("uid"):
-                    self.queue.add(self._key_of(owner))
-
-    def on_claim_template(self, key: str, old: JSON | None, new: JSON | None) -> None:
-        for pod in self.pods.by_index(BY_CLAIM, f"template:{key}"):
-            self.queue.add(self._key_of(pod))
-
-    def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
-        WAKEUPS.inc(source="job")
-        if job.ended:
-            self._cancelled.forget(str(job.job_id))  # the stream shows the cancel done
-        # A Pod to bind or to stop goes ahead of pending-reason updates.
-        self.queue.add(pod.key, urgent=job.started or job.terminating or job.ended)
-
-    def on_node_moved(self, slurm_node: str) -> None:
-        """A slurmd Pod moved (or its Node became known): Pods of jobs on that node look again."""
-        for pod in self.pods.items():
-            gkey = groups.group_key(pod)
-            pkey = self._placement_key(gkey) if gkey else None
-            jobs = self.jobs.for_pod_key(pkey) if pkey else self.jobs.for_pod(str(pod["metadata"]["uid"]))
-            for job in jobs:
-                if slurm_node in job.job.nodes and not job.ended:
-                    self.queue.add(pkey or object_key(pod), urgent=True)
-
     def reconcile(self, key: str) -> Requeue:
         if not groups.is_group_key(key):
-            pod = self.pods.get(key)
+            pod = self.caches.pods.get(key)
             if pod is not None and self._in_gang(pod):
                 return None  # its group's reconcile places it
-        elif self._placement_key(key) != key:
+        elif self.caches.placement_key(key) != key:
             return None  # a child PodGroup: its CompositePodGroup's reconcile places it
-        kill_wait = self.kill_wait()
+        kill_wait = self.settings.kill_wait()
         if kill_wait is None:
             # Not read from Slurm yet (slurmrestd unreachable so far: the source logs why). A Pod
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
@@ -423,29 +192,32 @@ class Controller:
         carried = set()
         for pod in members:
             if (pod.get("spec") or {}).get("nodeName"):
-                self._bound.forget(str(pod["metadata"]["uid"]))
+                self.assumed.bound.forget(str(pod["metadata"]["uid"]))
             uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
             if annotated is None:
                 continue
             carried.add(annotated)
-            if self._recorded.get(uid, _version(pod)) == annotated:
-                self._recorded.forget(uid)
+            if self.assumed.recorded.get(uid, _version(pod)) == annotated:
+                self.assumed.recorded.forget(uid)
         owner = self._owner(key, members)
-        submitted = self._submitted.get(owner)
+        submitted = self.assumed.submitted.get(owner)
         if submitted is not None and (submitted in carried or any(j.job_id == submitted for j in jobs)):
-            self._submitted.forget(owner)
+            self.assumed.submitted.forget(owner)
         for job in jobs:
             excluded = frozenset(job.job.excluded_nodes)
-            if excluded and self._excludes.get(str(job.job_id)) == excluded:
-                self._excludes.forget(str(job.job_id))
+            if excluded and self.assumed.excludes.get(str(job.job_id)) == excluded:
+                self.assumed.excludes.forget(str(job.job_id))
 
     def _in_gang(self, pod: JSON) -> bool:
         gkey = groups.group_key(pod)
         if gkey is None:
             return False
-        if self._placement_key(gkey) != gkey:
+        if self.caches.placement_key(gkey) != gkey:
             return True  # a child of a gang CompositePodGroup
-        return groups.resolve(gkey, self.pods.by_index(BY_GROUP, gkey), self.podgroups.get) is not None
+        return (
+            groups.resolve(gkey, self.caches.pods.by_index(BY_GROUP, gkey), self.caches.podgroups.get)
+            is not None
+        )
 
     # -- observing -----------------------------------------------------------------------------
 
@@ -453,18 +225,22 @@ class Controller:
         """The Pods a key places, what they are (a group, or a Pod alone) and every job it has."""
         composite = groups.composite_key(key)
         if composite is not None:
-            children = self.podgroups.by_index(BY_PARENT, composite)
+            children = self.caches.podgroups.by_index(BY_PARENT, composite)
             members = tuple(
                 pod
                 for child in children
-                for pod in self.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
+                for pod in self.caches.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
             )
-            group = groups.resolve_composite(key, self.composites.get(composite), children, members)
+            group = groups.resolve_composite(key, self.caches.composites.get(composite), children, members)
             return members, group, self.jobs.for_pod_key(key)
         if groups.is_group_key(key):
-            members = tuple(self.pods.by_index(BY_GROUP, key))
-            return members, groups.resolve(key, members, self.podgroups.get), self.jobs.for_pod_key(key)
-        pod = self.pods.get(key)
+            members = tuple(self.caches.pods.by_index(BY_GROUP, key))
+            return (
+                members,
+                groups.resolve(key, members, self.caches.podgroups.get),
+                self.jobs.for_pod_key(key),
+            )
+        pod = self.caches.pods.get(key)
         if pod is None:
             return (), groups.alone(key, None), self.jobs.for_pod_key(key)  # deleted: by its name
         return (pod,), groups.alone(key, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
@@ -473,7 +249,7 @@ class Controller:
         """The Pod as this process bound it, while the informer's copy does not show that yet."""
         if (pod.get("spec") or {}).get("nodeName"):
             return pod
-        node = self._bound.get(str(pod["metadata"]["uid"]))
+        node = self.assumed.bound.get(str(pod["metadata"]["uid"]))
         return pod if node is None else {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
     @staticmethod
@@ -488,17 +264,17 @@ class Controller:
         """A snapshot of plain values: everything decide reads but the fits (decide asks for
         them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
         by the read-only placement()) Slurm's default while none is known."""
-        kill_wait = kill_wait or self.kill_wait() or _UNKNOWN_KILL_WAIT
+        kill_wait = kill_wait or self.settings.kill_wait() or _UNKNOWN_KILL_WAIT
         members, group, jobs = self._members_and_jobs(key)
         members = tuple(self._as_bound(pod) for pod in members)
         recorded: dict[str, int] = {}
         for pod in members:
             uid = str(pod["metadata"]["uid"])
-            written = self._recorded.get(uid, _version(pod))
+            written = self.assumed.recorded.get(uid, _version(pod))
             carried = written if written is not None else d.recorded_job_id(pod)
             if carried is not None:
                 recorded[uid] = carried
-        submitted = self._submitted.get(self._owner(key, members))
+        submitted = self.assumed.submitted.get(self._owner(key, members))
         if submitted is not None and any(j.job_id == submitted for j in jobs):
             submitted = None  # the stream shows it now
         wanted = set(recorded.values()) or ({submitted} if submitted is not None else set())
@@ -514,29 +290,29 @@ class Controller:
         extended_class = ""
         dra_served: frozenset[str] = frozenset()
         extended_claims: dict[str, JSON] = {}
-        if self.dra is not None:
+        if self.caches.dra is not None:
             for pod in members:
-                found = self.dra.pod_gpus(pod)
+                found = self.caches.dra.pod_gpus(pod)
                 if found is not None:
                     gpus[str(pod["metadata"]["uid"])] = found
             if job is not None and job.job.nodes and any(_asks_gpus(m) for m in members):
-                extended_class = self.dra.extended_class()
+                extended_class = self.caches.dra.extended_class()
                 if extended_class:
                     dra_served = frozenset(h for h in hosts.values() if self._serves_gpus_by_dra(h))
                     for pod in members:
                         uid = str(pod["metadata"]["uid"])
-                        made = self.dra.extended_claim(pod)
+                        made = self.caches.dra.extended_claim(pod)
                         if made is not None:
-                            self._made_claims.forget(uid)
+                            self.assumed.made_claims.forget(uid)
                         else:
-                            made = self._made_claims.get(uid)
+                            made = self.assumed.made_claims.get(uid)
                         if made is not None:
                             extended_claims[uid] = made
             if job is not None and job.job.nodes and (any(g.requests for g in gpus.values()) or dra_served):
                 # What the bind writes the claims' allocations from.
-                claims = self.dra.claims_of(members)
-                devices = self.dra.devices(hosts.values())
-                class_config = self.dra.class_config()
+                claims = self.caches.dra.claims_of(members)
+                devices = self.caches.dra.devices(hosts.values())
+                class_config = self.caches.dra.class_config()
         return d.Observed(
             key,
             group,
@@ -553,8 +329,8 @@ class Controller:
             job_excludes=self._job_excludes(job),
             kill_wait=kill_wait.seconds,
             kill_wait_source=kill_wait.source,
-            reject_static_cpu=self.reject_static_cpu,
-            policy=self.policy(),
+            reject_static_cpu=self.settings.reject_static_cpu,
+            policy=self.settings.policy(),
             job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
             gpus=gpus,
             claims=claims,
@@ -563,21 +339,21 @@ class Controller:
             extended_class=extended_class,
             dra_served=dra_served,
             extended_claims=extended_claims,
-            topology=self.topology(),
+            topology=self.settings.topology(),
         )
 
     def _serves_gpus_by_dra(self, kube_node: str) -> bool:
-        node = self.cluster.nodes.get(kube_node) if self.cluster is not None else None
+        node = self.caches.cluster.nodes.get(kube_node) if self.caches.cluster is not None else None
         allocatable = at(node, "status", "allocatable") or {}
         return (
             node is not None
-            and self.dra is not None
+            and self.caches.dra is not None
             and extended.served_by_dra(allocatable)
-            and self.dra.has_devices(kube_node)
+            and self.caches.dra.has_devices(kube_node)
         )
 
     def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
-        return frozenset(j for j in job_ids if self._cancelled.get(str(j)) is not None)
+        return frozenset(j for j in job_ids if self.assumed.cancelled.get(str(j)) is not None)
 
     def _hosts(self, job: JobStatus | None) -> dict[str, str]:
         """Slurm node -> the Node hosting it, for the job's nodes the syncer has published."""
@@ -589,7 +365,7 @@ class Controller:
     ) -> dict[str, eligibility.Eligibility] | None:
         """Member uid -> which Slurm nodes' Nodes would take it now, for the members that may still
         need it (not bound, no job running); None when no Node is watched."""
-        cluster = self.cluster
+        cluster = self.caches.cluster
         if cluster is None:
             return None
         fits: dict[str, eligibility.Eligibility] = {}
@@ -620,26 +396,26 @@ class Controller:
     ) -> eligibility.Eligibility:
         """The fit, with the whole-GPU types of the Nodes it leaves when the Pod's claims ask whole
         GPUs of no product (the job must name one: decide picks it)."""
-        gpus = self.dra.pod_gpus(pod) if self.dra is not None else None
-        if self.dra is None or gpus is None or not gpus.needs_whole_type:
+        gpus = self.caches.dra.pod_gpus(pod) if self.caches.dra is not None else None
+        if self.caches.dra is None or gpus is None or not gpus.needs_whole_type:
             return fit
         excluded = set(fit.excluded)
         candidates = {h for s, h in hosts.items() if h and s not in excluded}
-        types = frozenset(t for h in candidates for t in self.dra.whole_gpu_types(h))
+        types = frozenset(t for h in candidates for t in self.caches.dra.whole_gpu_types(h))
         return dataclasses.replace(fit, whole_gpu_types=types)
 
     def _dra_gpus(self) -> eligibility.DraGpus | None:
-        if self.dra is None:
+        if self.caches.dra is None:
             return None
-        return eligibility.DraGpus(self.dra.extended_class(), self.dra.has_devices)
+        return eligibility.DraGpus(self.caches.dra.extended_class(), self.caches.dra.has_devices)
 
     def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
         if job is None or job.job.excluded_nodes:
             return None  # Slurm says
-        return self._excludes.get(str(job.job_id))
+        return self.assumed.excludes.get(str(job.job_id))
 
     def _remember_excludes(self, job_id: int, hostlist: str) -> None:
-        self._excludes.assume(str(job_id), frozenset(expand(hostlist) if hostlist else ()))
+        self.assumed.excludes.assume(str(job_id), frozenset(expand(hostlist) if hostlist else ()))
 
     # -- acting --------------------------------------------------------------------------------
 
@@ -681,26 +457,27 @@ class Controller:
                 self._pend(group, pods, reason, message, event)
             case d.Nominate(placements=placements):
                 for placement in placements:
-                    self.api.nominate(placement.pod, placement.kube_node)
+                    self.writers.pods.nominate(placement.pod, placement.kube_node)
             case d.Exclude(job_id=job_id, hostlist=hostlist, component_ids=component_ids):
                 # A het job's components each keep their own list (Slurm sets the one asked).
                 for each in component_ids or (job_id,):
-                    self.slurm.set_excluded_nodes(each, hostlist)
+                    self.writers.slurm.set_excluded_nodes(each, hostlist)
                 self._remember_excludes(job_id, hostlist)
                 log.info("excluded nodes updated", extra={"pod": o.key, "job": job_id, "excluded": hostlist})
             case d.MakeClaims(new=new, stale=stale):
                 for claim, why in stale:
-                    self._drop_claim(claim, why)
+                    self.writers.claims.drop(claim, why)
                 if not stale:
                     for pod, manifest in new:
-                        self._make_claim(pod, manifest)
+                        made = self.writers.claims.make(pod, manifest)
+                        self.assumed.made_claims.assume(str(pod["metadata"]["uid"]), made)
             case d.Bind(job=job, placements=placements, claims=claim_writes, pod_statuses=pod_statuses):
                 for placement in placements:
                     uid = str(placement.pod["metadata"]["uid"])
                     writes = claim_writes.get(uid, ())
-                    self._allocate(placement.pod, writes)
+                    self.writers.claims.allocate(placement.pod, writes)
                     if uid in pod_statuses:
-                        self.api.extended_claim_status(placement.pod, pod_statuses[uid])
+                        self.writers.pods.extended_claim_status(placement.pod, pod_statuses[uid])
                     self._bind(placement.pod, job, placement.slurm_node, placement.kube_node, writes)
                 bound = {str(p.pod["metadata"]["uid"]) for p in placements}
                 unbound = [
@@ -721,14 +498,14 @@ class Controller:
             case d.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
                 for pod in pods:
                     self._event(pod, type_, reason, message)
-                    self.api.delete(pod)
+                    self.writers.pods.delete(pod)
         return None
 
     def _reject(
         self, group: groups.Group, pods: tuple[JSON, ...], message: str, problems: tuple[Problem, ...]
     ) -> None:
         for pod in pods:
-            self.api.set_unscheduled(pod, d.REASON_INVALID, message)
+            self.writers.pods.set_unscheduled(pod, d.REASON_INVALID, message)
             self._event(pod, "Warning", "FailedValidation", message)
             log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
         for problem in problems:
@@ -739,14 +516,14 @@ class Controller:
         self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str, event: str
     ) -> None:
         for pod in pods:
-            if self.api.set_unscheduled(pod, reason, message) and event:
+            if self.writers.pods.set_unscheduled(pod, reason, message) and event:
                 self._event(pod, "Warning", event, message)
         self._group_status(group, False, "Unschedulable", message)
 
     def _refuse(self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str) -> None:
         """Slurm said no (or never could): like a validation error, it is not retried."""
         for pod in pods:
-            self.api.set_unscheduled(pod, reason, message)
+            self.writers.pods.set_unscheduled(pod, reason, message)
         self._group_event(group, pods, "Warning", "FailedScheduling", message)
         self._group_status(group, False, "Unschedulable", message)
 
@@ -764,7 +541,7 @@ class Controller:
         script is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL. `components`: a
         heterogeneous job's, as how many of the members (in order) each holds."""
         what = "the placeholder job" if group.alone else "the group's job"
-        cfg = self.placeholder_cfg
+        cfg = self.settings.placeholder
         if kill_wait is not None:
             cfg = dataclasses.replace(
                 cfg, environment={**cfg.environment, "TANDEM_KILL_WAIT": str(int(kill_wait))}
@@ -793,7 +570,7 @@ class Controller:
             try:
                 # Root submits on the Pod user's behalf (as SUNK does over RPC): uid, gid and
                 # priority all apply.
-                job_id = self.slurm.submit_job(spec)
+                job_id = self.writers.slurm.submit_job(spec)
             except SlurmApiError as e:
                 if e.status in TRANSIENT_HTTP:
                     JOBS_SUBMITTED.inc(result="error")
@@ -819,7 +596,7 @@ class Controller:
                 PODS_VALIDATED.inc(result="valid", reason="")
             span.set_attribute("slurm.job_id", job_id)
             SUBMIT_SECONDS.observe(time.monotonic() - submit_started)
-            self._submitted.assume(self._owner(group.key, members), job_id)
+            self.assumed.submitted.assume(self._owner(group.key, members), job_id)
             self._remember_excludes(job_id, spec.excluded_nodes)
             self.jobs.announce(job_id, spec.name)
             log.info(
@@ -872,7 +649,7 @@ class Controller:
         if group.podgroup is None:
             return
         try:
-            written = self.api.set_group_scheduled(group.podgroup, scheduled, reason, message)
+            written = self.writers.pods.set_group_scheduled(group.podgroup, scheduled, reason, message)
         except KubeError as e:
             if e.not_found:
                 return
@@ -888,70 +665,8 @@ class Controller:
             self._event(pod, "Warning", "StaticCPU", result.static_cpu)
 
     def _record(self, pod: JSON, job_id: int) -> None:
-        answer = self.api.record_job(pod, job_id)
-        self._recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
-
-    def _allocate(self, pod: JSON, writes: tuple[ClaimWrite, ...]) -> None:
-        """Each claim allocated the devices Slurm chose and reserved for the Pod, as kube-scheduler's
-        DRA plugin does before its bind: the finalizer first (the claim cannot go while the Pod may
-        use its devices), then the status, each guarded by the resourceVersion read. A crash in
-        between leaves a state the next decision finishes (tandem.dra.allocation.claim_status)."""
-        for write in writes:
-            path = _claim_path(write.namespace, write.name)
-            version = str(at(write.claim, "metadata", "resourceVersion") or "")
-            if write.needs_finalizer:
-                finalizers = [str(f) for f in items(at(write.claim, "metadata", "finalizers"))]
-                answer = self.kube.json_patch(
-                    path,
-                    [
-                        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                        {"op": "add", "path": "/metadata/finalizers", "value": [*finalizers, FINALIZER]},
-                    ],
-                )
-                version = str(at(answer, "metadata", "resourceVersion") or "")
-            if not write.status_written:
-                self.kube.merge_patch(
-                    f"{path}/status", {"metadata": {"resourceVersion": version}, "status": write.status}
-                )
-            log.info(
-                "claim allocated",
-                extra={"pod": object_key(pod), "claim": write.name, "devices": list(write.devices)},
-            )
-
-    def _make_claim(self, pod: JSON, manifest: JSON) -> None:
-        """The claim for the Pod's nvidia.com/gpu (tandem.dra.extended), as kube-scheduler makes it."""
-        namespace = str(at(pod, "metadata", "namespace") or "")
-        answer = self.kube.post(_claim_path(namespace), manifest)
-        self._made_claims.assume(str(pod["metadata"]["uid"]), answer)
-        log.info(
-            "claim made for the Pod's GPUs",
-            extra={"pod": object_key(pod), "claim": at(answer, "metadata", "name")},
-        )
-
-    def _drop_claim(self, claim: JSON, why: str) -> None:
-        """A claim made for a Pod that cannot serve it now: its finalizer off (it holds no devices
-        for a running container: the Pod is not bound), then deleted; the next decision makes anew."""
-        name, namespace = str(at(claim, "metadata", "name")), str(at(claim, "metadata", "namespace"))
-        path = _claim_path(namespace, name)
-        finalizers = [str(f) for f in items(at(claim, "metadata", "finalizers"))]
-        try:
-            if FINALIZER in finalizers:
-                self.kube.json_patch(
-                    path,
-                    [
-                        {"op": "test", "path": "/metadata/uid", "value": at(claim, "metadata", "uid")},
-                        {
-                            "op": "replace",
-                            "path": "/metadata/finalizers",
-                            "value": [f for f in finalizers if f != FINALIZER],
-                        },
-                    ],
-                )
-            self.kube.delete(path, {"preconditions": {"uid": at(claim, "metadata", "uid")}})
-        except KubeError as e:
-            if e.status != 404:
-                raise
-        log.info("stale claim deleted", extra={"claim": f"{namespace}/{name}", "why": why})
+        answer = self.writers.pods.record_job(pod, job_id)
+        self.assumed.recorded.assume(str(pod["metadata"]["uid"]), job_id, version_of(answer))
 
     def _bind(
         self, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str, writes: tuple[ClaimWrite, ...] = ()
@@ -963,8 +678,8 @@ class Controller:
             parent=self.jobs.trace_context.get(job_id),
             attributes={"k8s.pod": object_key(pod), "k8s.node": kube_node, "slurm.job_id": job_id},
         ):
-            self.api.bind(pod, kube_node)
-        self._bound.assume(str(pod["metadata"]["uid"]), kube_node)
+            self.writers.pods.bind(pod, kube_node)
+        self.assumed.bound.assume(str(pod["metadata"]["uid"]), kube_node)
         started = self.jobs.started_at.get(job_id, picked_up)
         BIND_SECONDS.observe(time.monotonic() - started)
         created = _created_at(pod)
@@ -994,19 +709,19 @@ class Controller:
     def _cancel(self, key: str, job_ids: tuple[int, ...], why: str) -> None:
         for job_id in job_ids:
             log.info("cancelling job", extra={"pod": key, "job": job_id, "why": why})
-            self.slurm.cancel_job(job_id)
-            self._cancelled.assume(str(job_id), True)
+            self.writers.slurm.cancel_job(job_id)
+            self.assumed.cancelled.assume(str(job_id), True)
         if groups.is_group_key(key):
-            self._submitted.forget(key)
+            self.assumed.submitted.forget(key)
         elif why == "Pod deleted":
             for job in self.jobs.for_pod_key(key):
                 ref = placeholder.pod_of(job.job)
                 if ref is not None:
-                    self._submitted.forget(ref.uid)  # deleted before its annotation was seen
-                    self._recorded.forget(ref.uid)
+                    self.assumed.submitted.forget(ref.uid)  # deleted before its annotation was seen
+                    self.assumed.recorded.forget(ref.uid)
 
     def _event(self, pod: JSON, type_: str, reason: str, message: str) -> None:
-        self._background.submit(self.events.record, pod, type_, reason, message)
+        self._background.submit(self.writers.events.record, pod, type_, reason, message)
 
     # -- placements (gRPC) ---------------------------------------------------------------------
 
@@ -1016,7 +731,7 @@ class Controller:
         gkey = groups.group_key(pod)
         # A member of a gang stands where its group does.
         observed, action = self.decision(
-            self._key_of(pod) if gkey is not None and self._in_gang(pod) else object_key(pod)
+            self.caches.key_of(pod) if gkey is not None and self._in_gang(pod) else object_key(pod)
         )
         job = observed.job
         cond = condition(pod, "PodScheduled") or {}
@@ -1035,10 +750,6 @@ class Controller:
 
 # What placement() shows while Slurm's KillWait is not known yet (a reconcile waits instead).
 _UNKNOWN_KILL_WAIT = KillWait(30.0, f"{FROM_DEFAULT} (not read from Slurm yet)")
-
-
-def _fixed(value: KillWait) -> Callable[[], KillWait | None]:
-    return lambda: value
 
 
 def _version(obj: JSON) -> str | None:
@@ -1066,45 +777,6 @@ def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None
         if j.job_id in recorded:
             return j
     return candidates[-1] if candidates else None
-
-
-def _node_name(pod: JSON) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def _running_report(old: JSON, new: JSON) -> bool:
-    """A bound Pod's kubelet reporting on it (Running, Ready, container states): nothing a decision
-    reads changed, so nothing is queued. Two of the six updates a Pod gets in its life, a fifth of
-    the scheduler's reconciles in a burst (issue 22)."""
-    bound = (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get("nodeName")
-    return bool(bound) and _decision_view(old) == _decision_view(new)
-
-
-def _decision_view(pod: JSON) -> JSON:
-    """What of a Pod any decision reads: all but its resourceVersion and the kubelet's reports."""
-    status = pod.get("status") or {}
-    meta = pod.get("metadata") or {}
-    return {
-        "metadata": {k: v for k, v in meta.items() if k not in ("resourceVersion", "managedFields")},
-        "spec": pod.get("spec"),
-        "finished": pod_finished(pod),
-        "conditions": [c for c in status.get("conditions") or [] if c.get("type") in _DECISION_CONDITIONS],
-        "nominated": status.get("nominatedNodeName"),
-    }
-
-
-# The Pod conditions decisions read: this scheduler's refusals, and kube-scheduler's preemption.
-_DECISION_CONDITIONS = ("PodScheduled", "DisruptionTarget")
-
-
-def _content(obj: JSON | None) -> JSON | None:
-    """An object without its resourceVersion: what a change changed."""
-    if obj is None:
-        return None
-    return {
-        **obj,
-        "metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"},
-    }
 
 
 def _created_at(pod: JSON) -> float | None:

@@ -44,7 +44,7 @@ class JobTracker:
         self,
         scheduler_name: str,
         syncer: SyncerClient,
-        on_change: Callable[[placeholder.PodRef, JobStatus], None],
+        on_change: Callable[[placeholder.PodRef, JobStatus], None] = lambda pod, job: None,
         on_node_moved: Callable[[str], None] | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
@@ -55,6 +55,8 @@ class JobTracker:
         self._by_uid: defaultdict[str, set[int]] = defaultdict(set)
         # By namespace/name, any uid: what a deleted Pod's key still finds.
         self._by_key: defaultdict[str, set[int]] = defaultdict(set)
+        # By Slurm node: the jobs a moved slurmd concerns.
+        self._by_node: defaultdict[str, set[int]] = defaultdict(set)
         # Slurm node -> the Kubernetes Node hosting its slurmd Pod, as the syncer publishes it.
         self._kube_nodes: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -90,6 +92,12 @@ class JobTracker:
         """The jobs of every Pod that had this namespace/name (a deleted Pod has no uid to ask by)."""
         with self._lock:
             return [self._jobs[j] for j in sorted(self._by_key.get(key, ())) if j in self._jobs]
+
+    def on_node(self, slurm_node: str) -> list[JobStatus]:
+        """The jobs not ended that hold this Slurm node."""
+        with self._lock:
+            found = (self._jobs.get(j) for j in sorted(self._by_node.get(slurm_node, ())))
+            return [s for s in found if s is not None and not s.ended]
 
     def kube_node(self, slurm_node: str) -> str | None:
         with self._lock:
@@ -222,6 +230,7 @@ class JobTracker:
             self.started_at[job.job_id] = time.monotonic()
             if trace_context:
                 self.trace_context[job.job_id] = trace_context
+        self._index_nodes(job.job_id, old.job.nodes if old is not None else (), status.job.nodes)
         self._jobs[job.job_id] = status
         if status.gone:
             self._gone_at[job.job_id] = time.monotonic()
@@ -230,6 +239,19 @@ class JobTracker:
         self._by_uid[pod.uid].add(job.job_id)
         self._by_key[pod.key].add(job.job_id)
         return pod, status
+
+    def _index_nodes(self, job_id: int, before: Sequence[str], now: Sequence[str]) -> None:
+        """The job filed under the Slurm nodes it holds now. Lock held."""
+        for node in set(before) - set(now):
+            self._unfile(self._by_node, node, job_id)
+        for node in now:
+            self._by_node[node].add(job_id)
+
+    @staticmethod
+    def _unfile(index: defaultdict[str, set[int]], key: str, job_id: int) -> None:
+        index[key].discard(job_id)
+        if not index[key]:
+            del index[key]
 
     def _forget_missing(self, in_snapshot: set[int]) -> None:
         """After a reconnect: a job we knew that the fresh snapshot lacks ended while the stream
@@ -249,12 +271,12 @@ class JobTracker:
                 self._phase_since.pop(job_id, None)
                 self.trace_context.pop(job_id, None)
                 status = self._jobs.pop(job_id, None)
+                for node in status.job.nodes if status is not None else ():
+                    self._unfile(self._by_node, node, job_id)
                 pod = placeholder.pod_of(status.job) if status is not None else None
                 if pod is not None:
-                    for index, key in ((self._by_uid, pod.uid), (self._by_key, pod.key)):
-                        index[key].discard(job_id)
-                        if not index[key]:
-                            del index[key]
+                    self._unfile(self._by_uid, pod.uid, job_id)
+                    self._unfile(self._by_key, pod.key, job_id)
 
 
 def phase(status: JobStatus) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import grpc
 
@@ -21,24 +20,21 @@ from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
 from tandem.runner import Runner
-from tandem.scheduler import eligibility, groups, jobspec
-from tandem.scheduler.controller import (
-    BY_GROUP,
+from tandem.scheduler import eligibility, groups, jobspec, watches
+from tandem.scheduler.caches import (
     BY_NODE,
     BY_PARENT,
-    BY_UNSCHEDULABLE,
+    POD_INDEXES,
+    Caches,
     ClusterCaches,
-    Controller,
-    group_index,
+    Informers,
     node_index,
-    unschedulable_index,
 )
+from tandem.scheduler.controller import Controller, ControllerSettings, Writers
 from tandem.scheduler.dra_source import (
-    BY_CLAIM,
     BY_EXTENDED_OWNER,
     BY_SLICE_NODE,
     DraCaches,
-    claim_index,
     slice_node_index,
 )
 from tandem.scheduler.jobs import JobTracker
@@ -90,53 +86,57 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.slurm_kill_wait, slurm, cfg.slurm_conf_file, refresh_seconds=cfg.slurm_conf_refresh
     )
     channel = serving.channel(cfg.syncer_address, tls)
-    # What the controller reads calls it back on each change: it exists by the time they start.
-    controller: Controller
-    policy = tenant_policy(kube, cfg, lambda: controller.on_policy_changed())
+    policy = tenant_policy(kube, cfg)
     try:
-        slurm_topology = TopologySource(
-            kube, cfg.topology_configmap, lambda: controller.on_topology_changed()
-        )
+        slurm_topology = TopologySource(kube, cfg.topology_configmap)
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    caches = watch_cluster(kube, cfg, lambda: controller)
-    jobs = JobTracker(
-        cfg.scheduler_name,
-        syncer_pb2_grpc.SyncerServiceStub(channel),
-        lambda pod, job: controller.on_job(pod, job),
-        lambda slurm_node: controller.on_node_moved(slurm_node),
-    )
+    informers = watch_cluster(kube, cfg)
+    jobs = JobTracker(cfg.scheduler_name, syncer_pb2_grpc.SyncerServiceStub(channel))
     queue = WorkQueue(name="scheduler")
     controller = Controller(
-        kube,
-        slurm,
-        jobs,
-        EventRecorder(kube, "tandem-scheduler"),
-        queue,
-        caches.pods,
-        placeholder_cfg,
-        kill_wait.current,
-        caches.podgroups,
-        ClusterCaches(caches.nodes, caches.bound, caches.pods),
-        cfg.reject_static_cpu,
-        policy.current,
-        caches.composites,
-        DraCaches(
-            caches.claims, caches.claim_templates, caches.slices, caches.device_classes, dra_config(cfg)
+        Caches(
+            informers.pods,
+            informers.podgroups,
+            informers.composites,
+            ClusterCaches(informers.nodes, informers.bound, informers.pods),
+            DraCaches(
+                informers.claims,
+                informers.claim_templates,
+                informers.slices,
+                informers.device_classes,
+                dra_config(cfg),
+            ),
         ),
-        slurm_topology.current,
+        jobs,
+        Writers.of(kube, slurm, EventRecorder(kube, "tandem-scheduler")),
+        ControllerSettings(
+            placeholder_cfg,
+            kill_wait.current,
+            policy.current,
+            slurm_topology.current,
+            cfg.reject_static_cpu,
+        ),
+    )
+    # What each source calls back on a change: the placement keys it concerns, queued.
+    watches.register(
+        watches.SchedulerWatches(controller.caches, jobs, controller.assumed, queue),
+        informers,
+        jobs,
+        policy,
+        slurm_topology,
     )
     manager = Manager(kube, Election(cfg.leader_elect, cfg.leader_election_namespace, cfg.leader_election_id))
     # Everything a reconcile reads: the workers wait for all of it, readiness names what is missing.
-    manager.add_source("Pods", caches.pods, caches.pods.run)
-    manager.add_source("PodGroups", caches.podgroups, caches.podgroups.run)
-    manager.add_source("CompositePodGroups", caches.composites, caches.composites.run)
-    manager.add_source("Nodes", caches.nodes, caches.nodes.run)
-    manager.add_source("ResourceClaims", caches.claims, caches.claims.run)
-    manager.add_source("ResourceClaimTemplates", caches.claim_templates, caches.claim_templates.run)
-    manager.add_source("ResourceSlices", caches.slices, caches.slices.run)
-    manager.add_source("DeviceClasses", caches.device_classes, caches.device_classes.run)
-    manager.add_source("bound Pods", caches.bound, caches.bound.run)
+    manager.add_source("Pods", informers.pods, informers.pods.run)
+    manager.add_source("PodGroups", informers.podgroups, informers.podgroups.run)
+    manager.add_source("CompositePodGroups", informers.composites, informers.composites.run)
+    manager.add_source("Nodes", informers.nodes, informers.nodes.run)
+    manager.add_source("ResourceClaims", informers.claims, informers.claims.run)
+    manager.add_source("ResourceClaimTemplates", informers.claim_templates, informers.claim_templates.run)
+    manager.add_source("ResourceSlices", informers.slices, informers.slices.run)
+    manager.add_source("DeviceClasses", informers.device_classes, informers.device_classes.run)
+    manager.add_source("bound Pods", informers.bound, informers.bound.run)
     manager.add_source("the tenant policy", policy, policy.start)
     # Not a source the workers wait for: a topology that cannot be read (RBAC, a release without a
     # syncer publishing one) holds back only the gangs that ask for a domain, which say why.
@@ -144,13 +144,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("Slurm jobs (the syncer's stream)", jobs, jobs.run)
     # Standby replicas keep their caches warm; only the leader reconciles (submits, binds).
     runner = Runner("scheduler", queue, controller.reconcile, workers=cfg.workers)
-    manager.add_controller(runner, on_started=lambda: enqueue_every_pod(caches.pods, queue))
+    manager.add_controller(runner, on_started=lambda: enqueue_every_pod(informers.pods, queue))
     grpc_server = grpc_service(cfg.grpc_address, tls, SchedulerServicer(controller))
     http = serving.HealthHttpServer(cfg.health_address, readiness(manager, jobs), REGISTRY.render)
     manager.start()
     grpc_server.start()
     http.start()
-    caches.pods.wait_synced(30)
+    informers.pods.wait_synced(30)
     jobs.wait_synced(30)
     grpc_server.set_serving(True)
     log.info(
@@ -166,53 +166,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
 
 
-def tenant_policy(kube: KubeClient, cfg: SchedulerSettings, on_change: Callable[[], None]) -> PolicySource:
+def tenant_policy(kube: KubeClient, cfg: SchedulerSettings) -> PolicySource:
     try:
-        return PolicySource(kube, cfg.policy_configmap, on_change)
+        return PolicySource(kube, cfg.policy_configmap)
     except ValueError as e:
         raise SystemExit(str(e)) from e
 
 
-@dataclass(frozen=True)
-class Caches:
-    pods: Informer  # this scheduler's Pods
-    nodes: Informer
-    bound: Informer  # every Pod bound to a Node
-    podgroups: Informer
-    composites: Informer
-    claims: Informer
-    claim_templates: Informer
-    slices: Informer
-    device_classes: Informer
-
-
-def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable[[], Controller]) -> Caches:
-    """The informers a reconcile reads, each calling the controller back on a change. What fits
-    where (tandem.scheduler.eligibility) reads every Node and every Pod bound to one (of the
-    watched namespaces in namespace scope), slimmed to what the filters read."""
+def watch_cluster(kube: KubeClient, cfg: SchedulerSettings) -> Informers:
+    """The informers a reconcile reads (tandem.scheduler.watches.register says what each calls back
+    on a change). What fits where (tandem.scheduler.eligibility) reads every Node and every Pod
+    bound to one (of the watched namespaces in namespace scope), slimmed to what the filters read."""
     namespaces = cfg.watch_namespaces
     paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces] if namespaces else ["/api/v1/pods"]
     # Gangs: the Workload API's PodGroups, in the version the cluster serves (absent is fine).
     podgroup_api = Versioned(keys.PODGROUP_GROUP, keys.PODGROUP_RESOURCE, keys.PODGROUP_VERSIONS)
     composite_api = Versioned(keys.PODGROUP_GROUP, keys.COMPOSITE_RESOURCE, keys.COMPOSITE_VERSIONS)
-    return Caches(
+    return Informers(
         pods=Informer(
             kube,
             paths,
             {"fieldSelector": f"spec.schedulerName={cfg.scheduler_name}"},
-            lambda key, old, new: controller().on_pod(key, old, new),
-            indexes={
-                BY_GROUP: group_index,
-                BY_UNSCHEDULABLE: unschedulable_index,
-                BY_CLAIM: claim_index,
-                BY_NODE: node_index,
-            },
+            indexes=POD_INDEXES,
         ),
         nodes=Informer(
             kube,
             ["/api/v1/nodes"],
             {},
-            lambda key, old, new: controller().on_node(key, old, new),
             transform=eligibility.slim_node,
         ),
         bound=Informer(
@@ -220,7 +200,6 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             paths,
             # This scheduler's own Pods come from `pods` (ClusterCaches.own), not twice.
             {"fieldSelector": f"spec.nodeName!=,spec.schedulerName!={cfg.scheduler_name}"},
-            lambda key, old, new: controller().on_bound_pod(key, old, new),
             indexes={BY_NODE: node_index},
             transform=eligibility.slim_bound_pod,
         ),
@@ -230,7 +209,6 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             if namespaces
             else ["/apis/{api}/podgroups"],
             {},
-            lambda key, old, new: controller().on_podgroup(key, old, new),
             indexes={BY_PARENT: groups.parent_index},
             api=podgroup_api,
         ),
@@ -240,14 +218,12 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             if namespaces
             else [f"/apis/{{api}}/{keys.COMPOSITE_RESOURCE}"],
             {},
-            lambda key, old, new: controller().on_composite(key, old, new),
             api=composite_api,
         ),
         claims=Informer(
             kube,
             _namespaced(keys.RESOURCE_CLAIMS, namespaces),
             {},
-            lambda key, old, new: controller().on_claim(key, old, new),
             indexes={BY_EXTENDED_OWNER: extended.owner_index},
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIMS, keys.DRA_VERSIONS),
         ),
@@ -255,7 +231,6 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings, controller: Callable
             kube,
             _namespaced(keys.RESOURCE_CLAIM_TEMPLATES, namespaces),
             {},
-            lambda key, old, new: controller().on_claim_template(key, old, new),
             api=Versioned(keys.DRA_GROUP, keys.RESOURCE_CLAIM_TEMPLATES, keys.DRA_VERSIONS),
         ),
         # Only NVIDIA's GPUs: Slurm's GRES are what its driver publishes.

@@ -38,10 +38,12 @@ class PolicySource:
         self,
         kube: KubeClient,
         ref: str,
-        on_change: Callable[[], None],
+        on_change: Callable[[p.Policy, p.Policy], None] = lambda old, new: None,
         events: EventRecorder | None = None,
     ) -> None:
-        """`ref`: `namespace/name` of the ConfigMap ("" for none: the built-in policy)."""
+        """`ref`: `namespace/name` of the ConfigMap ("" for none: the built-in policy). `on_change`:
+        told the policy in force before and after it changed (tandem.scheduler.watches.register
+        sets it)."""
         self.ref = ref
         self.kube = kube
         self.on_change = on_change
@@ -119,7 +121,8 @@ class PolicySource:
             self._mark_stale(UNPARSABLE, f"does not parse ({e}): {kept}", new)
             return
         with self._lock:
-            changed = policy != self._policy
+            before = self._policy
+            changed = policy != before
             recovered = self._stale is not None and self._stale[0] != UNREAD
             self._policy, self._stale, self._read_once = policy, None, True
         if recovered:
@@ -129,7 +132,7 @@ class PolicySource:
                 "tenant policy applied",
                 extra={"configmap": self.ref, "namespaces": sorted(policy.namespaces)},
             )
-            self.on_change()
+            self.on_change(before, policy)
 
     def _deleted(self, old: JSON | None) -> None:
         with self._lock:

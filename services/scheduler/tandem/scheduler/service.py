@@ -17,7 +17,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.GetPlacementResponse:
         if not request.pod_namespace or not request.pod_name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_namespace and pod_name are required")
-        pod = self.controller.pods.get(f"{request.pod_namespace}/{request.pod_name}")
+        pod = self.controller.caches.pods.get(f"{request.pod_namespace}/{request.pod_name}")
         if pod is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -31,7 +31,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.ListPlacementsResponse:
         pods = [
             p
-            for p in self.controller.pods.items()
+            for p in self.controller.caches.pods.items()
             if not request.pod_namespace or p["metadata"]["namespace"] == request.pod_namespace
         ]
         pods.sort(key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))

@@ -23,8 +23,9 @@ JSON_KEY = "topology.json"
 
 
 class TopologySource:
-    def __init__(self, kube: KubeClient, ref: str, on_change: Callable[[], None]) -> None:
-        """`ref`: `namespace/name` of the syncer's topology ConfigMap ("" for none)."""
+    def __init__(self, kube: KubeClient, ref: str, on_change: Callable[[], None] = lambda: None) -> None:
+        """`ref`: `namespace/name` of the syncer's topology ConfigMap ("" for none). `on_change`: told
+        when the topology changed (tandem.scheduler.watches.register sets it)."""
         namespace, _, name = ref.partition("/")
         if ref and (not namespace or not name):
             raise ValueError(f"--topology-configmap must be NAMESPACE/NAME, got {ref!r}")

@@ -32,6 +32,7 @@ from tandem.syncer.topologysync import DEBOUNCE_SECONDS, TopologyConfig, Topolog
 from tandem.syncer.topologysync import KEY as TOPOLOGY_KEY
 from tandem.syncer.writes import LockWrites
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
+from tandem.watches import Watch, itself
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
@@ -168,21 +169,12 @@ def _lock_and_sync(
         jobtoken.KeyRing(cfg.job_key_file).values,
         TokenReviewer(token_review(kube)),
     )
-    cluster.on_slurm_node_changed = node_queue.add
-    mirror.on_node_changed = node_queue.add
-
-    def pods_changed(kube_node: str) -> None:
-        for slurm_node in facts.waiting_on(kube_node):
-            node_queue.add(slurm_node)
-
-    cluster.on_node_pods_changed = pods_changed
-
-    def pod_gone(pod: JSON) -> None:
-        for slurm_node in drained_for(mirror.nodes(), pod):
-            node_queue.add(slurm_node)
-
-    cluster.on_pod_gone = pod_gone
-    cluster.on_node_without_slurmd = lambda kube_node: node_queue.add(NODE_KEY_PREFIX + kube_node)
+    # What each change of Kubernetes or Slurm queues (tandem.watches): the Slurm nodes it concerns.
+    cluster.on_slurm_node_changed = Watch(node_queue, itself)
+    mirror.on_node_changed = Watch(node_queue, itself)
+    cluster.on_node_pods_changed = Watch(node_queue, facts.waiting_on)
+    cluster.on_pod_gone = Watch[JSON](node_queue, lambda pod: drained_for(mirror.nodes(), pod))
+    cluster.on_node_without_slurmd = Watch[str](node_queue, lambda kube_node: [NODE_KEY_PREFIX + kube_node])
     return servicer, facts, node_sync
 
 
