@@ -1118,3 +1118,23 @@ def test_a_job_that_ends_after_its_pod_went_queues_nothing_and_one_whose_pod_is_
     pods.pods[POD.key] = _pod(job_id="7")
     watches.on_job(POD, _status("COMPLETED"))
     assert len(watches.queue) == 1
+
+
+def test_a_bind_tells_how_many_reconciles_its_key_took() -> None:
+    """tandem_scheduler_reconciles_to_bind: how often a Pod's key woke before its bind (issue 40)."""
+
+    def observed(le: str) -> float:
+        return REGISTRY.sample("tandem_scheduler_reconciles_to_bind_bucket", le=le) or 0.0
+
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod(job_id="7")
+    pending = JobStatus(replace(_status("PENDING").job, nodes=(), state_reason=""))
+    jobs = _tracker(pending, hosts={"cpu-001": "node-001"})
+    controller, _, _ = _controller(pods, jobs)
+    two_before, three_before = observed("2.0"), observed("3.0")
+    controller.reconcile(POD.key)  # pending: nothing to do yet
+    jobs._apply(_status(started=True))
+    controller.reconcile(POD.key)  # started: bound, on the second look
+    assert observed("2.0") == two_before + 1
+    assert observed("3.0") == three_before + 1

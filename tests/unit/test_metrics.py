@@ -61,6 +61,7 @@ IMPORTED = {
     "tandem_scheduler_wakeups_total": "counter",
     "tandem_scheduler_wakeups_skipped_total": "counter",
     "tandem_scheduler_decisions_total": "counter",
+    "tandem_scheduler_reconciles_to_bind": "histogram",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")
 

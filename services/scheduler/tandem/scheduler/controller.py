@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,6 +65,14 @@ DECISIONS = REGISTRY.counter(
     "what reconciles decided, by action (Nothing: a wake-up that found nothing to do)",
     ["action"],
 )
+
+RECONCILES_TO_BIND = REGISTRY.histogram(
+    "tandem_scheduler_reconciles_to_bind",
+    "reconciles of a Pod's key (a group's, for a gang) from its first to its bind: how often it woke",
+    buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100),
+)
+# Keys whose reconciles are counted until their bind: the oldest are let go past this many.
+COUNTED_KEYS = 20_000
 
 # slurmrestd unreachable or overloaded: worth another try. Anything else is Slurm's answer.
 TRANSIENT_HTTP = (0, 502, 503, 504)
@@ -134,6 +144,9 @@ class Controller:
         # forget the echoes no reconcile comes for).
         self.assumed = assumed if assumed is not None else Assumed()
         self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="events")
+        # Key -> reconciles so far, until its bind (RECONCILES_TO_BIND).
+        self._reconciles: OrderedDict[str, int] = OrderedDict()
+        self._counting = threading.Lock()
         REGISTRY.gauge(
             "tandem_pods",
             "this scheduler's unfinished Pods: pending (not bound yet), bound, refused",
@@ -169,9 +182,23 @@ class Controller:
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
             raise NotYet("Slurm's KillWait is not known yet")
         self._forget_what_the_caches_show(key)
+        self._count_reconcile(key)
         observed, action = self.decision(key, kill_wait)
         DECISIONS.inc(action=type(action).__name__)
         return self._act(observed, action)
+
+    def _count_reconcile(self, key: str) -> None:
+        with self._counting:
+            self._reconciles[key] = self._reconciles.pop(key, 0) + 1
+            while len(self._reconciles) > COUNTED_KEYS:
+                self._reconciles.popitem(last=False)
+
+    def _bound_after(self, key: str) -> None:
+        """The key's members are all bound: how many reconciles it took."""
+        with self._counting:
+            count = self._reconciles.pop(key, None)
+        if count is not None:
+            RECONCILES_TO_BIND.observe(count)
 
     def decision(self, key: str, kill_wait: KillWait | None = None) -> tuple[d.Observed, d.Action]:
         """What to do for a key: decided on a snapshot, judged against every Node only when the
@@ -486,6 +513,7 @@ class Controller:
                     if str(m["metadata"]["uid"]) not in bound and not (m.get("spec") or {}).get("nodeName")
                 ]
                 if not unbound:
+                    self._bound_after(o.key)
                     where = f", {action.landed}" if action.landed else ""
                     self._group_status(
                         group,
