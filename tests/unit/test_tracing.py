@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -170,3 +171,20 @@ def test_the_prolog_reads_the_context_from_the_jobs_extra(extra: str, found: str
 
 def test_tracing_is_off_without_an_endpoint() -> None:
     assert tracing.setup("unit", "") is False
+
+
+def test_with_tracing_off_a_span_without_a_callers_context_is_no_new_span(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracing, "_provider", None)
+    exporter.clear()
+    before = trace.get_current_span()
+    with tracing.span("submit placeholder job") as current:
+        assert current is before
+    assert exporter.get_finished_spans() == ()
+
+
+def test_with_tracing_off_a_callers_context_still_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "_provider", None)
+    with tracing.span("hop", parent={"traceparent": TRACEPARENT}):
+        assert TRACE_ID in tracing.current_traceparent()
