@@ -1,0 +1,148 @@
+"""BENCHMARKS.md, written from the recorded runs (bench/results/*.jsonl, kept by bench/record.py):
+each table row is one run, naming its commit, its date and the stack it ran on, so a reader can
+run the same command and compare.
+
+    .venv/bin/python bench/report.py            # writes BENCHMARKS.md at the repository's root
+    .venv/bin/python bench/report.py --check    # fails when BENCHMARKS.md is not what the runs say
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.record import RESULTS
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "BENCHMARKS.md"
+
+# The figures each kind of run shows, in order: (JSON key, column title, format).
+Column = tuple[str, str, str]
+SCHEDULE: Sequence[Column] = (
+    ("bare_rate", "bare Slurm jobs/s", "{:.1f}"),
+    ("tandem_rate", "Tandem Pods/s", "{:.1f}"),
+    ("limit_ratio", "of this machine's limit", "{:.2f}"),
+    ("bare_p50", "bare p50 s", "{:.2f}"),
+    ("tandem_p50", "Tandem p50 s", "{:.2f}"),
+    ("bare_p99", "bare p99 s", "{:.2f}"),
+    ("tandem_p99", "Tandem p99 s", "{:.2f}"),
+    ("own_cpu_ms_per_pod", "Tandem CPU ms/Pod", "{:.1f}"),
+    ("api_requests_per_pod", "API requests/Pod", "{:.2f}"),
+)
+SCALE: Sequence[Column] = (
+    ("pods", "Pods", "{:d}"),
+    ("rate", "Pods bound/s", "{:.1f}"),
+    ("rate_vs_64", "vs 64 nodes", "{:.2f}"),
+    ("errors", "errors", "{}"),
+)
+COLUMNS: dict[str, Sequence[Column]] = {"burst": SCHEDULE, "half-load": SCHEDULE, "scale": SCALE}
+SECTIONS = {
+    "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
+    "half-load": "Half load: Pods offered at half the bare burst rate",
+    "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
+}
+
+
+def load(results: Path) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(results.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                runs.setdefault(str(record["name"]), []).append(record)
+    return runs
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def _columns(name: str, records: list[dict[str, Any]]) -> Sequence[Column]:
+    known = COLUMNS.get(name) or COLUMNS.get(name.split("-")[0])
+    if known:
+        return known
+    keys = [
+        k for k, v in records[-1]["result"].items() if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return [(k, k, "{}") for k in keys]
+
+
+def table(name: str, records: list[dict[str, Any]]) -> list[str]:
+    columns = _columns(name, records)
+    head = ["run", "commit", "date", "nodes", *(title for _, title, _ in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        result = r["result"]
+        cells = [
+            r.get("label") or "-",
+            f"`{r.get('commit') or '?'}`",
+            str(r.get("at", ""))[:10],
+            str(r.get("nodes") or "-"),
+            *(_cell(result.get(key), fmt) for key, _, fmt in columns),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(runs: dict[str, list[dict[str, Any]]]) -> str:
+    out = [
+        "# Benchmarks",
+        "",
+        "Written by `bench/report.py` from the runs `bench/record.py` kept in `bench/results/`: do not",
+        "edit by hand. Every row is one run, on the machine below, against bare Slurm on the same stack",
+        "in the same run where the benchmark has a bare phase: these machines are noisy, so compare",
+        "ratios within a run rather than figures across runs.",
+        "",
+    ]
+    machines = {json.dumps(r["machine"], sort_keys=True) for rs in runs.values() for r in rs}
+    out += ["## Machine", ""]
+    for m in sorted(machines):
+        d = json.loads(m)
+        out.append(
+            f"- {d.get('cpus')} CPUs ({d.get('cpu_model') or 'unknown model'}), {d.get('memory_gib')} GiB,"
+            f" Linux {d.get('kernel')}, Python {d.get('python')}"
+        )
+    out += [
+        "",
+        "The whole lab runs on it: kube-apiserver, etcd, the controllers, kwok as the Nodes' kubelets,",
+        "slurmctld, one slurmd per node, slurmrestd, slurmdbd and MariaDB, and Tandem's three services.",
+        "",
+    ]
+    for name in sorted(runs, key=lambda n: (list(SECTIONS).index(n) if n in SECTIONS else 99, n)):
+        records = runs[name]
+        out += [f"## {SECTIONS.get(name, name)}", "", *table(name, records), "", "Reproduce:", ""]
+        commands = sorted({" ".join(r["command"]) for r in records})
+        nodes = sorted({int(r["nodes"]) for r in records if r.get("nodes")})
+        up = f"NODES={nodes[0]} make up && " if nodes else "make up && "
+        out += ["```sh", *(up + c for c in commands), "```", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check", action="store_true", help="fail if the file is not what the runs say")
+    args = parser.parse_args()
+    text = render(load(args.results))
+    if args.check:
+        if not args.out.exists() or args.out.read_text() != text:
+            sys.exit(f"{args.out} is not what {args.results} says: run bench/report.py")
+        return
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

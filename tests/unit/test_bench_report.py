@@ -1,0 +1,90 @@
+"""BENCHMARKS.md is written from the recorded runs (bench/record.py, bench/report.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import record, report
+
+
+def _run(path: Path, name: str, label: str, result: dict[str, object]) -> None:
+    with (path / f"{name}.jsonl").open("a") as f:
+        f.write(
+            json.dumps(
+                {
+                    "name": name,
+                    "label": label,
+                    "nodes": 64,
+                    "command": [".venv/bin/python", "bench/schedule.py", "--n", "200"],
+                    "commit": "abc1234",
+                    "at": "2026-11-28T05:00:00+00:00",
+                    "machine": {
+                        "cpus": 2,
+                        "cpu_model": "AMD EPYC",
+                        "memory_gib": 23.5,
+                        "kernel": "6",
+                        "python": "3.11",
+                    },
+                    "result": result,
+                }
+            )
+            + "\n"
+        )
+
+
+def test_every_run_is_a_row_naming_its_commit_and_figures(tmp_path: Path) -> None:
+    _run(tmp_path, "burst", "before", {"tandem_rate": 15.03, "bare_rate": 25.78, "own_cpu_ms_per_pod": 26.05})
+    _run(tmp_path, "burst", "after", {"tandem_rate": 17.5, "bare_rate": 25.0, "own_cpu_ms_per_pod": 12.0})
+    text = report.render(report.load(tmp_path))
+    rows = [line for line in text.splitlines() if line.startswith("| before") or line.startswith("| after")]
+    assert len(rows) == 2
+    assert "15.0" in rows[0] and "26.1" in rows[0] and "`abc1234`" in rows[0]
+    assert "12.0" in rows[1]
+    assert "2 CPUs (AMD EPYC), 23.5 GiB" in text
+    assert "NODES=64 make up && .venv/bin/python bench/schedule.py --n 200" in text
+
+
+def test_a_run_of_an_unknown_kind_shows_its_numbers(tmp_path: Path) -> None:
+    _run(tmp_path, "gang", "", {"gangs_per_s": 3.5, "ok": True})
+    text = report.render(report.load(tmp_path))
+    assert "gangs_per_s" in text and "3.5" in text and "ok" not in text.split("## gang")[1].split("\n")[2]
+
+
+def test_the_last_json_line_is_the_result() -> None:
+    assert record.last_json('table\n{"a": 1}\na note after it\n') == {"a": 1}
+    assert record.last_json('{"a": 1}\n{"b": 2}\n') == {"b": 2}
+    assert record.last_json("no json here\n") is None
+
+
+def test_a_run_is_recorded_with_the_machine_and_nothing_when_it_fails(tmp_path: Path) -> None:
+    script = Path(record.__file__)
+    ok = [sys.executable, "-c", "print('table'); print('{\"tandem_rate\": 9.5}')"]
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--name",
+            "burst",
+            "--label",
+            "after",
+            "--results",
+            str(tmp_path),
+            "--",
+            *ok,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    failing = [sys.executable, "-c", "import sys; print('{\"x\": 1}'); sys.exit(3)"]
+    done = subprocess.run(
+        [sys.executable, str(script), "--name", "burst", "--results", str(tmp_path), "--", *failing],
+        capture_output=True,
+    )
+    assert done.returncode != 0
+    lines = (tmp_path / "burst.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    kept = json.loads(lines[0])
+    assert kept["label"] == "after" and kept["result"] == {"tandem_rate": 9.5} and kept["machine"]["cpus"]
