@@ -220,6 +220,8 @@ class Controller:
         for pod in members:
             if (pod.get("spec") or {}).get("nodeName"):
                 self.assumed.bound.forget(str(pod["metadata"]["uid"]))
+            if self.caches.dra is not None and self.caches.dra.extended_claim(pod) is not None:
+                self.assumed.made_claims.forget(str(pod["metadata"]["uid"]))  # the informer shows it
             uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
             if annotated is None:
                 continue
@@ -328,11 +330,7 @@ class Controller:
                     dra_served = frozenset(h for h in hosts.values() if self._serves_gpus_by_dra(h))
                     for pod in members:
                         uid = str(pod["metadata"]["uid"])
-                        made = self.caches.dra.extended_claim(pod)
-                        if made is not None:
-                            self.assumed.made_claims.forget(uid)
-                        else:
-                            made = self.assumed.made_claims.get(uid)
+                        made = self.caches.dra.extended_claim(pod) or self.assumed.made_claims.get(uid)
                         if made is not None:
                             extended_claims[uid] = made
             if job is not None and job.job.nodes and (any(g.requests for g in gpus.values()) or dra_served):
