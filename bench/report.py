@@ -93,6 +93,17 @@ def table(name: str, records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _portable(command: Sequence[str]) -> list[str]:
+    """The command as a reader runs it from a checkout of the row's commit: no environment
+    prefix, the repository's own virtualenv."""
+    args = list(command)
+    if args[:1] == ["env"]:
+        args = args[1:]
+        while args and "=" in args[0] and not args[0].startswith("-"):
+            args = args[1:]
+    return [".venv/bin/python" if a.endswith("/bin/python") else a for a in args]
+
+
 def render(runs: dict[str, list[dict[str, Any]]]) -> str:
     out = [
         "# Benchmarks",
@@ -119,8 +130,15 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
     ]
     for name in sorted(runs, key=lambda n: (list(SECTIONS).index(n) if n in SECTIONS else 99, n)):
         records = runs[name]
-        out += [f"## {SECTIONS.get(name, name)}", "", *table(name, records), "", "Reproduce:", ""]
-        commands = sorted({" ".join(r["command"]) for r in records})
+        out += [
+            f"## {SECTIONS.get(name, name)}",
+            "",
+            *table(name, records),
+            "",
+            "Reproduce (from a checkout of the row's commit):",
+            "",
+        ]
+        commands = sorted({" ".join(_portable(r["command"])) for r in records})
         nodes = sorted({int(r["nodes"]) for r in records if r.get("nodes")})
         up = f"NODES={nodes[0]} make up && " if nodes else "make up && "
         out += ["```sh", *(up + c for c in commands), "```", ""]
