@@ -244,3 +244,45 @@ def test_a_change_while_a_room_is_summed_is_not_lost() -> None:
     ledger = e.RoomLedger(pods_on)
     assert ledger.room("node-001").used == {}
     assert ledger.room("node-001").used["cpu"] == 4000
+
+
+def _versioned(n: dict[str, Any], version: str) -> dict[str, Any]:
+    n["metadata"]["resourceVersion"] = version
+    return n
+
+
+def test_pods_of_one_shape_are_judged_once_per_node_version_on_the_nodes_own_state() -> None:
+    verdicts = e.ShapeVerdicts()
+    taint = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
+    nodes = [_versioned(node("node-001", taints=[taint]), "5"), _versioned(node("node-002"), "6")]
+    hosts = {"cpu-001": "node-001", "cpu-002": "node-002"}
+
+    def fit(p: dict[str, Any], ns: list[dict[str, Any]]) -> e.Eligibility:
+        by_name = {n["metadata"]["name"]: n for n in ns}
+        return e.judge(p, {"cpu": 1000}, hosts, by_name, lambda _: e.room_of([]), verdicts=verdicts)
+
+    for _ in range(3):  # a burst of Pods from one template
+        assert fit(pod(), nodes).excluded == ("cpu-001",)
+    assert verdicts.worked_out == 2
+
+    tolerant = pod(tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    assert fit(tolerant, nodes).excluded == ()  # another shape: judged on its own
+    assert verdicts.worked_out == 4
+
+    # The taint goes: a new version of the Node, judged again; the other Node's verdict stays.
+    untainted = [_versioned(node("node-001"), "9"), nodes[1]]
+    assert fit(pod(), untainted).excluded == ()
+    assert verdicts.worked_out == 5
+
+
+def test_a_reused_verdict_still_leaves_the_room_to_each_pod() -> None:
+    verdicts = e.ShapeVerdicts()
+    nodes = {"node-001": _versioned(node("node-001", allocatable={"cpu": "2", "pods": "110"}), "3")}
+    hosts = {"cpu-001": "node-001"}
+    full = e.room_of([bound("node-001", cpu="2")])
+    empty = e.room_of([])
+    assert e.judge(pod(), {"cpu": 1000}, hosts, nodes, lambda _: empty, verdicts=verdicts).excluded == ()
+    refused = e.judge(pod(), {"cpu": 1000}, hosts, nodes, lambda _: full, verdicts=verdicts)
+    assert refused.excluded == ("cpu-001",)
+    assert "Insufficient cpu" in refused.message()
+    assert verdicts.worked_out == 1

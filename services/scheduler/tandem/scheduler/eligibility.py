@@ -23,6 +23,7 @@ affinity/selector, 4 node(s) had untolerated taint {dedicated: infer}.`
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -192,17 +193,21 @@ def judge(
     nodes: Mapping[str, JSON],
     room: Callable[[str], Room],
     dra: DraGpus | None = None,
+    verdicts: ShapeVerdicts | None = None,
 ) -> Eligibility:
     """The Slurm nodes out of reach for this Pod, each with the first reason it fails. `hosts`:
     every Slurm node -> the Node hosting its slurmd ("" none); `nodes`: the Nodes by name; both
     snapshots taken once per Pod (a locked lookup per Node was half a fit's cost at 1,000 Nodes).
-    `room`: what the Pods bound to a Node hold, a RoomLedger's."""
+    `room`: what the Pods bound to a Node hold, a RoomLedger's. What a Node's own state says is
+    reused for Pods of the same shape (`verdicts`)."""
     excluded: list[str] = []
     reasons: Counter[str] = Counter()
     by_dra = _by_dra(pod, requests, dra)
+    shape = shape_of(pod)
     for slurm_node, host in hosts.items():
         obj = nodes.get(host) if host else None
-        why = _why_not(pod, requests, obj, room(host) if obj is not None and host else NO_ROOM_TAKEN, by_dra)
+        taken = room(host) if obj is not None and host else NO_ROOM_TAKEN
+        why = _why_not(pod, requests, obj, taken, by_dra, shape, verdicts or _SHAPE_VERDICTS)
         if why:
             excluded.append(slurm_node)
             for reason in why:
@@ -220,27 +225,90 @@ def _by_dra(pod: JSON, requests: Mapping[str, int], dra: DraGpus | None) -> _ByD
     return _ByDra(dra.has_devices, gpus if isinstance(gpus, str) else "")
 
 
-def _why_not(
-    pod: JSON, requests: Mapping[str, int], node: JSON | None, room: Room, by_dra: _ByDra | None = None
-) -> list[str]:
-    if node is None:
-        return ["node(s) had no Node hosting their slurmd"]
+class ShapeVerdicts:
+    """What a Node's own state says of Pods of one shape, worked out once per version of the Node
+    (kube-scheduler's opportunistic batching, KEP-5598, in the small): a burst of Pods that
+    tolerate the same taints and select the same Nodes is judged once per Node on those, and each
+    Pod after the first only on the room left. A shape is the part of a Pod those checks read
+    (tolerations, nodeSelector, required node affinity); a Node's version is its resourceVersion.
+    Bounded: past `capacity` verdicts it starts over (a Node's new version leaves the old behind)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._verdicts: dict[tuple[str, str, str], str] = {}
+        self._lock = threading.Lock()
+        self.worked_out = 0  # verdicts computed rather than reused (tests, and to see it work)
+
+    def verdict(self, shape: str, pod: JSON, node: JSON) -> str:
+        """Why the Node refuses Pods of this shape ("" when nothing in its own state does)."""
+        meta = node["metadata"]
+        version = meta.get("resourceVersion")
+        if not version:
+            return _node_refuses(pod, node)
+        key = (shape, str(meta.get("name")), str(version))
+        found = self._verdicts.get(key)
+        if found is not None:
+            return found
+        why = _node_refuses(pod, node)
+        with self._lock:
+            if len(self._verdicts) >= self.capacity:
+                self._verdicts.clear()
+            self._verdicts[key] = why
+            self.worked_out += 1
+        return why
+
+
+_SHAPE_VERDICTS = ShapeVerdicts()
+
+
+def shape_of(pod: JSON) -> str:
+    """What of a Pod a Node's own state is judged against: its tolerations, nodeSelector and
+    required node affinity, as one string (equal for Pods of one template)."""
+    spec = pod.get("spec") or {}
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    parts = [spec.get("tolerations"), spec.get("nodeSelector"), affinity]
+    return json.dumps(parts, sort_keys=True, separators=(",", ":"))
+
+
+def _node_refuses(pod: JSON, node: JSON) -> str:
+    """The first reason a Node's own state (deletion, cordon, readiness, taints, labels) refuses
+    the Pod, "" when none does."""
     meta, spec, status = node["metadata"], node["spec"], node["status"]
     if meta.get("deletionTimestamp"):
-        return ["node(s) were being deleted"]
+        return "node(s) were being deleted"
     if spec.get("unschedulable"):
-        return ["node(s) were unschedulable"]
+        return "node(s) were unschedulable"
     if not status.get("ready"):
-        return ["node(s) were not ready"]
+        return "node(s) were not ready"
     for taint in spec.get("taints") or []:
         if (
             taint.get("effect") in _TAINT_EFFECTS
             and taint.get("key") != keys.LOCK_KEY
             and not _tolerated(pod, taint)
         ):
-            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+            return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
     if not _affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
-        return ["node(s) didn't match Pod's node affinity/selector"]
+        return "node(s) didn't match Pod's node affinity/selector"
+    return ""
+
+
+def _why_not(
+    pod: JSON,
+    requests: Mapping[str, int],
+    node: JSON | None,
+    room: Room,
+    by_dra: _ByDra | None = None,
+    shape: str | None = None,
+    verdicts: ShapeVerdicts = _SHAPE_VERDICTS,
+) -> list[str]:
+    if node is None:
+        return ["node(s) had no Node hosting their slurmd"]
+    refused = verdicts.verdict(shape, pod, node) if shape is not None else _node_refuses(pod, node)
+    if refused:
+        return [refused]
+    meta, status = node["metadata"], node["status"]
     allocatable = status.get("allocatable") or {}
     if by_dra is not None and not (
         extended.served_by_dra(allocatable) and by_dra.has_devices(str(meta.get("name")))

@@ -13,12 +13,14 @@ A Pod in a PodGroup with the basic policy, or in no group, is placed alone: its 
 
 A group's key is `<namespace>/pg:<PodGroup>`, `<namespace>/cpg:<CompositePodGroup>` or
 `<namespace>/lws:<LWS>:<group index>`: the same string names its placeholder job
-(tandem.placeholder), so a restarted scheduler finds the job. A Pod names its PodGroup only: the
-controller finds the composite a PodGroup belongs to (`placement_key`).
+(tandem.placeholder), so a restarted scheduler finds the job, and it is the work queue's key. Read
+as a `GroupKey` (parsed once per distinct key, remembered), never taken apart by hand. A Pod names
+its PodGroup only: the controller finds the composite a PodGroup belongs to (`placement_key`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -32,6 +34,52 @@ _COMPOSITE = "cpg"
 _LWS = "lws"
 # The components of a LeaderWorkerSet group whose leader differs from its workers.
 LEADER, WORKERS = "leader", "workers"
+_KINDS = (_PODGROUP, _COMPOSITE, _LWS)
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A group's key, typed: what kind of group, in which namespace, named what."""
+
+    namespace: str
+    kind: str  # _PODGROUP, _COMPOSITE or _LWS
+    name: str  # the PodGroup's, the CompositePodGroup's or the LeaderWorkerSet's
+    index: str = ""  # a LeaderWorkerSet's group index
+
+    @staticmethod
+    def parse(key: str) -> GroupKey | None:
+        """The group `key` names, or None for a Pod's own key (a Pod placed alone)."""
+        return _parse(key)
+
+    def __str__(self) -> str:
+        tail = f"{GROUP_SEPARATOR}{self.index}" if self.kind == _LWS else ""
+        return f"{self.namespace}/{self.kind}{GROUP_SEPARATOR}{self.name}{tail}"
+
+    @property
+    def object_key(self) -> str | None:
+        """`ns/name` of the PodGroup or CompositePodGroup it is; None for a LeaderWorkerSet group."""
+        return None if self.kind == _LWS else f"{self.namespace}/{self.name}"
+
+    @property
+    def title(self) -> str:
+        """How Events and conditions name it."""
+        if self.kind == _PODGROUP:
+            return f"PodGroup {self.namespace}/{self.name}"
+        if self.kind == _COMPOSITE:
+            return f"CompositePodGroup {self.namespace}/{self.name}"
+        return f"LeaderWorkerSet {self.namespace}/{self.name} group {self.index}"
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(key: str) -> GroupKey | None:
+    namespace, _, name = key.partition("/")
+    kind, separator, rest = name.partition(GROUP_SEPARATOR)
+    if not separator or kind not in _KINDS:
+        return None
+    if kind == _LWS:
+        lws, _, index = rest.partition(GROUP_SEPARATOR)
+        return GroupKey(namespace, kind, lws, index)
+    return GroupKey(namespace, kind, rest)
 
 
 def group_name(pod: JSON) -> str | None:
@@ -58,16 +106,14 @@ def is_group_key(key: str) -> bool:
 
 def podgroup_key(key: str) -> str | None:
     """`ns/pg:name` -> `ns/name` (the PodGroup object's key); None for other groups."""
-    namespace, _, name = key.partition("/")
-    kind, _, rest = name.partition(GROUP_SEPARATOR)
-    return f"{namespace}/{rest}" if kind == _PODGROUP else None
+    group = _parse(key)
+    return group.object_key if group is not None and group.kind == _PODGROUP else None
 
 
 def composite_key(key: str) -> str | None:
     """`ns/cpg:name` -> `ns/name` (the CompositePodGroup object's key); None for other groups."""
-    namespace, _, name = key.partition("/")
-    kind, _, rest = name.partition(GROUP_SEPARATOR)
-    return f"{namespace}/{rest}" if kind == _COMPOSITE else None
+    group = _parse(key)
+    return group.object_key if group is not None and group.kind == _COMPOSITE else None
 
 
 def names_an_object(key: str) -> bool:
@@ -77,12 +123,12 @@ def names_an_object(key: str) -> bool:
 
 def key_of_podgroup(podgroup: JSON) -> str:
     meta = podgroup.get("metadata") or {}
-    return f"{meta.get('namespace')}/{_PODGROUP}{GROUP_SEPARATOR}{meta.get('name')}"
+    return str(GroupKey(str(meta.get("namespace")), _PODGROUP, str(meta.get("name"))))
 
 
 def key_of_composite(composite: JSON) -> str:
     meta = composite.get("metadata") or {}
-    return f"{meta.get('namespace')}/{_COMPOSITE}{GROUP_SEPARATOR}{meta.get('name')}"
+    return str(GroupKey(str(meta.get("namespace")), _COMPOSITE, str(meta.get("name"))))
 
 
 def parent_of(podgroup: JSON | None) -> str:
@@ -109,7 +155,7 @@ def placement_key(
     composite = composite_of(f"{namespace}/{parent}")
     if composite is not None and _gang(composite) is None:
         return key  # a basic composite: each child is placed as a group of its own
-    return f"{namespace}/{_COMPOSITE}{GROUP_SEPARATOR}{parent}"
+    return str(GroupKey(namespace, _COMPOSITE, parent))
 
 
 @dataclass(frozen=True)
@@ -151,23 +197,22 @@ class Group:
         return not self.ref.is_group
 
     @property
+    def typed_key(self) -> GroupKey | None:
+        """The key, typed; None for a Pod placed alone."""
+        return _parse(self.ref.key)
+
+    @property
     def title(self) -> str:
         """How Events and conditions name it."""
-        if self.alone:
-            return f"Pod {self.ref.key}"
-        kind, _, rest = self.ref.name.partition(GROUP_SEPARATOR)
-        if kind == _PODGROUP:
-            return f"PodGroup {self.ref.namespace}/{rest}"
-        if kind == _COMPOSITE:
-            return f"CompositePodGroup {self.ref.namespace}/{rest}"
-        lws, _, index = rest.partition(GROUP_SEPARATOR)
-        return f"LeaderWorkerSet {self.ref.namespace}/{lws} group {index}"
+        typed = self.typed_key
+        return f"Pod {self.ref.key}" if typed is None else typed.title
 
     def component_of(self, pod: JSON) -> int:
         """Which component a member belongs to (-1: none of them); 0 for a homogeneous group."""
         if not self.components:
             return 0
-        if self.ref.name.startswith(f"{_LWS}{GROUP_SEPARATOR}"):
+        typed = self.typed_key
+        if typed is not None and typed.kind == _LWS:
             return 0 if _is_leader(pod) else 1
         podgroup = str(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "")
         return next((i for i, c in enumerate(self.components) if c.name == podgroup), -1)
@@ -237,9 +282,9 @@ def resolve_composite(
 def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:
     """The group behind a key, or None when its Pods are placed one by one (a basic policy)."""
     namespace, _, name = key.partition("/")
-    kind, _, _ = name.partition(GROUP_SEPARATOR)
-    if kind == _PODGROUP:
-        pg_key = podgroup_key(key)
+    typed = _parse(key)
+    if typed is not None and typed.kind == _PODGROUP:
+        pg_key = typed.object_key
         podgroup = podgroup_of(pg_key) if pg_key else None
         if podgroup is None:
             title = f"PodGroup {pg_key}"

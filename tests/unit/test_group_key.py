@@ -1,0 +1,54 @@
+"""A group's key read as a GroupKey: what kind of group it names, round trip to the same string
+(the placeholder job's name and the work queue's key), and how Events name it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tandem.scheduler import groups
+from tandem.scheduler.groups import GroupKey
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "name", "index", "object_key", "title"),
+    [
+        ("team-a/pg:train", "pg", "train", "", "team-a/train", "PodGroup team-a/train"),
+        ("team-a/cpg:disagg", "cpg", "disagg", "", "team-a/disagg", "CompositePodGroup team-a/disagg"),
+        ("team-a/lws:serve:3", "lws", "serve", "3", None, "LeaderWorkerSet team-a/serve group 3"),
+    ],
+)
+def test_a_group_key_reads_as_what_it_names_and_back(
+    key: str, kind: str, name: str, index: str, object_key: str | None, title: str
+) -> None:
+    typed = GroupKey.parse(key)
+    assert typed == GroupKey("team-a", kind, name, index)
+    assert str(typed) == key
+    assert typed.object_key == object_key
+    assert typed.title == title
+
+
+@pytest.mark.parametrize("key", ["team-a/web-0", "team-a/x:y", "", "team-a/"])
+def test_a_pods_own_key_or_an_unknown_kind_is_no_group(key: str) -> None:
+    assert GroupKey.parse(key) is None
+
+
+def test_the_object_keys_come_from_the_typed_key() -> None:
+    assert groups.podgroup_key("ns/pg:a") == "ns/a"
+    assert groups.podgroup_key("ns/cpg:a") is None
+    assert groups.composite_key("ns/cpg:a") == "ns/a"
+    assert groups.composite_key("ns/lws:a:0") is None
+    assert groups.podgroup_key("ns/pod-a") is None
+
+
+def test_keys_made_from_objects_parse_back_to_them() -> None:
+    podgroup = {"metadata": {"namespace": "ns", "name": "train"}}
+    composite = {"metadata": {"namespace": "ns", "name": "disagg"}}
+    assert GroupKey.parse(groups.key_of_podgroup(podgroup)) == GroupKey("ns", "pg", "train")
+    assert GroupKey.parse(groups.key_of_composite(composite)) == GroupKey("ns", "cpg", "disagg")
+
+
+def test_a_group_titles_itself_from_its_key() -> None:
+    group = groups.resolve("ns/lws:serve:1", [], lambda _: None)
+    assert group is not None
+    assert group.title == "LeaderWorkerSet ns/serve group 1"
+    assert groups.alone("ns/web-0", None).title == "Pod ns/web-0"
