@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+import orjson
+
 Params = Mapping[str, str | Sequence[str]]
 
 # Connections kept idle at most, and open at once at most (httpx's limits the clients had).
@@ -80,7 +82,8 @@ class Response:
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return jsonlib.loads(self.content)
+        # orjson: a third of stdlib json's CPU on the API server's and slurmrestd's answers.
+        return orjson.loads(self.content)
 
     def read(self) -> bytes:
         if self._content is None:

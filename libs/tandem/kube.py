@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tandem import httpwire, kubeconfig
 from tandem.metrics import REGISTRY
 
@@ -334,7 +336,7 @@ class KubeClient:
             try:
                 for line in r.iter_lines():
                     if line:
-                        yield json.loads(line)
+                        yield orjson.loads(line)  # a third of json.loads's CPU (issue 40)
             except httpwire.HttpError as e:
                 raise KubeError(0, "Unreachable", f"WATCH {path}: {e}") from e
 
