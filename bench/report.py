@@ -39,11 +39,41 @@ SCALE: Sequence[Column] = (
     ("rate_vs_64", "vs 64 nodes", "{:.2f}"),
     ("errors", "errors", "{}"),
 )
-COLUMNS: dict[str, Sequence[Column]] = {"burst": SCHEDULE, "half-load": SCHEDULE, "scale": SCALE}
+# A gang run is a row per group size (its result's "sizes"); "het" is the heterogeneous row.
+GANG: Sequence[Column] = (
+    ("size", "members (nodes)", "{}"),
+    ("bare_p50", "bare Slurm job p50 s", "{:.2f}"),
+    ("tandem_p50", "Tandem gang p50 s", "{:.2f}"),
+    ("bare_max", "bare max s", "{:.2f}"),
+    ("tandem_max", "Tandem max s", "{:.2f}"),
+    ("runs", "runs", "{}"),
+)
+TOPOLOGY: Sequence[Column] = (
+    ("gangs", "gangs of 2-8", "{}"),
+    ("share_in_one_domain", "Tandem gangs in one rack", "{:.2f}"),
+    ("bare_p50", "bare p50 s", "{:.2f}"),
+    ("tandem_p50", "Tandem p50 s", "{:.2f}"),
+    ("bare_p99", "bare p99 s", "{:.2f}"),
+    ("tandem_p99", "Tandem p99 s", "{:.2f}"),
+    ("big_gang_bare.seconds", "big gang bare start s", "{:.2f}"),
+    ("big_gang_tandem.seconds", "big gang Tandem start s", "{:.2f}"),
+    ("big_gang_tandem.racks_touched", "racks Tandem's big gang preempted in", "{}"),
+)
+COLUMNS: dict[str, Sequence[Column]] = {
+    "burst": SCHEDULE,
+    "half-load": SCHEDULE,
+    "scale": SCALE,
+    "gang": GANG,
+    "topology": TOPOLOGY,
+}
+# Runs whose result holds one row per element of a list.
+ROWS_OF = {"gang": "sizes"}
 SECTIONS = {
     "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
     "half-load": "Half load: Pods offered at half the bare burst rate",
     "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
+    "gang": "Gangs: a group placed as one Slurm job, against a bare multi-node job",
+    "topology": "Topology: gangs asking for one rack among churn, and a big gang freeing a rack",
 }
 
 
@@ -66,6 +96,21 @@ def _cell(value: Any, fmt: str) -> str:
         return str(value)
 
 
+def _value(result: dict[str, Any], key: str) -> Any:
+    """`key` of the result; `a.b` reads b of the object under a."""
+    value: Any = result
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _rows(name: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    listed = ROWS_OF.get(name.split("-")[0])
+    if listed is None:
+        return [result]
+    return [{**result, **row} for row in result.get(listed) or [] if isinstance(row, dict)] or [result]
+
+
 def _columns(name: str, records: list[dict[str, Any]]) -> Sequence[Column]:
     known = COLUMNS.get(name) or COLUMNS.get(name.split("-")[0])
     if known:
@@ -81,15 +126,15 @@ def table(name: str, records: list[dict[str, Any]]) -> list[str]:
     head = ["run", "commit", "date", "nodes", *(title for _, title, _ in columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
-        result = r["result"]
-        cells = [
-            r.get("label") or "-",
-            f"`{r.get('commit') or '?'}`",
-            str(r.get("at", ""))[:10],
-            str(r.get("nodes") or "-"),
-            *(_cell(result.get(key), fmt) for key, _, fmt in columns),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for result in _rows(name, r["result"]):
+            cells = [
+                r.get("label") or "-",
+                f"`{r.get('commit') or '?'}`",
+                str(r.get("at", ""))[:10],
+                str(r.get("nodes") or "-"),
+                *(_cell(_value(result, key), fmt) for key, _, fmt in columns),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

@@ -48,9 +48,43 @@ def test_every_run_is_a_row_naming_its_commit_and_figures(tmp_path: Path) -> Non
 
 
 def test_a_run_of_an_unknown_kind_shows_its_numbers(tmp_path: Path) -> None:
-    _run(tmp_path, "gang", "", {"gangs_per_s": 3.5, "ok": True})
+    _run(tmp_path, "soak", "", {"gangs_per_s": 3.5, "ok": True})
     text = report.render(report.load(tmp_path))
-    assert "gangs_per_s" in text and "3.5" in text and "ok" not in text.split("## gang")[1].split("\n")[2]
+    assert "gangs_per_s" in text and "3.5" in text and "ok" not in text.split("## soak")[1].split("\n")[2]
+
+
+def test_a_gang_run_is_a_row_per_group_size(tmp_path: Path) -> None:
+    sizes = [
+        {"size": 2, "bare_p50": 0.61, "tandem_p50": 0.83, "bare_max": 0.7, "tandem_max": 1.0, "runs": 5},
+        {
+            "size": "het 1+3",
+            "bare_p50": 0.9,
+            "tandem_p50": 1.25,
+            "bare_max": 1.0,
+            "tandem_max": 1.4,
+            "runs": 5,
+        },
+    ]
+    _run(tmp_path, "gang", "after", {"sizes": sizes, "target_met": True})
+    section = report.render(report.load(tmp_path)).split("## Gangs")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| after")]
+    assert len(rows) == 2
+    assert "| 2 | 0.61 | 0.83 |" in rows[0]
+    assert "| het 1+3 | 0.90 | 1.25 |" in rows[1]
+
+
+def test_a_topology_run_shows_the_big_gangs_figures(tmp_path: Path) -> None:
+    result = {
+        "gangs": 21,
+        "share_in_one_domain": 1.0,
+        "tandem_p50": 1.5,
+        "big_gang_bare": {"seconds": 2.5, "racks_touched": 3},
+        "big_gang_tandem": {"seconds": 3.1, "racks_touched": 1},
+    }
+    _run(tmp_path, "topology", "after", result)
+    section = report.render(report.load(tmp_path)).split("## Topology")[1]
+    (row,) = [line for line in section.splitlines() if line.startswith("| after")]
+    assert row.endswith("| 21 | 1.00 | - | 1.50 | - | - | 2.50 | 3.10 | 1 |")
 
 
 def test_the_last_json_line_is_the_result() -> None:
