@@ -3,6 +3,7 @@ the watches read them in, the indexes the informers keep, and the key each Pod i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,7 +50,7 @@ class ObjectCache(Protocol):
 class NodeCache(ObjectCache, Protocol):
     """The Node informer: read by key, and copied whole for judging a fit against every Node."""
 
-    def snapshot(self) -> dict[str, JSON]: ...
+    def snapshot(self) -> Mapping[str, JSON]: ...
 
 
 class IndexedCache(ObjectCache, Protocol):

@@ -394,8 +394,8 @@ class Controller:
         if cluster is None:
             return None
         fits: dict[str, eligibility.Eligibility] = {}
-        hosts: dict[str, str] | None = None
-        nodes: dict[str, JSON] = {}
+        hosts: Mapping[str, str] | None = None
+        nodes: Mapping[str, JSON] = {}
         for pod in members:
             if not _may_need_a_fit(pod, job):
                 continue

@@ -70,6 +70,15 @@ def slim_node(node: JSON) -> JSON:
     }
 
 
+def same_node(cached: JSON, new: JSON) -> bool:
+    """Two slim Nodes that differ at most in resourceVersion: the Node's informer keeps the
+    cached one (a lock, an unlock or a heartbeat changes nothing a fit reads)."""
+    if cached.get("spec") != new.get("spec") or cached.get("status") != new.get("status"):
+        return False
+    a, b = cached.get("metadata") or {}, new.get("metadata") or {}
+    return all(a.get(k) == b.get(k) for k in a.keys() | b.keys() if k != "resourceVersion")
+
+
 def slim_bound_pod(pod: JSON) -> JSON:
     """What the scheduler keeps of a Pod bound to a Node: where, its labels, what it requests."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
@@ -230,30 +239,27 @@ class ShapeVerdicts:
     (kube-scheduler's opportunistic batching, KEP-5598, in the small): a burst of Pods that
     tolerate the same taints and select the same Nodes is judged once per Node on those, and each
     Pod after the first only on the room left. A shape is the part of a Pod those checks read
-    (tolerations, nodeSelector, required node affinity); a Node's version is its resourceVersion.
-    Bounded: past `capacity` verdicts it starts over (a Node's new version leaves the old behind)."""
+    (tolerations, nodeSelector, required node affinity); a Node's version is the very object the
+    Node informer holds (it keeps one object while only the resourceVersion moves: same_node).
+    Bounded: past `capacity` verdicts it starts over."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._verdicts: dict[tuple[str, str, str], str] = {}
+        self._verdicts: dict[tuple[str, str], tuple[JSON, str]] = {}
         self._lock = threading.Lock()
         self.worked_out = 0  # verdicts computed rather than reused (tests, and to see it work)
 
     def verdict(self, shape: str, pod: JSON, node: JSON) -> str:
         """Why the Node refuses Pods of this shape ("" when nothing in its own state does)."""
-        meta = node["metadata"]
-        version = meta.get("resourceVersion")
-        if not version:
-            return _node_refuses(pod, node)
-        key = (shape, str(meta.get("name")), str(version))
+        key = (shape, str(node["metadata"].get("name")))
         found = self._verdicts.get(key)
-        if found is not None:
-            return found
+        if found is not None and found[0] is node:
+            return found[1]
         why = _node_refuses(pod, node)
         with self._lock:
             if len(self._verdicts) >= self.capacity:
                 self._verdicts.clear()
-            self._verdicts[key] = why
+            self._verdicts[key] = (node, why)  # holding the Node keeps its identity its own
             self.worked_out += 1
         return why
 

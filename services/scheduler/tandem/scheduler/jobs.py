@@ -9,8 +9,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Protocol
 
 import grpc
@@ -59,6 +60,7 @@ class JobTracker:
         self._by_node: defaultdict[str, set[int]] = defaultdict(set)
         # Slurm node -> the Kubernetes Node hosting its slurmd Pod, as the syncer publishes it.
         self._kube_nodes: dict[str, str] = {}
+        self._kube_nodes_view: Mapping[str, str] | None = None
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._gone_at: dict[int, float] = {}
@@ -103,10 +105,13 @@ class JobTracker:
         with self._lock:
             return self._kube_nodes.get(slurm_node) or None
 
-    def kube_nodes(self) -> dict[str, str]:
-        """Every published Slurm node -> the Node hosting it ("" none yet): a copy."""
+    def kube_nodes(self) -> Mapping[str, str]:
+        """Every published Slurm node -> the Node hosting it ("" none yet): read-only, copied once
+        per change of the mapping and shared until the next (a fit reads it once per Pod)."""
         with self._lock:
-            return dict(self._kube_nodes)
+            if self._kube_nodes_view is None:
+                self._kube_nodes_view = MappingProxyType(dict(self._kube_nodes))
+            return self._kube_nodes_view
 
     def in_phase_for(self, job_id: int) -> float:
         """Seconds since the stream first showed the job in its current phase (pending,
@@ -200,7 +205,9 @@ class JobTracker:
     def _record_node(self, node: Node, kube_node: str) -> bool:
         """Whether a Pod waiting to bind on the node should look again. Lock held."""
         before = self._kube_nodes.get(node.name)
-        self._kube_nodes[node.name] = kube_node
+        if before != kube_node:
+            self._kube_nodes[node.name] = kube_node
+            self._kube_nodes_view = None
         # Moved, or known at last: a Pod waiting to bind there looks again now (in the first
         # snapshot every node is new, and the runner looks at every Pod once it starts anyway).
         known_at_last = before is None and bool(kube_node) and self._synced.is_set()

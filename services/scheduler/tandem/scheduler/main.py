@@ -194,6 +194,7 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings) -> Informers:
             ["/api/v1/nodes"],
             {},
             transform=eligibility.slim_node,
+            same=eligibility.same_node,
         ),
         bound=Informer(
             kube,
