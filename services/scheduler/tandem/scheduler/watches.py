@@ -271,8 +271,11 @@ class SchedulerWatches:
         if old is None or new is None:
             return True
         uid = str(new["metadata"]["uid"])
-        before, after = _decision_view(old), _decision_view(new)
         recorded = self.assumed.recorded.get(uid)
+        bound = self.assumed.bound.get(uid)
+        if recorded is None and bound is None:
+            return True  # nothing of ours awaits its echo (most updates): no views to build
+        before, after = _decision_view(old), _decision_view(new)
         if (
             recorded is not None
             and d.recorded_job_id(new) == recorded != d.recorded_job_id(old)
@@ -281,7 +284,6 @@ class SchedulerWatches:
             self.assumed.recorded.forget(uid)
             SKIPPED.inc(why="own write shown")
             return False
-        bound = self.assumed.bound.get(uid)
         if (
             bound is not None
             and _node_name(new) == bound
