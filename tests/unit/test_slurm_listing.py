@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tandem.slurm.listing import Listing, ListingError
+from tandem.slurm.listing import Listing, ListingError, WholeListing
 
 ANSWER = {
     "meta": {"plugin": {"type": "openapi/slurmctld"}, "slurm": {"release": "24.11.5"}},
@@ -125,3 +125,26 @@ def test_a_big_element_in_small_chunks_is_decoded_a_few_times_not_once_a_chunk(
     monkeypatch.setattr(module, "_DECODER", Counting())
     assert list(Listing(_chunks(text, 256), "jobs")) == [job]
     assert tries < 30, f"{tries} decodes of a {len(text)}-character answer read 256 at a time"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(ANSWER),
+        json.dumps({"jobs": [], "warnings": [{"description": "no changes since"}]}),
+        json.dumps({"meta": {}, "jobs": "not a list"}),
+        "",
+        "  \n",
+    ],
+)
+def test_a_small_answer_read_whole_reads_as_the_streamed_one(body: str) -> None:
+    streamed = Listing(_chunks(body, 7), "jobs")
+    whole = WholeListing(body.encode(), "jobs")
+    assert list(whole) == list(streamed)
+    assert (whole.rest, whole.empty) == (streamed.rest, streamed.empty)
+
+
+@pytest.mark.parametrize("body", ['{"jobs": [1, 2', "[1, 2]", '{"jobs": [1]} tail'])
+def test_a_bad_answer_read_whole_is_a_listing_error(body: str) -> None:
+    with pytest.raises(ListingError):
+        list(WholeListing(body.encode(), "jobs"))

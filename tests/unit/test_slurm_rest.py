@@ -17,7 +17,7 @@ import pytest
 from tandem import settings
 from tandem.metrics import REGISTRY
 from tandem.settings import ClusterSettings
-from tandem.slurm import jwt
+from tandem.slurm import jwt, listing, rest
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenFile, TokenFileError, TokenSource
@@ -512,6 +512,31 @@ def test_list_jobs_changed_returns_parsed_jobs(make_client: MakeClient) -> None:
     assert [j.job_id for j in jobs] == [12, 13]
     assert jobs[0].state == "PENDING"
     assert jobs[0].state_reason == "Resources"
+
+
+@pytest.mark.parametrize(("whole_up_to", "read_whole"), [(1 << 20, True), (100, False)])
+def test_a_small_listing_is_decoded_whole_and_a_large_one_as_it_arrives(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch, whole_up_to: int, read_whole: bool
+) -> None:
+    used: list[str] = []
+
+    class SeenWhole(listing.WholeListing):
+        def __iter__(self) -> Iterator[Any]:
+            used.append("whole")
+            return super().__iter__()
+
+    class SeenStreamed(listing.Listing):
+        def __iter__(self) -> Iterator[Any]:
+            used.append("streamed")
+            return super().__iter__()
+
+    monkeypatch.setattr(rest, "WHOLE_ANSWER_BYTES", whole_up_to)
+    monkeypatch.setattr(rest, "WholeListing", SeenWhole)
+    monkeypatch.setattr(rest, "Listing", SeenStreamed)
+    client, _ = make_client(lambda request: _ok({"jobs": [V40_JOB, {**V40_JOB, "job_id": 13}]}))
+    jobs = client.list_jobs(changed_since=1_700_000_000)
+    assert [j.job_id for j in jobs or []] == [12, 13]
+    assert used == ["whole" if read_whole else "streamed"]
 
 
 def test_list_jobs_without_changed_since_asks_for_everything(make_client: MakeClient) -> None:

@@ -6,7 +6,11 @@ slurmctld keeps for MinJobAge in a busy minute) are ~70 MB of pretty-printed JSO
 dicts, for a reader that keeps a few hundred bytes of each. Here only the text of the element being
 decoded is held; each element is handed on and dropped. The stdlib decoder does the parsing
 (`JSONDecoder.raw_decode`, in C); this module only finds where elements begin and asks for more
-text when one is cut off."""
+text when one is cut off.
+
+An answer whose whole size is known and small (`whole_listing`: a poll's jobs changed since the
+last, most of the time) is decoded at once by orjson instead, at a third of the CPU: its dicts are
+a bounded, small peak."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import orjson
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -23,6 +29,10 @@ _COMPACT_AT = 1 << 16
 
 class ListingError(ValueError):
     """The answer is not a JSON object, or is cut off."""
+
+
+# The largest answer decoded whole (its dicts are ~2-3 times its JSON).
+WHOLE_ANSWER_BYTES = 2 << 20
 
 
 class Listing:
@@ -133,3 +143,34 @@ class Listing:
                 return True
         self._ended = True
         return got > 0
+
+
+class WholeListing:
+    """A listing whose body was read whole: the same reading as `Listing` (its elements, then
+    `rest`, `empty`), decoded at once."""
+
+    def __init__(self, body: bytes, key: str) -> None:
+        self._body = body
+        self._key = key
+        self.rest: dict[str, Any] = {}
+        self.empty = False
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._body.strip():
+            self.empty = True
+            return
+        try:
+            answer = orjson.loads(self._body)
+        except orjson.JSONDecodeError as e:
+            raise ListingError(f"answer cut off or not JSON: {e}") from e
+        self._body = b""
+        if not isinstance(answer, dict):
+            raise ListingError("the answer is not a JSON object")
+        elements = answer.pop(self._key, None)
+        self.rest = answer
+        if elements is None:
+            return
+        if not isinstance(elements, list):
+            self.rest[self._key] = elements
+            return
+        yield from elements

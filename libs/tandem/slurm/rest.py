@@ -19,7 +19,7 @@ from tandem.settings import ClusterAccess
 from tandem.slurm import jwt
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.hostlist import split_items
-from tandem.slurm.listing import Listing
+from tandem.slurm.listing import WHOLE_ANSWER_BYTES, Listing, WholeListing
 from tandem.slurm.models import Job, JobSpec, Node
 
 log = logging.getLogger(__name__)
@@ -338,7 +338,12 @@ class SlurmRestClient:
         try:
             if r.status_code == 304:
                 return None
-            listing = Listing(r.iter_text(), what)
+            size = r.headers.get("content-length")
+            listing: Listing | WholeListing = (
+                WholeListing(r.read(), what)
+                if size is not None and size.isdigit() and int(size) <= WHOLE_ANSWER_BYTES
+                else Listing(r.iter_text(), what)
+            )
             items = [parse(raw) for raw in listing]
         except httpwire.HttpError as e:
             raise SlurmApiError(
