@@ -134,6 +134,8 @@ class Ports:
     kube_proxy_healthz: int
     kube_proxy_metrics: int
     coredns_ready: int
+    # The lab's Prometheus (devstack.prometheus).
+    prometheus: int
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
@@ -164,6 +166,7 @@ class Ports:
             kube_proxy_healthz=base + 25,
             kube_proxy_metrics=base + 26,
             coredns_ready=base + 27,
+            prometheus=base + 28,
             slurmd_base=base + SLURMD_PORT_OFFSET,
         )
 

@@ -7,9 +7,11 @@ rather than asking each machine's owner to.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from devstack import progress
 
@@ -31,12 +33,19 @@ def missing(packages: Iterable[str]) -> list[str]:
     return absent
 
 
-def ensure(packages: Iterable[str], why: str) -> None:
-    """Install whichever of `packages` is missing; `why` says what needs them, for the log."""
+# Debian's way to forbid maintainer scripts to start services (invoke-rc.d asks it; 101: not now).
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+def ensure(packages: Iterable[str], why: str, start_services: bool = True) -> None:
+    """Install whichever of `packages` is missing; `why` says what needs them, for the log.
+    `start_services=False`: a service a package ships is not started by its postinst (the lab runs
+    the program as a Daemon of its own, on its own port)."""
     wanted = missing(dict.fromkeys(packages))
     if not wanted:
         return
-    with progress.step(f"installing {' '.join(wanted)} (apt-get, for {why})"):
+    started = contextlib.nullcontext() if start_services else _no_service_starts()
+    with progress.step(f"installing {' '.join(wanted)} (apt-get, for {why})"), started:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
         for argv in (
             ["apt-get", "update", "-qq"],
@@ -51,3 +60,17 @@ def ensure(packages: Iterable[str], why: str) -> None:
     still = missing(wanted)
     if still:
         raise RuntimeError(f"apt-get install left {' '.join(still)} not installed")
+
+
+@contextlib.contextmanager
+def _no_service_starts() -> Iterator[None]:
+    """A policy-rc.d refusing every start while apt-get runs; one already there is left alone."""
+    if POLICY_RC_D.exists():
+        yield
+        return
+    POLICY_RC_D.write_text("#!/bin/sh\n# devstack: no service starts while it installs packages\nexit 101\n")
+    POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        POLICY_RC_D.unlink(missing_ok=True)

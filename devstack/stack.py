@@ -17,6 +17,7 @@ from devstack import (
     nodetokens,
     pki,
     progress,
+    prometheus,
     prometheus_operator,
     realnode,
     services,
@@ -37,7 +38,13 @@ def hook_wrapper(cfg: StackConfig, script: str) -> str:
 def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
     """In start order; stopped in reverse."""
     real_node = realnode.daemons(cfg) if cfg.real_node else {}
-    return {**kube.daemons(cfg), **real_node, **slurm.daemons(cfg), **services.daemons(cfg)}
+    return {
+        **kube.daemons(cfg),
+        **real_node,
+        **slurm.daemons(cfg),
+        **services.daemons(cfg),
+        **prometheus.daemons(cfg),
+    }
 
 
 def up(cfg: StackConfig) -> float:
@@ -45,6 +52,7 @@ def up(cfg: StackConfig) -> float:
     started = time.monotonic()
     cfg.save()
     tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version))
+    prometheus.ensure_installed()
     slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
     pki.ensure_grpc_pki(cfg.pki_dir)
@@ -132,6 +140,11 @@ def up(cfg: StackConfig) -> float:
             print(f"{name} stopped while we waited for it; starting it again", flush=True)
             services.start(cfg, name, d[name])
             services.wait_serving(cfg, name, d[name])
+    # Scrape jobs and rules as the chart renders them now: a changed chart restarts it.
+    if prometheus.write_config(cfg) and d["prometheus"].alive():
+        d["prometheus"].stop()
+    if need("prometheus"):
+        prometheus.start(cfg, d["prometheus"])
     write_env(cfg)
     return time.monotonic() - started
 
@@ -166,6 +179,7 @@ def down(cfg: StackConfig) -> list[str]:
         cfg.slurm_dir / "placeholder-logs",
         slurm.paths(cfg)["mysql"],
         cfg.state_dir / "log.previous",
+        prometheus.data_dir(cfg),
     ):
         shutil.rmtree(path, ignore_errors=True)
     # Job ids start again at 1 next time: keep this stack's logs apart from the next one's.
@@ -210,6 +224,7 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_SLURMRESTD_URL": cfg.slurmrestd_url,
         "TANDEM_SLURM_USER": slurm.REST_USER,
         "TANDEM_SLURM_TOKEN": slurm.rest_token(cfg),
+        "TANDEM_PROMETHEUS_URL": prometheus.url(cfg),
     }
     lines = [f"export {k}='{v}'" for k, v in values.items()]
     lines.append(f"export PATH='{cfg.bin_dir}:{venv_bin}':\"$PATH\"")
@@ -250,5 +265,6 @@ def summary(cfg: StackConfig) -> str:
         out.append(f"{name:18} gRPC {address:22} {services.health_status(cfg, address)}")
     hooks = "SERVING" if services.serving(cfg, "tandem-hooks") else "NOT SERVING"
     out.append(f"{'tandem-hooks':18} HTTP {cfg.hooks_url:22} {hooks}")
+    out.append(f"\nPrometheus: {prometheus.url(cfg)} (the chart's PodMonitors and PrometheusRule)")
     out.append(f"\nshell: . {cfg.env_file}")
     return "\n".join(out)
