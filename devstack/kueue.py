@@ -131,7 +131,9 @@ def write_config(cfg: StackConfig) -> Path:
                 "metrics": {"bindAddress": "0"},
                 "health": {"healthProbeBindAddress": f"127.0.0.1:{cfg.ports.kueue_health}"},
                 # The visibility API would listen on every address (and want an APIService).
-                "featureGates": {"VisibilityOnDemand": False},
+                # Topology is Slurm's to place (README, Kueue in front): with Kueue's TAS on, every
+                # Pod it manages also waits for a topology gate only TAS lifts.
+                "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": False},
                 "integrations": {"frameworks": list(FRAMEWORKS)},
             }
         )
