@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from devstack import kube as devkube
 from devstack import kueue
 from devstack.config import StackConfig
+from tandem.cli import main as cli_main
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
@@ -206,6 +207,7 @@ def test_kueue_preemption_suspends_the_job_and_tandem_cancels_its_slurm_jobs(
     batch: k8s.BatchV1Api,
     custom: k8s.CustomObjectsApi,
     priorities: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     low, high = priorities
     victim, urgent = h.unique("victim"), h.unique("urgent")
@@ -234,6 +236,13 @@ def test_kueue_preemption_suspends_the_job_and_tandem_cancels_its_slurm_jobs(
     )
     # The victim waits, suspended, for quota again (requeued, not failed).
     assert _suspended(batch, victim)
+
+    # `kubectl tandem get` shows the Workload that admitted each Pod beside its Slurm job.
+    workload = _workload(custom, batch, urgent)
+    assert workload is not None
+    assert cli_main.main(["--kubeconfig", str(stack_cfg.kubeconfig), "get", "-n", NS]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(urgent)]
+    assert len(rows) == 2 and all(f"{workload['metadata']['name']} (Admitted)" in r for r in rows), rows
 
 
 def test_a_job_that_names_no_queue_runs_without_kueue(
