@@ -22,6 +22,8 @@ DEFAULT_KUBERNETES_VERSION = KUBERNETES_VERSIONS[0]
 ETCD_VERSION = "v3.6.14"
 KWOK_VERSION = "v0.8.0"
 LWS_VERSION = "v0.9.0"
+# Kueue, the queue in front of Tandem (admission, quota, preemption); built on Go 1.26.
+KUEUE_VERSION = "v0.17.0"
 HELM_VERSION = "v3.21.4"
 GRPCURL_VERSION = "v1.9.3"
 BUF_VERSION = "1.75.0"
@@ -112,6 +114,9 @@ class Ports:
     kube_scheduler: int
     lws_webhook: int
     lws_health: int
+    # Kueue's admission webhooks and its health probes (devstack.kueue).
+    kueue_webhook: int
+    kueue_health: int
     slurmd_base: int
     scheduler_grpc: int
     scheduler_health: int
@@ -167,6 +172,8 @@ class Ports:
             kube_proxy_metrics=base + 26,
             coredns_ready=base + 27,
             prometheus=base + 28,
+            kueue_webhook=base + 30,
+            kueue_health=base + 31,
             slurmd_base=base + SLURMD_PORT_OFFSET,
         )
 

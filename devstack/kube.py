@@ -70,7 +70,15 @@ CONTROLLERS = {
 # Above this many Nodes the lab is a scale bench (bench/scale.py), where kwok's Lease renewals lag.
 LARGE_LAB_NODES = 200
 # In start order.
-DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "lws-controller")
+DAEMONS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "lws-controller",
+    "kueue-controller",
+)
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:

@@ -14,8 +14,8 @@ KUBERNETES_SERVICE_IP = SERVICE_CIDR.rsplit(".", 1)[0] + ".1"
 
 # Identities with a static token, by the short name of their token and kubeconfig files: the
 # person at the keyboard, kwok (standing in for every kubelet), the control plane's controllers
-# under the user names the bootstrap RBAC already binds, and the LWS controller (a lab add-on,
-# trusted like kwok rather than given its chart's RBAC). Tandem's services use ServiceAccount
+# under the user names the bootstrap RBAC already binds, and the LWS and Kueue controllers (lab
+# add-ons, trusted like kwok rather than given their charts' RBAC). Tandem's services use ServiceAccount
 # tokens instead (devstack.identities).
 USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "admin": ("admin", ("system:masters",)),
@@ -23,6 +23,7 @@ USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kube-controller-manager": ("system:kube-controller-manager", ()),
     "kube-scheduler": ("system:kube-scheduler", ()),
     "lws-controller": ("lws-controller", ("system:masters",)),
+    "kueue-controller": ("kueue-controller", ("system:masters",)),
 }
 
 
@@ -55,6 +56,7 @@ def ensure_pki(pki: Path) -> None:
     )
     # The LWS controller's admission webhooks, which the apiserver calls on 127.0.0.1.
     _serving_cert(pki, "lws-webhook", "IP:127.0.0.1,DNS:localhost")
+    _serving_cert(pki, "kueue-webhook", "IP:127.0.0.1,DNS:localhost")
     if not (pki / "sa.key").exists():
         _openssl("genrsa", "-out", pki / "sa.key", "2048")
         _openssl("rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")

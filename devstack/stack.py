@@ -13,6 +13,7 @@ from devstack import (
     identities,
     installed,
     kube,
+    kueue,
     lws,
     nodetokens,
     pki,
@@ -96,6 +97,8 @@ def up(cfg: StackConfig) -> float:
         kube.start_kwok(cfg, d["kwok"])
     if need("lws-controller"):
         lws.start(cfg, d["lws-controller"])
+    if need("kueue-controller"):
+        kueue.start(cfg, d["kueue-controller"])
     if real_node is not None:
         real_node.start_node()
     if need("munged"):
@@ -169,6 +172,7 @@ def down(cfg: StackConfig) -> list[str]:
         if d[name].stop():
             stopped.append(name)
     slurm.release_root(cfg)
+    kueue.release_host()
     if real_node:
         realnode.release_host(cfg)
     # A fresh cluster and a fresh Slurm next time; keys, certs and tools stay.

@@ -60,6 +60,9 @@ def lab_tools(version: str = config.DEFAULT_KUBERNETES_VERSION) -> list[Tool]:
 
 OTHER_TOOLS = [
     Tool("lws-controller", config.LWS_VERSION, module_dir="lws", build_pkg="sigs.k8s.io/lws/cmd"),
+    Tool(
+        "kueue-controller", config.KUEUE_VERSION, module_dir="kueue", build_pkg="sigs.k8s.io/kueue/cmd/kueue"
+    ),
     Tool("etcd", config.ETCD_VERSION, module_dir="etcd", build_pkg="."),
     Tool("kwok", config.KWOK_VERSION, go_install="sigs.k8s.io/kwok/cmd/kwok"),
     Tool("helm", config.HELM_VERSION, go_install="helm.sh/helm/v3/cmd/helm"),

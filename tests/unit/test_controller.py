@@ -1138,3 +1138,32 @@ def test_a_bind_tells_how_many_reconciles_its_key_took() -> None:
     controller.reconcile(POD.key)  # started: bound, on the second look
     assert observed("2.0") == two_before + 1
     assert observed("3.0") == three_before + 1
+
+
+def test_a_gated_pod_gets_no_job_until_its_gates_are_gone() -> None:
+    """Kueue holds a Pod group's members with a scheduling gate until it admits them: Tandem, like
+    kube-scheduler, places a Pod only once its gates are removed."""
+    pods = FakePodCache()
+    pods.synced = True
+    gated = _pod()
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    pods.pods = {POD.key: gated}
+    controller, slurm, kube = _controller(pods, _tracker(hosts={"cpu-001": "node-001"}))
+    slurm.submit_job.return_value = 7
+    controller.reconcile(POD.key)
+    slurm.submit_job.assert_not_called()
+    kube.merge_patch.assert_not_called()
+    del gated["spec"]["schedulingGates"]
+    controller.reconcile(POD.key)
+    slurm.submit_job.assert_called_once()
+
+
+def test_gated_members_do_not_count_toward_a_gang() -> None:
+    ungated, held = _member(0), _member(1)
+    held["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    controller, slurm, _ = _gang(ungated, held)
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_not_called()
+    del held["spec"]["schedulingGates"]
+    controller.reconcile(f"{POD.namespace}/pg:train")
+    slurm.submit_job.assert_called_once()

@@ -69,7 +69,11 @@ def test_chart_binds_the_apiserver_to_the_node_ip_only(
     assert "--enable-admission-plugins=NodeRestriction" in argv
     assert "--endpoint-reconciler-type=lease" in argv
     assert "--kubelet-preferred-address-types=InternalIP" in argv
-    assert list(stack.all_daemons(cfg))[6:10] == list(realnode.DAEMONS)
+    # The real Node's daemons start right after the control plane's (and its add-ons').
+    after_kube = len(kube.DAEMONS)
+    assert list(stack.all_daemons(cfg))[after_kube : after_kube + len(realnode.DAEMONS)] == list(
+        realnode.DAEMONS
+    )
 
 
 def test_slurmrestd_listens_on_the_node_ip_too_for_pods(

@@ -1,6 +1,6 @@
 """What `kubectl tandem` reads: Tandem's Pods, the slurmd Pods (Slurm node <-> Node and lock
-state), Nodes and Events from the user's kubeconfig; optionally Slurm's own view of jobs and nodes
-from the syncer's stream."""
+state), Nodes, Events and Kueue's Workloads from the user's kubeconfig; optionally Slurm's own view
+of jobs and nodes from the syncer's stream."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from tandem import keys, slurmd
+from tandem.cli import kueue
 from tandem.discovery import Versioned
 from tandem.dra.claims import DraConfig
 from tandem.dra.slices import NodeDevices, node_devices
@@ -65,6 +66,9 @@ class Facts:
     # Node name -> its NVIDIA GPUs by Slurm index, each with its device taints (its slice's and the
     # DeviceTaintRules'); or why they cannot be numbered. Only Nodes that publish any.
     gpus: dict[str, NodeDevices | str] = field(default_factory=dict)
+    # Kueue's Workloads by the uid of what each admits (tandem.cli.kueue.by_owner); none without
+    # Kueue.
+    workloads: dict[str, kueue.Workload] = field(default_factory=dict)
 
     def lock_of(self, slurm_node: str) -> str:
         pod = self.slurmd.get(slurm_node)
@@ -110,7 +114,23 @@ def gather(
     slurm_node_of = {slurmd.host_of(p): name for name, p in hosted.items() if slurmd.host_of(p)}
     nodes = {n["metadata"]["name"]: n for n in _items(kube, "/api/v1/nodes")}
     slurm = read_syncer(syncer_address, tls, syncer_server_name) if syncer_address else None
-    return Facts(pods, hosted, slurm_node_of, nodes, slurm, gpus_of(kube, nodes))
+    workloads = kueue.by_owner(workloads_in(kube, namespace)) if pods else {}
+    return Facts(pods, hosted, slurm_node_of, nodes, slurm, gpus_of(kube, nodes), workloads)
+
+
+def workloads_in(kube: KubeClient, namespace: str | None) -> list[JSON]:
+    """Kueue's Workloads (every namespace's for None); none where Kueue is not installed or the
+    user may not read them."""
+    try:
+        served = kueue.WORKLOADS.served(kube)
+        if not served:
+            return []
+        where = "" if namespace is None else f"/namespaces/{namespace}"
+        return _items(kube, f"/apis/{served}{where}/{kueue.WORKLOADS.resource}")
+    except KubeError as e:
+        if e.status in (401, 403, 404):
+            return []
+        raise
 
 
 def topology_of(kube: KubeClient, configmap: str) -> Topology | None:

@@ -1,7 +1,8 @@
 """kubectl tandem: why a Pod is (not) running, in one command.
 
-    kubectl tandem get [-n NS | -A]     Tandem's Pods: group, Slurm job, state, reason, queue
-                                        position, Slurm node, Node, lock, age
+    kubectl tandem get [-n NS | -A]     Tandem's Pods: group, Slurm job, the Kueue Workload that
+                                        admitted it (if any), state, reason, queue position,
+                                        Slurm node, Node, lock, age
     kubectl tandem describe POD [-n NS] the whole story of one Pod (also: pod POD, pod/POD)
     kubectl tandem describe node NODE   the whole story of one Node (also: node/NODE, or its Slurm
                                         node's name): Slurm state and reason, lock, each job and
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         rows = views.pod_rows(facts, now)
         if args.output not in output.TABLES:
             return output.structured(rows, args.output)
-        columns = views.POD_COLUMNS if namespace is None else views.POD_COLUMNS[1:]
+        columns = views.pod_columns(rows, all_namespaces=namespace is None)
         if not rows:
             where = "any namespace" if namespace is None else f"namespace {namespace}"
             return f"No Tandem Pods found in {where}."

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tandem import keys, topology
+from tandem.cli import kueue
 from tandem.cli.facts import Facts
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, parse_rfc3339, pod_finished
@@ -41,6 +42,9 @@ POD_COLUMNS = (
     "LOCK",
     "AGE",
 )
+# Only when some Pod's Job (or Pod group) was admitted by Kueue: after JOB, its Workload and where
+# Kueue's admission of it stands.
+WORKLOAD_COLUMN = "WORKLOAD"
 TOPOLOGY_COLUMNS = ("DOMAIN", "LABEL", "NODES", "FREE", "BUSY", "DOWN", "SLURM NAME")
 
 
@@ -168,7 +172,17 @@ def pod_row(facts: Facts, pod: JSON, now: dt.datetime) -> dict[str, str]:
         "NODE": node,
         "LOCK": facts.lock_of(slurm_node) if slurm_node else "",
         "AGE": age(meta.get("creationTimestamp"), now),
+        WORKLOAD_COLUMN: str(kueue.of_pod(pod, facts.workloads) or ""),
     }
+
+
+def pod_columns(rows: list[dict[str, str]], all_namespaces: bool) -> tuple[str, ...]:
+    """`get`'s columns: NAMESPACE with -A, WORKLOAD beside JOB where Kueue admitted any of them."""
+    columns = POD_COLUMNS if all_namespaces else POD_COLUMNS[1:]
+    if not any(r.get(WORKLOAD_COLUMN) for r in rows):
+        return columns
+    at = columns.index("JOB") + 1
+    return (*columns[:at], WORKLOAD_COLUMN, *columns[at:])
 
 
 def pod_rows(facts: Facts, now: dt.datetime) -> list[dict[str, str]]:

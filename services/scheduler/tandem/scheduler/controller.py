@@ -172,6 +172,8 @@ class Controller:
     def reconcile(self, key: str) -> Requeue:
         if not groups.is_group_key(key):
             pod = self.caches.pods.get(key)
+            if pod is not None and gated(pod):
+                return None  # not schedulable yet; the gates' removal is a change that comes back
             if pod is not None and self._in_gang(pod):
                 return None  # its group's reconcile places it
         elif self.caches.placement_key(key) != key:
@@ -259,11 +261,12 @@ class Controller:
                 pod
                 for child in children
                 for pod in self.caches.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
+                if not gated(pod)
             )
             group = groups.resolve_composite(key, self.caches.composites.get(composite), children, members)
             return members, group, self.jobs.for_pod_key(key)
         if groups.is_group_key(key):
-            members = tuple(self.caches.pods.by_index(BY_GROUP, key))
+            members = tuple(p for p in self.caches.pods.by_index(BY_GROUP, key) if not gated(p))
             return (
                 members,
                 groups.resolve(key, members, self.caches.podgroups.get),
@@ -780,6 +783,13 @@ _UNKNOWN_KILL_WAIT = KillWait(30.0, f"{FROM_DEFAULT} (not read from Slurm yet)")
 
 def _version(obj: JSON) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def gated(pod: JSON) -> bool:
+    """The Pod still has scheduling gates (Kueue's admission gate on a Pod group's members, for
+    one): like kube-scheduler, Tandem neither places it nor counts it as a member until they are
+    gone. Gates are only ever removed, so a gated Pod has no job to mind."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
 
 
 def _may_need_a_fit(pod: JSON, job: JobStatus | None) -> bool:

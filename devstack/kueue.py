@@ -1,0 +1,217 @@
+"""Kueue, the queue in front of Tandem, run out of cluster on 127.0.0.1 as the LWS controller is
+(devstack.lws): Kueue admits (quota, order, preemption), Tandem and Slurm place.
+
+Its CRDs and webhook manifests come from the pinned module itself (the Go module cache of
+tools/kueue), so they always match the binary. Only the webhooks of what this Kueue serves are
+installed (its own kinds, batch/job, LeaderWorkerSet and, for LWS groups, Pods), pointed at
+127.0.0.1 with the stack's CA; those on Jobs, LeaderWorkerSets and Pods see only objects that name
+a queue, so nothing else in the lab depends on Kueue being up. Kueue's own certificate management
+(a Secret for an in-cluster Service) is off.
+
+The lab's queue: one ResourceFlavor whose node labels every lab Node carries (Kueue writes them
+into an admitted Job's nodeSelector; Tandem passes them to Slurm as the nodes it may use), a
+ClusterQueue with a small quota that preempts lower priorities within itself, and a LocalQueue in
+`default`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devstack import config, kube
+from devstack.config import StackConfig
+from devstack.procs import Daemon, wait_for
+
+NAMESPACE = "kueue-system"
+WEBHOOK_CONFIG_PREFIX = "tandem-lab-kueue-"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# What the lab runs through Kueue; LWS brings Kueue's Pod integration with it (a group of Pods).
+FRAMEWORKS = ("batch/job", "leaderworkerset.x-k8s.io/leaderworkerset")
+# The webhook paths of those (and of Kueue's own kinds); the rest of the module's manifests name
+# integrations this Kueue does not serve, and the apiserver would fail every call to them.
+_SERVED_PATHS = ("-kueue-x-k8s-io-", "-batch-v1-job", "-leaderworkerset-x-k8s-io-", "--v1-pod")
+_QUEUED_RESOURCES = ("jobs", "leaderworkersets", "pods")
+_QUEUED = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+# Kueue reads a metrics certificate from this fixed path whenever its own certificate management
+# is off, even with metrics off (cmd/kueue/main.go): the lab's serving pair is put there.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+FLAVOR = "tandem-lab"
+CLUSTER_QUEUE = "tandem-lab"
+LOCAL_QUEUE = "tandem"
+LOCAL_QUEUE_NAMESPACE = "default"
+# Small on purpose: a few Pods use it up, so a queued Job visibly waits.
+QUOTA = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "8"}
+FLAVOR_NODE_LABELS = {"type": "kwok"}
+
+
+def module_dir() -> Path:
+    """sigs.k8s.io/kueue at the pinned version, as `go mod download` left it in the module cache."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"sigs.k8s.io/kueue@{config.KUEUE_VERSION}"],
+        cwd=config.REPO_ROOT / "tools" / "kueue",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"go mod download sigs.k8s.io/kueue failed: {out.stderr.strip()}")
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def ensure_installed(cfg: StackConfig) -> None:
+    """CRDs, namespace and webhook configurations, applied server-side (idempotent)."""
+    source = module_dir() / "config" / "components"
+    crds = sorted((source / "crd" / "bases").glob("*.yaml"))
+    for crd in crds:
+        kube.kubectl(cfg, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    # Kueue sets up its indexes at start and exits on a kind discovery does not serve yet.
+    names = [f"crd/{yaml.safe_load(crd.read_text())['metadata']['name']}" for crd in crds]
+    kube.kubectl(cfg, "wait", "--for=condition=Established", "--timeout=60s", *names)
+    manifests = list(yaml.safe_load_all((source / "webhook" / "manifests.yaml").read_text()))
+    webhook_configs = [_local_webhooks(m, cfg) for m in manifests if m]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    kube.kubectl(
+        cfg,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all([namespace, *webhook_configs]),
+    )
+
+
+def _local_webhooks(manifest: dict[str, Any], cfg: StackConfig) -> dict[str, Any]:
+    ca_bundle = base64.b64encode((cfg.pki_dir / "ca.crt").read_bytes()).decode()
+    manifest["metadata"]["name"] = WEBHOOK_CONFIG_PREFIX + manifest["metadata"]["name"]
+    served = []
+    for hook in manifest["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        if not any(part in path for part in _SERVED_PATHS):
+            continue
+        hook["clientConfig"] = {
+            "url": f"https://127.0.0.1:{cfg.ports.kueue_webhook}{path}",
+            "caBundle": ca_bundle,
+        }
+        if any(r in rule.get("resources", []) for rule in hook.get("rules", []) for r in _QUEUED_RESOURCES):
+            hook["objectSelector"] = _QUEUED
+        served.append(hook)
+    manifest["webhooks"] = served
+    return manifest
+
+
+def write_config(cfg: StackConfig) -> Path:
+    cert_dir = cfg.state_dir / "kueue-certs"
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    for directory in (cert_dir, METRICS_CERT_DIR):
+        directory.mkdir(parents=True, exist_ok=True)
+        for src, dst in (("kueue-webhook.crt", "tls.crt"), ("kueue-webhook.key", "tls.key")):
+            (directory / dst).write_bytes((cfg.pki_dir / src).read_bytes())
+            (directory / dst).chmod(0o600)
+    path = cfg.state_dir / "kueue-config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "kind": "Configuration",
+                "namespace": NAMESPACE,
+                "manageJobsWithoutQueueName": False,
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "webhook": {"host": "127.0.0.1", "port": cfg.ports.kueue_webhook, "certDir": str(cert_dir)},
+                "metrics": {"bindAddress": "0"},
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{cfg.ports.kueue_health}"},
+                # The visibility API would listen on every address (and want an APIService).
+                # Topology is Slurm's to place (README, Kueue in front): with Kueue's TAS on, every
+                # Pod it manages also waits for a topology gate only TAS lifts.
+                "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": False},
+                "integrations": {"frameworks": list(FRAMEWORKS)},
+            }
+        )
+    )
+    return path
+
+
+def start(cfg: StackConfig, daemon: Daemon) -> None:
+    ensure_installed(cfg)
+    daemon.start(
+        [
+            str(cfg.bin_dir / "kueue-controller"),
+            f"--config={write_config(cfg)}",
+            f"--kubeconfig={kube.kubeconfig(cfg, 'kueue-controller')}",
+            "--zap-log-level=info",
+        ]
+    )
+    wait_for("kueue-controller /readyz", lambda: _ready(cfg), 90, daemon)
+    ensure_queues(cfg)
+
+
+def queue_objects() -> list[dict[str, Any]]:
+    """The lab's ResourceFlavor, ClusterQueue and LocalQueue."""
+    api = "kueue.x-k8s.io/v1beta2"
+    return [
+        {
+            "apiVersion": api,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {"nodeLabels": FLAVOR_NODE_LABELS},
+        },
+        {
+            "apiVersion": api,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(QUOTA),
+                        "flavors": [
+                            {
+                                "name": FLAVOR,
+                                "resources": [{"name": k, "nominalQuota": v} for k, v in QUOTA.items()],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": LOCAL_QUEUE_NAMESPACE},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        },
+    ]
+
+
+def ensure_queues(cfg: StackConfig) -> None:
+    # Kueue's own webhooks validate these: applied once it serves them.
+    kube.kubectl(
+        cfg,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(queue_objects()),
+    )
+
+
+def release_host() -> None:
+    """Remove the metrics certificate put where Kueue reads it (the stack's only file there)."""
+    shutil.rmtree(METRICS_CERT_DIR.parent.parent, ignore_errors=True)
+
+
+def _ready(cfg: StackConfig) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cfg.ports.kueue_health}/readyz", timeout=2) as r:
+        return bool(r.status == 200)

@@ -1,0 +1,257 @@
+"""Issue 41: Kueue as the front door. A Job queued through Kueue waits, suspended, until its
+ClusterQueue has quota; once admitted its Pods run through Tandem as Slurm jobs (an Indexed Job gang
+as one). Kueue's preemption suspends a Job, and Tandem cancels its Slurm jobs.
+
+The lab's queue (devstack.kueue): LocalQueue `tandem` in `default`, ClusterQueue `tandem-lab` with
+4 CPUs of quota, preempting lower priorities within itself; its flavor's node labels (`type:
+kwok`) land in each admitted Pod's nodeSelector."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from devstack import kube as devkube
+from devstack import kueue
+from devstack.config import StackConfig
+from tandem.cli import main as cli_main
+from tandem.slurm.hostlist import expand
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
+
+NS = kueue.LOCAL_QUEUE_NAMESPACE
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+@pytest.fixture
+def batch(stack_cfg: StackConfig) -> Iterator[k8s.BatchV1Api]:
+    """Deletes the test's Jobs (their Workloads go with them) before `clean` deletes the Pods."""
+    api = k8s.BatchV1Api(devkube.api(stack_cfg))
+    yield api
+    api.delete_collection_namespaced_job(NS, propagation_policy="Background")
+
+
+@pytest.fixture(scope="module")
+def custom(stack_cfg: StackConfig) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(devkube.api(stack_cfg))
+
+
+@pytest.fixture
+def priorities(custom: k8s.CustomObjectsApi) -> Iterator[tuple[str, str]]:
+    """Two WorkloadPriorityClasses, (low, high)."""
+    names = (h.unique("low"), h.unique("high"))
+    for name, value in zip(names, (10, 1000), strict=True):
+        custom.create_cluster_custom_object(
+            *KUEUE,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": "/".join(KUEUE),
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    yield names
+    for name in names:
+        custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", name)
+
+
+def _job(
+    cfg: StackConfig,
+    name: str,
+    pods: int,
+    *,
+    seconds: float | None = None,
+    priority: str | None = None,
+    gang: bool = False,
+) -> dict[str, Any]:
+    """A Job of `pods` Pods of 1 CPU each, queued in the lab's LocalQueue and scheduled by Tandem;
+    its Pods succeed `seconds` after they start (never when None)."""
+    labels = {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}
+    if priority:
+        labels[PRIORITY_LABEL] = priority
+    pod = h.tandem_pod(cfg, name, labels={"job": name})
+    template = {"metadata": {"labels": {"job": name}}, "spec": {**pod["spec"], "restartPolicy": "Never"}}
+    if seconds is not None:
+        template["metadata"]["annotations"] = devkube.complete_after(seconds)
+    spec: dict[str, Any] = {"parallelism": pods, "completions": pods, "template": template}
+    if gang:
+        spec |= {"completionMode": "Indexed", **h.indexed_job_gang(pods)}
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def _pods(core: k8s.CoreV1Api, job: str) -> list[k8s.V1Pod]:
+    return [
+        p
+        for p in core.list_namespaced_pod(NS, label_selector=f"job={job}").items
+        if not p.metadata.deletion_timestamp
+    ]
+
+
+def _running(core: k8s.CoreV1Api, job: str, count: int) -> list[k8s.V1Pod] | None:
+    pods = [p for p in _pods(core, job) if p.status.phase == "Running" and p.spec.node_name]
+    return pods if len(pods) == count else None
+
+
+def _job_ids(pods: list[k8s.V1Pod]) -> set[int]:
+    return {int(p.metadata.annotations[h.PREFIX + "job-id"]) for p in pods}
+
+
+def _workload(custom: k8s.CustomObjectsApi, batch: k8s.BatchV1Api, job: str) -> dict[str, Any] | None:
+    """The Kueue Workload that owns the Job's admission."""
+    uid = batch.read_namespaced_job(job, NS).metadata.uid
+    for wl in custom.list_namespaced_custom_object(*KUEUE, NS, "workloads")["items"]:
+        if any(o.get("uid") == uid for o in wl["metadata"].get("ownerReferences") or []):
+            return dict(wl)
+    return None
+
+
+def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next(
+        (c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {}
+    )
+
+
+def _suspended(batch: k8s.BatchV1Api, job: str) -> bool:
+    return bool(batch.read_namespaced_job(job, NS).spec.suspend)
+
+
+def test_a_queued_job_waits_for_quota_then_runs_through_slurm(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi
+) -> None:
+    filler, queued = h.unique("filler"), h.unique("queued")
+    batch.create_namespaced_job(NS, _job(stack_cfg, filler, 4, seconds=12))
+    first = h.wait_until("the 4 Pods that use the quota running", lambda: _running(core, filler, 4), 60)
+    assert len(_job_ids(first)) == 4
+
+    batch.create_namespaced_job(NS, _job(stack_cfg, queued, 1, seconds=2))
+    pending = h.wait_until(
+        "the queued Job's Workload pending on quota",
+        lambda: (
+            (wl := _workload(custom, batch, queued))
+            and _condition(wl, "QuotaReserved").get("status") == "False"
+            and wl
+        ),
+        20,
+    )
+    assert "insufficient unused quota" in _condition(pending, "QuotaReserved")["message"].lower()
+    assert _suspended(batch, queued) and not _pods(core, queued)
+
+    # The filler's Pods succeed; their quota comes back, Kueue admits the queued Job.
+    h.wait_until(
+        "the queued Job admitted",
+        lambda: _condition(_workload(custom, batch, queued), "Admitted").get("status") == "True",
+        60,
+    )
+    assert not _suspended(batch, queued)
+    pod = h.wait_until(
+        "its Pod bound with a Slurm job",
+        lambda: (
+            (p := _pods(core, queued))
+            and p[0].spec.node_name
+            and h.job_id_of(core, p[0].metadata.name)
+            and p[0]
+        ),
+        60,
+    )
+    # Kueue wrote the flavor's node labels into the Pod; Tandem's node is one that has them.
+    assert pod.spec.node_selector == kueue.FLAVOR_NODE_LABELS
+    node = core.read_node(pod.spec.node_name)
+    assert node.metadata.labels["type"] == "kwok"
+    job_id = h.job_id_of(core, pod.metadata.name)
+    assert job_id is not None and h.rest_job(stack_cfg, job_id)["job_state"] in (
+        "RUNNING",
+        "COMPLETED",
+        "COMPLETING",
+    )
+    h.wait_until("the queued Job complete", lambda: _finished(batch, queued), 60)
+    h.wait_until("its Slurm job ended", lambda: job_id not in h.squeue_ids(stack_cfg), 60)
+
+
+def _finished(batch: k8s.BatchV1Api, job: str) -> bool:
+    return any(
+        c.type == "Complete" and c.status == "True"
+        for c in batch.read_namespaced_job(job, NS).status.conditions or []
+    )
+
+
+def test_an_indexed_job_gang_is_admitted_whole_and_runs_as_one_slurm_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi
+) -> None:
+    name = h.unique("gang")
+    batch.create_namespaced_job(NS, _job(stack_cfg, name, 3, gang=True))
+    h.wait_until(
+        "the gang's Workload admitted",
+        lambda: _condition(_workload(custom, batch, name), "Admitted").get("status") == "True",
+        30,
+    )
+    workload = _workload(custom, batch, name)
+    assert workload is not None and [ps["count"] for ps in workload["spec"]["podSets"]] == [3]
+    pods = h.wait_until("the three members running", lambda: _running(core, name, 3), 60)
+    jobs = _job_ids(pods)
+    assert len(jobs) == 1, jobs
+    assert all(p.spec.scheduling_group and p.spec.scheduling_group.pod_group_name for p in pods)
+    nodes = expand(str(h.rest_job(stack_cfg, jobs.pop())["nodes"]))
+    assert len(nodes) == 3
+    assert len({p.spec.node_name for p in pods}) == 3
+
+
+def test_kueue_preemption_suspends_the_job_and_tandem_cancels_its_slurm_jobs(
+    stack_cfg: StackConfig,
+    core: k8s.CoreV1Api,
+    batch: k8s.BatchV1Api,
+    custom: k8s.CustomObjectsApi,
+    priorities: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    low, high = priorities
+    victim, urgent = h.unique("victim"), h.unique("urgent")
+    batch.create_namespaced_job(NS, _job(stack_cfg, victim, 4, priority=low))
+    pods = h.wait_until("the low-priority Job's 4 Pods running", lambda: _running(core, victim, 4), 60)
+    victim_jobs = _job_ids(pods)
+    victim_nodes = {str(h.rest_job(stack_cfg, j)["nodes"]) for j in victim_jobs}
+
+    batch.create_namespaced_job(NS, _job(stack_cfg, urgent, 2, priority=high))
+    h.wait_until("Kueue suspended the low-priority Job", lambda: _suspended(batch, victim), 30)
+    evicted = _condition(_workload(custom, batch, victim), "Evicted")
+    assert evicted.get("status") == "True" and evicted.get("reason") == "Preempted", evicted
+    h.wait_until(
+        "its Slurm jobs gone from the queue", lambda: not (victim_jobs & h.squeue_ids(stack_cfg)), 60
+    )
+    assert {h.rest_job(stack_cfg, j)["job_state"] for j in victim_jobs} == {"CANCELLED"}
+    h.wait_until("its Pods gone", lambda: not _pods(core, victim), 30)
+    urgent_pods = h.wait_until("the high-priority Job's Pods running", lambda: _running(core, urgent, 2), 60)
+    assert len(_job_ids(urgent_pods)) == 2
+    # Nothing stays locked on the victim's nodes, but what the urgent Pods now hold.
+    held = {str(h.rest_job(stack_cfg, j)["nodes"]) for j in _job_ids(urgent_pods)}
+    h.wait_until(
+        "the victim's locks released",
+        lambda: all(h.lock_annotation(core, n) == "false" for n in victim_nodes - held),
+        30,
+    )
+    # The victim waits, suspended, for quota again (requeued, not failed).
+    assert _suspended(batch, victim)
+
+    # `kubectl tandem get` shows the Workload that admitted each Pod beside its Slurm job.
+    workload = _workload(custom, batch, urgent)
+    assert workload is not None
+    assert cli_main.main(["--kubeconfig", str(stack_cfg.kubeconfig), "get", "-n", NS]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(urgent)]
+    assert len(rows) == 2 and all(f"{workload['metadata']['name']} (Admitted)" in r for r in rows), rows
+
+
+def test_a_job_that_names_no_queue_runs_without_kueue(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi
+) -> None:
+    name = h.unique("plain")
+    manifest = _job(stack_cfg, name, 1)
+    del manifest["metadata"]["labels"][kueue.QUEUE_LABEL]
+    batch.create_namespaced_job(NS, manifest)
+    h.wait_until("its Pod running", lambda: _running(core, name, 1), 60)
+    assert not _suspended(batch, name)
+    assert _workload(custom, batch, name) is None
