@@ -38,6 +38,8 @@ SCALE: Sequence[Column] = (
     ("rate", "Pods bound/s", "{:.1f}"),
     ("rate_vs_64", "vs 64 nodes", "{:.2f}"),
     ("errors", "errors", "{}"),
+    ("rss_mib.tandem-scheduler", "scheduler peak MiB", "{:.0f}"),
+    ("rss_mib.tandem-syncer", "syncer peak MiB", "{:.0f}"),
 )
 # A gang run is a row per group size (its result's "sizes"); "het" is the heterogeneous row.
 GANG: Sequence[Column] = (
