@@ -38,8 +38,13 @@ FRAMEWORKS = ("batch/job", "leaderworkerset.x-k8s.io/leaderworkerset")
 # The webhook paths of those (and of Kueue's own kinds); the rest of the module's manifests name
 # integrations this Kueue does not serve, and the apiserver would fail every call to them.
 _SERVED_PATHS = ("-kueue-x-k8s-io-", "-batch-v1-job", "-leaderworkerset-x-k8s-io-", "--v1-pod")
-_QUEUED_RESOURCES = ("jobs", "leaderworkersets", "pods")
+_QUEUED_RESOURCES = ("jobs", "leaderworkersets")
 _QUEUED = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+# Kueue's Pod webhooks see the Pods LWS makes, queued or not: a queued LWS's Pods carry no queue
+# label when they are created (Kueue's LWS Pod reconciler adds it, with the group's labels, and
+# skips a Pod that already has one), yet must be gated then. A Pod of an LWS not queued passes
+# through unchanged. No other Pod depends on Kueue being up.
+_LWS_PODS = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
 # Kueue reads a metrics certificate from this fixed path whenever its own certificate management
 # is off, even with metrics off (cmd/kueue/main.go): the lab's serving pair is put there.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -102,7 +107,10 @@ def _local_webhooks(manifest: dict[str, Any], cfg: StackConfig) -> dict[str, Any
             "url": f"https://127.0.0.1:{cfg.ports.kueue_webhook}{path}",
             "caBundle": ca_bundle,
         }
-        if any(r in rule.get("resources", []) for rule in hook.get("rules", []) for r in _QUEUED_RESOURCES):
+        resources = [r for rule in hook.get("rules", []) for r in rule.get("resources", [])]
+        if "pods" in resources:
+            hook["objectSelector"] = _LWS_PODS
+        elif any(r in resources for r in _QUEUED_RESOURCES):
             hook["objectSelector"] = _QUEUED
         served.append(hook)
     manifest["webhooks"] = served

@@ -247,6 +247,69 @@ def test_kueue_preemption_suspends_the_job_and_tandem_cancels_its_slurm_jobs(
     assert len(rows) == 2 and all(f"{workload['metadata']['name']} (Admitted)" in r for r in rows), rows
 
 
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+
+@pytest.fixture
+def lws(custom: k8s.CustomObjectsApi) -> Iterator[k8s.CustomObjectsApi]:
+    """Deletes the test's LeaderWorkerSets (their Pods and Workloads go with them)."""
+    yield custom
+    for item in custom.list_namespaced_custom_object(*LWS[:2], NS, LWS[2])["items"]:
+        custom.delete_namespaced_custom_object(*LWS[:2], NS, LWS[2], item["metadata"]["name"])
+
+
+def test_a_leaderworkerset_group_queued_through_kueue_waits_then_runs_as_one_slurm_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, lws: k8s.CustomObjectsApi
+) -> None:
+    """The queue is named on the LeaderWorkerSet only (as Kueue's own LWS tests do): Kueue gates
+    the group's Pods as LWS makes them, admits the group's Workload whole, and lifts the gates;
+    Tandem then places the group (leader and workers) as one Slurm job."""
+    name = h.unique("lws")
+    pod = h.tandem_pod(stack_cfg, "x")
+    template = {"metadata": {"labels": {}}, "spec": {**pod["spec"], "terminationGracePeriodSeconds": 5}}
+    lws.create_namespaced_custom_object(
+        *LWS[:2],
+        NS,
+        LWS[2],
+        {
+            "apiVersion": "/".join(LWS[:2]),
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": template}},
+        },
+    )
+    selector = f"leaderworkerset.sigs.k8s.io/name={name}"
+
+    def members() -> list[k8s.V1Pod]:
+        pods = core.list_namespaced_pod(NS, label_selector=selector).items
+        return [p for p in pods if not p.metadata.deletion_timestamp]
+
+    def both() -> list[k8s.V1Pod] | None:
+        pods = members()
+        return pods if len(pods) == 2 else None
+
+    def both_running() -> list[k8s.V1Pod] | None:
+        pods = [p for p in members() if p.status.phase == "Running" and p.spec.node_name]
+        return pods if len(pods) == 2 else None
+
+    created = h.wait_until("the group's two Pods", both, 30)
+    # Gated as LWS made them, or already taken into Kueue's group: never placed on their own.
+    assert all(
+        any(g.name == "kueue.x-k8s.io/admission" for g in p.spec.scheduling_gates or [])
+        or p.metadata.labels.get("kueue.x-k8s.io/pod-group-name")
+        for p in created
+    )
+    running = h.wait_until("leader and worker running", both_running, 90)
+    for p in running:
+        assert not p.spec.scheduling_gates
+        assert p.metadata.labels.get(kueue.QUEUE_LABEL) == kueue.LOCAL_QUEUE
+        assert p.metadata.labels.get("kueue.x-k8s.io/pod-group-name")
+        assert (p.spec.node_selector or {}).items() >= kueue.FLAVOR_NODE_LABELS.items()
+    jobs = _job_ids(running)
+    assert len(jobs) == 1, jobs
+    assert len(expand(str(h.rest_job(stack_cfg, jobs.pop())["nodes"]))) == 2
+
+
 def test_a_job_that_names_no_queue_runs_without_kueue(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api, custom: k8s.CustomObjectsApi
 ) -> None:
