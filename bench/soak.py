@@ -60,6 +60,7 @@ from tandem.slurm.hostlist import expand
 NAMESPACE = "bench"
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
+TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
 
 
 class Soak:
@@ -157,14 +158,15 @@ class Soak:
     def gpu_taint(self) -> None:
         """A DeviceTaintRule on a random GPU of a random GPU node, or one of those made going."""
         if self.taints and (len(self.taints) >= 2 or self.rng.random() < 0.5):
-            name = self.taints.pop(self.rng.randrange(len(self.taints)))
+            name = self.taints[self.rng.randrange(len(self.taints))]
             _delete(self.kube, f"{self.rules}/{name}")
+            self.taints.remove(name)
             self.done["gpu taints removed"] += 1
             return
         node, gpu = self.rng.choice(self.gpu_nodes), self.rng.randint(1, config.GPUS_PER_NODE - 1)
         name = self._name("taint")
+        self.taints.append(name)  # before the create: a refused create may still be stored
         self.kube.post(self.rules, taint_rule(name, node, f"gpu-{gpu}"))
-        self.taints.append(name)
         self.done["gpu taints made"] += 1
 
     def ensure_templates(self) -> None:
@@ -189,8 +191,16 @@ class Soak:
                     raise
 
     def untaint_all(self) -> None:
-        """Every GPU taint the churn made, gone (before the settle: its drains must then go)."""
-        for name in self.taints:
+        """Every GPU taint the churn made, gone (before the settle: its drains must then go).
+
+        Listed from the API server, not from `self.taints`: a create refused while the API server
+        restarted may still have been stored, and a refused delete leaves its rule in place.
+        """
+        made = set(self.taints)
+        for rule in self.kube.get(self.rules).get("items") or []:
+            if (name := rule["metadata"]["name"]).startswith(TAINT_PREFIX):
+                made.add(name)
+        for name in sorted(made):
             _delete(self.kube, f"{self.rules}/{name}")
         self.taints.clear()
 
@@ -434,6 +444,7 @@ class Soak:
             cause = node is None or (node.get("spec") or {}).get("unschedulable")
             if drained and reason.startswith(OURS) and not cause:
                 counts["stale_k8s_drains"] += 1
+                print(f"[soak] {name} still drained: {reason}", flush=True)
             if drained and reason.startswith(("Prolog error", "Epilog error")):
                 counts["failed_hook_drains"] += 1
             if (

@@ -150,7 +150,8 @@ def test_a_queued_job_waits_for_quota_then_runs_through_slurm(
         lambda: _condition(_workload(custom, batch, queued), "Admitted").get("status") == "True",
         60,
     )
-    assert not _suspended(batch, queued)
+    # Admitted is the Workload's write; unsuspending the Job is Kueue's next one.
+    h.wait_until("the queued Job unsuspended", lambda: not _suspended(batch, queued), 30)
     pod = h.wait_until(
         "its Pod bound with a Slurm job",
         lambda: (
