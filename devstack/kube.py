@@ -310,8 +310,8 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
             lambda ns=ns: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         )
     wait_for_default_service_account(core, config.SLURM_NAMESPACE)
-    existing_nodes = {n.metadata.name for n in core.list_node().items}
-    existing_pods = {p.metadata.name for p in core.list_namespaced_pod(config.SLURM_NAMESPACE).items}
+    existing_nodes = _names(cfg, "/api/v1/nodes")
+    existing_pods = _names(cfg, f"/api/v1/namespaces/{config.SLURM_NAMESPACE}/pods")
     for i in range(cfg.nodes):
         node = config.kube_node_name(i)
         if node not in existing_nodes:
@@ -320,6 +320,16 @@ def ensure_cluster_model(cfg: StackConfig) -> None:
         if slurm_node not in existing_pods:
             core.create_namespaced_pod(config.SLURM_NAMESPACE, slurmd_pod_manifest(i))
     ensure_gpu_devices(cfg)
+
+
+def _names(cfg: StackConfig, path: str) -> set[str]:
+    """The names of what `path` lists. Not through the generated client: it deserialises every
+    field of every object, minutes for a 1,000-node lab's slurmd Pods."""
+    kube = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    try:
+        return {item["metadata"]["name"] for item in kube.get(path).get("items") or []}
+    finally:
+        kube.close()
 
 
 def ensure_gpu_devices(cfg: StackConfig) -> None:
