@@ -26,6 +26,23 @@ def test_urgent_keys_jump_the_queue_even_if_already_queued() -> None:
     assert [q.get() for _ in range(4)] == ["d", "c", "a", "b"]
 
 
+def test_a_key_made_urgent_then_queued_again_is_handed_out_once_per_queueing() -> None:
+    q = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key)
+    q.add("b", urgent=True)
+    assert q.get() == "b"
+    q.done("b")
+    q.add("b")  # its routine place from before the promotion must not hand it out twice
+    taken = []
+    while len(q):
+        key = q.get()
+        assert key is not None
+        taken.append(key)
+        q.done(key)
+    assert sorted(taken) == ["a", "b", "c"]
+
+
 def test_a_key_changed_while_being_worked_on_comes_back_after_done() -> None:
     q = WorkQueue()
     q.add("a")
