@@ -106,6 +106,27 @@ def _value(result: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _scale_vs_64(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A scale run's rate against the 64-node run of the same commit and the same waves (same
+    Pods in all), where the run was not given that rate itself (`--rate-64`)."""
+    at_64 = {
+        (r.get("commit"), r["result"].get("pods")): r["result"].get("rate")
+        for r in records
+        if r.get("nodes") == 64
+    }
+    out = []
+    for r in records:
+        result = r["result"]
+        base = at_64.get((r.get("commit"), result.get("pods")))
+        if result.get("rate_vs_64") is None and r.get("nodes") != 64 and base and result.get("rate"):
+            r = {**r, "result": {**result, "rate_64": base, "rate_vs_64": round(result["rate"] / base, 3)}}
+        out.append(r)
+    return out
+
+
+DERIVED = {"scale": _scale_vs_64}
+
+
 def _rows(name: str, result: dict[str, Any]) -> list[dict[str, Any]]:
     listed = ROWS_OF.get(name.split("-")[0])
     if listed is None:
@@ -124,6 +145,7 @@ def _columns(name: str, records: list[dict[str, Any]]) -> Sequence[Column]:
 
 
 def table(name: str, records: list[dict[str, Any]]) -> list[str]:
+    records = DERIVED.get(name, lambda rs: rs)(records)
     columns = _columns(name, records)
     head = ["run", "commit", "date", "nodes", *(title for _, title, _ in columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -149,6 +171,10 @@ def _portable(command: Sequence[str]) -> list[str]:
         while args and "=" in args[0] and not args[0].startswith("-"):
             args = args[1:]
     return [".venv/bin/python" if a.endswith("/bin/python") else a for a in args]
+
+
+def _up(nodes: int) -> str:
+    return f"NODES={nodes} make up && " if nodes else "make up && "
 
 
 def render(runs: dict[str, list[dict[str, Any]]]) -> str:
@@ -185,10 +211,8 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
             "Reproduce (from a checkout of the row's commit):",
             "",
         ]
-        commands = sorted({" ".join(_portable(r["command"])) for r in records})
-        nodes = sorted({int(r["nodes"]) for r in records if r.get("nodes")})
-        up = f"NODES={nodes[0]} make up && " if nodes else "make up && "
-        out += ["```sh", *(up + c for c in commands), "```", ""]
+        commands = sorted({(int(r.get("nodes") or 0), " ".join(_portable(r["command"]))) for r in records})
+        out += ["```sh", *(_up(nodes) + command for nodes, command in commands), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -10,16 +10,24 @@ from pathlib import Path
 from bench import record, report
 
 
-def _run(path: Path, name: str, label: str, result: dict[str, object]) -> None:
+def _run(
+    path: Path,
+    name: str,
+    label: str,
+    result: dict[str, object],
+    nodes: int = 64,
+    command: tuple[str, ...] = ("bench/schedule.py", "--n", "200"),
+    commit: str = "abc1234",
+) -> None:
     with (path / f"{name}.jsonl").open("a") as f:
         f.write(
             json.dumps(
                 {
                     "name": name,
                     "label": label,
-                    "nodes": 64,
-                    "command": [".venv/bin/python", "bench/schedule.py", "--n", "200"],
-                    "commit": "abc1234",
+                    "nodes": nodes,
+                    "command": [".venv/bin/python", *command],
+                    "commit": commit,
                     "at": "2026-11-28T05:00:00+00:00",
                     "machine": {
                         "cpus": 2,
@@ -85,6 +93,23 @@ def test_a_topology_run_shows_the_big_gangs_figures(tmp_path: Path) -> None:
     section = report.render(report.load(tmp_path)).split("## Topology")[1]
     (row,) = [line for line in section.splitlines() if line.startswith("| after")]
     assert row.endswith("| 21 | 1.00 | - | 1.50 | - | - | 2.50 | 3.10 | 1 |")
+
+
+def test_a_scale_run_is_compared_with_the_same_waves_on_64_nodes_of_its_commit(tmp_path: Path) -> None:
+    scale = ("bench/scale.py", "--pods", "3000")
+    for commit, nodes, rate in (
+        ("old", 64, 10.0),
+        ("old", 1000, 7.0),
+        ("new", 64, 12.0),
+        ("new", 1000, 11.4),
+    ):
+        _run(tmp_path, "scale", commit, {"pods": 3000, "rate": rate}, nodes, scale, commit)
+    _run(tmp_path, "scale", "new", {"pods": 10000, "rate": 5.0}, 1000, scale, "new")  # no 64-node twin
+    section = report.render(report.load(tmp_path)).split("## Scale")[1]
+    rows = [line for line in section.splitlines() if line.startswith(("| old", "| new"))]
+    assert [row.split(" | ")[6] for row in rows] == ["-", "0.70", "-", "0.95", "-"]
+    assert "NODES=64 make up && .venv/bin/python bench/scale.py --pods 3000" in section
+    assert "NODES=1000 make up && .venv/bin/python bench/scale.py --pods 3000" in section
 
 
 def test_the_last_json_line_is_the_result() -> None:
