@@ -107,17 +107,19 @@ def _value(result: dict[str, Any], key: str) -> Any:
 
 
 def _scale_vs_64(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A scale run's rate against the 64-node run of the same commit and the same waves (same
-    Pods in all), where the run was not given that rate itself (`--rate-64`)."""
-    at_64 = {
-        (r.get("commit"), r["result"].get("pods")): r["result"].get("rate")
-        for r in records
-        if r.get("nodes") == 64
-    }
+    """A scale run's rate against a 64-node run of the same commit (of as many Pods where there
+    is one: a wave's rate holds steady from the first wave to the twentieth), where the run was not
+    given that rate itself (`--rate-64`)."""
+    at_64: dict[tuple[Any, Any], Any] = {}
+    for r in records:
+        if r.get("nodes") == 64:
+            at_64[(r.get("commit"), r["result"].get("pods"))] = r["result"].get("rate")
+            at_64.setdefault((r.get("commit"), None), r["result"].get("rate"))
     out = []
     for r in records:
         result = r["result"]
-        base = at_64.get((r.get("commit"), result.get("pods")))
+        commit = r.get("commit")
+        base = at_64.get((commit, result.get("pods"))) or at_64.get((commit, None))
         if result.get("rate_vs_64") is None and r.get("nodes") != 64 and base and result.get("rate"):
             r = {**r, "result": {**result, "rate_64": base, "rate_vs_64": round(result["rate"] / base, 3)}}
         out.append(r)

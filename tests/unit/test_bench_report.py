@@ -104,10 +104,11 @@ def test_a_scale_run_is_compared_with_the_same_waves_on_64_nodes_of_its_commit(t
         ("new", 1000, 11.4),
     ):
         _run(tmp_path, "scale", commit, {"pods": 3000, "rate": rate}, nodes, scale, commit)
-    _run(tmp_path, "scale", "new", {"pods": 10000, "rate": 5.0}, 1000, scale, "new")  # no 64-node twin
+    _run(tmp_path, "scale", "new", {"pods": 10000, "rate": 6.0}, 1000, scale, "new")  # waves more
+    _run(tmp_path, "scale", "other", {"pods": 3000, "rate": 5.0}, 1000, scale, "other")  # no 64-node run
     section = report.render(report.load(tmp_path)).split("## Scale")[1]
-    rows = [line for line in section.splitlines() if line.startswith(("| old", "| new"))]
-    assert [row.split(" | ")[6] for row in rows] == ["-", "0.70", "-", "0.95", "-"]
+    rows = [line for line in section.splitlines() if line.startswith(("| old", "| new", "| other"))]
+    assert [row.split(" | ")[6] for row in rows] == ["-", "0.70", "-", "0.95", "0.50", "-"]
     assert "NODES=64 make up && .venv/bin/python bench/scale.py --pods 3000" in section
     assert "NODES=1000 make up && .venv/bin/python bench/scale.py --pods 3000" in section
 
