@@ -34,7 +34,7 @@ def test_a_key_made_urgent_then_queued_again_is_handed_out_once_per_queueing() -
     assert q.get() == "b"
     q.done("b")
     q.add("b")  # its routine place from before the promotion must not hand it out twice
-    taken = []
+    taken: list[str] = []
     while len(q):
         key = q.get()
         assert key is not None
