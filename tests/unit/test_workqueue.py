@@ -36,10 +36,10 @@ def test_a_key_made_urgent_then_queued_again_is_handed_out_once_per_queueing() -
     q.add("b")  # its routine place from before the promotion must not hand it out twice
     taken: list[str] = []
     while len(q):
-        key = q.get()
-        assert key is not None
-        taken.append(key)
-        q.done(key)
+        got = q.get()
+        assert got is not None
+        taken.append(got)
+        q.done(got)
     assert sorted(taken) == ["a", "b", "c"]
 
 
