@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from devstack import config, kueue
 from devstack import kube as devkube
 from devstack.config import StackConfig
+from tandem import keys
 from tandem.cli import main as cli_main
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
@@ -34,6 +35,11 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 RACK, HOSTNAME = kueue.TAS_LEVELS
+# What a TAS Workload's Pod template must tolerate: Kueue (v0.17, TASReplaceNodeOnNodeTaints) takes
+# a taint its PodSets do not tolerate on a Node it assigned them for a failed Node, fails the Pods
+# not bound there yet and evicts the Workload; Tandem's lock taint is on the Nodes of the gang's
+# job from its prologs until its end, before the members are bound.
+LOCK_TOLERATION = {"key": keys.LOCK_KEY, "operator": "Exists", "effect": keys.LOCK_TAINT_EFFECT}
 
 
 @pytest.fixture
@@ -384,8 +390,10 @@ def test_a_gang_kueues_tas_places_in_one_rack_runs_there_as_one_slurm_job(
     name = h.unique("tas")
     # 16 CPUs: more than half a lab Node (32, one held by its slurmd Pod), so TAS puts one Pod on
     # each Node, as a gang's Slurm job has one node per member.
-    manifest = _job(stack_cfg, name, 3, seconds=8, gang=True, queue=kueue.TAS_LOCAL_QUEUE, cpu="16")
-    manifest["spec"]["template"]["metadata"]["annotations"][REQUIRED_TOPOLOGY] = RACK
+    manifest = _job(stack_cfg, name, 3, seconds=10, gang=True, queue=kueue.TAS_LOCAL_QUEUE, cpu="16")
+    template = manifest["spec"]["template"]
+    template["metadata"]["annotations"][REQUIRED_TOPOLOGY] = RACK
+    template["spec"]["tolerations"] = [LOCK_TOLERATION]
     batch.create_namespaced_job(NS, manifest)
     h.wait_until(
         "the gang's Workload admitted",
