@@ -90,3 +90,11 @@ def test_the_oldest_pods_are_forgotten_first() -> None:
         memo.get(_pod(uid=uid), None, None, lambda: 1)
     assert len(memo) == 2
     assert memo.get(_pod(uid="a"), None, None, lambda: 2) == 2  # forgotten: worked out anew
+
+
+def test_a_pod_is_remembered_once_whatever_its_versions(counted: dict[str, int]) -> None:
+    for version in range(1, 9):  # a Pod's life: created, job id, conditions, bound, ...
+        podmemo.requests(_pod(version=str(version)))
+    assert len(podmemo._REQUESTS) == 1
+    podmemo.requests(_pod(version="8"))
+    assert counted["requests"] == 8  # the latest version is still remembered

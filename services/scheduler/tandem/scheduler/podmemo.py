@@ -26,8 +26,12 @@ T = TypeVar("T")
 
 
 class _Memo(Generic[T]):
+    """One entry per Pod (by uid), for its latest version: an entry per version had kept each Pod's
+    eight or so versions until the capacity pushed them out, the scheduler's peak memory growing
+    with the Pods it had seen (issue 40's scale runs)."""
+
     def __init__(self, capacity: int = CAPACITY) -> None:
-        self._entries: OrderedDict[tuple[str, str], tuple[Hashable, Any, T]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, Hashable, Any, T]] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
 
@@ -38,15 +42,15 @@ class _Memo(Generic[T]):
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
             return work_out()
-        key = (str(uid), str(version))
+        uid, version = str(uid), str(version)
         with self._lock:
-            found = self._entries.get(key)
-        if found is not None and found[0] == context and found[1] is anchor:
-            return found[2]
+            found = self._entries.get(uid)
+        if found is not None and found[0] == version and found[1] == context and found[2] is anchor:
+            return found[3]
         result = work_out()
         with self._lock:
-            self._entries[key] = (context, anchor, result)
-            self._entries.move_to_end(key)
+            self._entries[uid] = (version, context, anchor, result)
+            self._entries.move_to_end(uid)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return result
