@@ -12,6 +12,15 @@ The lab's queue: one ResourceFlavor whose node labels every lab Node carries (Ku
 into an admitted Job's nodeSelector; Tandem passes them to Slurm as the nodes it may use), a
 ClusterQueue with a small quota that preempts lower priorities within itself, and a LocalQueue in
 `default`.
+
+Kueue's topology-aware scheduling (TAS) is on, and only the second queue uses it: a Topology of the
+lab's rack label then the hostname, a ResourceFlavor naming it, and its own ClusterQueue and
+LocalQueue. What TAS changes is confined to Workloads admitted on that flavor (Kueue v0.17.0): only
+a PodSet assignment with a topology assignment gates a Job's Pods with `kueue.x-k8s.io/topology`
+(pkg/podset FromAssignment), and the same gate Kueue's Pod webhook puts on every queued Pod of a
+Pod group (an LWS's) is lifted with the admission gate when the assignment has no topology
+(pkg/controller/jobs/pod prepare). TAS counts only the Nodes that carry every level's label: the
+lab's Nodes carry no rack label until a test labels them (tests/integration/test_kueue.py).
 """
 
 from __future__ import annotations
@@ -56,6 +65,15 @@ LOCAL_QUEUE_NAMESPACE = "default"
 # Small on purpose: a few Pods use it up, so a queued Job visibly waits.
 QUOTA = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "8"}
 FLAVOR_NODE_LABELS = {"type": "kwok"}
+# The queue topology-aware scheduling places for: Kueue gives each Pod a Node of one domain, by its
+# nodeSelector (the hostname, the lowest level), before Tandem sees it.
+TAS_TOPOLOGY = "tandem-lab-racks"
+TAS_LEVELS = (config.TOPOLOGY_LEVELS[-1], "kubernetes.io/hostname")
+TAS_FLAVOR = "tandem-tas"
+TAS_CLUSTER_QUEUE = "tandem-tas"
+TAS_LOCAL_QUEUE = "tandem-tas"
+# Room for a gang of three Pods of 16 CPUs (more than half a lab Node: one per Node).
+TAS_QUOTA = {"cpu": "64", "memory": "64Gi"}
 
 
 def module_dir() -> Path:
@@ -139,9 +157,9 @@ def write_config(cfg: StackConfig) -> Path:
                 "metrics": {"bindAddress": "0"},
                 "health": {"healthProbeBindAddress": f"127.0.0.1:{cfg.ports.kueue_health}"},
                 # The visibility API would listen on every address (and want an APIService).
-                # Topology is Slurm's to place (README, Kueue in front): with Kueue's TAS on, every
-                # Pod it manages also waits for a topology gate only TAS lifts.
-                "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": False},
+                # TAS is on for the queue that asks for it (TAS_CLUSTER_QUEUE); the others' Pods
+                # never wait for its gate (module docstring).
+                "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": True},
                 "integrations": {"frameworks": list(FRAMEWORKS)},
             }
         )
@@ -163,41 +181,72 @@ def start(cfg: StackConfig, daemon: Daemon) -> None:
     ensure_queues(cfg)
 
 
+_API = "kueue.x-k8s.io/v1beta2"
+
+
 def queue_objects() -> list[dict[str, Any]]:
-    """The lab's ResourceFlavor, ClusterQueue and LocalQueue."""
-    api = "kueue.x-k8s.io/v1beta2"
-    return [
-        {
-            "apiVersion": api,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": FLAVOR},
-            "spec": {"nodeLabels": FLAVOR_NODE_LABELS},
-        },
-        {
-            "apiVersion": api,
-            "kind": "ClusterQueue",
-            "metadata": {"name": CLUSTER_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [
-                    {
-                        "coveredResources": list(QUOTA),
-                        "flavors": [
-                            {
-                                "name": FLAVOR,
-                                "resources": [{"name": k, "nominalQuota": v} for k, v in QUOTA.items()],
-                            }
-                        ],
-                    }
+    """The lab's queues: ResourceFlavor, ClusterQueue and LocalQueue of the plain queue, then the
+    Topology, ResourceFlavor, ClusterQueue and LocalQueue of the one TAS places for."""
+    plain = _queue(
+        FLAVOR,
+        CLUSTER_QUEUE,
+        LOCAL_QUEUE,
+        QUOTA,
+        {"nodeLabels": FLAVOR_NODE_LABELS},
+        preemption={"withinClusterQueue": "LowerPriority"},
+    )
+    topology = {
+        "apiVersion": _API,
+        "kind": "Topology",
+        "metadata": {"name": TAS_TOPOLOGY},
+        "spec": {"levels": [{"nodeLabel": level} for level in TAS_LEVELS]},
+    }
+    tas = _queue(
+        TAS_FLAVOR,
+        TAS_CLUSTER_QUEUE,
+        TAS_LOCAL_QUEUE,
+        TAS_QUOTA,
+        {"nodeLabels": FLAVOR_NODE_LABELS, "topologyName": TAS_TOPOLOGY},
+    )
+    return [*plain, topology, *tas]
+
+
+def _queue(
+    flavor: str,
+    cluster_queue: str,
+    local_queue: str,
+    quota: dict[str, str],
+    flavor_spec: dict[str, Any],
+    preemption: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A ResourceFlavor, a ClusterQueue giving `quota` of it to every namespace, and a LocalQueue
+    in `default` feeding it."""
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": list(quota),
+                "flavors": [
+                    {"name": flavor, "resources": [{"name": k, "nominalQuota": v} for k, v in quota.items()]}
                 ],
-            },
+            }
+        ],
+    }
+    if preemption:
+        spec["preemption"] = preemption
+    return [
+        {"apiVersion": _API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": flavor_spec},
+        {
+            "apiVersion": _API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": spec,
         },
         {
-            "apiVersion": api,
+            "apiVersion": _API,
             "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE, "namespace": LOCAL_QUEUE_NAMESPACE},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
+            "metadata": {"name": local_queue, "namespace": LOCAL_QUEUE_NAMESPACE},
+            "spec": {"clusterQueue": cluster_queue},
         },
     ]
 

@@ -4,7 +4,9 @@ as one). Kueue's preemption suspends a Job, and Tandem cancels its Slurm jobs.
 
 The lab's queue (devstack.kueue): LocalQueue `tandem` in `default`, ClusterQueue `tandem-lab` with
 4 CPUs of quota, preempting lower priorities within itself; its flavor's node labels (`type:
-kwok`) land in each admitted Pod's nodeSelector."""
+kwok`) land in each admitted Pod's nodeSelector. Kueue's topology-aware scheduling (TAS) is on for
+a second queue only (LocalQueue `tandem-tas`): a gang queued there runs on the Nodes TAS chose in
+one rack."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from devstack import config, kueue
 from devstack import kube as devkube
-from devstack import kueue
 from devstack.config import StackConfig
+from tandem import keys
 from tandem.cli import main as cli_main
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
@@ -28,6 +31,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 NS = kueue.LOCAL_QUEUE_NAMESPACE
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# What a PodSet asks TAS for: all its Pods in one domain of this level.
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+RACK, HOSTNAME = kueue.TAS_LEVELS
+# What a TAS Workload's Pod template must tolerate: Kueue (v0.17, TASReplaceNodeOnNodeTaints) takes
+# a taint its PodSets do not tolerate on a Node it assigned them for a failed Node, fails the Pods
+# not bound there yet and evicts the Workload; Tandem's lock taint is on the Nodes of the gang's
+# job from its prologs until its end, before the members are bound.
+LOCK_TOLERATION = {"key": keys.LOCK_KEY, "operator": "Exists", "effect": keys.LOCK_TAINT_EFFECT}
 
 
 @pytest.fixture
@@ -71,13 +83,16 @@ def _job(
     seconds: float | None = None,
     priority: str | None = None,
     gang: bool = False,
+    queue: str = kueue.LOCAL_QUEUE,
+    cpu: str = "1",
 ) -> dict[str, Any]:
-    """A Job of `pods` Pods of 1 CPU each, queued in the lab's LocalQueue and scheduled by Tandem;
-    its Pods succeed `seconds` after they start (never when None)."""
-    labels = {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}
+    """A Job of `pods` Pods of `cpu` CPUs each, queued in a LocalQueue of the lab (its plain one
+    unless told) and scheduled by Tandem; its Pods succeed `seconds` after they start (never when
+    None)."""
+    labels = {kueue.QUEUE_LABEL: queue}
     if priority:
         labels[PRIORITY_LABEL] = priority
-    pod = h.tandem_pod(cfg, name, labels={"job": name})
+    pod = h.tandem_pod(cfg, name, labels={"job": name}, cpu=cpu)
     template = {"metadata": {"labels": {"job": name}}, "spec": {**pod["spec"], "restartPolicy": "Never"}}
     if seconds is not None:
         template["metadata"]["annotations"] = devkube.complete_after(seconds)
@@ -321,3 +336,96 @@ def test_a_job_that_names_no_queue_runs_without_kueue(
     h.wait_until("its Pod running", lambda: _running(core, name, 1), 60)
     assert not _suspended(batch, name)
     assert _workload(custom, batch, name) is None
+
+
+@pytest.fixture
+def racks(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
+    """The lab's Nodes in two racks (Node -> rack), which TAS needs: it counts only the Nodes that
+    carry every level's label. Afterwards no Node carries it, and Slurm's topology is flat again."""
+    racked = {
+        config.kube_node_name(i): "tas-rack-a" if i < stack_cfg.nodes // 2 else "tas-rack-b"
+        for i in range(stack_cfg.nodes)
+    }
+    for node, rack in racked.items():
+        core.patch_node(node, {"metadata": {"labels": {RACK: rack}}})
+    yield racked
+    for node in racked:
+        core.patch_node(node, {"metadata": {"labels": {RACK: None}}})
+    h.wait_until(
+        "Slurm's topology without the racks",
+        lambda: "tas-rack" not in h.scontrol(stack_cfg, "show", "topology"),
+        60,
+    )
+
+
+def _assigned(topology_assignment: dict[str, Any]) -> list[tuple[dict[str, str], int]]:
+    """A Workload's topology assignment (v1beta2's sliced form) as (domain's node labels, Pods)."""
+    levels = topology_assignment["levels"]
+    domains = []
+    for piece in topology_assignment["slices"]:
+        for d in range(piece["domainCount"]):
+            values = []
+            for at_level in piece["valuesPerLevel"]:
+                if "universal" in at_level:
+                    values.append(at_level["universal"])
+                else:
+                    each = at_level["individual"]
+                    values.append(each.get("prefix", "") + each["roots"][d] + each.get("suffix", ""))
+            counts = piece["podCounts"]
+            count = counts["universal"] if "universal" in counts else counts["individual"][d]
+            domains.append((dict(zip(levels, values, strict=True)), count))
+    return domains
+
+
+def test_a_gang_kueues_tas_places_in_one_rack_runs_there_as_one_slurm_job(
+    stack_cfg: StackConfig,
+    core: k8s.CoreV1Api,
+    batch: k8s.BatchV1Api,
+    custom: k8s.CustomObjectsApi,
+    racks: dict[str, str],
+) -> None:
+    """With TAS on anyway, what it chose is a constraint Tandem honours: Kueue admits the gang
+    with one Node per Pod in one rack, lifts the topology gate writing each Pod's Node into its
+    nodeSelector, and Tandem places the gang as one Slurm job on exactly those Nodes."""
+    name = h.unique("tas")
+    # 16 CPUs: more than half a lab Node (32, one held by its slurmd Pod), so TAS puts one Pod on
+    # each Node, as a gang's Slurm job has one node per member.
+    manifest = _job(stack_cfg, name, 3, seconds=10, gang=True, queue=kueue.TAS_LOCAL_QUEUE, cpu="16")
+    template = manifest["spec"]["template"]
+    template["metadata"]["annotations"][REQUIRED_TOPOLOGY] = RACK
+    template["spec"]["tolerations"] = [LOCK_TOLERATION]
+    batch.create_namespaced_job(NS, manifest)
+    h.wait_until(
+        "the gang's Workload admitted",
+        lambda: _condition(_workload(custom, batch, name), "Admitted").get("status") == "True",
+        30,
+    )
+    workload = _workload(custom, batch, name)
+    assert workload is not None
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    assert set(assignment["flavors"].values()) == {kueue.TAS_FLAVOR}
+    domains = _assigned(assignment["topologyAssignment"])
+    # One Pod on each of three Nodes (named by hostname, the lowest level), all in one rack.
+    by_hostname = {n.metadata.labels[HOSTNAME]: n.metadata.name for n in core.list_node().items}
+    chosen = {by_hostname[labels[HOSTNAME]] for labels, _ in domains}
+    assert sorted(count for _, count in domains) == [1, 1, 1] and len(chosen) == 3, domains
+    (rack,) = {racks[node] for node in chosen}
+    # Admitted on a TAS flavor: the Job's Pods are made gated, until TAS names their Nodes (Kueue
+    # writes the gate into the template as it unsuspends the Job).
+    h.wait_until("the gang's Job unsuspended", lambda: not _suspended(batch, name), 30)
+    gates = batch.read_namespaced_job(name, NS).spec.template.spec.scheduling_gates or []
+    assert TOPOLOGY_GATE in {g.name for g in gates}
+
+    pods = h.wait_until("the three members running", lambda: _running(core, name, 3), 90)
+    for p in pods:
+        assert not p.spec.scheduling_gates
+        injected = (p.spec.node_selector or {}).get(HOSTNAME)
+        assert injected is not None and p.spec.node_name == by_hostname[injected], p.spec.node_selector
+        assert racks[p.spec.node_name] == rack
+    assert {p.spec.node_name for p in pods} == chosen
+    jobs = _job_ids(pods)
+    assert len(jobs) == 1, jobs
+    job_id = jobs.pop()
+    assert len(expand(str(h.rest_job(stack_cfg, job_id)["nodes"]))) == 3
+    h.wait_until("the gang's Job complete", lambda: _finished(batch, name), 60)
+    h.wait_until("its Slurm job ended", lambda: job_id not in h.squeue_ids(stack_cfg), 60)

@@ -330,11 +330,19 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
 
         reason = h.wait_until("node drained at the lock timeout", drained, 90, every=0.5)
         assert reason.startswith("k8s:") and f"{NAMESPACE}/{name}" in reason and pdb in reason
-        h.wait_until(
-            "the job running elsewhere",
-            lambda: (j := h.rest_job(stack_cfg, job))["job_state"] == "RUNNING" and j["nodes"] == other,
-            60,
-        )
+        try:
+            h.wait_until(
+                "the job running elsewhere",
+                lambda: (j := h.rest_job(stack_cfg, job))["job_state"] == "RUNNING" and j["nodes"] == other,
+                60,
+            )
+        except AssertionError as e:
+            # Once seen in CI only (after test_kueue): say where the job is and why, and the node's state.
+            j = h.rest_job(stack_cfg, job)
+            raise AssertionError(
+                f"{e}: job {job} {j['job_state']} on {j['nodes']!r} ({j.get('state_reason')}),"
+                f" {other} {h.node_state(stack_cfg, other)}: {h.scontrol(stack_cfg, 'show', 'job', str(job))}"
+            ) from e
         assert h.get_pod(core, name) is not None
         warnings = [e for e in h.events_for(core, name) if e.reason == "BlockedSlurmJob"]
         assert len(warnings) == 1 and str(job) in warnings[0].message and pdb in warnings[0].message

@@ -660,3 +660,66 @@ def test_a_group_preempted_whole_by_kube_scheduler_cancels_its_job_and_its_podgr
         isinstance(plain, d.Cancel)
         and plain.message == "Slurm job 7 cancelled: every member of the group is gone"
     )
+
+
+# Kueue's topology-aware scheduling (TAS) names each Pod's Node in its nodeSelector: the members of
+# one gang are pinned apart, each to a Node of its own, before Tandem sees them.
+FOUR = ("cpu-001", "cpu-002", "cpu-003", "cpu-004")
+
+
+def pinned(index: int, host: str, job_id: int | None = None) -> dict[str, Any]:
+    pod = member(index, job_id)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": host}
+    return pod
+
+
+def _only(*takes: str) -> Eligibility:
+    """A member that would take only these of the four Slurm nodes."""
+    from collections import Counter
+
+    excluded = tuple(s for s in FOUR if s not in takes)
+    return Eligibility(
+        len(FOUR),
+        excluded,
+        Counter({"node(s) didn't match Pod's node affinity/selector": len(excluded)}),
+        nodes=FOUR,
+    )
+
+
+def test_members_tas_pinned_each_to_its_node_are_one_job_on_exactly_those_nodes() -> None:
+    """Before: the job excluded every node some member would not take, which for members pinned
+    apart is every node: the gang waited Unschedulable for ever."""
+    members = [pinned(0, "node-003"), pinned(1, "node-001"), pinned(2, "node-002")]
+    fits = {"uid-0": _only("cpu-003"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
+    action = d.decide(seen(members, fits=fits))
+    assert isinstance(action, d.Submit) and action.excluded == ("cpu-004",)
+
+
+def test_a_pending_job_of_pinned_members_keeps_its_nodes() -> None:
+    members = [pinned(0, "node-003", 7), pinned(1, "node-001", 7), pinned(2, "node-002", 7)]
+    fits = {"uid-0": _only("cpu-003"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
+    pending = job(state="PENDING", reason="Resources")
+    action = d.decide(seen(members, pending, fits=fits, job_excludes=frozenset({"cpu-004"})))
+    assert isinstance(action, d.Pend) and action.reason == d.REASON_PENDING
+
+
+def test_members_pinned_to_one_node_wait_unschedulable() -> None:
+    """TAS put two Pods on one Node; a gang's job has one node per member."""
+    members = [pinned(0, "node-001"), pinned(1, "node-001"), pinned(2, "node-002")]
+    fits = {"uid-0": _only("cpu-001"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
+    action = d.decide(seen(members, fits=fits))
+    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert "leave no node of its own for each (two members pinned to one Node" in action.message
+
+
+def test_pinned_members_are_each_bound_to_the_node_they_were_pinned_to() -> None:
+    """Before: bound in rank order on the job's nodes, whatever their nodeSelector said."""
+    members = [pinned(0, "node-003", 7), pinned(1, "node-001", 7), pinned(2, "node-002", 7)]
+    labels = {h: {"kubernetes.io/hostname": h} for h in HOSTS.values()}
+    action = d.decide(seen(members, job(started=True), node_labels=labels))
+    assert isinstance(action, d.Bind)
+    assert sorted((p.pod["metadata"]["name"], p.kube_node) for p in action.placements) == [
+        ("train-0", "node-003"),
+        ("train-1", "node-001"),
+        ("train-2", "node-002"),
+    ]

@@ -352,6 +352,7 @@ class Controller:
             duplicates=duplicates,
             cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
             hosts=hosts,
+            node_labels=self._node_labels(hosts.values()),
             slurm_nodes=self.jobs.slurm_node_count(),
             fits=d.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
@@ -369,6 +370,14 @@ class Controller:
             extended_claims=extended_claims,
             topology=self.settings.topology(),
         )
+
+    def _node_labels(self, kube_nodes: Iterable[str]) -> dict[str, Mapping[str, str]]:
+        """The labels of the job's Nodes the Node informer holds (none when no Node is watched)."""
+        cluster = self.caches.cluster
+        if cluster is None:
+            return {}
+        found = {n: cluster.nodes.get(n) for n in kube_nodes}
+        return {n: at(node, "metadata", "labels") or {} for n, node in found.items() if node is not None}
 
     def _serves_gpus_by_dra(self, kube_node: str) -> bool:
         node = self.caches.cluster.nodes.get(kube_node) if self.caches.cluster is not None else None

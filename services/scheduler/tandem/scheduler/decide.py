@@ -35,7 +35,10 @@ rows included, and runs a Pod alone's rows as a group of one):
       none has room, or the key is not a level       domain; brackets in its own constraint: refused
                                                      (tandem.scheduler.domains)
     no job                                        -> submit the job, the nodes whose Nodes would not
-                                                     take some member excluded (and record its id),
+                                                     take some member excluded (and record its id);
+                                                     members pinned apart (Kueue's TAS: each Pod's
+                                                     Node in its nodeSelector), every node but one
+                                                     matched to each member excluded,
                                                      each component in one domain when asked;
                                                      a group of components (CompositePodGroup, LWS
                                                      leader unlike its workers): a het job, each
@@ -47,7 +50,8 @@ rows included, and runs a Pod alone's rows as a group of one):
     members without the job id                    -> record it on them
     job stopping                                  -> nothing: its end deletes the members
     job running, script started                   -> bind each unbound member to a free node (of
-                                                     a het job: of its own component)
+                                                     a het job: of its own component) its
+                                                     nodeSelector and node affinity accept
                                                      after its GPU claims are allocated the
                                                      devices Slurm chose; a member asking
                                                      nvidia.com/gpu of a Node that serves it
@@ -83,8 +87,8 @@ from tandem import keys, topology
 from tandem.dra.claims import PodGpus
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import domains, gpuclaims, groups, podmemo, validation
-from tandem.scheduler.eligibility import Eligibility
+from tandem.scheduler import domains, gpuclaims, groups, matching, podmemo, validation
+from tandem.scheduler.eligibility import Eligibility, affinity_matches, shape_of
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.podapi import condition
 from tandem.scheduler.policy import BUILTIN, Policy
@@ -157,6 +161,9 @@ class Observed:
     cancel_sent: frozenset[int] = frozenset()
     # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
     hosts: Mapping[str, str] = field(default_factory=dict)
+    # Those Nodes' labels, which members' nodeSelectors are matched against at the bind (a Node
+    # missing: any member would take it).
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # How many Slurm nodes there are (the syncer publishes each); 0 when not known yet.
     slurm_nodes: int = 0
     # Member uid -> which Slurm nodes' Nodes would take it (None: no Node is watched; a member is
@@ -630,7 +637,7 @@ def _new_job(
     if o.fits is NOT_JUDGED:
         return Judge()
     fits = _fits(o, members)
-    unfit = tuple(sorted({s for f in fits for s in f.excluded}))
+    unfit = _job_unfit(group, fits)
     unschedulable = _unschedulable(group, members, fits, unfit) or _required_unfit(
         members, valid[0], fits, unfit
     )
@@ -746,6 +753,28 @@ def _fits(o: Observed, members: tuple[JSON, ...]) -> list[Eligibility]:
     return [f for m in members if (f := o.fits.get(_uid(m))) is not None]
 
 
+def _job_unfit(group: groups.Group, fits: list[Eligibility]) -> tuple[str, ...]:
+    """The Slurm nodes the job must not be given: every node some member would not take, so that
+    Slurm chooses among the ones every member would. Members pinned apart, each to Nodes of its
+    own (Kueue's TAS writes each Pod's Node into its nodeSelector), leave fewer such nodes than
+    members: then the job may have only the nodes matched one to each member (`fits` in rank
+    order), which Slurm takes whole or waits for; the bind matches the members to them again."""
+    every = tuple(sorted({s for f in fits for s in f.excluded}))
+    total = fits[0].total if fits else 0
+    plain = not total or total - len(every) >= group.min_count
+    if plain or group.components or len(fits) < group.min_count or not fits[0].nodes:
+        return every
+    takes = []
+    for fit in fits[: group.min_count]:
+        out = set(fit.excluded)
+        takes.append([s for s in fit.nodes if s not in out])
+    matched = matching.distinct(takes)
+    if None in matched:
+        return every  # no node of its own for each member: Unschedulable says so
+    keep = set(matched)
+    return tuple(sorted(s for s in fits[0].nodes if s not in keep))
+
+
 def _unschedulable(
     group: groups.Group, members: tuple[JSON, ...], fits: list[Eligibility], unfit: tuple[str, ...]
 ) -> Pend | None:
@@ -761,6 +790,13 @@ def _unschedulable(
             f"{group.title} needs {group.min_count} nodes, one per member, and "
             f"{total - len(unfit)}/{total} would take every member; {worst.message()}"
         )
+        if len({f.excluded for f in fits}) > 1 and all(f.available for f in fits):
+            # Each would take some node, not one of its own each: pinned apart (_job_unfit) badly.
+            message = (
+                f"{group.title} needs {group.min_count} nodes, one per member, and the nodes its members"
+                " would take leave no node of its own for each (two members pinned to one Node, as"
+                f" Kueue's TAS may pin them, cannot share it); {worst.message()}"
+            )
     return Pend(members, REASON_UNSCHEDULABLE, message, event="FailedScheduling")
 
 
@@ -837,23 +873,46 @@ def _assign(
             return f"no Node known to host Slurm node {slurm_node} yet"
         hosts[slurm_node] = kube_node
     if not job.job.components:
-        return _placed_on(live, job.job.nodes, hosts)
+        return _placed_on(live, job.job.nodes, hosts, o.node_labels)
     # A het job: each member on a node of its own component, sized for its kind.
     placements: list[Placement] = []
     for index, component in enumerate(job.job.components):
         mine = tuple(m for m in live if group.component_of(m) == index)
-        placements.extend(_placed_on(mine, component.nodes, hosts))
+        placements.extend(_placed_on(mine, component.nodes, hosts, o.node_labels))
     return tuple(placements)
 
 
 def _placed_on(
-    members: tuple[JSON, ...], nodes: tuple[str, ...], hosts: Mapping[str, str]
+    members: tuple[JSON, ...],
+    nodes: tuple[str, ...],
+    hosts: Mapping[str, str],
+    labels: Mapping[str, Mapping[str, str]],
 ) -> tuple[Placement, ...]:
-    """The unbound members, in order, each on one of these nodes no member runs on yet."""
+    """The unbound members, each on one of these nodes no member runs on yet whose Node its
+    nodeSelector and required node affinity accept: in order when each would take any (the first
+    on the batch host), else matched so that each gets one it takes (members Kueue's TAS pinned
+    each to its Node). A member no free Node accepts now (relabelled since the submit) takes one
+    left over, in order, as before."""
     taken = {str((m.get("spec") or {}).get("nodeName")) for m in members if _bound(m)}
     free = [s for s in nodes if hosts[s] not in taken]
     unbound = [m for m in members if not _bound(m)]
-    return tuple(Placement(m, s, hosts[s]) for m, s in zip(unbound, free, strict=False))
+    by_shape: dict[str, list[str]] = {}  # one template's members are judged once
+    takes = []
+    for m in unbound:
+        shape = shape_of(m)
+        if shape not in by_shape:
+            by_shape[shape] = [s for s in free if _accepts(m, hosts[s], labels)]
+        takes.append(by_shape[shape])
+    chosen = matching.distinct(takes)
+    matched = set(chosen)
+    left = iter([s for s in free if s not in matched])
+    placed = [s if s is not None else next(left, None) for s in chosen]
+    return tuple(Placement(m, s, hosts[s]) for m, s in zip(unbound, placed, strict=True) if s is not None)
+
+
+def _accepts(pod: JSON, kube_node: str, labels: Mapping[str, Mapping[str, str]]) -> bool:
+    known = labels.get(kube_node)
+    return known is None or affinity_matches(pod, known, kube_node)
 
 
 def _bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...]) -> Action:
@@ -976,7 +1035,7 @@ def _pending(
         return Judge()
     fits = _fits(o, unbound)
     if fits:
-        unfit = tuple(sorted({s for f in fits for s in f.excluded}))
+        unfit = _job_unfit(group, fits)
         # Slurm refuses a job that both requires and excludes a node: a required node that stopped
         # fitting stays allowed, and the Pod is told why it waits.
         wanted = excluded_nodes(result, unfit) - required_nodes(result)

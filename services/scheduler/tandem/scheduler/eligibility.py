@@ -169,6 +169,9 @@ class Eligibility:
     # The Slurm GRES types of the whole GPUs the Nodes that would take the Pod publish; None when
     # not asked (only a Pod whose claims ask whole GPUs of no product needs it: tandem.dra.claims).
     whole_gpu_types: frozenset[str] | None = None
+    # Every Slurm node judged, in Slurm's order: what a group's members pinned apart are matched
+    # over (tandem.scheduler.decide); empty when not told.
+    nodes: tuple[str, ...] = ()
 
     @property
     def available(self) -> int:
@@ -221,7 +224,7 @@ def judge(
             excluded.append(slurm_node)
             for reason in why:
                 reasons[reason] += 1
-    return Eligibility(len(hosts), tuple(excluded), reasons)
+    return Eligibility(len(hosts), tuple(excluded), reasons, nodes=tuple(hosts))
 
 
 def _by_dra(pod: JSON, requests: Mapping[str, int], dra: DraGpus | None) -> _ByDra | None:
@@ -295,7 +298,7 @@ def _node_refuses(pod: JSON, node: JSON) -> str:
             and not _tolerated(pod, taint)
         ):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
-    if not _affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
+    if not affinity_matches(pod, meta.get("labels") or {}, str(meta.get("name"))):
         return "node(s) didn't match Pod's node affinity/selector"
     return ""
 
@@ -356,7 +359,8 @@ def _tolerated(pod: JSON, taint: Mapping[str, Any]) -> bool:
 # -- node affinity ---------------------------------------------------------------------------------
 
 
-def _affinity_matches(pod: JSON, labels: Mapping[str, str], name: str) -> bool:
+def affinity_matches(pod: JSON, labels: Mapping[str, str], name: str) -> bool:
+    """The Pod's nodeSelector and required node affinity accept a Node of these labels and name."""
     spec = pod.get("spec") or {}
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
