@@ -308,12 +308,9 @@ def serving(cfg: StackConfig, name: str) -> bool:
             return httpx.get(f"{cfg.hooks_url}/healthz", timeout=3).status_code == 200
         except httpx.HTTPError:
             return False
-    try:
-        if name == SYNCER_ROUTER:
-            return health_status(cfg, grpc_addresses(cfg)["tandem-syncer"]) == "SERVING"
-        status = health_status(cfg, _own_address(cfg, name))
-    except grpc.RpcError:
-        return False
+    if name == SYNCER_ROUTER:
+        return health_status(cfg, grpc_addresses(cfg)["tandem-syncer"]) == "SERVING"
+    status = health_status(cfg, _own_address(cfg, name))
     standby_ok = cfg.replicas > 1 and name.startswith("tandem-syncer")
     return status == "SERVING" or (standby_ok and status == "NOT_SERVING")
 
@@ -324,7 +321,16 @@ def _lease(component: str) -> str:
 
 
 def health_status(cfg: StackConfig, address: str, service: str = "") -> str:
-    with operator_channel(cfg, address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    """The service's health as gRPC's health check answers it, or why it did not answer (a stack
+    of 1,000 nodes keeps the machine so busy that a check can take longer than its deadline)."""
+    try:
+        with operator_channel(cfg, address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
+            return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    except grpc.RpcError as e:
+        return f"{UNANSWERED} ({e.code().name})"
+
+
+# What health_status says of a service that did not answer.
+UNANSWERED = "NO ANSWER"
