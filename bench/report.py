@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,23 +107,28 @@ def _value(result: dict[str, Any], key: str) -> Any:
 
 
 def _scale_vs_64(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A scale run's rate against a 64-node run of the same commit (of as many Pods where there
-    is one: a wave's rate holds steady from the first wave to the twentieth), where the run was not
-    given that rate itself (`--rate-64`)."""
-    at_64: dict[tuple[Any, Any], Any] = {}
+    """A scale run's rate against a 64-node run of the same commit on the same machine (of as
+    many Pods where there is one: a wave's rate holds steady from the first wave to the
+    twentieth), where the run was not given that rate itself (`--rate-64`)."""
+    at_64: dict[tuple[Any, Any, Any], Any] = {}
     for r in records:
         if r.get("nodes") == 64:
-            at_64[(r.get("commit"), r["result"].get("pods"))] = r["result"].get("rate")
-            at_64.setdefault((r.get("commit"), None), r["result"].get("rate"))
+            ran = (r.get("commit"), _cpu(r))
+            at_64[(*ran, r["result"].get("pods"))] = r["result"].get("rate")
+            at_64.setdefault((*ran, None), r["result"].get("rate"))
     out = []
     for r in records:
         result = r["result"]
-        commit = r.get("commit")
-        base = at_64.get((commit, result.get("pods"))) or at_64.get((commit, None))
+        ran = (r.get("commit"), _cpu(r))
+        base = at_64.get((*ran, result.get("pods"))) or at_64.get((*ran, None))
         if result.get("rate_vs_64") is None and r.get("nodes") != 64 and base and result.get("rate"):
             r = {**r, "result": {**result, "rate_64": base, "rate_vs_64": round(result["rate"] / base, 3)}}
         out.append(r)
     return out
+
+
+def _cpu(record: dict[str, Any]) -> Any:
+    return (record.get("machine") or {}).get("cpu_model")
 
 
 DERIVED = {"scale": _scale_vs_64}
@@ -146,10 +151,17 @@ def _columns(name: str, records: list[dict[str, Any]]) -> Sequence[Column]:
     return [(k, k, "{}") for k in keys]
 
 
-def table(name: str, records: list[dict[str, Any]]) -> list[str]:
+def _machine_key(record: dict[str, Any]) -> str:
+    return json.dumps(record.get("machine") or {}, sort_keys=True)
+
+
+def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] | None = None) -> list[str]:
+    """One row per run (per group size, for gangs); `machines` names each run's machine (by its
+    record's `machine`), as the Machine section lists them."""
     records = DERIVED.get(name, lambda rs: rs)(records)
     columns = _columns(name, records)
-    head = ["run", "commit", "date", "nodes", *(title for _, title, _ in columns)]
+    machines = machines or {}
+    head = ["run", "commit", "date", "nodes", *(title for _, title, _ in columns), "machine"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         for result in _rows(name, r["result"]):
@@ -159,6 +171,7 @@ def table(name: str, records: list[dict[str, Any]]) -> list[str]:
                 str(r.get("at", ""))[:10],
                 str(r.get("nodes") or "-"),
                 *(_cell(_value(result, key), fmt) for key, _, fmt in columns),
+                machines.get(_machine_key(r), "-"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -184,23 +197,28 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
         "# Benchmarks",
         "",
         "Written by `bench/report.py` from the runs `bench/record.py` kept in `bench/results/`: do not",
-        "edit by hand. Every row is one run, on the machine below, against bare Slurm on the same stack",
-        "in the same run where the benchmark has a bare phase: these machines are noisy, so compare",
-        "ratios within a run rather than figures across runs.",
+        "edit by hand. Every row is one run, on the machine its last column names (below), against",
+        "bare Slurm on the same stack in the same run where the benchmark has a bare phase: these",
+        "machines are noisy, so compare ratios within a run, or runs on one machine, rather than",
+        "figures across machines.",
         "",
     ]
-    machines = {json.dumps(r["machine"], sort_keys=True) for rs in runs.values() for r in rs}
-    out += ["## Machine", ""]
-    for m in sorted(machines):
+    # Lettered in the order first used, so that a new run never renames an earlier run's machine.
+    machines: dict[str, str] = {}
+    for r in sorted((r for rs in runs.values() for r in rs), key=lambda r: str(r.get("at", ""))):
+        machines.setdefault(_machine_key(r), chr(ord("A") + len(machines)))
+    out += ["## Machines", ""]
+    for m, letter in machines.items():
         d = json.loads(m)
         out.append(
-            f"- {d.get('cpus')} CPUs ({d.get('cpu_model') or 'unknown model'}), {d.get('memory_gib')} GiB,"
-            f" Linux {d.get('kernel')}, Python {d.get('python')}"
+            f"- {letter}: {d.get('cpus')} CPUs ({d.get('cpu_model') or 'unknown model'}),"
+            f" {d.get('memory_gib')} GiB, Linux {d.get('kernel')}, Python {d.get('python')}"
         )
     out += [
         "",
-        "The whole lab runs on it: kube-apiserver, etcd, the controllers, kwok as the Nodes' kubelets,",
-        "slurmctld, one slurmd per node, slurmrestd, slurmdbd and MariaDB, and Tandem's three services.",
+        "The whole lab runs on a run's one machine: kube-apiserver, etcd, the controllers, kwok as the",
+        "Nodes' kubelets, slurmctld, one slurmd per node, slurmrestd, slurmdbd and MariaDB, and Tandem's",
+        "three services.",
         "",
     ]
     for name in sorted(runs, key=lambda n: (list(SECTIONS).index(n) if n in SECTIONS else 99, n)):
@@ -208,7 +226,7 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
         out += [
             f"## {SECTIONS.get(name, name)}",
             "",
-            *table(name, records),
+            *table(name, records, machines),
             "",
             "Reproduce (from a checkout of the row's commit):",
             "",

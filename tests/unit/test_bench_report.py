@@ -18,6 +18,7 @@ def _run(
     nodes: int = 64,
     command: tuple[str, ...] = ("bench/schedule.py", "--n", "200"),
     commit: str = "abc1234",
+    cpu_model: str = "AMD EPYC",
 ) -> None:
     with (path / f"{name}.jsonl").open("a") as f:
         f.write(
@@ -31,7 +32,7 @@ def _run(
                     "at": "2026-11-28T05:00:00+00:00",
                     "machine": {
                         "cpus": 2,
-                        "cpu_model": "AMD EPYC",
+                        "cpu_model": cpu_model,
                         "memory_gib": 23.5,
                         "kernel": "6",
                         "python": "3.11",
@@ -92,7 +93,7 @@ def test_a_topology_run_shows_the_big_gangs_figures(tmp_path: Path) -> None:
     _run(tmp_path, "topology", "after", result)
     section = report.render(report.load(tmp_path)).split("## Topology")[1]
     (row,) = [line for line in section.splitlines() if line.startswith("| after")]
-    assert row.endswith("| 21 | 1.00 | - | 1.50 | - | - | 2.50 | 3.10 | 1 |")
+    assert row.endswith("| 21 | 1.00 | - | 1.50 | - | - | 2.50 | 3.10 | 1 | A |")
 
 
 def test_a_scale_run_is_compared_with_the_same_waves_on_64_nodes_of_its_commit(tmp_path: Path) -> None:
@@ -111,6 +112,22 @@ def test_a_scale_run_is_compared_with_the_same_waves_on_64_nodes_of_its_commit(t
     assert [row.split(" | ")[6] for row in rows] == ["-", "0.70", "-", "0.95", "0.50", "-"]
     assert "NODES=64 make up && .venv/bin/python bench/scale.py --pods 3000" in section
     assert "NODES=1000 make up && .venv/bin/python bench/scale.py --pods 3000" in section
+
+
+def test_a_scale_run_is_not_compared_with_a_64_node_run_on_another_machine(tmp_path: Path) -> None:
+    """Session 29: the same commit's 64-node figure came from an AMD machine, the 1,000-node one
+    from an Intel one; a ratio between them would say nothing about Tandem."""
+    scale = ("bench/scale.py", "--pods", "10000")
+    _run(tmp_path, "scale", "after", {"pods": 10000, "rate": 13.0}, 64, scale, "new", "Intel Xeon")
+    _run(tmp_path, "scale", "after", {"pods": 10000, "rate": 10.0}, 64, scale, "new", "AMD EPYC")
+    _run(tmp_path, "scale", "after", {"pods": 10000, "rate": 14.0}, 1000, scale, "new", "Intel Xeon")
+    section = report.render(report.load(tmp_path)).split("## Scale")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| after")]
+    assert [row.split(" | ")[6] for row in rows] == ["-", "-", "1.08"]
+    # Each row names its machine, and the Machines section says which is which.
+    assert [row.rstrip(" |").split(" | ")[-1] for row in rows] == ["A", "B", "A"]
+    text = report.render(report.load(tmp_path))
+    assert "- A: 2 CPUs (Intel Xeon)" in text and "- B: 2 CPUs (AMD EPYC)" in text
 
 
 def test_the_last_json_line_is_the_result() -> None:
