@@ -373,6 +373,7 @@ def test_members_that_disagree_are_all_refused_and_the_podgroup_says_why(
     assert not h.squeue_ids(stack_cfg)
 
 
+@pytest.mark.slurm_timer
 def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:

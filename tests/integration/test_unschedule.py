@@ -122,6 +122,7 @@ def test_a_requeued_job_takes_its_pod_with_it_and_leaves_no_job(
     h.wait_until("requeued job cancelled, not left behind", lambda: _finished(stack_cfg, job), 30)
 
 
+@pytest.mark.slurm_timer
 def test_the_time_limit_ends_the_pod(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("timed")
     h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + "timeout": "1"}))
@@ -169,6 +170,7 @@ def test_a_high_tier_pod_preempts_a_slurm_job(stack_cfg: StackConfig, core: k8s.
     assert _job_state(stack_cfg, loser) == "PREEMPTED"
 
 
+@pytest.mark.slurm_timer
 def test_a_pod_that_outlives_killwait_drains_its_node_until_it_is_gone(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
