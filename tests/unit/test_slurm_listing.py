@@ -16,6 +16,7 @@ ANSWER = {
     "jobs": [
         {"job_id": 1, "name": "a", "nodes": "n-[1-3]", "time": {"start": 1_700_000_000}},
         {"job_id": 22, "comment": 'x " ] } , [ {', "flags": ["A", "B"]},
+        {"job_id": 4, "comment": "a line\n    }\nthat looks like an element's end", "nested": {"a": [{}]}},
         {"job_id": 333, "ratio": 1.5e3, "held": False, "array": None},
         12345,
     ],
@@ -125,6 +126,50 @@ def test_a_big_element_in_small_chunks_is_decoded_a_few_times_not_once_a_chunk(
     monkeypatch.setattr(module, "_DECODER", Counting())
     assert list(Listing(_chunks(text, 256), "jobs")) == [job]
     assert tries < 30, f"{tries} decodes of a {len(text)}-character answer read 256 at a time"
+
+
+class _CountingDecoder(json.JSONDecoder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
+    def raw_decode(self, s: str, idx: int = 0) -> tuple[Any, int]:
+        self.tries += 1
+        return super().raw_decode(s, idx)
+
+
+@pytest.mark.parametrize("size", [997, 4096, 65_536])
+def test_a_pretty_printed_answer_s_objects_are_decoded_whole_not_by_the_stdlib_decoder(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    # slurmrestd's layout: 300 jobs of a few kB, far past the buffer's compaction (64 kB), so the
+    # line before most objects was dropped already. The stdlib decoder was 7 times orjson's CPU.
+    jobs = [
+        {"job_id": i, "fields": [{"name": f"f{j}", "value": "x" * 30} for j in range(40)]} for i in range(300)
+    ]
+    text = json.dumps({"jobs": jobs, "meta": {"plugin": {}}, "warnings": []}, indent=2)
+    from tandem.slurm import listing as module
+
+    counting = _CountingDecoder()
+    monkeypatch.setattr(module, "_DECODER", counting)
+    assert list(Listing(_chunks(text, size), "jobs")) == jobs
+    assert counting.tries < 10, f"{counting.tries} stdlib decodes for 300 pretty-printed jobs"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A closing brace at an element's indentation inside it (no pretty-printer's layout): the
+        # cut there does not decode, so the element is read as any value is.
+        '{"jobs": [\n  {"a": {\n  },\n  "b": 1\n  },\n  {"c": 2\n  }\n]}',
+        # Objects not on lines of their own, and elements that are not objects.
+        '{"jobs": [{"a": 1}, {"b": {"c": [1, 2]}}, 3, "s", [4]]}',
+        '{"jobs": [\n  {"a": 1}, {"b": 2\n  }, 7\n]}',
+    ],
+)
+def test_an_unusual_layout_reads_as_the_stdlib_reads_it(text: str) -> None:
+    for size in (1, 5, 1000):
+        assert list(Listing(_chunks(text, size), "jobs")) == json.loads(text)["jobs"]
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ one element of its list at a time.
 `json.loads` of a whole GET /jobs holds every job as nested dicts at once: 4,000 jobs (what
 slurmctld keeps for MinJobAge in a busy minute) are ~70 MB of pretty-printed JSON and ~160 MB of
 dicts, for a reader that keeps a few hundred bytes of each. Here only the text of the element being
-decoded is held; each element is handed on and dropped. The stdlib decoder does the parsing
-(`JSONDecoder.raw_decode`, in C); this module only finds where elements begin and asks for more
-text when one is cut off.
+decoded is held; each element is handed on and dropped. An object of the list laid out as
+slurmrestd pretty-prints it is cut at its closing line and decoded by orjson; anything else by the
+stdlib decoder (`JSONDecoder.raw_decode`, in C). This module only finds where elements begin (and,
+pretty-printed, end) and asks for more text when one is cut off.
 
 An answer whose whole size is known and small (`whole_listing`: a poll's jobs changed since the
 last, most of the time) is decoded at once by orjson instead, at a third of the CPU: its dicts are
@@ -48,6 +49,8 @@ class Listing:
         self._ended = False
         self.rest: dict[str, Any] = {}
         self.empty = False
+        # Where the list's objects begin, spaces after their line's start (pretty-printed), once seen.
+        self._indent: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
         if not self._skip_space():
@@ -82,11 +85,37 @@ class Listing:
             self._pos += 1
             return
         while True:
-            yield self._value()
+            yield self._element()
             if self._at() == "]":
                 self._pos += 1
                 return
             self._expect(",")
+
+    def _element(self) -> Any:
+        """The next element of the list. slurmrestd pretty-prints (the lab's 24.11 even under
+        SLURMRESTD_JSON=compact): an object's closing brace is then the first line holding only it
+        at the object's own indentation, since no JSON string holds a raw newline. Its text is cut
+        there and decoded by orjson, at a seventh of the stdlib decoder's CPU. A cut decodes only
+        if it is the whole object (a JSON object ends at its matching brace); any other cut or
+        layout is read as any value is."""
+        if self._at() != "{":
+            return self._value()
+        self._indent = _indent_before(self._buf, self._pos, self._indent)
+        if self._indent is None:
+            return self._value()
+        closing = "\n" + " " * self._indent + "}"
+        searched = 0  # how far past the element's start the closing line is known to be absent
+        while (end := self._buf.find(closing, self._pos + searched)) < 0:
+            searched = max(0, len(self._buf) - self._pos - len(closing))
+            if not self._more(at_least=len(self._buf) - self._pos):  # may move the element to 0
+                return self._value()  # cut off: says so
+        end += len(closing)
+        try:
+            value = orjson.loads(self._buf[self._pos : end])
+        except orjson.JSONDecodeError:
+            return self._value()
+        self._pos = end
+        return value
 
     def _value(self) -> Any:
         """The next whole value. A value that ends exactly where the text so far ends may go on
@@ -143,6 +172,17 @@ class Listing:
                 return True
         self._ended = True
         return got > 0
+
+
+def _indent_before(text: str, at: int, known: int | None) -> int | None:
+    """The spaces between the start of `at`'s line and `at`; `known` when the line's start is not
+    in `text` (dropped as decoded already), None when `at` does not begin its line's text."""
+    start = at
+    while start > 0 and text[start - 1] == " ":
+        start -= 1
+    if start == 0:
+        return known
+    return at - start if text[start - 1] == "\n" else None
 
 
 class WholeListing:
