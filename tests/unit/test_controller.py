@@ -1120,6 +1120,36 @@ def test_a_job_that_ends_after_its_pod_went_queues_nothing_and_one_whose_pod_is_
     assert len(watches.queue) == 1
 
 
+def test_a_job_stopping_after_its_deleting_pods_cancel_queues_nothing_until_a_job_is_left_running() -> None:
+    """The Pod is being deleted (its grace period) and its reconcile cancelled the job: the job's
+    stop (the placeholder's terminating call) and end that follow decide nothing (issue 40)."""
+    pods = FakePodCache()
+    pods.synced = True
+    bound = {**_pod(job_id="7"), "spec": {**_pod(job_id="7")["spec"], "nodeName": "node-001"}}
+    deleting = {**bound, "metadata": {**bound["metadata"], "deletionTimestamp": "2026-11-29T00:00:00Z"}}
+    pods.pods[POD.key] = deleting
+    controller, slurm, _ = _controller(pods, _tracker(_status(started=True)))
+    watches = _watches(controller)
+
+    watches.on_job(POD, _status(started=True))
+    assert len(watches.queue) == 1, "its job still runs, not cancelled yet: the reconcile cancels it"
+    controller.reconcile(watches.queue.get() or "")
+    watches.queue.done(POD.key)
+    slurm.cancel_job.assert_called_once_with(7)
+
+    def streamed(status: JobStatus) -> None:  # as the stream does: the tracker first, then the watch
+        controller.jobs._apply(status)
+        watches.on_job(POD, status)
+
+    terminating = JobStatus(_status(started=True).job, started=True, terminating=True)
+    streamed(terminating)
+    streamed(_status("CANCELLED"))
+    assert len(watches.queue) == 0
+    pods.pods[POD.key] = bound  # the same change of a live Pod's job: looked at
+    streamed(terminating)
+    assert len(watches.queue) == 1
+
+
 def test_a_bind_tells_how_many_reconciles_its_key_took() -> None:
     """tandem_scheduler_reconciles_to_bind: how often a Pod's key woke before its bind (issue 40)."""
 

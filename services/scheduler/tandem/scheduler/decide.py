@@ -381,7 +381,7 @@ Action = (
 
 def decide(o: Observed) -> Action:
     group, job = o.group, o.job
-    live = tuple(sorted((m for m in o.members if _live(m)), key=groups.rank))
+    live = tuple(sorted((m for m in o.members if is_live(m)), key=groups.rank))
     alone = group is None or group.alone
     if not live:
         gone = tuple(j.job_id for j in o.jobs if not j.ended and j.job_id not in o.cancel_sent)
@@ -481,7 +481,8 @@ def _preempted(pod: JSON) -> bool:
     return c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
 
 
-def _live(pod: JSON) -> bool:
+def is_live(pod: JSON) -> bool:
+    """Neither being deleted nor finished: a member its group's job is for."""
     return not (pod.get("metadata") or {}).get("deletionTimestamp") and not pod_finished(pod)
 
 

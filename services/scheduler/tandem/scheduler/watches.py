@@ -107,7 +107,7 @@ class SchedulerWatches:
         self.on_composite = on_change(Watch(queue, self._composite_keys))
         self.on_claim = on_change(Watch(queue, self._claim_keys))
         self.on_claim_template = on_change(Watch(queue, self._claim_template_keys))
-        self._job = Watch(queue, self._job_keys, (self._not_ended_after_its_pod,), _bind_or_stop)
+        self._job = Watch(queue, self._job_keys, (self._not_after_its_pod_went,), _bind_or_stop)
         self.on_node_moved = Watch(queue, self._keys_on_slurm_node, urgent=_always)
         self._topology = Watch(queue, self._unbound_keys_for("topology"))
         self._policy = Watch(queue, self._keys_under_rules_changed)
@@ -307,14 +307,24 @@ class SchedulerWatches:
             return False
         return True
 
-    def _not_ended_after_its_pod(self, change: JobChange) -> bool:
-        """Drops the end of a Pod alone's job after the Pod went, when no other job of that name
-        lives on."""
-        pod = change.pod
-        if not change.job.ended or groups.is_group_key(pod.key) or self.caches.pods.get(pod.key) is not None:
+    def _not_after_its_pod_went(self, change: JobChange) -> bool:
+        """Drops a change of a Pod alone's job once the Pod is gone or going (deleted, being
+        deleted, finished) and every job it had was stopped: with no live member and no job left
+        to cancel, its reconcile decides nothing (decide). The job's stop and end that follow a
+        deletion's cancel were most of the reconciles deciding nothing in a burst (issue 40)."""
+        ref = change.pod
+        if groups.is_group_key(ref.key):
+            return True  # a group's reconcile weighs the members that remain
+        pod = self.caches.pods.get(ref.key)
+        if pod is None:
+            owner, jobs = ref.uid, self.jobs.for_pod_key(ref.key)
+        elif d.is_live(pod):
             return True
-        if self.assumed.submitted.get(pod.uid) is None and self._all_stopped(self.jobs.for_pod_key(pod.key)):
-            SKIPPED.inc(why="job ended after its Pod")
+        else:
+            owner = str(pod["metadata"]["uid"])
+            jobs = self.jobs.for_pod(owner)
+        if self.assumed.submitted.get(owner) is None and self._all_stopped(jobs):
+            SKIPPED.inc(why="its Pod gone or going, its jobs stopped")
             return False
         return True
 
