@@ -535,6 +535,50 @@ def test_the_placeholder_script_drains_with_the_same_words() -> None:
     assert said.replace("${job}", "7") == KILLWAIT
 
 
+def test_an_update_that_moves_only_what_the_syncer_does_not_keep_wakes_no_pass() -> None:
+    """A kubelet's reports on a Pod's containers and a Node's heartbeat move its resourceVersion
+    and nothing the syncer keeps (slim_pod, slim_node): no node's pass, no waiter (issue 40)."""
+    view = ClusterView(mock.Mock(), "slurm")
+    changed: list[str] = []
+    view.on_slurm_node_changed = changed.append
+    view.on_node_pods_changed = lambda kube_node: changed.append(f"pods on {kube_node}")
+
+    def informer_sees(informer: Any, key: str, obj: dict[str, Any]) -> None:  # as a watch event does
+        with informer._lock:
+            old = informer._put(key, informer._keep(obj))
+        informer.on_change(key, old, informer._keep(obj))
+
+    slurmd_pod = {
+        "metadata": {
+            "namespace": "slurm",
+            "name": "cpu-001",
+            "uid": "u1",
+            "resourceVersion": "1",
+            "labels": {keys.SLURMD_POD_LABEL: keys.SLURMD_POD_LABEL_VALUE},
+        },
+        "spec": {"nodeName": "node-001"},
+        "status": {"phase": "Running"},
+    }
+    running = {**app_pod(), "spec": {**app_pod()["spec"], "nodeName": "node-001"}}
+    running["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    informer_sees(view.pods, "slurm/cpu-001", slurmd_pod)
+    informer_sees(view.pods, "a/b", running)
+    changed.clear()
+
+    def version(obj: dict[str, Any], v: str, **status: Any) -> dict[str, Any]:
+        moved = {**obj, "metadata": {**obj["metadata"], "resourceVersion": v}}
+        return {**moved, "status": {**obj["status"], **status}}
+
+    informer_sees(view.pods, "a/b", version(running, "7", containerStatuses=[{"name": "c", "ready": True}]))
+    informer_sees(view.pods, "slurm/cpu-001", version(slurmd_pod, "8", podIP="10.0.0.2"))
+    assert changed == []
+    cached = view.pods.get("slurm/cpu-001")
+    assert cached is not None and cached["metadata"]["resourceVersion"] == "8", "the cache holds it"
+    informer_sees(view.pods, "a/b", version(running, "9", phase="Succeeded"))
+    informer_sees(view.pods, "slurm/cpu-001", version(slurmd_pod, "10", phase="Failed"))
+    assert changed == ["pods on node-001", "cpu-001"]
+
+
 def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
     """Before: nothing looked at a KillWait drain again once its Pod went; the node stayed drained
     for good (30-minute two-replica soak: gpu-000 `k8s: pod bench/soak-pod-570 ...`)."""

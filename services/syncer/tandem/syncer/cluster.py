@@ -250,6 +250,8 @@ class ClusterView:
         return [name] if name is not None else []
 
     def _on_pod(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        if _only_version_moved(old, new):
+            return
         if old is not None and not pod_finished(old) and (new is None or pod_finished(new)):
             self.on_pod_gone(new or old)
         changed = old or new or {}
@@ -272,6 +274,8 @@ class ClusterView:
                     self._on_node(kube_node, None, None)  # a GPU's health: the Node's Slurm nodes
 
     def _on_node(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        if _only_version_moved(old, new):
+            return
         if self.topology_labels and ((old is None) != (new is None) or _labels(old) != _labels(new)):
             self.on_topology_changed()
         hosted = False
@@ -298,6 +302,21 @@ class ClusterView:
                     self._on_node(kube_node, None, None)
         for slurm_node in {*_rule_slurm_node_of(old or {}), *_rule_slurm_node_of(new or {})}:
             self.on_slurm_node_changed(slurm_node)
+
+
+def _only_version_moved(old: JSON | None, new: JSON | None) -> bool:
+    """Whether an update moved nothing the syncer keeps of the object (slim_pod, slim_node) but
+    its resourceVersion: a kubelet's report on a Pod's containers, a Node's heartbeat. The cache
+    holds the new version (the writes' preconditions need it); nothing reading it has anything new
+    to look at. Most Pod updates in a burst: two to four per Pod, each a pass of its node (issue 40)."""
+    if old is None or new is None:
+        return False
+    return _without_version(old) == _without_version(new)
+
+
+def _without_version(obj: JSON) -> JSON:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
 
 
 def _unhealthy(pod: JSON | None) -> object:
