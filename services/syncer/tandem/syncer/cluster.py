@@ -306,9 +306,9 @@ class ClusterView:
 
 def _only_version_moved(old: JSON | None, new: JSON | None) -> bool:
     """Whether an update moved nothing the syncer keeps of the object (slim_pod, slim_node) but
-    its resourceVersion: a kubelet's report on a Pod's containers, a Node's heartbeat. The cache
-    holds the new version (the writes' preconditions need it); nothing reading it has anything new
-    to look at. Most Pod updates in a burst: two to four per Pod, each a pass of its node (issue 40)."""
+    its resourceVersion: a kubelet's report on a Pod's containers, a Node's status heartbeat. The
+    cache holds the new version (the writes' preconditions need it); nothing reading it has
+    anything new to look at, so no node's pass is queued for it."""
     if old is None or new is None:
         return False
     return _without_version(old) == _without_version(new)
