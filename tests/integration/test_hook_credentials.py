@@ -305,6 +305,48 @@ def test_a_job_token_used_after_its_job_ended_is_refused(stack_cfg: StackConfig,
     assert "drain" not in state.lower()
 
 
+def test_a_pods_own_job_token_cannot_take_over_an_administrators_drain(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 50, attack 3: an administrator drains the node a Pod's placeholder runs on (a bad
+    GPU); the Pod's user asks for a drain with the job's own token while it runs, then deletes the
+    Pod. The drain is refused (409: the job has not ended), and the node stays drained with the
+    administrator's reason: Tandem never resumes a drain it did not write."""
+    pod, job_id, node = _running(stack_cfg, core, "admin-drained")
+    h.scontrol(stack_cfg, "update", f"nodename={node}", "state=drain", "reason=bad-gpu")
+    try:
+        reference = _reference(stack_cfg, pod)
+        token = _own_token(stack_cfg, job_id, reference)
+        answer = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/drain",
+            json={"node": node, "job": job_id},
+            headers=_as(reference, token),
+            timeout=15,
+        )
+        assert answer.status_code == 409, answer.text
+        assert "has not ended (RUNNING)" in answer.json()["error"]
+        assert h.node_state(stack_cfg, node)[1] == "bad-gpu"
+        h.delete_pod(core, pod.metadata.name)
+        h.wait_until("the Pod gone", lambda: h.get_pod(core, pod.metadata.name) is None, 60)
+        h.wait_until(
+            "its job ended",
+            lambda: (
+                "COMPLETING" not in h.rest_job(stack_cfg, job_id)["job_flags"]
+                and str(h.rest_job(stack_cfg, job_id)["job_state"]) != "RUNNING"
+            ),
+            60,
+        )
+        # The syncer's node pass runs within a second of the job's end (the old code resumed the
+        # node in ~15 s); the reason is read for longer than that.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            state, reason = h.node_state(stack_cfg, node)
+            assert "drain" in state.lower() and reason == "bad-gpu", (state, reason)
+            time.sleep(1)
+    finally:
+        h.resume_if_drained(stack_cfg, node)
+
+
 @pytest.fixture
 def restore_job_key(stack_cfg: StackConfig) -> Iterator[Path]:
     path = services.job_key_file(stack_cfg)

@@ -70,6 +70,18 @@ def test_a_groups_pods_are_every_member_that_carries_its_job_and_occupies_one_of
     assert [p["metadata"]["name"] for p in found] == ["train-0"]
 
 
+def test_a_pod_of_another_namespace_carrying_a_groups_job_id_keeps_no_node_drained() -> None:
+    """Issue 50: a tenant writes another gang's job id on a Pod of its own namespace, on a Node of
+    that gang's job: it is no member, so it neither keeps the job's call waiting nor drains."""
+    squatter = pod("squat", "u9", "node-002")
+    squatter["metadata"]["namespace"] = "tenant"
+    members = [pod("train-0", "u0", "node-001"), squatter]
+    job = status(("cpu-001", "cpu-002"))
+    found = killwait.job_pods(job, GROUP, members, None, host)
+    assert [p["metadata"]["name"] for p in found] == ["train-0"]
+    assert set(killwait.drain_targets(job, "cpu-001", found, host)) == {"cpu-001"}
+
+
 TARGET_ROWS = [
     ("a Pod on the job's node keeps that node", ("cpu-001",), [pod()], {"cpu-001": "web"}),
     ("nothing left: nothing drained", ("cpu-001",), [], {}),
@@ -146,6 +158,18 @@ DECIDE_ROWS = [
         None,
     ),
     ("a lock's drain goes first: soon again", [due(pod())], None, DRAIN_AT, False, None, (), 1.0),
+    # Issue 50: an administrator's drain (a bad GPU) stays as it is: overwritten, it would be
+    # Tandem's, resumed when the Pod goes.
+    (
+        "drained by someone else: settled as drained, not drained again",
+        [due(pod())],
+        "bad-gpu",
+        DRAIN_AT,
+        True,
+        None,
+        ((7, True),),
+        None,
+    ),
     (
         "two jobs due: one drain a pass, the next at once",
         [due(pod()), due(pod("batch", "u-b", job="8"), job_id=8)],
@@ -175,7 +199,8 @@ def test_a_nodes_killwait_deadlines(
     settled: tuple[tuple[int, bool], ...],
     after: float | None,
 ) -> None:
-    plan = killwait.decide(deadlines, reason, now, may_drain=may)
+    others = reason is not None and not reason.startswith("k8s:")  # the table's other writers
+    plan = killwait.decide(deadlines, reason, now, may_drain=may, others_drain=others)
     assert (plan.drain.job_id if plan.drain else None, plan.settle, plan.after) == (
         drained,
         settled,

@@ -548,6 +548,26 @@ KILLWAIT_ROWS = [
         ((7, False),),
         None,
     ),
+    # Issue 50: an administrator drained the node (a bad GPU) while the placeholder ran there.
+    # Its reason stays: written over, the drain would be Tandem's and resumed when the Pod goes.
+    (
+        "drained by an administrator: not drained again, settled as drained",
+        Node("cpu-001", "IDLE", ("DRAIN",), "bad-gpu", "root"),
+        due(),
+        DRAIN_AT,
+        "",
+        ((7, True),),
+        None,
+    ),
+    (
+        "drained by someone else in Tandem's words: still not Tandem's",
+        Node("cpu-001", "IDLE", ("DRAIN",), "k8s: Node node-001 is cordoned", "root"),
+        due(),
+        DRAIN_AT,
+        "",
+        ((7, True),),
+        None,
+    ),
     # A group's member left this node while another still runs elsewhere: that node is drained.
     ("at drain_at, no Pod of the job here: settled", IDLE, due(None), DRAIN_AT, "", ((7, False),), None),
     ("before drain_at, no Pod of the job here: wait", IDLE, due(None), NOW, "", (), 5.0),
@@ -573,6 +593,18 @@ def test_a_drain_at_killwait(
     plan = nodesync.decide(replace(facts(slurm=slurm), killwaits=(deadline,)), now)
     assert (plan.drain, plan.killwait.settle, plan.requeue_after) == (drain, settled, after), why
     assert (plan.killwait.drain is not None) == (drain == KILLWAIT_REASON)
+
+
+def test_a_lock_timeout_leaves_an_administrators_drain_as_it_is() -> None:
+    """Issue 50: the lock fails its job, but the node keeps the administrator's reason (and so
+    is never resumed by Tandem)."""
+    admin = Node("cpu-001", "IDLE", ("DRAIN",), "bad-gpu", "root")
+    f = facts(
+        mem=memory(hold(since=NOW - 50, deadline=NOW)), lock=PENDING, tainted=True, pods=(WEB,), slurm=admin
+    )
+    plan = nodesync.decide(f, NOW)
+    assert plan.lock.drain and plan.lock.fail
+    assert plan.drain == "" and not plan.resume
 
 
 def test_a_lock_timeout_drains_before_a_killwait_drain() -> None:

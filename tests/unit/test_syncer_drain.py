@@ -24,7 +24,7 @@ class Aborted(Exception):
 
 
 def _servicer(
-    error: SlurmApiError | None = None, job: Job | None = None, occupied: bool = True
+    error: SlurmApiError | None = None, job: Job | None = None, occupied: bool = True, others: bool = False
 ) -> tuple[SyncerServicer, mock.Mock]:
     slurm = mock.Mock()
     slurm.drain_node.side_effect = error
@@ -34,6 +34,7 @@ def _servicer(
     mirror.refresh_job.return_value = JobStatus(job)
     locks = mock.Mock()
     locks.occupied.return_value = occupied
+    locks.drained_by_others.return_value = others
     servicer = SyncerServicer(mirror, locks, slurm, mock.Mock(), 30.0, job_keys=lambda: [JOB_KEY])
     servicer.active = True
     return servicer, slurm
@@ -57,6 +58,27 @@ def test_the_node_is_drained_over_rest_with_the_reason_the_syncer_writes() -> No
     servicer, slurm = _servicer()
     answer = servicer.DrainNode(_drain(reason="k8s: whatever the caller says"), _context())
     slurm.drain_node.assert_called_once_with("cpu-001", keys.killwait_drain_reason("apps", "web", 7))
+    assert answer.drained
+
+
+def test_a_running_jobs_token_drains_nothing() -> None:
+    """Issue 50: a Pod's user reads its placeholder's token and asks for a drain while the job
+    runs (to take over an administrator's drain): refused, since Slurm says the job has not ended."""
+    servicer, slurm = _servicer(job=Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=REF))
+    context = _context()
+    with pytest.raises(Aborted):
+        servicer.DrainNode(_drain(), context)
+    code, message = context.abort.call_args.args
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "has not ended (RUNNING)" in message
+    slurm.drain_node.assert_not_called()
+
+
+def test_an_administrators_drain_is_not_overwritten_at_killwait() -> None:
+    """Issue 50: the node is drained by someone else (bad-gpu): it stays drained with that reason,
+    which Tandem would otherwise own and resume when the Pod goes; the script is told drained."""
+    servicer, slurm = _servicer(others=True)
+    answer = servicer.DrainNode(_drain(), _context())
+    slurm.drain_node.assert_not_called()
     assert answer.drained
 
 

@@ -39,11 +39,15 @@ def job_pods(
     script_node: str = "",
 ) -> list[JSON]:
     """The job's Pods that occupy one of its nodes: its Pod (by uid: a Pod of that name now may be
-    another), or every member of a group's job (the Pods that carry its id), bound to the Node of
-    one of the job's Slurm nodes and not finished. A Pod never bound runs nothing on any node: it
-    neither keeps the job waiting nor drains a node (a claim Slurm's GPUs could not be mapped to,
-    a job Tandem cancelled before the bind)."""
-    candidates = list(pods_of_job) if ref.is_group else [] if pod_by_uid is None else [pod_by_uid]
+    another), or every member of a group's job (the Pods of the group's namespace that carry its
+    id: any tenant can write a job id on a Pod of its own namespace, and would keep another's
+    node drained), bound to the Node of one of the job's Slurm nodes and not finished. A Pod never
+    bound runs nothing on any node: it neither keeps the job waiting nor drains a node (a claim
+    Slurm's GPUs could not be mapped to, a job Tandem cancelled before the bind)."""
+    if ref.is_group:
+        candidates = [p for p in pods_of_job if (p.get("metadata") or {}).get("namespace") == ref.namespace]
+    else:
+        candidates = [] if pod_by_uid is None else [pod_by_uid]
     return [p for p in candidates if occupies(p, status, host, script_node)]
 
 
@@ -116,11 +120,18 @@ class KillWaitPlan:
 
 
 def decide(
-    killwaits: Iterable[NodeKillWait], drained_reason: str | None, now: float, may_drain: bool = True
+    killwaits: Iterable[NodeKillWait],
+    drained_reason: str | None,
+    now: float,
+    may_drain: bool = True,
+    others_drain: bool = False,
 ) -> KillWaitPlan:
     """The node's KillWait deadlines at `now`. `drained_reason`: the reason the Slurm node is
     drained with (None: not drained); one so drained is not drained again. `may_drain`: False when
-    this pass drains for a lock that timed out (it goes first; the KillWait drain waits a pass)."""
+    this pass drains for a lock that timed out (it goes first; the KillWait drain waits a pass).
+    `others_drain`: the drain is not Tandem's (an administrator's, a health check's, Slurm's own):
+    the node is out of service already, and its reason is not Tandem's to overwrite, since Tandem
+    would then own the drain and resume it when the Pod goes."""
     drain: NodeKillWait | None = None
     settle: list[tuple[int, bool]] = []
     waits: list[float] = []
@@ -129,7 +140,7 @@ def decide(
             settle.append((k.job_id, False))
         elif now < k.drain_at:
             waits.append(k.drain_at - now)
-        elif drained_reason == k.reason:
+        elif drained_reason == k.reason or (drained_reason is not None and others_drain):
             settle.append((k.job_id, True))
         elif may_drain and drain is None:
             drain = k

@@ -19,7 +19,7 @@ from tandem.metrics import REGISTRY
 from tandem.placeholder import PodRef
 from tandem.slurm.models import JobStatus
 from tandem.slurm.rest import SlurmApiError
-from tandem.syncer import killwait
+from tandem.syncer import killwait, nodesync
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.locking import NodeLockView, holders, satisfies
@@ -227,6 +227,11 @@ class NodeLocks:
         rule every KillWait drain follows (killwait.drain_targets)."""
         pods = self.facts.killwait_pods(status, ref, slurm_node)
         return slurm_node in killwait.drain_targets(status, slurm_node, pods, self.cluster.kube_node_of)
+
+    def drained_by_others(self, slurm_node: str) -> bool:
+        """Whether the Slurm node is drained by someone other than this syncer (an administrator,
+        a health check), as last read: a drain never Tandem's to overwrite (nodesync)."""
+        return nodesync.drain_is_others(self.mirror.node(slurm_node), self.facts.own_user)
 
     # -- reading -------------------------------------------------------------------------------
 

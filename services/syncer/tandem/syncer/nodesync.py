@@ -153,12 +153,15 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
     pass: a lock that timed out names the Pods to blame, which says more than the cause."""
     lock = decide_lock(f, now)
     drained = f.slurm.reason if f.slurm is not None and f.slurm.drained else None
-    kw = killwait.decide(f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None)
+    others = drained_by_others(f)
+    kw = killwait.decide(
+        f.killwaits, drained, now, may_drain=not lock.drain and f.slurm is not None, others_drain=others
+    )
     gpus = _gpus_shown(f)
     wanted = gputaints.wanted_rules(f.slurm, f.slurm_node, f.kube_node_name, f.devices)
     rules = gputaints.plan_rules(wanted if f.rules_served else None, f.gpu_rules)
     evict = gputaints.evicted_jobs(gputaints.tainted_gpus(f.devices), f.jobs)
-    if lock.drain:
+    if lock.drain and not others:
         show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
         return Plan(lock.drain, False, show, lock, kw, gpus, rules, evict)
     if kw.drain is not None and f.slurm is not None:
@@ -204,6 +207,17 @@ def drained_by_us(f: NodeFacts) -> bool:
     """Whether Slurm records this syncer's own user as the one who set the reason: words alone
     can be anyone's (an admin's copy, a script's)."""
     return f.slurm is not None and bool(f.own_user) and f.slurm.reason_set_by == f.own_user
+
+
+def drained_by_others(f: NodeFacts) -> bool:
+    return drain_is_others(f.slurm, f.own_user)
+
+
+def drain_is_others(slurm: Node | None, own_user: str) -> bool:
+    """Whether the Slurm node is drained by someone other than `own_user` (an administrator, a
+    health check, Slurm itself): that drain is never Tandem's to overwrite, since an overwritten
+    reason would be Tandem's own, and resumed when Tandem's cause clears."""
+    return slurm is not None and slurm.drained and not (own_user and slurm.reason_set_by == own_user)
 
 
 def killwait_pod_left(f: NodeFacts) -> bool:

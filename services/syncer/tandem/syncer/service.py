@@ -313,6 +313,20 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         )
         ref = placeholder.pod_of(status.job)
         assert ref is not None  # verified
+        # Slurm's word, read just now, not the script's: a running job's token drains nothing.
+        if not status.job.finished and "COMPLETING" not in status.job.flags:
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"not draining {request.slurm_node}: Slurm job {status.job_id} has not ended "
+                f"({status.state_name}); a placeholder drains its node only at KillWait",
+            )
+        if self.locks.drained_by_others(request.slurm_node):
+            log.info(
+                "not draining: the node is drained by someone else, whose reason stays",
+                extra={"job": status.job_id, "slurm_node": request.slurm_node},
+            )
+            return syncer_pb2.DrainNodeResponse(drained=True)
         # The same rule as the node sync's KillWait drain: only a Pod that runs on this node keeps it.
         if not self.locks.occupied(status, ref, request.slurm_node):
             log.info(
