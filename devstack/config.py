@@ -38,6 +38,9 @@ COREDNS_VERSION = "v1.15.0"
 
 # The Kubernetes namespace of the slurmd Pods (one per Node, the shape of a SUNK NodeSet).
 SLURM_NAMESPACE = "tandem-slurm"
+# Where the tests' node agents run: a namespace the lab's administrator lets share held Nodes
+# (the chart's lock.sharingNamespaces); a tenant's namespace (default) may not tolerate the lock.
+OPS_NAMESPACE = "tandem-ops"
 # The namespace the Tandem services run "in"; the scheduler name derives from it as in the chart.
 TANDEM_NAMESPACE = "tandem"
 TANDEM_RELEASE = "tandem"

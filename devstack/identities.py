@@ -35,7 +35,17 @@ RBAC_KINDS = frozenset(
 # The lab's tenant policy on top of the chart's (which refuses a Pod without user-id): in every
 # namespace such a Pod runs as tandem-pods, a Slurm user with an association to account k8s
 # (devstack.slurm.ensure_accounting). Root and priorities above the chart's cap stay refused.
-LAB_POLICY = (f"scheduler.policy.default.defaultUser={slurm.POD_USER[1]}",)
+LAB_POLICY = (
+    f"scheduler.policy.default.defaultUser={slurm.POD_USER[1]}",
+    f"lock.sharingNamespaces={{kube-system,{config.OPS_NAMESPACE}}}",
+)
+# What the syncer's --lock-sharing-namespaces is when the chart resolves those values.
+LOCK_SHARING_NAMESPACES = (
+    "kube-system",
+    config.OPS_NAMESPACE,
+    config.SLURM_NAMESPACE,
+    config.TANDEM_NAMESPACE,
+)
 # Long enough for any test session or demo; `make up` mints fresh ones each time.
 TOKEN_DURATION = "720h"
 
@@ -103,7 +113,7 @@ def ensure_release_rbac(cfg: StackConfig, release: Release) -> None:
     (idempotent: `kubectl apply`; the policy as LAB_POLICY writes it, whatever a test left)."""
     rendered = render(cfg, release)
     docs = [*(d for d in rendered if d.get("kind") in RBAC_KINDS), policy_of(release, rendered)]
-    namespaces = {release.namespace} | {
+    namespaces = {release.namespace, config.OPS_NAMESPACE} | {
         str(meta["namespace"])
         for d in docs
         if isinstance(meta := d.get("metadata"), dict) and meta.get("namespace")
@@ -127,7 +137,6 @@ def write_kubeconfig(cfg: StackConfig, release: Release, component: str, path: P
         f"system:serviceaccount:{release.namespace}:{sa}",
         token,
     )
-    path.chmod(0o600)
     return path
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from devstack import config, kube
+from devstack import config, files, kube
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
@@ -141,8 +141,7 @@ def write_config(cfg: StackConfig) -> Path:
     for directory in (cert_dir, METRICS_CERT_DIR):
         directory.mkdir(parents=True, exist_ok=True)
         for src, dst in (("kueue-webhook.crt", "tls.crt"), ("kueue-webhook.key", "tls.key")):
-            (directory / dst).write_bytes((cfg.pki_dir / src).read_bytes())
-            (directory / dst).chmod(0o600)
+            files.write_whole(directory / dst, (cfg.pki_dir / src).read_bytes())
     path = cfg.state_dir / "kueue-config.yaml"
     path.write_text(
         yaml.safe_dump(

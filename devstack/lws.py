@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from devstack import config, kube
+from devstack import config, files, kube
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 
@@ -78,8 +78,7 @@ def write_config(cfg: StackConfig) -> Path:
     cert_dir = cfg.state_dir / "lws-certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
     for src, dst in (("lws-webhook.crt", "tls.crt"), ("lws-webhook.key", "tls.key")):
-        (cert_dir / dst).write_bytes((cfg.pki_dir / src).read_bytes())
-        (cert_dir / dst).chmod(0o600)
+        files.write_whole(cert_dir / dst, (cfg.pki_dir / src).read_bytes())
     path = cfg.state_dir / "lws-config.yaml"
     path.write_text(
         yaml.safe_dump(

@@ -6,6 +6,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
+from devstack import files
 from devstack.config import REAL_NODE_IP, SERVICE_CIDR
 from tandem import mtls
 
@@ -163,7 +164,8 @@ def token(pki: Path, user: str) -> str:
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, user: str, bearer: str) -> None:
-    path.write_text(
+    files.write_whole(
+        path,
         f"""apiVersion: v1
 kind: Config
 clusters:
@@ -181,15 +183,15 @@ contexts:
     cluster: tandem-local
     user: {user}
 current-context: tandem-local
-"""
+""",
     )
-    path.chmod(0o600)
 
 
 def write_cert_kubeconfig(path: Path, server: str, ca: Path, user: str, cert: Path, key: Path) -> None:
     """A kubeconfig that authenticates with a client certificate (the real Node's kubelet,
     kube-proxy and CoreDNS: identities by CN and O, as in a kubeadm cluster)."""
-    path.write_text(
+    files.write_whole(
+        path,
         f"""apiVersion: v1
 kind: Config
 clusters:
@@ -208,9 +210,8 @@ contexts:
     cluster: tandem-local
     user: {user}
 current-context: tandem-local
-"""
+""",
     )
-    path.chmod(0o600)
 
 
 def _openssl(*args: object) -> None:

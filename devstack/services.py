@@ -12,7 +12,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from devstack import config, installed, pki, slurm
+from devstack import config, files, identities, installed, pki, slurm
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import mtls
@@ -75,8 +75,7 @@ def job_key_file(cfg: StackConfig) -> Path:
     path = cfg.pki_dir / "job.key"
     if not path.exists():
         cfg.pki_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
+        files.write_whole(path, secrets.token_hex(32))
     return path
 
 
@@ -136,10 +135,7 @@ def publish(path: Path, text: str, mode: int = 0o644) -> None:
     read a token file in the middle of its rewrite sent an empty token and failed (401)."""
     if path.exists() and path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
         return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    tmp.replace(path)
+    files.write_whole(path, text, mode)
 
 
 def grpc_tls(cfg: StackConfig, identity: str) -> mtls.TlsFiles:
@@ -188,7 +184,8 @@ def grpc_addresses(cfg: StackConfig) -> dict[str, str]:
 
 
 # The services that call the Kubernetes API, each as its chart ServiceAccount (devstack.identities).
-KUBE_CLIENTS = ("tandem-scheduler", "tandem-syncer")
+# The gateway reads only the API server's published service-account keys (/openid/v1/jwks).
+KUBE_CLIENTS = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
 
 
 def kubeconfig(cfg: StackConfig, name: str) -> Path:
@@ -247,6 +244,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--slurmd-namespace={config.SLURM_NAMESPACE}",
             f"--scheduler-name={cfg.scheduler_name}",
             f"--health-conditions={','.join(config.HEALTH_CONDITIONS)}",
+            f"--lock-sharing-namespaces={','.join(identities.LOCK_SHARING_NAMESPACES)}",
             f"--topology-levels={','.join(config.TOPOLOGY_LEVELS)}",
             f"--topology-file={slurm.topology_file(cfg)}",
             f"--topology-configmap={config.TOPOLOGY_CONFIGMAP}",
@@ -279,6 +277,7 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             exe,
             *_tls_args(cfg, name),
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
+            kubeconfig_arg,
             f"--syncer-address={addr['tandem-syncer']}",
             f"--job-key-file={job_key_file(cfg)}",
         ]

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from devstack import config, slurm_root
+from devstack import config, files, slurm_root
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem.hooks import scripts
@@ -102,14 +102,11 @@ def ensure_files(cfg: StackConfig, prolog: str, epilog: str) -> None:
     munge_dir.mkdir(exist_ok=True)
     munge_dir.chmod(0o755)  # the socket lives here and every client must reach it
     if not p["munge_key"].exists():
-        p["munge_key"].write_bytes(secrets.token_bytes(1024))
-        p["munge_key"].chmod(0o400)
+        files.write_whole(p["munge_key"], secrets.token_bytes(1024), 0o400)
     if not p["jwt_key"].exists():
-        p["jwt_key"].write_bytes(secrets.token_bytes(32))
-        p["jwt_key"].chmod(0o600)
+        files.write_whole(p["jwt_key"], secrets.token_bytes(32))
     if not p["db_password"].exists():
-        p["db_password"].write_text(secrets.token_hex(16))
-        p["db_password"].chmod(0o600)
+        files.write_whole(p["db_password"], secrets.token_hex(16))
     # Slurm runs inside its root: the hook scripts must be under the state dir bound into it.
     shutil.copytree(scripts.DIR, p["hooks"], dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py", "__*"))
     for name, body in (("prolog", prolog), ("epilog", epilog)):
@@ -124,8 +121,7 @@ def ensure_files(cfg: StackConfig, prolog: str, epilog: str) -> None:
         p["topology_conf"].write_text(f"SwitchName=tandem-root Nodes={names}\n")
     # No cgroup filesystem in the root: slurmd fails "No filesystem mounted on /sys/fs/cgroup".
     p["cgroup"].write_text("CgroupPlugin=disabled\n")
-    p["slurmdbd_conf"].write_text(slurmdbd_conf(cfg))
-    p["slurmdbd_conf"].chmod(0o600)  # it holds the database password; slurmdbd insists
+    files.write_whole(p["slurmdbd_conf"], slurmdbd_conf(cfg))  # the database password; slurmdbd insists
     cfg.slurm_conf.write_text(slurm_conf(cfg))
 
 

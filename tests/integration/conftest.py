@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from devstack import kube, stack
+from devstack import config, kube, stack
 from devstack.config import StackConfig
 
 
@@ -46,12 +46,17 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     yield
     from tests.integration import helpers
 
-    for pod in core.list_namespaced_pod("default").items:
-        helpers.delete_pod(core, pod.metadata.name, grace=0)
+    # A test's tenant Pods are in default; its node agents in the namespace that may share held Nodes.
+    namespaces = ("default", config.OPS_NAMESPACE)
+    for ns in namespaces:
+        for pod in core.list_namespaced_pod(ns).items:
+            helpers.delete_pod(core, pod.metadata.name, ns, grace=0)
     jobs = helpers.squeue_ids(stack_cfg)
     if jobs:
         helpers.scancel(stack_cfg, *jobs)
-    helpers.wait_until("no test Pods", lambda: not core.list_namespaced_pod("default").items, 30)
+    helpers.wait_until(
+        "no test Pods", lambda: not any(core.list_namespaced_pod(ns).items for ns in namespaces), 30
+    )
     helpers.wait_until("no Slurm jobs", lambda: not helpers.squeue_ids(stack_cfg), 60)
     for line in helpers.scontrol(stack_cfg, "show", "reservation", "-o").splitlines():
         if line.startswith("ReservationName="):

@@ -162,7 +162,8 @@ def test_a_gpu_the_kubelet_reports_unhealthy_drains_its_slurm_node_while_reporte
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "nodeName": kube_node,
-            "tolerations": [{"operator": "Exists"}],
+            # Not the lock's NoExecute: a tenant's Pod may not tolerate it (issue 50).
+            "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
             "resourceClaims": [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}],
             "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}],
         },

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from tests.integration import helpers as h
@@ -18,6 +19,9 @@ from tests.integration import helpers as h
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 NS = "default"
+# The preemptor tolerates the lock (Tandem's group holds its Nodes): only a namespace the
+# administrator lets share held Nodes may (issue 50).
+OPS = config.OPS_NAMESPACE
 LOW, HIGH = "tandem-test-low", "tandem-test-high"
 LOCK_TOLERATION = {"key": "sunk.coreweave.com/lock", "operator": "Exists"}
 
@@ -36,22 +40,25 @@ def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
             if e.status != 409:
                 raise
     yield custom
-    for item in custom.list_namespaced_custom_object(*h.podgroups()[:2], NS, h.podgroups()[2])["items"]:
-        try:
-            custom.delete_namespaced_custom_object(
-                *h.podgroups()[:2], NS, h.podgroups()[2], item["metadata"]["name"]
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise
+    for ns in (NS, OPS):
+        for item in custom.list_namespaced_custom_object(*h.podgroups()[:2], ns, h.podgroups()[2])["items"]:
+            try:
+                custom.delete_namespaced_custom_object(
+                    *h.podgroups()[:2], ns, h.podgroups()[2], item["metadata"]["name"]
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    raise
     for name in (LOW, HIGH):
         scheduling.delete_priority_class(name)
 
 
-def _podgroup(custom: k8s.CustomObjectsApi, name: str, min_count: int, priority_class: str) -> None:
+def _podgroup(
+    custom: k8s.CustomObjectsApi, name: str, min_count: int, priority_class: str, namespace: str = NS
+) -> None:
     custom.create_namespaced_custom_object(
         *h.podgroups()[:2],
-        NS,
+        namespace,
         h.podgroups()[2],
         {
             "apiVersion": "/".join(h.podgroups()[:2]),
@@ -91,9 +98,10 @@ def test_a_tandem_group_preempted_as_a_whole_by_kube_scheduler_has_its_one_job_c
 
     # A higher-priority gang for kube-scheduler that fits only where Tandem's group runs.
     vip = h.unique("vip")
-    _podgroup(custom, vip, 2, HIGH)
+    _podgroup(custom, vip, 2, HIGH, OPS)
     for i in range(2):
         pod = _pod(stack_cfg, f"{vip}-{i}", vip, HIGH)
+        pod["metadata"]["namespace"] = OPS
         pod["spec"].pop("schedulerName")
         pod["spec"]["tolerations"] = [LOCK_TOLERATION]
         pod["spec"]["affinity"] = {
@@ -131,7 +139,7 @@ def test_a_tandem_group_preempted_as_a_whole_by_kube_scheduler_has_its_one_job_c
     assert message.startswith(f"Slurm job {job_id} cancelled: "), message
 
     def vip_bound() -> list[str] | None:
-        pods = [p for p in core.list_namespaced_pod(NS).items if p.metadata.name.startswith(vip)]
+        pods = [p for p in core.list_namespaced_pod(OPS).items if p.metadata.name.startswith(vip)]
         bound = sorted(p.spec.node_name for p in pods if p.spec.node_name)
         return bound if len(bound) == 2 else None
 

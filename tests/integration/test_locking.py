@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from devstack import config, services
 from devstack import kube as devkube
-from devstack import services
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.chart, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 LOCK_TOLERATION = {"key": h.PREFIX + "lock", "operator": "Exists", "effect": "NoExecute"}
+# Only a namespace the administrator lets share held Nodes may tolerate the lock (issue 50).
+OPS = config.OPS_NAMESPACE
 
 
 def _plain_pod(
@@ -26,9 +28,10 @@ def _plain_pod(
     node: str,
     tolerations: list[dict[str, str]] | None = None,
     delete_delay_ms: int | None = None,
+    namespace: str = "default",
 ) -> dict[str, Any]:
     """A Pod placed by someone else (no Tandem), already on `node`."""
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "annotations": {}}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": {}}
     if delete_delay_ms:
         meta["annotations"].update(devkube.delete_delay(delete_delay_ms / 1000))
     return {
@@ -77,7 +80,7 @@ def daemonset(core: k8s.CoreV1Api, stack_cfg: StackConfig) -> Iterator[str]:
     """A real DaemonSet (the controller makes its Pods); yields its label selector."""
     apps = k8s.AppsV1Api(devkube.api(stack_cfg))
     ds = apps.create_namespaced_daemon_set(
-        "default",
+        OPS,
         {
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
@@ -97,19 +100,19 @@ def daemonset(core: k8s.CoreV1Api, stack_cfg: StackConfig) -> Iterator[str]:
     )
     assert ds.metadata.uid
     yield "app=log-agent"
-    apps.delete_namespaced_daemon_set("log-agent", "default")
+    apps.delete_namespaced_daemon_set("log-agent", OPS)
 
 
 def _daemon_pod_on(core: k8s.CoreV1Api, selector: str, node: str) -> str | None:
     """The name of the DaemonSet controller's Pod on `node`, once it runs."""
-    for pod in core.list_namespaced_pod("default", label_selector=selector).items:
+    for pod in core.list_namespaced_pod(OPS, label_selector=selector).items:
         if pod.spec.node_name == node and pod.status.phase == "Running":
             return str(pod.metadata.name)
     return None
 
 
-def _running(core: k8s.CoreV1Api, name: str) -> bool:
-    pod = h.get_pod(core, name)
+def _running(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> bool:
+    pod = h.get_pod(core, name, namespace)
     return pod is not None and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
 
 
@@ -119,10 +122,11 @@ def test_strict_lock_evicts_what_must_not_share_the_node_before_the_pod_starts(
     slurm_node, node = "cpu-001", h.kube_node_of("cpu-001")
     plain, tolerant = h.unique("web"), h.unique("tolerant")
     h.create(core, _plain_pod(plain, node, delete_delay_ms=1500))  # slow to leave: "pending" is visible
-    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION]))
+    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION], namespace=OPS))
     agent = h.wait_until("the DaemonSet's Pod on the Node", lambda: _daemon_pod_on(core, daemonset, node), 30)
-    for name in (plain, tolerant, agent):
-        h.wait_until(f"{name} running", functools.partial(_running, core, name), 15)
+    where = {plain: "default", tolerant: OPS, agent: OPS}
+    for name, ns in where.items():
+        h.wait_until(f"{name} running", functools.partial(_running, core, name, ns), 15)
 
     tandem = h.unique("strict")
     with LockRecorder(core, slurm_node) as lock:
@@ -133,18 +137,18 @@ def test_strict_lock_evicts_what_must_not_share_the_node_before_the_pod_starts(
             pod = h.get_pod(core, tandem)
             if pod is None or not pod.spec.node_name:
                 return False
-            seen_while_binding.update({n: h.get_pod(core, n) is not None for n in (plain, tolerant, agent)})
+            seen_while_binding.update({n: h.get_pod(core, n, ns) is not None for n, ns in where.items()})
             return True
 
         h.wait_until("Tandem pod bound", bound, 30, every=0.02)
         h.wait_until("Tandem pod running", lambda: _running(core, tandem), 15)
         assert seen_while_binding == {plain: False, tolerant: False, agent: True}
-        assert _running(core, agent)
+        assert _running(core, agent, OPS)
         assert h.lock_annotation(core, slurm_node) == "locked_strict"
         assert h.node_has_lock_taint(core, node)
         # The tolerating Pod only Tandem's strict lock evicts; the other one the taint manager may
         # have deleted first (the NoExecute taint), and then Tandem leaves it alone.
-        evicted = [e for e in h.events_for(core, tolerant) if e.reason == "Evicted"]
+        evicted = [e for e in h.events_for(core, tolerant, OPS) if e.reason == "Evicted"]
         assert len(evicted) == 1 and slurm_node in evicted[0].message
         plain_events = [e.reason for e in h.events_for(core, plain)]
         assert plain_events.count("Evicted") + plain_events.count("TaintManagerEviction") >= 1, plain_events
@@ -154,7 +158,7 @@ def test_strict_lock_evicts_what_must_not_share_the_node_before_the_pod_starts(
         h.wait_until("lock released", lambda: h.lock_annotation(core, slurm_node) == "false", 30)
     assert lock.values == ["false", "pending", "locked_strict", "false"]
     assert not h.node_has_lock_taint(core, node)
-    assert _running(core, agent)
+    assert _running(core, agent, OPS)
 
 
 def test_a_normal_slurm_job_takes_a_plain_lock_that_spares_tolerating_pods(
@@ -163,15 +167,15 @@ def test_a_normal_slurm_job_takes_a_plain_lock_that_spares_tolerating_pods(
     slurm_node, node = "cpu-003", h.kube_node_of("cpu-003")
     plain, tolerant = h.unique("web"), h.unique("tolerant")
     h.create(core, _plain_pod(plain, node))
-    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION]))
-    for name in (plain, tolerant):
-        h.wait_until(f"{name} running", functools.partial(_running, core, name), 15)
+    h.create(core, _plain_pod(tolerant, node, [LOCK_TOLERATION], namespace=OPS))
+    for name, ns in ((plain, "default"), (tolerant, OPS)):
+        h.wait_until(f"{name} running", functools.partial(_running, core, name, ns), 15)
     with LockRecorder(core, slurm_node) as lock:
         job = h.sbatch(stack_cfg, f"--nodelist={slurm_node}", script="#!/bin/sh\nsleep 3\n")
         h.wait_until("job running", lambda: job in h.squeue_ids(stack_cfg), 15)
         h.wait_until("node locked", lambda: h.lock_annotation(core, slurm_node) == "locked", 15)
         assert h.get_pod(core, plain) is None
-        assert _running(core, tolerant)
+        assert _running(core, tolerant, OPS)
         assert h.node_has_lock_taint(core, node)
         h.wait_until("job done and lock released", lambda: h.lock_annotation(core, slurm_node) == "false", 30)
     assert lock.values[0] == "false" and lock.values[-1] == "false" and "locked" in lock.values

@@ -20,6 +20,9 @@ from tests.integration import helpers as h
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 NAMESPACE = "default"
+# Where Pods that tolerate the lock run: a namespace the administrator lets share held Nodes. A
+# tenant's namespace may not tolerate the lock (issue 50: the chart's admission policy).
+OPS = config.OPS_NAMESPACE
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +54,19 @@ def _template(cfg: StackConfig, labels: dict[str, str], tandem: bool = True, **e
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
-def _pods(core: k8s.CoreV1Api, selector: str) -> list[k8s.V1Pod]:
-    return list(core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+def _pods(core: k8s.CoreV1Api, selector: str, namespace: str = NAMESPACE) -> list[k8s.V1Pod]:
+    return list(core.list_namespaced_pod(namespace, label_selector=selector).items)
 
 
-def _running(core: k8s.CoreV1Api, selector: str, count: int) -> list[k8s.V1Pod] | None:
+def _running(
+    core: k8s.CoreV1Api, selector: str, count: int, namespace: str = NAMESPACE
+) -> list[k8s.V1Pod] | None:
     pods = [
         p
-        for p in _pods(core, selector)
+        for p in _pods(core, selector, namespace)
         if p.spec.node_name and p.status.phase == "Running" and not p.metadata.deletion_timestamp
     ]
-    return pods if len(pods) == count and len(_pods(core, selector)) == count else None
+    return pods if len(pods) == count and len(_pods(core, selector, namespace)) == count else None
 
 
 def _live_jobs_by_pod_uid(cfg: StackConfig) -> Counter[str]:
@@ -230,7 +235,7 @@ def test_a_daemonset_pod_stays_on_a_node_a_pod_locks(
     node = "cpu-003"
     tolerate_all = [{"operator": "Exists"}]  # as logging DaemonSets do
     apps.create_namespaced_daemon_set(
-        NAMESPACE,
+        OPS,
         {
             "metadata": {"name": name},
             "spec": {
@@ -249,9 +254,11 @@ def test_a_daemonset_pod_stays_on_a_node_a_pod_locks(
     )
     try:
         h.wait_until(
-            f"{stack_cfg.nodes} DaemonSet Pods", lambda: _running(core, f"app={name}", stack_cfg.nodes), 60
+            f"{stack_cfg.nodes} DaemonSet Pods",
+            lambda: _running(core, f"app={name}", stack_cfg.nodes, OPS),
+            60,
         )
-        ds_pod = next(p for p in _pods(core, f"app={name}") if p.spec.node_name == h.kube_node_of(node))
+        ds_pod = next(p for p in _pods(core, f"app={name}", OPS) if p.spec.node_name == h.kube_node_of(node))
         pod = h.unique("locker")
         h.create(core, h.tandem_pod(stack_cfg, pod, {h.PREFIX + "required-nodes": node}))
         h.wait_until(
@@ -259,11 +266,11 @@ def test_a_daemonset_pod_stays_on_a_node_a_pod_locks(
         )
         assert h.lock_annotation(core, node) == "locked_strict"
         time.sleep(2)
-        still = h.get_pod(core, ds_pod.metadata.name)
+        still = h.get_pod(core, ds_pod.metadata.name, OPS)
         assert still is not None and still.metadata.uid == ds_pod.metadata.uid
         assert not still.metadata.deletion_timestamp
     finally:
-        apps.delete_namespaced_daemon_set(name, NAMESPACE)
+        apps.delete_namespaced_daemon_set(name, OPS)
 
 
 def test_a_default_scheduled_deployment_is_pushed_off_a_node_a_slurm_job_locks(
@@ -295,7 +302,8 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
 ) -> None:
     blocked, other = "cpu-001", "cpu-005"
     name = h.unique("guarded")
-    pod = h.tandem_pod(stack_cfg, name, labels={"app": name})
+    # A node agent an administrator lets share held Nodes (OPS), guarded by a budget.
+    pod = h.tandem_pod(stack_cfg, name, labels={"app": name}, namespace=OPS)
     del pod["spec"]["schedulerName"]
     pod["spec"]["nodeName"] = h.kube_node_of(blocked)
     # It tolerates the lock for a while only: the lock must get it out, through the Eviction API.
@@ -305,14 +313,14 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
     h.create(core, pod)
     pdb = h.unique("guarded-pdb")
     policy.create_namespaced_pod_disruption_budget(
-        NAMESPACE,
+        OPS,
         {"metadata": {"name": pdb}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}}},
     )
     try:
         h.wait_until(
             "budget allows none",
             lambda: (
-                (s := policy.read_namespaced_pod_disruption_budget(pdb, NAMESPACE).status)
+                (s := policy.read_namespaced_pod_disruption_budget(pdb, OPS).status)
                 and s.current_healthy == 1
                 and s.disruptions_allowed == 0
             ),
@@ -329,7 +337,7 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
             return reason if "drain" in state else None
 
         reason = h.wait_until("node drained at the lock timeout", drained, 90, every=0.5)
-        assert reason.startswith("k8s:") and f"{NAMESPACE}/{name}" in reason and pdb in reason
+        assert reason.startswith("k8s:") and f"{OPS}/{name}" in reason and pdb in reason
         try:
             h.wait_until(
                 "the job running elsewhere",
@@ -343,11 +351,11 @@ def test_a_pod_whose_budget_allows_no_disruption_drains_the_node_and_the_job_run
                 f"{e}: job {job} {j['job_state']} on {j['nodes']!r} ({j.get('state_reason')}),"
                 f" {other} {h.node_state(stack_cfg, other)}: {h.scontrol(stack_cfg, 'show', 'job', str(job))}"
             ) from e
-        assert h.get_pod(core, name) is not None
-        warnings = [e for e in h.events_for(core, name) if e.reason == "BlockedSlurmJob"]
+        assert h.get_pod(core, name, OPS) is not None
+        warnings = [e for e in h.events_for(core, name, OPS) if e.reason == "BlockedSlurmJob"]
         assert len(warnings) == 1 and str(job) in warnings[0].message and pdb in warnings[0].message
     finally:
-        policy.delete_namespaced_pod_disruption_budget(pdb, NAMESPACE)
+        policy.delete_namespaced_pod_disruption_budget(pdb, OPS)
         h.scancel(stack_cfg, job)
         h.resume_if_drained(stack_cfg, blocked)
 
@@ -360,7 +368,8 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
     whose epilog was lost stayed locked that long."""
     blocked, lost = "cpu-001", "cpu-007"
     name = h.unique("guarded")
-    pod = h.tandem_pod(stack_cfg, name, labels={"app": name})
+    # A node agent an administrator lets share held Nodes (OPS), guarded by a budget.
+    pod = h.tandem_pod(stack_cfg, name, labels={"app": name}, namespace=OPS)
     del pod["spec"]["schedulerName"]
     pod["spec"]["nodeName"] = h.kube_node_of(blocked)
     pod["spec"]["tolerations"] = [
@@ -369,7 +378,7 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
     h.create(core, pod)
     pdb = h.unique("guarded-pdb")
     policy.create_namespaced_pod_disruption_budget(
-        NAMESPACE,
+        OPS,
         {"metadata": {"name": pdb}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}}},
     )
     env_file = services.hooks_env_file(stack_cfg)
@@ -380,7 +389,7 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
         h.wait_until(
             "budget allows none",
             lambda: (
-                (s := policy.read_namespaced_pod_disruption_budget(pdb, NAMESPACE).status)
+                (s := policy.read_namespaced_pod_disruption_budget(pdb, OPS).status)
                 and s.disruptions_allowed == 0
                 and s.current_healthy == 1
             ),
@@ -413,7 +422,7 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
     finally:
         env_file.write_text(original)
         marker.unlink(missing_ok=True)
-        policy.delete_namespaced_pod_disruption_budget(pdb, NAMESPACE)
+        policy.delete_namespaced_pod_disruption_budget(pdb, OPS)
         if stuck:
             h.scancel(stack_cfg, stuck)
         h.wait_until("the guarded node settled", lambda: h.lock_annotation(core, blocked) == "false", 90)

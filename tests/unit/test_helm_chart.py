@@ -853,3 +853,41 @@ def test_no_rule_ever_admits_everyone_by_an_empty_peer_list() -> None:
 
 def test_network_policies_can_be_turned_off() -> None:
     assert of_kind(render("networkPolicy.enabled=false"), "NetworkPolicy") == {}
+
+
+def test_who_may_share_a_held_node_is_the_charts_one_list(default_docs: list[Doc]) -> None:
+    """Issue 50: the admission policy that refuses the lock toleration and the syncer's strict-lock
+    exemption read one list: the release's and slurmd namespaces always, lock.sharingNamespaces,
+    and the dashboard's namespace when set."""
+    policy = of_kind(default_docs, "ValidatingAdmissionPolicy")[f"{NS}-{FULLNAME}-lock-sharing"]
+    assert (
+        f'!(request.namespace in ["kube-system","{NS}"])'
+        in policy["spec"]["matchConditions"][0]["expression"]
+    )
+    bindings = of_kind(default_docs, "ValidatingAdmissionPolicyBinding")
+    assert bindings[policy["metadata"]["name"]]["spec"]["validationActions"] == ["Deny"]
+    env = {e["name"]: e for e in container(deployment(default_docs, "syncer"))["env"]}
+    assert (
+        env["TANDEM_LOCK_SHARING_NAMESPACES"]["valueFrom"]["configMapKeyRef"]["key"]
+        == "lock-sharing-namespaces"
+    )
+    docs = render(
+        "global.slurmdNamespace=slurm",
+        "lock.sharingNamespaces={ops}",
+        "monitoring.dashboard.namespace=grafana",
+    )
+    (config,) = [d for d in of_kind(docs, "ConfigMap").values() if d["metadata"]["name"].endswith("-config")]
+    assert config["data"]["lock-sharing-namespaces"] == f"grafana,ops,slurm,{NS}"
+    assert not [d for d in render("lock.admissionPolicy=false") if "lock-sharing" in d["metadata"]["name"]]
+
+
+def test_the_gateway_may_read_the_published_keys_and_nothing_else(default_docs: list[Doc]) -> None:
+    hooks = f"{NS}-{FULLNAME}-hooks"
+    (rule,) = of_kind(default_docs, "ClusterRole")[hooks]["rules"]
+    assert rule == {
+        "nonResourceURLs": ["/openid/v1/jwks", "/.well-known/openid-configuration"],
+        "verbs": ["get"],
+    }
+    assert not [
+        d for d in default_docs if d["kind"] in ("Role", "RoleBinding") and "hooks" in d["metadata"]["name"]
+    ]

@@ -19,6 +19,7 @@ from tandem.syncer.nodefacts import CacheFacts
 from tests.unit.syncer_world import SLURMD_NS, World, _mirror, _pod, _slurmd
 
 SCHEDULER = "tandem"
+DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "ds-1", "controller": True}
 NODE = "node-001"
 
 
@@ -85,7 +86,18 @@ def _facts(world: Here, store: HoldStore | None = None) -> CacheFacts:
             ),
             True,
         ),
-        (_pod("agent", NODE, ownerReferences=[{"kind": "DaemonSet", "name": "agent"}]), True),
+        (_pod("agent", NODE, namespace="kube-system", ownerReferences=[DAEMONSET]), True),
+        # Issue 50: any tenant can write a DaemonSet owner reference on its own Pod.
+        (_pod("squatter", NODE, namespace="apps", ownerReferences=[DAEMONSET]), False),
+        (
+            _pod(
+                "nocontrol",
+                NODE,
+                namespace="kube-system",
+                ownerReferences=[{**DAEMONSET, "controller": False}],
+            ),
+            False,
+        ),
     ],
     ids=lambda v: v["metadata"]["name"] if isinstance(v, dict) else str(v),
 )

@@ -549,3 +549,16 @@ so the gateway's Pods carry no checksum/job-key. */ -}}
 {{ $k }}: {{ index $out $k | quote }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The namespaces whose Pods may tolerate the lock taint, so share a Node a Slurm job holds: the
+release's own, the slurmd Pods', the dashboard's when set, and lock.sharingNamespaces (an
+administrator's decision, never a tenant's), comma-separated, sorted. Tandem's own Pods are not
+here: they name its scheduler and are placed only where their own job runs.
+*/}}
+{{- define "tandem.lockSharingNamespaces" -}}
+{{- $ns := list .Release.Namespace (include "tandem.slurmdNamespace" .) -}}
+{{- with .Values.monitoring.dashboard.namespace }}{{- $ns = append $ns . -}}{{- end -}}
+{{- range .Values.lock.sharingNamespaces }}{{- $ns = append $ns . -}}{{- end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}

@@ -41,8 +41,16 @@ def slim_pod(pod: JSON) -> JSON:
             "resourceVersion": meta.get("resourceVersion"),
             "labels": meta.get("labels") or {},
             "annotations": annotations,
+            # Its controller only (a strict lock spares a DaemonSet's Pod in a sharing namespace).
             "ownerReferences": [
-                {"kind": o.get("kind"), "name": o.get("name")} for o in meta.get("ownerReferences") or []
+                {
+                    "apiVersion": o.get("apiVersion"),
+                    "kind": o.get("kind"),
+                    "name": o.get("name"),
+                    "controller": True,
+                }
+                for o in meta.get("ownerReferences") or []
+                if o.get("controller") is True
             ],
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },

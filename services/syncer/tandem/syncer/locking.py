@@ -321,14 +321,20 @@ def may_share_strict_lock(
     scheduler_name: str,
     job: JobStatus | None,
     host_of: Callable[[str], str],
+    sharing_namespaces: frozenset[str] = frozenset(),
 ) -> bool:
-    """Who stays under a placeholder's strict lock: DaemonSet Pods, the slurmd Pods (known by
-    their namespace, which tenants cannot write to, not by a label any Pod can carry), and
-    Tandem's own Pods: each placed for a placeholder job that runs on this Node, as Slurm says
-    (a scheduler name or a job-id annotation alone is what any tenant can write). `job`: the job
-    the Pod's annotation records, as Slurm has it (None: unknown, so not Tandem's)."""
+    """Who stays under a placeholder's strict lock: the DaemonSet Pods of the namespaces an
+    administrator lets share held Nodes (an owner reference is what any tenant can write on its
+    own Pod; a namespace is not), the slurmd Pods (known by their namespace, which tenants cannot
+    write to, not by a label any Pod can carry), and Tandem's own Pods: each placed for a
+    placeholder job that runs on this Node, as Slurm says (a scheduler name or a job-id
+    annotation alone is what any tenant can write). `job`: the job the Pod's annotation records,
+    as Slurm has it (None: unknown, so not Tandem's)."""
     meta = pod.get("metadata") or {}
-    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+    if meta.get("namespace") in sharing_namespaces and any(
+        o.get("kind") == "DaemonSet" and o.get("controller") is True and o.get("apiVersion") == "apps/v1"
+        for o in meta.get("ownerReferences") or []
+    ):
         return True
     if slurmd.slurm_node_of(pod, slurmd_namespace) is not None:
         return True

@@ -148,7 +148,16 @@ def _lock_and_sync(
         dra = dra_config(cfg.gpu_products)
     except ValueError as e:
         raise SystemExit(f"--gpu-products: {e}") from e
-    facts = CacheFacts(cluster, mirror, cfg.slurm_user, holds, writes, cfg.scheduler_name, dra)
+    facts = CacheFacts(
+        cluster,
+        mirror,
+        cfg.slurm_user,
+        holds,
+        writes,
+        cfg.scheduler_name,
+        dra,
+        sharing_namespaces=frozenset(cfg.lock_sharing_namespaces),
+    )
     node_sync = NodeSync(
         kube,
         slurm,

@@ -51,6 +51,7 @@ class CacheFacts:
         writes: LockWrites | None = None,
         scheduler_name: str = "",
         dra: DraConfig | None = None,
+        sharing_namespaces: frozenset[str] = frozenset({"kube-system"}),
     ) -> None:
         self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
         # How a Node's devices are typed the Slurm way (--gpu-products).
@@ -62,6 +63,8 @@ class CacheFacts:
             else LockWrites(cluster.pods.kube, cluster.slurmd_namespace, cluster.node)
         )
         self.scheduler_name = scheduler_name
+        # Whose DaemonSet Pods stay under a strict lock (--lock-sharing-namespaces).
+        self.sharing_namespaces = sharing_namespaces | {cluster.slurmd_namespace}
 
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
@@ -203,6 +206,7 @@ class CacheFacts:
                 self.scheduler_name,
                 job,
                 self.cluster.kube_node_of,
+                self.sharing_namespaces,
             ):
                 sharers.add(uid)
         return frozenset(sharers), undetermined

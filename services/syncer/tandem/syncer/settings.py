@@ -103,6 +103,14 @@ class SyncerSettings(ClusterSettings, HealthSettings):
         help="namespace/name of the ConfigMap the topology is published in (the file for a Slurm"
         " side that mounts it, and topology.json for kubectl tandem topology); empty: none",
     )
+    lock_sharing_namespaces: tuple[str, ...] = option(
+        ("kube-system",),
+        flag="--lock-sharing-namespaces",
+        env="TANDEM_LOCK_SHARING_NAMESPACES",
+        help="comma-separated namespaces whose DaemonSet Pods stay under a placeholder's strict lock"
+        " (the slurmd namespace always does): an administrator's decision, which the chart's admission"
+        " policy also enforces on the lock toleration (lock.sharingNamespaces)",
+    )
     leader_election_id: str = option(
         "tandem-syncer",
         flag="--leader-election-id",
