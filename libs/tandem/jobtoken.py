@@ -21,9 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 from collections.abc import Iterable
+
+from tandem.metrics import REGISTRY
+
+log = logging.getLogger(__name__)
+RING_UNREADABLE = REGISTRY.counter(
+    "tandem_job_key_ring_unreadable_total",
+    "times the job key ring's file changed and could not be read whole (the last ring read stays)",
+)
 
 # Which credential a call presents, as HTTP headers the scripts send.
 PLACEHOLDER_HEADER = "X-Tandem-Placeholder"
@@ -108,7 +117,13 @@ class KeyRing:
         if now is not None and now != self._seen:
             try:
                 self._keys = read_keys(self.path)
-                self._seen = now
-            except SystemExit:
-                pass  # a half-written file: the last ring read stays until it reads whole
+            except SystemExit as e:
+                # A half-written file, or an operator's mistake: the last ring read stays, and
+                # whoever rotates is told once per version of the file, not left guessing.
+                RING_UNREADABLE.inc()
+                log.warning(
+                    "the job key ring's new version is refused; the last one read stays",
+                    extra={"path": self.path, "error": str(e)},
+                )
+            self._seen = now
         return list(self._keys)

@@ -261,9 +261,27 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> JSON:
+        return self._request(method, path, params, body, content_type, timeout, None)
+
+    def get_as(self, path: str, accept: str) -> JSON:
+        """GET a JSON document served only as another media type (the JWKS's)."""
+        return self._request("GET", path, None, None, "application/json", None, accept)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+        accept: str | None,
+    ) -> JSON:
         content = json.dumps(body).encode() if body is not None else None
         API_REQUESTS.inc(verb=method, resource=resource_of(path))
         headers = self._headers({"Content-Type": content_type} if content is not None else None)
+        if accept is not None:
+            headers["Accept"] = accept
         try:
             r = self._http.request(
                 method,

@@ -4,7 +4,10 @@ token), and it closes them itself."""
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,8 +16,9 @@ import pytest
 
 from devstack import nodetokens
 from devstack.config import StackConfig
+from tests.integration import helpers as h
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
 
 SLOW_CONNECTIONS = 200
 # Valid as a name, known to neither Slurm nor Kubernetes: the call goes gateway -> syncer ->
@@ -101,3 +105,72 @@ def test_the_gateway_closes_slow_connections_itself(
         except TimeoutError:
             pytest.fail("a slow connection is still open 15 s after it was made")
         assert reply == b"" or reply.split(b" ", 2)[1] in (b"401", b"408"), reply[:80]
+
+
+def _token_reviews(cfg: StackConfig) -> float:
+    """The TokenReviews the syncer has asked of the API server (its own counter)."""
+    text = httpx.get(f"http://127.0.0.1:{cfg.ports.syncer_health}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tandem_kube_requests_total{") and 'resource="tokenreviews"' in line
+    )
+
+
+def _forged(i: int, real: str) -> str:
+    """A node credential of the right form that Kubernetes never signed: its claims made up (a
+    fresh expiry, the hooks audience, another node's Pod), under a real key id or a made-up one."""
+    head, _, _ = real.split(".")
+    claims = {
+        "aud": ["tandem-hooks"],
+        "exp": int(time.time()) + 3600,
+        "kubernetes.io": {"namespace": "tandem-slurm", "pod": {"name": f"cpu-00{i % 8}", "uid": f"u{i}"}},
+    }
+    if i % 2:
+        head = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": f"made-up-{i}"}).encode()).decode()
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"{head.rstrip('=')}.{body}.{base64.urlsafe_b64encode(b'x' * 256).decode().rstrip('=')}"
+
+
+def test_a_forged_credential_flood_costs_no_token_review_and_a_real_prolog_is_served(
+    stack_cfg: StackConfig,
+) -> None:
+    """Issue 50: every unsigned JWT with the hooks audience cost the syncer a TokenReview. The
+    gateway now checks the signature against the API server's published keys: 300 forged calls,
+    none reaches the syncer, and a real job's prolog on another node locks its node meanwhile."""
+    real = nodetokens.read(stack_cfg, stack_cfg.slurm_node_names()[0])
+    before = _token_reviews(stack_cfg)
+    codes: list[int] = []
+
+    def flood(start: int) -> None:
+        with httpx.Client(timeout=10) as client:
+            for i in range(start, start + 100):
+                r = client.post(
+                    f"{stack_cfg.hooks_url}/v1/unlock",
+                    json={"node": "cpu-001", "job": NO_SUCH_JOB},
+                    headers={"Authorization": f"Bearer {_forged(i, real)}"},
+                )
+                codes.append(r.status_code)
+
+    floods = [threading.Thread(target=flood, args=(k * 100,)) for k in range(3)]
+    for t in floods:
+        t.start()
+    job = h.sbatch(stack_cfg, "--nodelist=cpu-005", script="#!/bin/sh\nsleep 5\n")
+    try:
+        h.wait_until(
+            "the real prolog through",
+            lambda: (
+                (j := h.rest_job(stack_cfg, job))["job_state"] == "RUNNING" and j["state_reason"] != "Prolog"
+            ),
+            30,
+        )
+    finally:
+        for t in floods:
+            t.join()
+        h.scancel(stack_cfg, job)
+    assert len(codes) == 300 and set(codes) <= {401, 503}, sorted(set(codes))
+    assert codes.count(401) >= 150  # the made-up key ids may be told to ask again while the keys are read
+    # At most the real node's own credential, reviewed once for its prolog (then remembered).
+    assert _token_reviews(stack_cfg) - before <= 1
+    state, reason = h.node_state(stack_cfg, "cpu-005")
+    assert "drain" not in state.lower(), (state, reason)

@@ -79,6 +79,8 @@ def test_the_services_call_the_api_as_their_chart_service_accounts(stack_cfg: St
         ("scheduler", ("update", "leases/other-lease", "-n", "tandem"), False),
         ("scheduler", ("create", "clusterrolebindings"), False),
         ("hooks", ("get", "pods", "-n", "tandem"), False),
+        ("hooks", ("create", "tokenreviews.authentication.k8s.io"), False),
+        ("hooks", ("get", "/openid/v1/jwks"), True),  # the published keys only (issue 50)
     ],
 )
 def test_least_privilege(

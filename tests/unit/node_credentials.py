@@ -1,5 +1,6 @@
-"""Node credentials for unit tests: JWTs of the form tandem.nodetoken screens (unsigned: only the
-syncer's TokenReview checks a signature, and unit tests fake that review)."""
+"""Node credentials for unit tests: JWTs of the form tandem.nodetoken screens, unsigned (the
+syncer's TokenReview is faked) or signed by a key of a test's own (`SigningKey`: the gateway checks
+the signature against the API server's published keys, tandem.sakeys)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,45 @@ import json
 import time
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
 from tandem import keys
 
 
 def _segment(value: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+class SigningKey:
+    """An API server's service-account signing key: signs tokens, and publishes itself as a JWKS."""
+
+    def __init__(self, kid: str = "test") -> None:
+        self.kid = kid
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def sign(self, token: str) -> str:
+        """The token (an unsigned node_token) with this key's kid and signature."""
+        _, claims, _ = token.split(".")
+        signed = f"{_segment({'alg': 'RS256', 'kid': self.kid})}.{claims}"
+        signature = self.key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signed}.{base64.urlsafe_b64encode(signature).decode().rstrip('=')}"
+
+    def jwks(self) -> bytes:
+        numbers = self.key.public_key().public_numbers()
+
+        def b64(n: int) -> str:
+            return base64.urlsafe_b64encode(n.to_bytes((n.bit_length() + 7) // 8, "big")).decode().rstrip("=")
+
+        jwk = {
+            "use": "sig",
+            "kty": "RSA",
+            "kid": self.kid,
+            "alg": "RS256",
+            "n": b64(numbers.n),
+            "e": b64(numbers.e),
+        }
+        return json.dumps({"keys": [jwk]}).encode()
 
 
 def node_token(

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tandem import jobtoken
+from tandem.hooks import handler
 from tandem.hooks.gateway import HooksGateway
 from tandem.hooks.server import Limits
 from tandem.v1 import lock_pb2, syncer_pb2
@@ -116,11 +117,17 @@ def serve() -> Iterator[Any]:
         yield start
 
 
-def _lock(gateway: HooksGateway, node: str = "gpu-001", timeout: float = 5) -> httpx.Response:
+def _node_auth(node: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {node_token(node, uid=f'uid-{node}')}"}
+
+
+def _lock(
+    gateway: HooksGateway, node: str = "gpu-001", timeout: float = 5, auth: dict[str, str] | None = None
+) -> httpx.Response:
     return httpx.post(
         f"http://127.0.0.1:{gateway.port}/v1/lock",
         json={"node": node, "job": 42},
-        headers=AUTH,
+        headers=auth or AUTH,
         timeout=timeout,
     )
 
@@ -339,7 +346,12 @@ def test_calls_waiting_on_the_syncer_hold_no_worker(serve: Any) -> None:
     syncer = WaitingLocks()
     gateway = serve(syncer, workers=1)
     locks: list[httpx.Response] = []
-    waiting = [threading.Thread(target=lambda: locks.append(_lock(gateway, timeout=10))) for _ in range(20)]
+    # Twenty nodes' prologs (one node's credential has at most PER_NODE_CALLS waiting).
+    nodes = [f"gpu-{i:03d}" for i in range(100, 120)]
+    waiting = [
+        threading.Thread(target=lambda n=n: locks.append(_lock(gateway, n, timeout=10, auth=_node_auth(n))))
+        for n in nodes
+    ]
     for t in waiting:
         t.start()
     try:
@@ -381,3 +393,70 @@ def test_a_request_head_over_16_kib_is_431(serve: Any, whole: bool) -> None:
             s.sendall(head[:17_000])
             reply = s.recv(4096)
     assert _status(reply) == 431
+
+
+def test_one_node_credential_cannot_hold_every_slot_and_another_nodes_prolog_is_served(serve: Any) -> None:
+    """Issue 50: one node's token held every waiting slot (1,024 lock calls for up to 600 s), and
+    every other node's prolog failed. Now it has at most PER_NODE_CALLS waiting; past them it is
+    told to ask again (503), and another node's lock goes through at once."""
+    syncer = WaitingLocks()
+    gateway = serve(syncer, max_calls=64)
+    flood: list[httpx.Response] = []
+    waiting = [
+        threading.Thread(target=lambda: flood.append(_lock(gateway, timeout=10)))
+        for _ in range(handler.PER_NODE_CALLS)
+    ]
+    for t in waiting:
+        t.start()
+    try:
+        deadline = time.monotonic() + 3
+        while len(syncer.calls) < handler.PER_NODE_CALLS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(syncer.calls) == handler.PER_NODE_CALLS
+        over = _lock(gateway, timeout=5)
+        assert over.status_code == 503 and over.headers.get("Retry-After") == "1", over.text
+        assert "already has 8 calls waiting" in over.json()["error"]
+        assert len(syncer.calls) == handler.PER_NODE_CALLS  # the refused call reached no syncer
+        other = httpx.post(
+            f"http://127.0.0.1:{gateway.port}/v1/unlock",
+            json={"node": "gpu-002", "job": 7},
+            headers=_node_auth("gpu-002"),
+            timeout=2,
+        )
+        assert other.status_code == 200, other.text
+    finally:
+        assert syncer.hold is not None
+        syncer.hold.set()
+        for t in waiting:
+            t.join()
+    assert [r.status_code for r in flood] == [200] * handler.PER_NODE_CALLS
+    # Its slots are free again once its calls were answered.
+    assert _lock(gateway).status_code == 200
+
+
+def test_a_placeholders_credential_has_at_most_two_calls_waiting(serve: Any) -> None:
+    syncer = Syncer(threading.Event())
+    gateway = serve(syncer)
+    body = {"node": "gpu-001", "job": 7, "timeout": 5}
+    url = f"http://127.0.0.1:{gateway.port}/v1/terminating"
+    answers: list[httpx.Response] = []
+    waiting = [
+        threading.Thread(
+            target=lambda: answers.append(httpx.post(url, json=body, headers=PLACEHOLDER_AUTH, timeout=10))
+        )
+        for _ in range(handler.PER_PLACEHOLDER_CALLS)
+    ]
+    for t in waiting:
+        t.start()
+    try:
+        deadline = time.monotonic() + 3
+        while len(syncer.calls) < handler.PER_PLACEHOLDER_CALLS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        third = httpx.post(url, json=body, headers=PLACEHOLDER_AUTH, timeout=5)
+        assert third.status_code == 429, third.text
+    finally:
+        assert syncer.hold is not None
+        syncer.hold.set()
+        for t in waiting:
+            t.join()
+    assert len(syncer.calls) == handler.PER_PLACEHOLDER_CALLS

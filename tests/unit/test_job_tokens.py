@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from tandem import jobtoken, placeholder
+from tandem.metrics import REGISTRY
 from tandem.slurm.models import Job, JobStatus
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2
@@ -54,6 +55,32 @@ def test_the_ring_is_read_again_as_it_rotates_and_a_torn_write_keeps_the_last(tm
     assert ring.values() == [KEY, OLD]  # not a ring: the last one read stays
     with pytest.raises(SystemExit, match="fewer than 16 bytes"):
         jobtoken.read_keys(str(path))
+
+
+def _unreadable() -> float:
+    line = next(
+        x for x in REGISTRY.render().splitlines() if x.startswith("tandem_job_key_ring_unreadable_total ")
+    )
+    return float(line.split()[1])
+
+
+def test_a_ring_that_does_not_read_is_logged_and_counted_once_per_version(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 50: a rotation that wrote a bad file was ignored without a word."""
+    path = tmp_path / "job-key"
+    path.write_bytes(KEY + b"\n")
+    ring = jobtoken.KeyRing(str(path))
+    before = _unreadable()
+    path.write_bytes(b"short\n")
+    with caplog.at_level("WARNING", logger="tandem.jobtoken"):
+        assert ring.values() == [KEY] and ring.values() == [KEY]
+    assert _unreadable() == before + 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "the job key ring's new version is refused; the last one read stays"
+    ]
+    path.write_bytes(OLD + b"\n" + KEY + b"\n")  # put right: read at once
+    assert ring.values() == [OLD, KEY]
 
 
 def _servicer(job: Job) -> SyncerServicer:

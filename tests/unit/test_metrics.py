@@ -22,6 +22,8 @@ DEFINING = (
     "tandem.runner",
     "tandem.slurm.rest",
     "tandem.workqueue",
+    "tandem.jobtoken",
+    "tandem.sakeys",
     "tandem.hooks.handler",
     "tandem.hooks.server",
     "tandem.syncer.lockcalls",
@@ -62,6 +64,8 @@ IMPORTED = {
     "tandem_scheduler_wakeups_skipped_total": "counter",
     "tandem_scheduler_decisions_total": "counter",
     "tandem_scheduler_reconciles_to_bind": "histogram",
+    "tandem_job_key_ring_unreadable_total": "counter",
+    "tandem_sa_keys_refreshes_total": "counter",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")
 

@@ -14,10 +14,13 @@ gRPC call to the syncer. Each caller presents the credential of what it speaks f
     POST /v1/drain        {"node", "job"}   drain its own node at KillWait (the syncer writes
                                             the reason)
 
-Credentials are screened from the request head, before any body is read; the syncer then checks
-each call itself: a node's credential with the API server (a TokenReview: it names the slurmd Pod,
-so the node, it speaks for), a placeholder's against Slurm (the job is that placeholder and holds
-that node). `node` is one
+Credentials are screened from the request head, before any body is read: a node's credential
+against the API server's published signing keys (tandem.sakeys: a token Kubernetes never signed
+costs no TokenReview), a placeholder's against the job key ring. The syncer then checks each call
+itself: a node's credential with the API server (a TokenReview: it names the slurmd Pod, so the
+node, it speaks for), a placeholder's against Slurm (the job is that placeholder and holds that
+node). One credential has at most a few calls waiting at once (handler.PER_NODE_CALLS,
+PER_PLACEHOLDER_CALLS), so no one node or job holds every slot of the gateway. `node` is one
 Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, calls in
 progress and timeouts are bounded by tandem.hooks.server; a call waiting on the syncer holds no
 thread.
@@ -30,6 +33,7 @@ from dataclasses import replace
 from tandem.hooks.handler import Credentials, HookHandler, KeyValues
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
 from tandem.hooks.server import BoundedHTTPServer, Limits
+from tandem.sakeys import ServiceAccountKeys
 from tandem.settings import split_host_port
 from tandem.v1 import syncer_pb2_grpc
 
@@ -44,9 +48,10 @@ class HooksGateway:
         call_timeout: float = 55.0,
         limits: Limits | None = None,
         job_keys: KeyValues | None = None,
+        node_keys: ServiceAccountKeys | None = None,
     ) -> None:
         self.routes = SyncerRoutes(syncer, call_timeout)
-        self.handler = HookHandler(Credentials(job_keys), self.routes)
+        self.handler = HookHandler(Credentials(job_keys, node_keys), self.routes)
         host, port = split_host_port(address)
         limits = replace(limits or Limits(), max_body=MAX_BODY)
         self.httpd = BoundedHTTPServer(host, port, self.handler.screen, self.handler.handle, limits)

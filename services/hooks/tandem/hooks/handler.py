@@ -4,7 +4,9 @@ call it), and only then is a body read and handed to the route, traced, counted 
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
@@ -12,7 +14,7 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import Span, SpanKind
 
-from tandem import jobtoken, nodetoken, placeholder, tracing
+from tandem import jobtoken, nodetoken, placeholder, sakeys, tracing
 from tandem.hooks.routes import NODE, Outcome, SyncerRoutes
 from tandem.hooks.server import Request, Response, json_response
 from tandem.metrics import CONTENT_TYPE, REGISTRY
@@ -33,21 +35,46 @@ class KeyValues(Protocol):
     def values(self) -> Sequence[bytes]: ...
 
 
+# What `Credentials.caller` says of a node credential signed by a key the API server has not
+# published yet, while the gateway reads its keys again: ask again in a second.
+UNSETTLED = "\x00unsettled"
+# Calls one credential may have waiting at once (issue 50: one credential held every slot, and
+# every other node's prolog failed). A node's prolog and epilog run one call per job; a
+# placeholder's script one at a time.
+PER_NODE_CALLS = 8
+PER_PLACEHOLDER_CALLS = 2
+
+
 class Credentials:
     """Who a request speaks for, from its head: root on one Slurm node (that node's credential,
     tandem.nodetoken), or one placeholder (its own job token, tandem.jobtoken, with its reference)."""
 
-    def __init__(self, job_keys: KeyValues | None) -> None:
+    def __init__(
+        self, job_keys: KeyValues | None, node_keys: sakeys.ServiceAccountKeys | None = None
+    ) -> None:
         self.job_keys = job_keys
+        # The API server's published keys: a node credential Kubernetes never signed is refused
+        # here, before the syncer spends a TokenReview on it. None: its form only (a gateway
+        # without access to the API server; the syncer's review still decides).
+        self.node_keys = node_keys
 
     def caller(self, headers: Any) -> str | None:
         """Who the credential in the head speaks for: NODE (a node's credential: root on a Slurm
         node; which node, the syncer learns from the API server), a placeholder reference (that
-        placeholder's own token), or None (nobody we serve)."""
+        placeholder's own token), UNSETTLED (a node credential under a key not read yet), or
+        None (nobody we serve)."""
         scheme, _, presented = str(headers.get("Authorization", "")).partition(" ")
         reference = headers.get(jobtoken.PLACEHOLDER_HEADER)
         if reference is None:
-            return NODE if scheme.lower() == "bearer" and nodetoken.plausible(presented.strip()) else None
+            token = presented.strip()
+            if scheme.lower() != "bearer" or not nodetoken.plausible(token):
+                return None
+            if self.node_keys is None:
+                return NODE
+            verdict = self.node_keys.verdict(token)
+            if verdict is sakeys.Verdict.UNKNOWN:
+                return UNSETTLED
+            return NODE if verdict is sakeys.Verdict.SIGNED else None
         if (
             self.job_keys is None
             or scheme.lower() != "bearer"
@@ -72,6 +99,24 @@ class HookHandler:
     def __init__(self, credentials: Credentials, routes: SyncerRoutes) -> None:
         self.credentials = credentials
         self.routes = routes
+        # Calls waiting on the syncer, per credential (a node's token, a placeholder's reference).
+        self._waiting: dict[str, int] = {}
+        self._waiting_lock = threading.Lock()
+
+    def _admit(self, who: str, cap: int) -> bool:
+        with self._waiting_lock:
+            if self._waiting.get(who, 0) >= cap:
+                return False
+            self._waiting[who] = self._waiting.get(who, 0) + 1
+            return True
+
+    def _release(self, who: str) -> None:
+        with self._waiting_lock:
+            left = self._waiting.get(who, 0) - 1
+            if left > 0:
+                self._waiting[who] = left
+            else:
+                self._waiting.pop(who, None)
 
     def screen(self, head: Request) -> Response | None:
         """Answers what needs neither a body nor the syncer, before any body is read: probes,
@@ -88,6 +133,12 @@ class HookHandler:
                 {"Allow": "GET, POST"},
             )
         caller = self.credentials.caller(head.headers)
+        if caller == UNSETTLED:
+            return json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {"error": "the credential's signing key is being read from the API server; ask again"},
+                {"Retry-After": "1"},
+            )
         if caller is None:
             if head.method == "POST":
                 # Bounded label values: a scanner's made-up paths must not grow the metrics.
@@ -136,12 +187,33 @@ class HookHandler:
             finally:
                 answer(json_response(status, body))
 
+        reference = self.credentials.caller(request.headers)
+        if reference in (None, UNSETTLED):  # screened: a node's (its keys were read again since)
+            reference = NODE
+        token = self.credentials.presented(request.headers)
+        if reference == NODE:
+            who, cap = "node " + hashlib.sha256(token.encode()).hexdigest(), PER_NODE_CALLS
+        else:
+            who, cap = "placeholder " + reference, PER_PLACEHOLDER_CALLS
+        if not self._admit(who, cap):
+            # A node's scripts ask again on 503; a placeholder's script never has two calls out.
+            status = HTTPStatus.SERVICE_UNAVAILABLE if reference == NODE else HTTPStatus.TOO_MANY_REQUESTS
+            busy = {
+                "error": f"this credential already has {cap} calls waiting, the most it may; ask again later"
+            }
+            self._record(request, span, status, busy, started)
+            answer(json_response(status, busy, {"Retry-After": "1"}))
+            return
+
+        def finish_once(outcome: Outcome) -> None:
+            self._release(who)
+            finish(outcome)
+
         try:
             with tracing.use_span(span):
-                reference = self.credentials.caller(request.headers) or NODE  # screened: not None
-                token = self.credentials.presented(request.headers)
-                self.routes.start(path, request.body, reference, token, finish)
+                self.routes.start(path, request.body, reference, token, finish_once)
         except BaseException:
+            self._release(who)
             span.end()  # the server answers 500 for it
             raise
 

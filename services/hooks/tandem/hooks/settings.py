@@ -32,6 +32,21 @@ class HooksSettings(ServiceSettings):
         help="the job key ring (shared with the scheduler and the syncer): one key per line, newest"
         " first; the first signs each placeholder's own credential, every line verifies",
     )
+    kubeconfig: str = option(
+        "",
+        flag="--kubeconfig",
+        env="KUBECONFIG",
+        help="kubeconfig file to read the API server's published service-account keys with; empty"
+        " means in-cluster (the gateway's ServiceAccount may read nothing else)",
+    )
+    check_node_signatures: bool = option(
+        True,
+        flag="--check-node-token-signatures",
+        env="TANDEM_HOOKS_CHECK_NODE_TOKEN_SIGNATURES",
+        help="refuse a node credential Kubernetes did not sign (its published keys, /openid/v1/jwks)"
+        " before the syncer reviews it; false: its form only, and every forged token costs the API"
+        " server a TokenReview",
+    )
     call_timeout: Seconds = option(
         Seconds(55.0),
         flag="--call-timeout",
