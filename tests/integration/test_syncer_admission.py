@@ -105,6 +105,62 @@ def test_the_syncer_taints_devices_only_as_a_slurm_drain_s_mirror(
     assert not [r for r in admin_rules(stack_cfg, rules) if r["metadata"]["name"] == "tandem-slurm-evil"]
 
 
+def test_a_stolen_syncer_token_writes_only_tandems_annotations_and_the_lock_taint_as_it_is(
+    stack_cfg: StackConfig, as_syncer: KubeClient
+) -> None:
+    """Issue 50: the policy let the syncer write any annotation, and the lock taint with any value
+    or effect, on any Node; and a DeviceTaintRule selecting every GPU."""
+    node_path = f"/api/v1/nodes/{config.kube_node_name(2)}"
+    pod_path = f"/api/v1/namespaces/{config.SLURM_NAMESPACE}/pods/{config.slurm_node_name(2)}"
+    before = as_syncer.get(node_path)
+    node_note = _refused(
+        lambda: as_syncer.merge_patch(node_path, {"metadata": {"annotations": {"example.com/owner": "me"}}})
+    )
+    assert "only Tandem's own annotations" in node_note.message and "example.com/owner" in node_note.message
+    pod_note = _refused(
+        lambda: as_syncer.merge_patch(pod_path, {"metadata": {"annotations": {keys.PREFIX + "account": "x"}}})
+    )
+    assert f"only the {keys.LOCK_KEY} annotation of a slurmd Pod" in pod_note.message
+    for taint in (
+        {"key": keys.LOCK_KEY, "value": "true", "effect": "NoSchedule"},
+        {"key": keys.LOCK_KEY, "value": "forever", "effect": "NoExecute"},
+    ):
+        taints = [*(before["spec"].get("taints") or []), taint]
+        bad = _refused(lambda taints=taints: as_syncer.merge_patch(node_path, {"spec": {"taints": taints}}))
+        assert "lock taint is" in bad.message, bad
+    after = as_syncer.get(node_path)
+    assert after["spec"].get("taints") == before["spec"].get("taints")
+    assert "example.com/owner" not in (after["metadata"].get("annotations") or {})
+    rules = f"/apis/{keys.DRA_GROUP}/v1/{keys.DEVICE_TAINT_RULES}"
+    every_gpu = {
+        "apiVersion": f"{keys.DRA_GROUP}/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": "tandem-slurm-every-gpu",
+            "labels": {keys.MANAGED_BY_LABEL: keys.SYNCER_MANAGER},
+        },
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com"},
+            "taint": {"key": keys.SLURM_GPU_TAINT_KEY, "effect": "NoSchedule"},
+        },
+    }
+    if not _serves(stack_cfg, rules):
+        pytest.skip(f"this Kubernetes serves no {rules}")
+    broad = _refused(lambda: as_syncer.post(rules, every_gpu))
+    assert "each naming one pool and one device" in broad.message, broad
+
+
+def _serves(cfg: StackConfig, path: str) -> bool:
+    client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    try:
+        client.get(path)
+        return True
+    except KubeError:
+        return False
+    finally:
+        client.close()
+
+
 def admin_rules(cfg: StackConfig, rules: str) -> list[dict[str, Any]]:
     client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     try:
