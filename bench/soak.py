@@ -48,7 +48,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from devstack import config, kube, services, stack
+from devstack import config, identities, kube, services, stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
@@ -102,6 +102,7 @@ class Soak:
             (self.plain_job, 3),
             (self.delete_some, 3),
             (self.scancel_some, 1),
+            (self.squat, 2),
             *([(self.gpu_pod, 2), (self.gpu_taint, 1)] if self.serves_rules else []),
         ]
         weights = [w for _, w in actions]
@@ -323,6 +324,60 @@ class Soak:
         self.serial += 1
         self.done["plain jobs"] += 1
 
+    def squat(self) -> None:
+        """A tenant tries to put a Pod of its own on a Node, beside whatever Slurm runs there
+        (issue 50): tolerating the lock in one of the ways a toleration can, posing as a
+        DaemonSet's Pod, or holding out with a budget. The admission policy refuses the
+        tolerations; the rest the lock's taint evicts. The invariant says none stays."""
+        name = self._name("squat")
+        node = config.kube_node_name(self.rng.randrange(self.cfg.nodes))
+        way = self.rng.choice(("lock key", "blanket", "for an hour", "daemonset owner", "budget"))
+        tolerations = {
+            "lock key": [{"key": keys.LOCK_KEY, "operator": "Exists", "effect": "NoExecute"}],
+            "blanket": [{"operator": "Exists"}],
+            "for an hour": [
+                {"key": keys.LOCK_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}
+            ],
+        }.get(way, [])
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": {"soak-squat": name}}
+        if way == "daemonset owner":
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": "agent",
+                    "uid": name,
+                    "controller": True,
+                }
+            ]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": {
+                "nodeName": node,
+                "tolerations": tolerations,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "x"}],
+            },
+        }
+        if way == "budget":
+            self.kube.post(
+                f"/apis/policy/v1/namespaces/{self.namespace}/poddisruptionbudgets",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"maxUnavailable": 0, "selector": {"matchLabels": meta["labels"]}},
+                },
+            )
+        try:
+            self.kube.post(self.pods, pod)
+        except KubeError as e:
+            if e.status not in (403, 422) or "may not tolerate the lock taint" not in e.message:
+                raise
+            self.done["squats refused at admission"] += 1
+            return
+        self.done["squats admitted (no toleration)"] += 1
+
     def delete_some(self) -> None:
         pods = [
             p
@@ -427,6 +482,17 @@ class Soak:
             )
             if (
                 node
+                and running_on.get(slurm_of.get(node, ""))
+                and spec.get("schedulerName") != self.cfg.scheduler_name
+                and p["metadata"]["namespace"] not in identities.LOCK_SHARING_NAMESPACES
+                and (p.get("status") or {}).get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")
+            ):
+                # Issue 50: a held Node is the Slurm job's alone, whatever a tenant writes.
+                counts["tenant_pods_on_held_nodes"] += 1
+                print(f"[soak] {object_key(p)} runs on {node}, which a Slurm job holds", flush=True)
+            if (
+                node
                 and not tolerates
                 and running_on.get(slurm_of.get(node, ""))
                 and p["metadata"]["namespace"] != config.SLURM_NAMESPACE
@@ -472,6 +538,7 @@ class Soak:
             "locked_idle_nodes",
             "stale_k8s_drains",
             "untolerating_on_locked",
+            "tenant_pods_on_held_nodes",
             "partly_bound_gangs",
             "failed_hook_drains",
             "stale_killwait_drains",
@@ -645,6 +712,7 @@ def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
     composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
     for path in (
         f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",  # the squatters'
         f"/apis/{'/'.join(kube.podgroup_api(cfg))}/namespaces/{namespace}/podgroups",
         *([composites] if _served(client, composites) else []),
     ):
