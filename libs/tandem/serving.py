@@ -1,5 +1,5 @@
 """What every Tandem service serves: gRPC over mutual TLS with reflection and grpc.health.v1, and
-a small plain HTTP server for `/healthz`, `/readyz` and `/metrics` (probes carry no certificate);
+a small bounded HTTP server for `/healthz`, `/readyz` and `/metrics` (probes carry no certificate);
 and a clean stop on SIGTERM."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent import futures
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
@@ -18,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from tandem import mtls, tracing
+from tandem.boundedhttp import HEALTH_CONNECTIONS_REFUSED, BoundedHTTPServer, Limits, Request, Response
 from tandem.metrics import CONTENT_TYPE
 from tandem.settings import split_host_port
 
@@ -102,56 +102,60 @@ class GrpcServer:
         self.server.stop(grace).wait()
 
 
+# The health port serves probes and a scrape now and then: a few connections, answered at once.
+# A client that opens many, or sends nothing, is cut off without a thread per connection (issue
+# 50: it was the stdlib's thread-per-connection server, with no timeout, open to every Pod).
+HEALTH_LIMITS = Limits(workers=2, request_timeout=5.0, max_connections=64, max_body=0, max_calls=8)
+
+
 class HealthHttpServer:
     """`/healthz` (the process is alive), `/readyz` (`waiting_for()` is empty; else 503 and what
-    the service still waits for, one line each, for `kubectl describe`'s probe message), `/metrics`."""
+    the service still waits for, one line each, for `kubectl describe`'s probe message), `/metrics`;
+    on the bounded server the hooks gateway uses (tandem.boundedhttp)."""
 
     def __init__(
         self, address: str, waiting_for: Callable[[], Sequence[str]], metrics: Callable[[], str]
     ) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    self._reply(HTTPStatus.OK, "ok\n")
-                elif path == "/readyz":
-                    waiting = list(outer.waiting_for())
-                    self._reply(
-                        HTTPStatus.SERVICE_UNAVAILABLE if waiting else HTTPStatus.OK,
-                        "".join(f"not ready: {why}\n" for why in waiting) or "ok\n",
-                    )
-                elif path == "/metrics":
-                    self._reply(HTTPStatus.OK, outer.metrics(), CONTENT_TYPE)
-                else:
-                    self._reply(HTTPStatus.NOT_FOUND, "not found\n")
-
-            def _reply(self, status: HTTPStatus, body: str, ctype: str = "text/plain") -> None:
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
         self.waiting_for = waiting_for
         self.metrics = metrics
         host, port = split_host_port(address)
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="health-http", daemon=True)
+        self.httpd = BoundedHTTPServer(
+            host, port, self._screen, self._handle, HEALTH_LIMITS, "health-http", HEALTH_CONNECTIONS_REFUSED
+        )
+        self.port = self.httpd.port
+
+    @staticmethod
+    def _screen(head: Request) -> Response | None:
+        """/healthz at once, on the I/O thread; /readyz and /metrics on a worker (they compute)."""
+        if head.method != "GET":
+            return _text(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served\n")
+        if head.path == "/healthz":
+            return _text(HTTPStatus.OK, "ok\n")
+        if head.path in ("/readyz", "/metrics"):
+            return None
+        return _text(HTTPStatus.NOT_FOUND, "not found\n")
+
+    def _handle(self, request: Request, answer: Callable[[Response], None]) -> None:
+        if request.path == "/metrics":
+            answer(Response(HTTPStatus.OK, self.metrics().encode(), CONTENT_TYPE))
+            return
+        waiting = list(self.waiting_for())
+        answer(
+            _text(
+                HTTPStatus.SERVICE_UNAVAILABLE if waiting else HTTPStatus.OK,
+                "".join(f"not ready: {why}\n" for why in waiting) or "ok\n",
+            )
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
+
+
+def _text(status: HTTPStatus, body: str) -> Response:
+    return Response(status, body.encode(), "text/plain")
 
 
 def wait_for_stop_signal(also: threading.Event | None = None) -> None:

@@ -174,3 +174,20 @@ def test_a_forged_credential_flood_costs_no_token_review_and_a_real_prolog_is_se
     assert _token_reviews(stack_cfg) - before <= 1
     state, reason = h.node_state(stack_cfg, "cpu-005")
     assert "drain" not in state.lower(), (state, reason)
+
+
+def test_the_syncers_and_schedulers_probes_are_answered_while_a_pod_holds_their_health_ports(
+    stack_cfg: StackConfig,
+) -> None:
+    """Issue 50: their health ports used the stdlib's thread-per-connection server with no
+    timeout; connections that send nothing held a thread each until the liveness probe failed."""
+    for port in (stack_cfg.ports.syncer_health, stack_cfg.ports.scheduler_health):
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(300)]
+        try:
+            started = time.monotonic()
+            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=3)
+            assert r.status_code == 200 and time.monotonic() - started < 1.5
+            assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=3).status_code == 200
+        finally:
+            for s in silent:
+                s.close()

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tandem import jobtoken
+from tandem.boundedhttp import Limits
 from tandem.hooks import handler
 from tandem.hooks.gateway import HooksGateway
-from tandem.hooks.server import Limits
 from tandem.v1 import lock_pb2, syncer_pb2
 from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token

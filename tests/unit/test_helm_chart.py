@@ -800,7 +800,11 @@ def test_the_syncer_takes_grpc_only_from_the_scheduler_and_the_gateway(default_d
         c for c in SERVICES for p in peers if _selects(p["podSelector"], _pod_labels(default_docs, c))
     }
     assert admitted == {"scheduler", "hooks"}
-    assert rules[ports["health"]] == [None]  # probes and scrapes: the health port only
+    # Probes and scrapes: the health port, from the release's namespace only (issue 50: a tenant's
+    # Pod opened connections to it until the liveness probe failed).
+    assert rules[ports["health"]] == [
+        [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}}}]
+    ]
 
 
 def test_the_scheduler_takes_grpc_only_from_the_syncer_and_listed_operators() -> None:

@@ -116,7 +116,7 @@ def test_a_refusal_is_final_and_its_words_are_printed(gateway: tuple[int, list[b
 
 
 def test_a_refusal_sent_before_the_body_is_read_is_final() -> None:
-    """The gateway refuses a wrong token from the head alone, before the body (tandem.hooks.server;
+    """The gateway refuses a wrong token from the head alone, before the body (tandem.boundedhttp;
     bash writes a request a line at a time): the refusal is read and final, not taken for a lost
     call and asked again until the budget ends."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -135,7 +135,7 @@ def test_a_refusal_sent_before_the_body_is_read_is_final() -> None:
                     data += chunk
                 calls.append(data)
                 conn.sendall(b'HTTP/1.1 401 Unauthorized\r\nContent-Length: 14\r\n\r\n{"error":"no"}')
-                # Lingering, as tandem.hooks.server does: closing with the body unread would
+                # Lingering, as tandem.boundedhttp does: closing with the body unread would
                 # reset the connection, and the answer with it.
                 conn.shutdown(socket.SHUT_WR)
                 while conn.recv(65536):

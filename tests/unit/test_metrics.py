@@ -25,7 +25,7 @@ DEFINING = (
     "tandem.jobtoken",
     "tandem.sakeys",
     "tandem.hooks.handler",
-    "tandem.hooks.server",
+    "tandem.boundedhttp",
     "tandem.syncer.lockcalls",
     "tandem.syncer.nodeapply",
     "tandem.syncer.topologysync",
@@ -66,6 +66,7 @@ IMPORTED = {
     "tandem_scheduler_reconciles_to_bind": "histogram",
     "tandem_job_key_ring_unreadable_total": "counter",
     "tandem_sa_keys_refreshes_total": "counter",
+    "tandem_health_connections_refused_total": "counter",
 }
 COMPUTED = ("tandem_node_locks", "tandem_node_locks_idle", "tandem_pods", "tandem_policy_stale")
 

@@ -22,7 +22,7 @@ node, it speaks for), a placeholder's against Slurm (the job is that placeholder
 node). One credential has at most a few calls waiting at once (handler.PER_NODE_CALLS,
 PER_PLACEHOLDER_CALLS), so no one node or job holds every slot of the gateway. `node` is one
 Slurm node's name (tandem.slurm.names), never a hostlist or a path. Connections, calls in
-progress and timeouts are bounded by tandem.hooks.server; a call waiting on the syncer holds no
+progress and timeouts are bounded by tandem.boundedhttp; a call waiting on the syncer holds no
 thread.
 """
 
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tandem.boundedhttp import BoundedHTTPServer, Limits
 from tandem.hooks.handler import Credentials, HookHandler, KeyValues
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
-from tandem.hooks.server import BoundedHTTPServer, Limits
 from tandem.sakeys import ServiceAccountKeys
 from tandem.settings import split_host_port
 from tandem.v1 import syncer_pb2_grpc

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from opentelemetry.trace import Span, SpanKind
 
 from tandem import jobtoken, nodetoken, placeholder, sakeys, tracing
+from tandem.boundedhttp import Request, Response, json_response
 from tandem.hooks.routes import NODE, Outcome, SyncerRoutes
-from tandem.hooks.server import Request, Response, json_response
 from tandem.metrics import CONTENT_TYPE, REGISTRY
 
 log = logging.getLogger("tandem.hooks.gateway")
@@ -93,7 +93,7 @@ class Credentials:
 
 
 class HookHandler:
-    """The two halves tandem.hooks.server asks for: `screen` (the head alone) and `handle` (an
+    """The two halves tandem.boundedhttp asks for: `screen` (the head alone) and `handle` (an
     authorized call with its body: started in a worker thread, answered when the syncer replies)."""
 
     def __init__(self, credentials: Credentials, routes: SyncerRoutes) -> None:

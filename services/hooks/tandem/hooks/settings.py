@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem import jobtoken
-from tandem.hooks.server import Limits
+from tandem.boundedhttp import Limits
 from tandem.settings import Seconds, ServiceSettings, option
 
 

@@ -1,4 +1,5 @@
-"""An HTTP/1.1 server for JSON calls whose threads never wait, on a client or on the answer.
+"""An HTTP/1.1 server whose threads never wait, on a client or on the answer: the hooks gateway's
+API, and every service's /healthz, /readyz and /metrics (tandem.serving.HealthHttpServer).
 
 One thread does all socket I/O through a selector: it accepts, reads each request until its head
 and body are complete (within `request_timeout` of the accept, however slowly the bytes come), asks
@@ -32,13 +33,18 @@ from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Any
 
-from tandem.metrics import REGISTRY
+from tandem.metrics import REGISTRY, Counter
 
 log = logging.getLogger(__name__)
 
 CONNECTIONS_REFUSED = REGISTRY.counter(
     "tandem_hook_connections_refused_total",
     "hook API connections closed or refused before a worker served them, by why",
+    ["reason"],
+)
+HEALTH_CONNECTIONS_REFUSED = REGISTRY.counter(
+    "tandem_health_connections_refused_total",
+    "health and metrics connections closed or refused before they were answered, by why",
     ["reason"],
 )
 
@@ -176,8 +182,18 @@ class _Reply:
 
 
 class BoundedHTTPServer:
-    def __init__(self, host: str, port: int, screen: Screen, handle: Handle, limits: Limits) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        screen: Screen,
+        handle: Handle,
+        limits: Limits,
+        name: str = "hooks-http",
+        refused: Counter = CONNECTIONS_REFUSED,
+    ) -> None:
         self.screen, self.handle, self.limits = screen, handle, limits
+        self._refused = refused
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=1024)
         self._listener.setblocking(False)
@@ -194,9 +210,9 @@ class BoundedHTTPServer:
         self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[tuple[_Conn, Response]] = queue.SimpleQueue()
         self._stopping = threading.Event()
-        self._io = threading.Thread(target=self._serve, name="hooks-http-io", daemon=True)
+        self._io = threading.Thread(target=self._serve, name=f"{name}-io", daemon=True)
         self._workers = [
-            threading.Thread(target=self._work, name=f"hooks-http-{i}", daemon=True)
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
             for i in range(limits.workers)
         ]
 
@@ -230,7 +246,7 @@ class BoundedHTTPServer:
                     self._expire()
                     next_sweep = time.monotonic() + _SWEEP_EVERY
         except Exception:
-            log.exception("the hooks HTTP server stopped")
+            log.exception("an HTTP server stopped", extra={"port": self.port})
             raise
         finally:
             for conn in list(self._open):
@@ -248,7 +264,7 @@ class BoundedHTTPServer:
                 return
             except OSError as e:
                 # Out of file descriptors (EMFILE): the oldest unfinished connection makes room.
-                log.warning("cannot accept a hooks connection", extra={"error": str(e)})
+                log.warning("cannot accept a connection", extra={"port": self.port, "error": str(e)})
                 self._evict_oldest()
                 return
             sock.setblocking(False)
@@ -261,7 +277,7 @@ class BoundedHTTPServer:
     def _evict_oldest(self) -> None:
         for conn in self._open:
             if not conn.answered or not conn.outbox:  # still sending, or lingering after its answer
-                CONNECTIONS_REFUSED.inc(reason="evicted")
+                self._refused.inc(reason="evicted")
                 self._close(conn)
                 return
 
@@ -331,7 +347,7 @@ class BoundedHTTPServer:
 
     def _dispatch(self, conn: _Conn, request: Request) -> None:
         if self._busy >= self.limits.max_calls:
-            CONNECTIONS_REFUSED.inc(reason="busy")
+            self._refused.inc(reason="busy")
             busy = f"{self.limits.max_calls} calls in progress, the most served at once; ask again"
             self._answer(
                 conn, json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"error": busy}, {"Retry-After": "1"})
@@ -387,7 +403,7 @@ class BoundedHTTPServer:
         now = time.monotonic()
         for conn in [c for c in self._open if c.deadline <= now]:
             if not conn.answered:
-                CONNECTIONS_REFUSED.inc(reason="request_timeout")
+                self._refused.inc(reason="request_timeout")
                 timeout = self.limits.request_timeout
                 _send_now(
                     conn.sock,
