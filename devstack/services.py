@@ -279,7 +279,6 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--hooks-api-bind-address=127.0.0.1:{p.hooks_http}",
             kubeconfig_arg,
             f"--syncer-address={addr['tandem-syncer']}",
-            f"--job-key-file={job_key_file(cfg)}",
         ]
     raise KeyError(name)
 

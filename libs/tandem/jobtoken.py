@@ -8,13 +8,18 @@ for this submit, and written into the job's AdminComment beside its placeholder 
 the reference and the binding under the job key. So a token replayed on the group's next job (a new
 binding), or on an LWS group's next incarnation, is refused; one used after its job ended is
 refused (the syncer reads the job from Slurm); and one job's token is revoked by rewriting its
-AdminComment without the binding (`scontrol update JobId=<id> AdminComment=<its reference>`).
+AdminComment with the revocation marker
+(`scontrol update JobId=<id> AdminComment="<its reference> token-revoked"`).
 
-Both the gateway (from the request head) and the syncer (from the gRPC call, against Slurm) check
-it, so a caller holding the gateway's certificate cannot forge one either. The job key is a ring:
-one key per line of its file, the newest first, which signs; every line verifies, so a rotation
-(a new first line) leaves running jobs' tokens good until their key's line is dropped, across
-restarts. The prolog and epilog (root on the node) use the hooks token instead.
+The gateway screens its form only (`well_formed`) and holds no key: whoever takes the gateway
+cannot mint a token. The syncer verifies it: its mac under the ring first (a forgery costs no read
+of Slurm), then, against the job Slurm has, the binding in its AdminComment. A job's token is
+revoked by an explicit marker (`placeholder.revoked_comment`); a token of version 1 (no binding,
+from a job submitted before bindings) is accepted only behind --accept-unbound-job-tokens.
+
+The job key is a ring: one key per line of its file, the newest first, which signs; every line
+verifies, so a rotation (a new first line) leaves running jobs' tokens good until their key's line
+is dropped, across restarts. The prolog and epilog (root on the node) use the hooks token instead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 from collections.abc import Iterable
 
@@ -60,6 +66,15 @@ def binding_of(presented: str) -> str:
     binding, dot, _ = presented.partition(".")
     ok = bool(dot) and len(binding) == _BINDING_HEX and all(c in "0123456789abcdef" for c in binding)
     return binding if ok else ""
+
+
+_FORM = re.compile(rf"(?:[0-9a-f]{{{_BINDING_HEX}}}\.)?[0-9a-f]{{64}}")
+
+
+def well_formed(presented: str) -> bool:
+    """Whether a token has a job token's form (`<binding>.<mac>`, or a bare mac of version 1): what
+    the gateway screens, holding no key that could mint one; the syncer verifies it."""
+    return _FORM.fullmatch(presented) is not None
 
 
 def verifies(keys: Iterable[bytes], reference: str, presented: str) -> bool:

@@ -79,6 +79,19 @@ def admin_comment(reference: str, binding: str) -> str:
     return f"{reference}{_BINDING}{binding}" if binding else reference
 
 
+_REVOKED = " token-revoked"
+
+
+def revoked_comment(reference: str) -> str:
+    """The AdminComment that revokes a placeholder job's credential (an administrator writes it:
+    `scontrol update JobId=<id> AdminComment="<reference> token-revoked"`); the job stays Tandem's."""
+    return f"{reference}{_REVOKED}"
+
+
+def is_revoked(comment: str) -> bool:
+    return comment.split(" ")[1:] == [_REVOKED.strip()]
+
+
 def reference_of(comment: str) -> str:
     """The placeholder reference of an AdminComment (no reference holds a space)."""
     return comment.partition(" ")[0]
@@ -86,7 +99,7 @@ def reference_of(comment: str) -> str:
 
 def binding_of(comment: str) -> str:
     """The credential binding an AdminComment holds ("" for none: a job submitted before
-    bindings, or one whose credential was revoked by rewriting its AdminComment)."""
+    bindings, or one whose credential was revoked, `revoked_comment`)."""
     _, found, binding = comment.partition(_BINDING)
     return binding.strip() if found else ""
 

@@ -155,15 +155,11 @@ def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
     victim, victim_job, victim_node = _running(stack_cfg, core, "victim")
-    mine, _, _ = _running(stack_cfg, core, "mine")
+    mine, my_job, _ = _running(stack_cfg, core, "mine")
     # What the attacker holds: their own placeholder's credential (it is in their job's
     # environment), and whatever they make up.
-    key = services.job_key_file(stack_cfg).read_text().strip().encode()
     my_reference = _reference(stack_cfg, mine)
-    own = {
-        "Authorization": f"Bearer {jobtoken.token(key, my_reference)}",
-        jobtoken.PLACEHOLDER_HEADER: my_reference,
-    }
+    own = _as(my_reference, _own_token(stack_cfg, my_job, my_reference))
     claimed = {"Authorization": "Bearer guessed", jobtoken.PLACEHOLDER_HEADER: _reference(stack_cfg, victim)}
     body = {"node": victim_node, "job": victim_job, "timeout": 3}
     url = stack_cfg.hooks_url

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 from unittest import mock
 
-from tandem import jobtoken, keys
+from tandem import jobtoken, keys, placeholder
 from tandem.keys import LockState
 from tandem.kube import JSON, KubeError, object_key
 from tandem.nodetoken import TokenReviewer, unverified_claims
@@ -34,8 +34,17 @@ SLURMD_NS = "slurm"
 JOB_KEY = b"k" * 32
 
 
-def token_for(reference: str, binding: str = "") -> str:
-    """A placeholder's own credential, as its script presents it."""
+# The binding of the placeholder jobs these tests submit (their AdminComment: `bound`).
+BINDING = "0b" * 16
+
+
+def bound(reference: str) -> str:
+    """A placeholder job's AdminComment, bound to BINDING as the scheduler writes it."""
+    return placeholder.admin_comment(reference, BINDING)
+
+
+def token_for(reference: str, binding: str = BINDING) -> str:
+    """A placeholder's own credential, as its script presents it (bound to BINDING)."""
     return jobtoken.token(JOB_KEY, reference, binding)
 
 

@@ -21,7 +21,6 @@ from tandem.hooks.gateway import HooksGateway
 from tandem.v1 import lock_pb2, syncer_pb2
 from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token
-from tests.unit.test_gateway_limits import JobKeys
 
 # Node credentials (tandem.nodetoken): the gateway serves any of the right form (the syncer's
 # review says which node each speaks for), and no other.
@@ -71,7 +70,6 @@ def served() -> Iterator[tuple[HooksGateway, RecordingSyncer]]:
         "127.0.0.1:0",
         FutureStub(syncer),  # type: ignore[arg-type]
         call_timeout=2,
-        job_keys=JobKeys(JOB_KEY.encode()),
     )
     gateway.start()
     yield gateway, syncer

@@ -17,7 +17,7 @@ from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import node_token
-from tests.unit.test_gateway_limits import JobKeys, Refusal, Syncer
+from tests.unit.test_gateway_limits import Refusal, Syncer
 
 TOKEN = node_token("gpu-001", uid="uid-gpu-001")
 KEY = b"k" * 32
@@ -38,7 +38,7 @@ ROOT = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def gateway() -> Iterator[tuple[HooksGateway, Syncer]]:
     syncer = Syncer()
-    g = HooksGateway("127.0.0.1:0", FutureStub(syncer), 5, job_keys=JobKeys(KEY))  # type: ignore[arg-type]
+    g = HooksGateway("127.0.0.1:0", FutureStub(syncer), 5)  # type: ignore[arg-type]
     g.start()
     yield g, syncer
     g.stop()
@@ -72,21 +72,37 @@ def test_a_placeholder_cannot_lock_or_unlock(gateway: tuple[HooksGateway, Syncer
 @pytest.mark.parametrize(
     "headers",
     [
-        _as_placeholder(THEIRS, signed_for=MINE),  # my token, their placeholder
-        _as_placeholder(MINE, key=b"x" * 32),  # a key Tandem does not hold
         _as_placeholder("../job/5", signed_for="../job/5"),  # no placeholder reference
         {"Authorization": f"Bearer {TOKEN}", jobtoken.PLACEHOLDER_HEADER: MINE},  # root's token, as mine
+        {"Authorization": "Bearer guessed", jobtoken.PLACEHOLDER_HEADER: MINE},  # not a job token's form
         {jobtoken.PLACEHOLDER_HEADER: MINE},
     ],
-    ids=["another job's", "unknown key", "not a reference", "node credential", "no token"],
+    ids=["not a reference", "node credential", "not a token's form", "no token"],
 )
-def test_a_credential_for_another_job_or_none_is_refused(
+def test_a_credential_of_no_placeholders_form_or_none_is_refused(
     gateway: tuple[HooksGateway, Syncer], headers: dict[str, str]
 ) -> None:
     g, syncer = gateway
     for route in ("started", "terminating", "drain"):
         assert _post(g, route, headers).status_code == 401
     assert syncer.calls == []
+
+
+def test_the_gateway_holds_no_job_key_and_the_syncer_is_the_one_to_verify(
+    gateway: tuple[HooksGateway, Syncer],
+) -> None:
+    """Issue 50: the gateway held the job key ring, so whoever took it could mint any placeholder's
+    token. It screens the form only; a token of the right form under another job's reference or
+    an unknown key reaches the syncer, which verifies it (tests/unit/test_job_tokens.py) and
+    answers 403."""
+    g, syncer = gateway
+    syncer.refusal = Refusal(grpc.StatusCode.PERMISSION_DENIED, "not one of placeholder")
+    for headers in (_as_placeholder(THEIRS, signed_for=MINE), _as_placeholder(MINE, key=b"x" * 32)):
+        assert _post(g, "started", headers).status_code == 403
+    assert [request.job_token for _, request in syncer.calls] == [
+        jobtoken.token(KEY, MINE),
+        jobtoken.token(b"x" * 32, MINE),
+    ]
 
 
 def test_a_placeholders_call_carries_the_placeholder_it_proved(gateway: tuple[HooksGateway, Syncer]) -> None:

@@ -35,17 +35,6 @@ PLACEHOLDER_AUTH = {
 }
 
 
-class JobKeys:
-    """The job key ring the gateway checks a placeholder's token under (tandem.jobtoken.KeyRing
-    reads it from a file)."""
-
-    def __init__(self, *keys: bytes) -> None:
-        self.keys = list(keys)
-
-    def values(self) -> list[bytes]:
-        return self.keys
-
-
 def auth(route: str) -> dict[str, str]:
     return AUTH if route in ("lock", "unlock") else PLACEHOLDER_AUTH
 
@@ -108,7 +97,6 @@ def serve() -> Iterator[Any]:
                 FutureStub(syncer or Syncer()),  # type: ignore[arg-type]
                 5,
                 Limits(**limits),
-                job_keys=JobKeys(JOB_KEY),
             )
             g.start()
             stack.callback(g.stop)

@@ -537,8 +537,8 @@ def test_with_the_job_key_supplied_two_default_renders_are_the_same() -> None:
 # --- the job key: placeholders' own tokens ---------------------------------------------------
 
 
-@pytest.mark.parametrize("component", ("scheduler", "hooks", "syncer"))
-def test_the_scheduler_the_gateway_and_the_syncer_read_the_generated_job_key(
+@pytest.mark.parametrize("component", ("scheduler", "syncer"))
+def test_the_scheduler_and_the_syncer_read_the_generated_job_key(
     default_docs: list[Doc], component: str
 ) -> None:
     dep = deployment(default_docs, component)
@@ -553,12 +553,13 @@ def test_the_scheduler_the_gateway_and_the_syncer_read_the_generated_job_key(
 
 
 def test_the_job_key_reaches_nothing_else(default_docs: list[Doc]) -> None:
-    """Issue 39: the syncer checks a placeholder's token too (the gateway's certificate alone must
-    not forge one); nothing else gets the key: no uninstall Job, nothing in the slurmd namespace."""
+    """Issue 39: the syncer checks a placeholder's token (the gateway's certificate alone must not
+    forge one); issue 50: the gateway holds no key either (it screens the form), so whoever takes it
+    cannot mint one. Nothing else gets the key: no uninstall Job, nothing in the slurmd namespace."""
     for doc in default_docs:
         if doc["kind"] in ("Deployment", "Job", "DaemonSet", "StatefulSet") and doc["metadata"][
             "name"
-        ] not in {f"{FULLNAME}-{c}" for c in ("scheduler", "hooks", "syncer")}:
+        ] not in {f"{FULLNAME}-{c}" for c in ("scheduler", "syncer")}:
             assert JOB_KEY_SECRET not in json.dumps(doc), doc["metadata"]["name"]
     assert of_kind(default_docs, "Secret")[JOB_KEY_SECRET]["metadata"]["namespace"] == NS
 
@@ -589,7 +590,7 @@ def test_an_existing_job_key_secret_is_mounted_and_nothing_is_generated() -> Non
     docs = [d for d in yaml.safe_load_all(one.stdout) if d]
     assert JOB_KEY_SECRET not in of_kind(docs, "Secret")
     assert not any("job-key" in name for name in of_kind(docs, "Secret"))
-    for component in ("scheduler", "hooks"):
+    for component in ("scheduler", "syncer"):
         dep = deployment(docs, component)
         assert f"--job-key-file={JOB_KEY_FILE}" in container(dep)["args"]
         assert mounted_files(dep)[JOB_KEY_FILE] == ("my-job-key", "key"), component
@@ -601,7 +602,7 @@ def test_an_existing_job_key_secret_is_mounted_and_nothing_is_generated() -> Non
 def _job_key_parts(manifest: str) -> list[Any]:
     docs = [d for d in yaml.safe_load_all(manifest) if d]
     out: list[Any] = []
-    for component in ("scheduler", "hooks"):
+    for component in ("scheduler", "syncer"):
         dep = deployment(docs, component)
         out += [container(dep)["args"], mounted_files(dep), pod_annotations(dep).get("checksum/job-key")]
     return out

@@ -114,7 +114,7 @@ def _started(servicer: SyncerServicer, token: str) -> tuple[Any, str]:
         ("RUNNING", (), OLD, True, ""),  # a key rotated out of first place still verifies
         ("CANCELLED", ("COMPLETING",), KEY, True, ""),  # its script at KillWait
         ("RUNNING", (), KEY, False, "not Slurm job 7's own"),  # the previous job's token
-        ("RUNNING", (), b"x" * 32, True, "not Slurm job 7's own"),  # not under the ring
+        ("RUNNING", (), b"x" * 32, True, "no job key made it"),  # not under the ring
         ("COMPLETED", (), KEY, True, "its credential ended with it"),
         ("CANCELLED", (), KEY, True, "its credential ended with it"),
     ],
@@ -141,3 +141,51 @@ def test_a_revoked_binding_refuses_the_token() -> None:
     job = Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=REF)
     code, message = _started(_servicer(job), jobtoken.token(KEY, REF, binding))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "not Slurm job 7's own" in message
+
+
+def _servicer_reading(job: Job, **kw: Any) -> tuple[SyncerServicer, mock.Mock]:
+    mirror = mock.MagicMock()
+    mirror.refresh_job.return_value = JobStatus(job)
+    mirror.job_started.return_value = JobStatus(job)
+    servicer = SyncerServicer(
+        mirror, mock.Mock(), mock.Mock(), mock.Mock(), 30.0, job_keys=lambda: [KEY], **kw
+    )
+    servicer.active = True
+    return servicer, mirror
+
+
+def test_a_forged_token_is_refused_before_slurm_is_read() -> None:
+    """Issue 50: the gateway screens a job token's form only (it holds no key); the syncer checks
+    the mac first, so a flood of forgeries costs slurmrestd nothing."""
+    binding = jobtoken.new_binding()
+    job = Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=placeholder.admin_comment(REF, binding))
+    servicer, mirror = _servicer_reading(job)
+    code, message = _started(servicer, jobtoken.token(b"x" * 32, REF, binding))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "no job key made it" in message
+    mirror.refresh_job.assert_not_called()
+
+
+def test_an_explicitly_revoked_job_refuses_its_token() -> None:
+    """Issue 50: revocation by AdminComment without the binding made tokens of version 1 valid
+    again; the marker says revoked, whatever token comes."""
+    binding = jobtoken.new_binding()
+    job = Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=placeholder.revoked_comment(REF))
+    for token in (jobtoken.token(KEY, REF, binding), jobtoken.token(KEY, REF)):
+        servicer, _ = _servicer_reading(job, accept_unbound_tokens=True)
+        code, message = _started(servicer, token)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and ("revoked" in message or "own" in message), (
+            message
+        )
+    assert placeholder.pod_of(job) == placeholder.PodRef("apps", "web", "uid-1")  # still Tandem's job
+
+
+def test_an_unbound_token_is_accepted_only_behind_the_flag() -> None:
+    """A token of version 1 names no job: valid for every later job of its placeholder, and for a
+    job whose AdminComment lost its binding. Refused by default."""
+    job = Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=REF)
+    servicer, mirror = _servicer_reading(job)
+    code, message = _started(servicer, jobtoken.token(KEY, REF))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "--accept-unbound-job-tokens" in message
+    mirror.refresh_job.assert_not_called()
+    servicer, _ = _servicer_reading(job, accept_unbound_tokens=True)
+    assert _started(servicer, jobtoken.token(KEY, REF)) == (grpc.StatusCode.OK, "")

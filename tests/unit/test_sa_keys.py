@@ -17,7 +17,7 @@ from tandem.hooks.gateway import HooksGateway
 from tandem.sakeys import ServiceAccountKeys, Verdict, parse_jwks
 from tests.unit.future_stub import FutureStub
 from tests.unit.node_credentials import SigningKey, node_token
-from tests.unit.test_gateway_limits import JOB_KEY, JobKeys, Syncer
+from tests.unit.test_gateway_limits import Syncer
 
 
 class Jwks:
@@ -95,7 +95,7 @@ def test_a_bad_jwks_keeps_the_keys_it_had(signer: SigningKey) -> None:
 
 
 def _gateway(syncer: Syncer, keys: ServiceAccountKeys) -> HooksGateway:
-    g = HooksGateway("127.0.0.1:0", FutureStub(syncer), 5, job_keys=JobKeys(JOB_KEY), node_keys=keys)  # type: ignore[arg-type]
+    g = HooksGateway("127.0.0.1:0", FutureStub(syncer), 5, node_keys=keys)  # type: ignore[arg-type]
     g.start()
     return g
 

@@ -36,6 +36,7 @@ from tests.unit.syncer_world import (
     _mirror,
     _pod,
     _slurmd,
+    bound,
     node_token_for,
     token_for,
     whole_listing_slurm,
@@ -59,6 +60,13 @@ def _stack(made: list[Stack], world: World, mirror: SlurmMirror, **kw: Any) -> S
     stack = Stack(world, mirror, **kw)
     made.append(stack)
     return stack
+
+
+def _submitted_and_seen(mirror: SlurmMirror, job_id: int, name: str) -> None:
+    """A job the scheduler announced, seen once by the poll with its AdminComment (the binding its
+    token names); slurmrestd may not answer for it afterwards."""
+    mirror.job_submitted(job_id, name)
+    mirror._apply_job_list([Job(job_id, name, "PENDING", admin_comment=bound(name))], time.monotonic())
 
 
 def _context(remaining: float = 10.0) -> Any:
@@ -401,7 +409,7 @@ def test_a_new_leader_rebuilds_a_placeholders_strict_lock_from_slurm(stacks: lis
     world.add_node("node-001", tainted=True)
     ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
     name = placeholder.job_name(ref, "tandem")
-    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name))
     stack = _stack(stacks, world, _mirror(synced=True, jobs=(job,)))
     stack.resync()
     _until("locked strict again", lambda: world.lock_of("cpu-001") == "locked_strict")
@@ -473,7 +481,7 @@ def test_a_lock_is_taken_though_slurm_refuses_the_nodes_drain(stacks: list[Stack
 def _job(job_id: int, scheduler: str) -> JobStatus:
     ref = placeholder.PodRef("apps", f"pod-{job_id}", f"uid-{job_id}")
     name = placeholder.job_name(ref, scheduler)
-    return JobStatus(Job(job_id, name, "PENDING", admin_comment=name))
+    return JobStatus(Job(job_id, name, "PENDING", admin_comment=bound(name)))
 
 
 def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
@@ -537,7 +545,7 @@ def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Sta
     ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
     world.add_pod(_pod("trainer", "node-001"))
     mirror = _mirror(synced=True)
-    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    _submitted_and_seen(mirror, 7, placeholder.job_name(ref, "tandem"))
     mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     servicer = _stack(stacks, world, mirror).servicer
     threading.Timer(0.2, world.remove_pod, ["apps/trainer"]).start()
@@ -578,7 +586,7 @@ def test_a_duplicate_jobs_end_does_not_wait_for_the_pod_of_another_job(
     ref = placeholder.PodRef("apps", "trainer", "uid-trainer")
     world.add_pod(_pod("trainer", node, annotations=annotations))
     mirror = _mirror(synced=True)
-    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    _submitted_and_seen(mirror, 7, placeholder.job_name(ref, "tandem"))
     mirror._push(7, "cpu-001")
     mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     world.add_pod(_slurmd("cpu-001", "node-001"))
@@ -634,7 +642,7 @@ def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_
     nodes = (Node("cpu-001", "ALLOCATED"), Node("cpu-002", "ALLOCATED"))
     mirror = _mirror(synced=True, nodes=nodes)
     name = placeholder.job_name(ref, "tandem")
-    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
+    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=bound(name))
     mirror.slurm.get_job_components = mock.Mock(return_value=[allocation])  # type: ignore[method-assign]
     mirror.refresh_job(7)
     events = mock.Mock()
@@ -672,7 +680,7 @@ def test_a_killwait_drain_slurm_refused_is_not_reported_drained(stacks: list[Sta
     name = placeholder.job_name(ref, "tandem")
     mirror = _mirror(synced=True)
     mirror.slurm.get_job_components = mock.Mock(  # type: ignore[method-assign]
-        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)]
+        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name))]
     )
     slurm = mock.Mock()
     slurm.drain_node.side_effect = SlurmApiError("slurmrestd: connection refused", 0)
@@ -704,7 +712,7 @@ def _ended_placeholder(slurm_node: Node) -> tuple[World, SlurmMirror, str]:
     name = placeholder.job_name(placeholder.PodRef("apps", "trainer", "uid-trainer"), "tandem")
     mirror = _mirror(synced=True, nodes=(slurm_node,))
     mirror.slurm.get_job_components = mock.Mock(  # type: ignore[method-assign]
-        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)]
+        return_value=[Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name))]
     )
     return world, mirror, name
 
@@ -815,7 +823,7 @@ def test_a_group_job_whose_members_all_left_answers_gone(stacks: list[Stack]) ->
     world.add_pod(_pod("train-0", "node-001", annotations={keys.JOB_ID_ANNOTATION: "7"}))
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
-    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    _submitted_and_seen(mirror, 7, placeholder.job_name(ref, "tandem"))
     mirror.slurm.get_job_components = mock.Mock(return_value=[])  # type: ignore[method-assign]
     stack = _stack(stacks, world, mirror)
     servicer, slurm = stack.servicer, stack.slurm
@@ -840,9 +848,9 @@ def test_a_group_job_started_push_publishes_its_whole_allocation() -> None:
     """The script runs on one node of the group's job: the push must not make that its only node."""
     ref = placeholder.PodRef("apps", "pg:train", "pg-uid")
     mirror = _mirror(synced=True)
-    mirror.job_submitted(7, placeholder.job_name(ref, "tandem"))
+    _submitted_and_seen(mirror, 7, placeholder.job_name(ref, "tandem"))
     name = placeholder.job_name(ref, "tandem")
-    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=name)
+    allocation = Job(7, name, "RUNNING", nodes=("cpu-001", "cpu-002"), admin_comment=bound(name))
     mirror.slurm.get_job_components = mock.Mock(return_value=[allocation])  # type: ignore[method-assign]
     status = mirror.job_started(7, "cpu-001")
     assert status.started and status.job.nodes == ("cpu-001", "cpu-002")
@@ -869,7 +877,7 @@ def test_a_job_only_named_like_a_placeholder_gets_no_strict_lock_and_no_wait() -
     slurm = mock.Mock()
     slurm.list_jobs.return_value = [
         Job(5, name, "RUNNING", nodes=("cpu-001",)),
-        Job(6, name, "RUNNING", nodes=("cpu-002",), admin_comment=name),
+        Job(6, name, "RUNNING", nodes=("cpu-002",), admin_comment=bound(name)),
     ]
     slurm.list_nodes.return_value = []
     mirror = SlurmMirror(slurm, poll_interval=60)
@@ -910,7 +918,7 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
 
     forged = Job(7, name, "RUNNING", nodes=("cpu-001",))  # named like it; no AdminComment
     assert started(forged, "cpu-001") == grpc.StatusCode.PERMISSION_DENIED
-    real = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name)
+    real = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name))
     assert started(real, "cpu-002") == grpc.StatusCode.PERMISSION_DENIED
     status = mirror.job(7)
     assert status is not None and not status.started
@@ -940,7 +948,7 @@ def test_a_verified_started_call_writes_the_job_s_started_marker(
     ref = placeholder.PodRef("apps", "web", "uid-1")
     name = placeholder.job_name(ref, "tandem")
     mirror = _mirror(synced=True)
-    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=name, extra=extra)
+    job = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name), extra=extra)
     mirror.slurm.get_job_components = mock.Mock(return_value=[job])  # type: ignore[method-assign]
     slurm = mock.Mock()
     if write_fails:

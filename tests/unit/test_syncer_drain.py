@@ -14,7 +14,7 @@ from tandem.slurm.models import Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import syncer_pb2
-from tests.unit.syncer_world import JOB_KEY, token_for
+from tests.unit.syncer_world import JOB_KEY, bound, token_for
 
 REF = placeholder.job_name(placeholder.PodRef("apps", "web", "uid-1"), "tandem")
 
@@ -30,7 +30,7 @@ def _servicer(
     slurm.drain_node.side_effect = error
     mirror = mock.Mock()
     # At KillWait the job was cancelled and its script still runs: Slurm shows it COMPLETING.
-    job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=REF, flags=("COMPLETING",))
+    job = job or Job(7, REF, "CANCELLED", nodes=("cpu-001",), admin_comment=bound(REF), flags=("COMPLETING",))
     mirror.refresh_job.return_value = JobStatus(job)
     locks = mock.Mock()
     locks.occupied.return_value = occupied
@@ -64,7 +64,7 @@ def test_the_node_is_drained_over_rest_with_the_reason_the_syncer_writes() -> No
 def test_a_running_jobs_token_drains_nothing() -> None:
     """Issue 50: a Pod's user reads its placeholder's token and asks for a drain while the job
     runs (to take over an administrator's drain): refused, since Slurm says the job has not ended."""
-    servicer, slurm = _servicer(job=Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=REF))
+    servicer, slurm = _servicer(job=Job(7, REF, "RUNNING", nodes=("cpu-001",), admin_comment=bound(REF)))
     context = _context()
     with pytest.raises(Aborted):
         servicer.DrainNode(_drain(), context)

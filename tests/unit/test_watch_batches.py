@@ -24,7 +24,7 @@ from tandem.syncer.mirror import Batch, SlurmMirror
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import slurm_pb2, syncer_pb2
 from tests.unit.servicer_calls import call, steps_done
-from tests.unit.syncer_world import JOB_KEY, token_for
+from tests.unit.syncer_world import JOB_KEY, bound, token_for
 
 SCHEDULER = "tandem"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -53,7 +53,7 @@ class FakeSlurm:
 def _placeholder(job_id: int, scheduler: str = SCHEDULER, state: str = "PENDING") -> Job:
     name = placeholder.job_name(placeholder.PodRef("apps", f"pod-{job_id}", f"uid-{job_id}"), scheduler)
     nodes = ("gpu-000",) if state != "PENDING" else ()
-    return Job(job_id, name, state, nodes=nodes, partition="gpu", admin_comment=name, priority=100)
+    return Job(job_id, name, state, nodes=nodes, partition="gpu", admin_comment=bound(name), priority=100)
 
 
 def _setup(jobs: int = 0, nodes: int = 1) -> tuple[FakeSlurm, SlurmMirror, SyncerServicer]:

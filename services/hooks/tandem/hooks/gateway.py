@@ -16,7 +16,8 @@ gRPC call to the syncer. Each caller presents the credential of what it speaks f
 
 Credentials are screened from the request head, before any body is read: a node's credential
 against the API server's published signing keys (tandem.sakeys: a token Kubernetes never signed
-costs no TokenReview), a placeholder's against the job key ring. The syncer then checks each call
+costs no TokenReview), a placeholder's by its form only (the gateway holds no job key: whoever took
+it could mint any placeholder's token). The syncer then checks each call
 itself: a node's credential with the API server (a TokenReview: it names the slurmd Pod, so the
 node, it speaks for), a placeholder's against Slurm (the job is that placeholder and holds that
 node). One credential has at most a few calls waiting at once (handler.PER_NODE_CALLS,
@@ -31,7 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tandem.boundedhttp import BoundedHTTPServer, Limits
-from tandem.hooks.handler import Credentials, HookHandler, KeyValues
+from tandem.hooks.handler import Credentials, HookHandler
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
 from tandem.sakeys import ServiceAccountKeys
 from tandem.settings import split_host_port
@@ -47,11 +48,10 @@ class HooksGateway:
         syncer: syncer_pb2_grpc.SyncerServiceStub | None,
         call_timeout: float = 55.0,
         limits: Limits | None = None,
-        job_keys: KeyValues | None = None,
         node_keys: ServiceAccountKeys | None = None,
     ) -> None:
         self.routes = SyncerRoutes(syncer, call_timeout)
-        self.handler = HookHandler(Credentials(job_keys, node_keys), self.routes)
+        self.handler = HookHandler(Credentials(node_keys), self.routes)
         host, port = split_host_port(address)
         limits = replace(limits or Limits(), max_body=MAX_BODY)
         self.httpd = BoundedHTTPServer(host, port, self.handler.screen, self.handler.handle, limits)

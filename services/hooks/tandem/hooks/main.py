@@ -49,7 +49,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         syncer_pb2_grpc.SyncerServiceStub(channel),
         cfg.call_timeout,
         cfg.limits(),
-        job_keys=cfg.job_keys(),
         node_keys=node_keys,
     )
     gateway.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem import jobtoken
 from tandem.boundedhttp import Limits
 from tandem.settings import Seconds, ServiceSettings, option
 
@@ -24,13 +23,6 @@ class HooksSettings(ServiceSettings):
         flag="--syncer-address",
         env="TANDEM_SYNCER_ADDRESS",
         help="the syncer's gRPC address",
-    )
-    job_key_file: str = option(
-        "",
-        flag="--job-key-file",
-        env="TANDEM_JOB_KEY_FILE",
-        help="the job key ring (shared with the scheduler and the syncer): one key per line, newest"
-        " first; the first signs each placeholder's own credential, every line verifies",
     )
     kubeconfig: str = option(
         "",
@@ -78,12 +70,6 @@ class HooksSettings(ServiceSettings):
         env="TANDEM_HOOKS_MAX_CONNECTIONS",
         help="connections still sending their request; past it the oldest is closed",
     )
-
-    def job_keys(self) -> jobtoken.KeyRing:
-        """The key ring a placeholder's credential may be signed with (tandem.jobtoken): every key
-        of the file, newest first, re-read when it changes; a rotation keeps the older keys in the
-        file, so no restart forgets the key a running job's token was signed with."""
-        return jobtoken.KeyRing(self.job_key_file)
 
     def limits(self) -> Limits:
         return Limits(

@@ -177,6 +177,7 @@ def _lock_and_sync(
         cfg.terminating_timeout,
         jobtoken.KeyRing(cfg.job_key_file).values,
         TokenReviewer(token_review(kube)),
+        accept_unbound_tokens=cfg.accept_unbound_job_tokens,
     )
     # What each change of Kubernetes or Slurm queues (tandem.watches): the Slurm nodes it concerns.
     cluster.on_slurm_node_changed = Watch(node_queue, itself)

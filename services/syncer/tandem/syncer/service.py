@@ -104,7 +104,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         terminating_timeout: float,
         job_keys: Callable[[], list[bytes]] = list,
         node_tokens: TokenReviewer | None = None,
+        accept_unbound_tokens: bool = False,
     ) -> None:
+        # Tokens of version 1, bound to no job (tandem.jobtoken): only while an upgrade from a
+        # Tandem that made them still has such jobs running.
+        self.accept_unbound_tokens = accept_unbound_tokens
         # The job key ring (tandem.jobtoken): a placeholder's credential is checked here too, not
         # only by the gateway, so a caller holding the gateway's certificate cannot forge one.
         self.job_keys = job_keys
@@ -363,6 +367,21 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         for; otherwise the call is refused. A push is a hint: what it claims is read again from
         slurmrestd, never taken on its word."""
         _require(context, job_id and placeholder.parse_job_name(reference), A_PLACEHOLDERS_CALL)
+        # The token's own mac first, under the ring (the gateway holds no key: it screens the
+        # form only): a forgery costs no read of Slurm.
+        if not jobtoken.verifies(self.job_keys(), reference, job_token):
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the credential presented is not one of placeholder {reference}: no job key made it",
+            )
+        if not jobtoken.binding_of(job_token) and not self.accept_unbound_tokens:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "an unbound job token (of a job submitted before credentials were bound to their job)"
+                " is refused unless the syncer runs with --accept-unbound-job-tokens",
+            )
         try:
             status = self.mirror.refresh_job(job_id)
         except SlurmApiError as e:
@@ -374,10 +393,13 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 f"Slurm job {job_id} is not the placeholder {reference}: "
                 "a placeholder's credential speaks for its own job only",
             )
-        binding = placeholder.binding_of(status.job.admin_comment)
-        if jobtoken.binding_of(job_token) != binding or not jobtoken.verifies(
-            self.job_keys(), reference, job_token
-        ):
+        if placeholder.is_revoked(status.job.admin_comment):
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"Slurm job {job_id}'s credential was revoked (its AdminComment says token-revoked)",
+            )
+        if jobtoken.binding_of(job_token) != placeholder.binding_of(status.job.admin_comment):
             _abort(
                 context,
                 grpc.StatusCode.PERMISSION_DENIED,

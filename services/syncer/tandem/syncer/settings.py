@@ -75,6 +75,13 @@ class SyncerSettings(ClusterSettings, HealthSettings):
         help="the job key ring (shared with the scheduler and the hooks gateway): a placeholder's"
         " credential is checked against it here too, not only by the gateway",
     )
+    accept_unbound_job_tokens: bool = option(
+        False,
+        flag="--accept-unbound-job-tokens",
+        env="TANDEM_ACCEPT_UNBOUND_JOB_TOKENS",
+        help="accept a placeholder's job token bound to no job (made before credentials were bound,"
+        " and valid for every later job of its placeholder): only while upgrading from such a Tandem",
+    )
     topology_levels: str = option(
         "",
         flag="--topology-levels",
