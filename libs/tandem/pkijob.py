@@ -58,6 +58,13 @@ class PkiSettings(LogSettings):
     remove: bool = option(
         False, flag="--remove", env="TANDEM_PKI_REMOVE", help="delete this release's PKI Secrets instead"
     )
+    trust_existing_ca: bool = option(
+        False,
+        flag="--trust-existing-ca",
+        env="TANDEM_PKI_TRUST_EXISTING_CA",
+        help="sign with a CA Secret this hook did not make (its labels say so): whoever planted it"
+        " before the install holds the key to every identity; only for a CA you made yourself",
+    )
 
 
 @dataclass(frozen=True)
@@ -95,17 +102,50 @@ def parse_plan(text: str) -> list[Planned]:
     return planned
 
 
+class UntrustedCa(RuntimeError):
+    """A CA Secret this hook did not make, and the operator did not say to trust it."""
+
+
+def planted(secret: JSON, cfg: PkiSettings, release_since: dt.datetime | None) -> bool:
+    """Whether a CA Secret was there before this release: made before Helm's first record of it
+    (`release_since`, which Helm writes before any hook runs; labels are anyone's to write), or,
+    without that record, one not labelled as this hook's for this release."""
+    meta = secret.get("metadata") or {}
+    if release_since is not None:
+        try:
+            created = dt.datetime.fromisoformat(str(meta.get("creationTimestamp", "")).replace("Z", "+00:00"))
+        except ValueError:
+            return True
+        return created < release_since
+    labels = meta.get("labels") or {}
+    return labels.get(MANAGED_BY[0]) != MANAGED_BY[1] or labels.get(INSTANCE) != cfg.instance
+
+
+def release_record(instance: str) -> str:
+    """The Secret in which Helm records a release's first revision (made before its hooks run)."""
+    return f"sh.helm.release.v1.{instance}.v1"
+
+
 def decide(
     observed: Mapping[str, JSON | None],
     ca_secret: str,
     planned: Sequence[Planned],
     cfg: PkiSettings,
     now: dt.datetime,
+    release_since: dt.datetime | None = None,
 ) -> list[Write]:
-    """The Secrets to write, from the ones there now (None: missing). Makes keys as it goes."""
+    """The Secrets to write, from the ones there now (None: missing). Makes keys as it goes.
+    `release_since`: when Helm first recorded the release (None: no record to read)."""
     renew = dt.timedelta(days=cfg.renew_days)
     writes: list[Write] = []
     current = observed.get(ca_secret)
+    if current is not None and planted(current, cfg, release_since) and not cfg.trust_existing_ca:
+        raise UntrustedCa(
+            f"Secret {cfg.namespace}/{ca_secret} was not made by this release's tandem-pki"
+            f" ({'it is older than the release' if release_since else 'it lacks its labels'}):"
+            " whoever made it holds the key to every Tandem identity. Delete it, or set"
+            " global.tls.generated.trustExistingCa=true if you made it yourself"
+        )
     ca = _pair(current)
     if ca is None or not grpcpki.ca_fresh(ca, renew, now):
         ca = grpcpki.new_ca(CA_COMMON_NAME, cfg.ca_validity_days, now)
@@ -130,8 +170,13 @@ def ensure(kube: KubeClient, cfg: PkiSettings, now: dt.datetime) -> list[str]:
     planned = parse_plan(cfg.plan)
     names = [cfg.ca_secret, *(p.secret for p in planned)]
     observed = {name: _get(kube, cfg.namespace, name) for name in names}
+    record = _get(kube, cfg.namespace, release_record(cfg.instance))
+    since = None
+    if record is not None:
+        stamp = str((record.get("metadata") or {}).get("creationTimestamp", ""))
+        since = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
     written = []
-    for write in decide(observed, cfg.ca_secret, planned, cfg, now):
+    for write in decide(observed, cfg.ca_secret, planned, cfg, now, since):
         body = _secret(cfg, write)
         path = f"/api/v1/namespaces/{cfg.namespace}/secrets"
         if write.resource_version is None:
@@ -182,7 +227,7 @@ def main(argv: Sequence[str] | None = None, clock: Callable[[], dt.datetime] | N
         now = (clock or (lambda: dt.datetime.now(dt.UTC)))()
         done = ensure(kube, cfg, now)
         print(f"wrote {len(done)} Secret(s): {', '.join(done) or 'none (all still good)'}", flush=True)
-    except (KubeError, ValueError) as e:
+    except (KubeError, ValueError, UntrustedCa) as e:
         raise SystemExit(f"tandem-pki: {e}") from e
     finally:
         kube.close()

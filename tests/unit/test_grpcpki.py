@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,29 @@ def test_the_hooks_certificate_it_makes_is_the_gateway_to_the_syncer_and_the_ope
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "tandem-operator may not call" in (e.value.details() or "")
     assert recorder.drained == ["gpu-001"]
+
+
+def _created(secret: dict[str, Any], when: dt.datetime) -> dict[str, Any]:
+    return {
+        **secret,
+        "metadata": {**secret["metadata"], "creationTimestamp": when.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
+
+
+def test_a_ca_planted_before_the_release_is_refused_unless_the_operator_trusts_it() -> None:
+    """Issue 50: a CA Secret made before `helm install` (by whoever could create Secrets in the
+    namespace) was trusted, and its maker held every Tandem identity's key. Labels are anyone's
+    to write: what counts is whether it is older than Helm's first record of the release."""
+    made = _apply({}, _decide({}))
+    installed = NOW - dt.timedelta(days=1)
+    planted = {**made, "t-grpc-ca": _created(made["t-grpc-ca"], installed - dt.timedelta(minutes=5))}
+    with pytest.raises(pkijob.UntrustedCa, match="older than the release"):
+        pkijob.decide(planted, CFG.ca_secret, PLAN, CFG, NOW, installed)
+    trusting = replace(CFG, trust_existing_ca=True)
+    assert pkijob.decide(planted, CFG.ca_secret, PLAN, trusting, NOW, installed) == []
+    ours = {**made, "t-grpc-ca": _created(made["t-grpc-ca"], installed + dt.timedelta(seconds=2))}
+    assert pkijob.decide(ours, CFG.ca_secret, PLAN, CFG, NOW, installed) == []
+    # No record to read (another Helm storage driver): this hook's labels decide.
+    unlabelled = {**made, "t-grpc-ca": {**made["t-grpc-ca"], "metadata": {"name": "t-grpc-ca"}}}
+    with pytest.raises(pkijob.UntrustedCa, match="lacks its labels"):
+        pkijob.decide(unlabelled, CFG.ca_secret, PLAN, CFG, NOW)
