@@ -305,7 +305,8 @@ def ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
 def ensure_cluster_model(cfg: StackConfig) -> None:
     """N kwok Nodes, each hosting one slurmd Pod named after its Slurm node (a SUNK NodeSet)."""
     core = k8s.CoreV1Api(api(cfg))
-    for ns in (config.SLURM_NAMESPACE, config.TANDEM_NAMESPACE, "default"):
+    # The tests' node agents run in OPS_NAMESPACE, which the lab lets share held Nodes.
+    for ns in (config.SLURM_NAMESPACE, config.TANDEM_NAMESPACE, config.OPS_NAMESPACE, "default"):
         _create_ignore_exists(
             lambda ns=ns: core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         )

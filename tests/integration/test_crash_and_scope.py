@@ -19,7 +19,7 @@ from devstack.config import StackConfig
 from devstack.kube import delete_delay
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
-from tandem import jobtoken
+from tandem import jobtoken, placeholder
 from tandem.hooks.scripts import placeholder_batch_script
 from tandem.slurm.models import JobSpec
 from tests.integration import helpers as h
@@ -100,6 +100,7 @@ def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Pat
     slurm = devstack_slurm.admin_client(cfg)
     name = f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
     key = services.job_key_file(cfg).read_text().strip().encode()
+    binding = jobtoken.new_binding()  # as the scheduler binds each job's token to that job
     env = {
         "PATH": "/usr/bin:/bin",
         "TANDEM_HOOKS_ENV": str(hooks_env),
@@ -109,13 +110,13 @@ def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Pat
         "TANDEM_POD_UID": pod.metadata.uid,
         "TANDEM_JOB_EXTRA": "",
         "TANDEM_PLACEHOLDER": name,
-        "TANDEM_JOB_TOKEN": jobtoken.token(key, name),
+        "TANDEM_JOB_TOKEN": jobtoken.token(key, name, binding),
     }
     try:
         return slurm.submit_job(
             JobSpec(
                 name=name,
-                admin_comment=name,
+                admin_comment=placeholder.admin_comment(name, binding),
                 script=placeholder_batch_script(),
                 environment=env,
                 cpus=1,

@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from cryptography import x509
 from devstack import config, kube, pki
 from devstack.config import StackConfig
 from tandem import mtls
+from tandem.kube import KubeClient, KubeError
 
 pytestmark = pytest.mark.integration
 CHART = "helm/tandem"
@@ -302,6 +304,102 @@ def test_the_pki_hook_makes_the_certificates_with_its_own_rights_keeps_them_and_
         assert _secrets(stack_cfg, ns) == {}
     finally:
         kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")
+
+
+def test_the_pki_hook_cannot_mint_a_service_account_token_nor_trust_a_planted_ca(
+    stack_cfg: StackConfig, tmp_path: Path
+) -> None:
+    """Issue 50: the hook's Role may create any Secret (RBAC cannot limit create by name): a
+    ServiceAccount token Secret for the syncer would be a permanent syncer token. Its admission
+    policy refuses it. And a CA Secret made before Helm first recorded the release (planted by
+    whoever could create Secrets there) is refused, not signed with."""
+    ns = "tandem-chart-planted"
+    kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
+    try:
+        docs = _render_against(stack_cfg, "pki", ns)
+        hook = [
+            d
+            for d in docs
+            if (
+                d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+                and d["metadata"]["name"] == "pki-tandem-pki"
+            )
+            or (
+                d["kind"].startswith("ValidatingAdmissionPolicy")
+                and d["metadata"]["name"] == f"{ns}-pki-tandem-pki"
+            )
+        ]
+        assert len(hook) == 5
+        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(hook))
+        token = kube.kubectl(stack_cfg, "create", "token", "pki-tandem-pki", "-n", ns).strip()
+        kubeconfig = tmp_path / "pki.kubeconfig"
+        pki.write_kubeconfig(kubeconfig, stack_cfg.apiserver_url, stack_cfg.pki_dir / "ca.crt", "pki", token)
+        as_hook = KubeClient.from_kubeconfig(str(kubeconfig))
+        minted: dict[str, Any] = {
+            "metadata": {
+                "name": "pki-tandem-grpc-ca",
+                "annotations": {"kubernetes.io/service-account.name": "default"},
+            },
+            "type": "kubernetes.io/service-account-token",
+        }
+        other: dict[str, Any] = {
+            "metadata": {"name": "anything-else"},
+            "type": "Opaque",
+            "stringData": {"x": "y"},
+        }
+        deadline = time.monotonic() + 30  # a new policy takes a moment to be enforced
+        for body in (minted, other):
+            while True:
+                try:
+                    as_hook.post(f"/api/v1/namespaces/{ns}/secrets", body)
+                except KubeError as e:
+                    assert "the PKI hook writes only the release's TLS Secrets" in e.message, e
+                    break
+                kube.run_kubectl(stack_cfg, "delete", "secret", body["metadata"]["name"], "-n", ns)
+                assert time.monotonic() < deadline, f"{body['metadata']['name']} was admitted"
+                time.sleep(1)
+        as_hook.close()
+        # A CA planted first, then the release recorded (as `helm install` does before its hooks).
+        planted = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "pki-tandem-grpc-ca",
+                "labels": {"app.kubernetes.io/managed-by": "tandem-pki", "app.kubernetes.io/instance": "pki"},
+            },
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": "planted", "tls.key": "planted"},
+        }
+        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(planted))
+        time.sleep(1.1)  # creation timestamps are whole seconds
+        record = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "sh.helm.release.v1.pki.v1"},
+            "type": "helm.sh/release.v1",
+        }
+        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(record))
+        job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "pki-tandem-pki")
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        out = subprocess.run(
+            [sys.executable, "-m", "tandem.pkijob", *args, f"--kubeconfig={kubeconfig}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode != 0 and "it is older than the release" in out.stderr, out.stderr
+        assert (
+            _secrets(stack_cfg, ns)["pki-tandem-grpc-ca"]["data"]["tls.crt"]
+            == base64.b64encode(b"planted").decode()
+        )
+    finally:
+        kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")
+        kube.run_kubectl(
+            stack_cfg,
+            "delete",
+            "validatingadmissionpolicy,validatingadmissionpolicybinding",
+            f"{ns}-pki-tandem-pki",
+        )
 
 
 def test_the_job_key_is_kept_by_the_next_upgrade_and_a_new_one_restarts_only_the_scheduler(
