@@ -49,6 +49,7 @@ _RSA_HASHES: Mapping[str, hashes.HashAlgorithm] = {
     "RS384": hashes.SHA384(),
     "RS512": hashes.SHA512(),
 }
+_ALGORITHMS = frozenset({*_RSA_HASHES, *_CURVES})
 
 REFRESHES = REGISTRY.counter(
     "tandem_sa_keys_refreshes_total",
@@ -172,15 +173,7 @@ class ServiceAccountKeys:
 
     def verdict(self, token: str) -> Verdict:
         header = header_of(token)
-        if (
-            header is None
-            or not isinstance(header.get("kid"), str)
-            or header.get("alg")
-            not in (
-                *_RSA_HASHES,
-                *_CURVES,
-            )
-        ):
+        if header is None or not isinstance(header.get("kid"), str) or header.get("alg") not in _ALGORITHMS:
             return Verdict.FORGED
         remembered = hashlib.sha256(token.encode()).digest()
         with self._lock:

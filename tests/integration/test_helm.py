@@ -240,6 +240,46 @@ def _secrets(cfg: StackConfig, ns: str) -> dict[str, dict[str, Any]]:
     return {s["metadata"]["name"]: s for s in items if s["type"] == "kubernetes.io/tls"}
 
 
+def _as_pki_hook(cfg: StackConfig, ns: str, docs: list[dict[str, Any]], path: Path) -> Path:
+    """The PKI hook's rendered ServiceAccount, Role and binding (and its admission policy) applied
+    in `ns`, and a kubeconfig at `path` holding a token of that ServiceAccount."""
+    hook = [
+        d
+        for d in docs
+        if (
+            d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+            and d["metadata"]["name"] == "pki-tandem-pki"
+        )
+        or (
+            d["kind"].startswith("ValidatingAdmissionPolicy")
+            and d["metadata"]["name"] == f"{ns}-pki-tandem-pki"
+        )
+    ]
+    assert len(hook) == 5
+    kube.kubectl(cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(hook))
+    token = kube.kubectl(cfg, "create", "token", "pki-tandem-pki", "-n", ns).strip()
+    pki.write_kubeconfig(path, cfg.apiserver_url, cfg.pki_dir / "ca.crt", "pki", token)
+    return path
+
+
+def _run_pki(docs: list[dict[str, Any]], job: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    """The hook Job `job` as rendered, run here with the hook's own rights."""
+    (rendered,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == job]
+    args = rendered["spec"]["template"]["spec"]["containers"][0]["args"]
+    return subprocess.run(
+        [sys.executable, "-m", "tandem.pkijob", *args, f"--kubeconfig={kubeconfig}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _drop_pki_hook_policy(cfg: StackConfig, ns: str) -> None:
+    kube.run_kubectl(
+        cfg, "delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", f"{ns}-pki-tandem-pki"
+    )
+
+
 def test_the_pki_hook_makes_the_certificates_with_its_own_rights_keeps_them_and_removes_them(
     stack_cfg: StackConfig, tmp_path: Path
 ) -> None:
@@ -251,29 +291,10 @@ def test_the_pki_hook_makes_the_certificates_with_its_own_rights_keeps_them_and_
     kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
     try:
         docs = _render_against(stack_cfg, "pki", ns)
-        rbac = [
-            d
-            for d in docs
-            if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-            and d["metadata"]["name"] == "pki-tandem-pki"
-        ]
-        assert len(rbac) == 3
-        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(rbac))
-        token = kube.kubectl(stack_cfg, "create", "token", "pki-tandem-pki", "-n", ns).strip()
-        kubeconfig = tmp_path / "pki.kubeconfig"
-        pki.write_kubeconfig(kubeconfig, stack_cfg.apiserver_url, stack_cfg.pki_dir / "ca.crt", "pki", token)
-        jobs = {
-            d["metadata"]["name"]: d for d in docs if d["kind"] == "Job" and "pki" in d["metadata"]["name"]
-        }
+        kubeconfig = _as_pki_hook(stack_cfg, ns, docs, tmp_path / "pki.kubeconfig")
 
         def run(job: str) -> str:
-            args = jobs[job]["spec"]["template"]["spec"]["containers"][0]["args"]
-            out = subprocess.run(
-                [sys.executable, "-m", "tandem.pkijob", *args, f"--kubeconfig={kubeconfig}"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            out = _run_pki(docs, job, kubeconfig)
             assert out.returncode == 0, out.stderr
             return out.stdout
 
@@ -304,6 +325,7 @@ def test_the_pki_hook_makes_the_certificates_with_its_own_rights_keeps_them_and_
         assert _secrets(stack_cfg, ns) == {}
     finally:
         kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")
+        _drop_pki_hook_policy(stack_cfg, ns)
 
 
 def test_the_pki_hook_cannot_mint_a_service_account_token_nor_trust_a_planted_ca(
@@ -317,23 +339,7 @@ def test_the_pki_hook_cannot_mint_a_service_account_token_nor_trust_a_planted_ca
     kube.run_kubectl(stack_cfg, "create", "namespace", ns)  # may exist from an earlier run
     try:
         docs = _render_against(stack_cfg, "pki", ns)
-        hook = [
-            d
-            for d in docs
-            if (
-                d["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-                and d["metadata"]["name"] == "pki-tandem-pki"
-            )
-            or (
-                d["kind"].startswith("ValidatingAdmissionPolicy")
-                and d["metadata"]["name"] == f"{ns}-pki-tandem-pki"
-            )
-        ]
-        assert len(hook) == 5
-        kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(hook))
-        token = kube.kubectl(stack_cfg, "create", "token", "pki-tandem-pki", "-n", ns).strip()
-        kubeconfig = tmp_path / "pki.kubeconfig"
-        pki.write_kubeconfig(kubeconfig, stack_cfg.apiserver_url, stack_cfg.pki_dir / "ca.crt", "pki", token)
+        kubeconfig = _as_pki_hook(stack_cfg, ns, docs, tmp_path / "pki.kubeconfig")
         as_hook = KubeClient.from_kubeconfig(str(kubeconfig))
         minted: dict[str, Any] = {
             "metadata": {
@@ -379,14 +385,7 @@ def test_the_pki_hook_cannot_mint_a_service_account_token_nor_trust_a_planted_ca
             "type": "helm.sh/release.v1",
         }
         kube.kubectl(stack_cfg, "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(record))
-        job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "pki-tandem-pki")
-        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-        out = subprocess.run(
-            [sys.executable, "-m", "tandem.pkijob", *args, f"--kubeconfig={kubeconfig}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = _run_pki(docs, "pki-tandem-pki", kubeconfig)
         assert out.returncode != 0 and "it is older than the release" in out.stderr, out.stderr
         assert (
             _secrets(stack_cfg, ns)["pki-tandem-grpc-ca"]["data"]["tls.crt"]
@@ -394,12 +393,7 @@ def test_the_pki_hook_cannot_mint_a_service_account_token_nor_trust_a_planted_ca
         )
     finally:
         kube.run_kubectl(stack_cfg, "delete", "namespace", ns, "--wait=false")
-        kube.run_kubectl(
-            stack_cfg,
-            "delete",
-            "validatingadmissionpolicy,validatingadmissionpolicybinding",
-            f"{ns}-pki-tandem-pki",
-        )
+        _drop_pki_hook_policy(stack_cfg, ns)
 
 
 def test_the_job_key_is_kept_by_the_next_upgrade_and_a_new_one_restarts_only_the_scheduler(

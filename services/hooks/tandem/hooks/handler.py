@@ -94,7 +94,7 @@ class HookHandler:
     def __init__(self, credentials: Credentials, routes: SyncerRoutes) -> None:
         self.credentials = credentials
         self.routes = routes
-        # Calls waiting on the syncer, per credential (a node's token, a placeholder's reference).
+        # Calls waiting on the syncer, per credential presented (the hash of its reference and token).
         self._waiting: dict[str, int] = {}
         self._waiting_lock = threading.Lock()
 

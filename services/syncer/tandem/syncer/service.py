@@ -109,8 +109,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # Tokens of version 1, bound to no job (tandem.jobtoken): only while an upgrade from a
         # Tandem that made them still has such jobs running.
         self.accept_unbound_tokens = accept_unbound_tokens
-        # The job key ring (tandem.jobtoken): a placeholder's credential is checked here too, not
-        # only by the gateway, so a caller holding the gateway's certificate cannot forge one.
+        # The job key ring (tandem.jobtoken): a placeholder's credential is checked here only (the
+        # gateway screens its form and holds no key), so taking the gateway mints no token.
         self.job_keys = job_keys
         # A node's credential (tandem.nodetoken) is reviewed here, not taken from the gateway's
         # word: the gateway cannot check its signature. None refuses every lock and unlock.
