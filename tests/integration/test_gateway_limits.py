@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from kubernetes import client as k8s
 
 from devstack import nodetokens
 from devstack.config import StackConfig
@@ -191,3 +192,21 @@ def test_the_syncers_and_schedulers_probes_are_answered_while_a_pod_holds_their_
         finally:
             for s in silent:
                 s.close()
+
+
+def test_a_lock_may_not_ask_to_hold_its_slot_longer_than_the_lock_budget(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 50: a lock's `timeout` could be 600 s whatever the prologs wait, so one credential held
+    its gateway slots ten times longer than a prolog. Now it is refused before the syncer sees it:
+    nothing is locked. (How many slots one credential gets: tests/unit/test_gateway_limits.py.)"""
+    node = "cpu-003"
+    too_long = httpx.post(
+        f"{stack_cfg.hooks_url}/v1/lock",
+        json={"node": node, "job": NO_SUCH_JOB, "timeout": 600},
+        headers={"Authorization": f"Bearer {nodetokens.read(stack_cfg, node)}"},
+        timeout=5,
+    )
+    assert too_long.status_code == 400 and "at most 55" in too_long.json()["error"], too_long.text
+    assert h.lock_annotation(core, node) == "false"
+    assert not h.node_has_lock_taint(core, h.kube_node_of(node))

@@ -10,6 +10,7 @@ import pytest
 
 from tandem import budget
 from tandem.hooks import gateway, scripts
+from tandem.hooks.routes import SyncerRoutes
 
 REPO = scripts.DIR.parents[4]
 
@@ -50,7 +51,22 @@ def test_the_gateway_gives_the_syncer_the_prologs_budget_less_a_margin() -> None
         # And so the call is started: with that deadline, waiting for the syncer to be reachable.
         gw.routes.start("/v1/lock", b'{"node": "gpu-001", "job": 7, "timeout": 40}', "", "t", print)
         assert stub.AcquireNodeLock.future.call_args.kwargs == {"timeout": 39, "wait_for_ready": True}
-        with pytest.raises(gateway.BadRequest, match="at most 600"):
+        with pytest.raises(gateway.BadRequest, match="at most 55"):
             gw.routes.lock({"node": "gpu-001", "job": 7, "timeout": 10**6}, "")
     finally:
         gw.stop()
+
+
+def test_a_lock_may_not_ask_to_wait_longer_than_the_lock_budget() -> None:
+    """Issue 50: a lock's `timeout` could be 600 s whatever the prologs wait, so one credential
+    held its gateway slots ten times longer than any prolog would."""
+    routes = SyncerRoutes(mock.Mock(), call_timeout=5, lock_budget=55)
+    with pytest.raises(gateway.BadRequest, match="at most 55"):
+        routes.lock({"node": "gpu-001", "job": 7, "timeout": 600}, "")
+    assert routes.lock({"node": "gpu-001", "job": 7, "timeout": 55}, "").timeout == 54
+    # An operator who gives prologs longer sets the budget with them.
+    longer = SyncerRoutes(mock.Mock(), call_timeout=5, lock_budget=120)
+    assert longer.lock({"node": "gpu-001", "job": 7, "timeout": 120}, "").timeout == 119
+    assert longer.lock({"node": "gpu-001", "job": 7}, "").timeout == budget.below(budget.LOCK_SECONDS)
+    # A terminating call still waits what its body says, up to the longest any call may.
+    assert routes.terminating({"node": "gpu-001", "job": 7, "timeout": 300}, "ns/p", "t").timeout > 290

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tandem import budget
 from tandem.boundedhttp import BoundedHTTPServer, Limits
 from tandem.hooks.handler import Credentials, HookHandler
 from tandem.hooks.routes import MAX_BODY, BadRequest, SyncerRoutes
@@ -49,8 +50,9 @@ class HooksGateway:
         call_timeout: float = 55.0,
         limits: Limits | None = None,
         node_keys: ServiceAccountKeys | None = None,
+        lock_budget: float = budget.LOCK_SECONDS,
     ) -> None:
-        self.routes = SyncerRoutes(syncer, call_timeout)
+        self.routes = SyncerRoutes(syncer, call_timeout, lock_budget)
         self.handler = HookHandler(Credentials(node_keys), self.routes)
         host, port = split_host_port(address)
         limits = replace(limits or Limits(), max_body=MAX_BODY)

@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.call_timeout,
         cfg.limits(),
         node_keys=node_keys,
+        lock_budget=cfg.lock_budget,
     )
     gateway.start()
     log.info("serving", extra={"hooks_port": gateway.port})

@@ -62,11 +62,17 @@ class BadRequest(ValueError):
 
 
 class SyncerRoutes:
-    def __init__(self, syncer: syncer_pb2_grpc.SyncerServiceStub | None, call_timeout: float) -> None:
+    def __init__(
+        self,
+        syncer: syncer_pb2_grpc.SyncerServiceStub | None,
+        call_timeout: float,
+        lock_budget: float = budget.LOCK_SECONDS,
+    ) -> None:
         """`call_timeout`: how long unlock, started and drain wait for the syncer (a lock's wait
-        is the prolog's own budget; a terminating call's, the body's)."""
+        is the prolog's own budget, at most `lock_budget`; a terminating call's, the body's)."""
         self.syncer = syncer
         self.call_timeout = call_timeout
+        self.lock_budget = lock_budget
         self.table: dict[str, Route] = {
             "/v1/lock": self.lock,
             "/v1/unlock": self.unlock,
@@ -105,7 +111,8 @@ class SyncerRoutes:
         node, job = _node(body), _job(body)
         # The prolog says how long it waits (tandem.budget); the syncer gets a margin less, so
         # its answer (a lock, or why not and the node drained) arrives before the prolog gives up.
-        waits = _timeout(body, budget.LOCK_SECONDS)
+        # A lock longer than any prolog waits would only hold a slot the other nodes need.
+        waits = _timeout(body, min(budget.LOCK_SECONDS, self.lock_budget), most=self.lock_budget)
         return SyncerCall(
             self._stub().AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(slurm_node=node, job_id=job, node_token=node_token),
@@ -225,15 +232,9 @@ def _lock_name(state: int) -> str:
     return str(lock_pb2.LockState.Name(state)).removeprefix("LOCK_STATE_").lower()
 
 
-def _timeout(body: dict[str, Any], default: float) -> float:
-    """How long the caller waits (`timeout` in the body, seconds)."""
+def _timeout(body: dict[str, Any], default: float, most: float = budget.MAX_CALL_SECONDS) -> float:
+    """How long the caller waits (`timeout` in the body, seconds), at most `most`."""
     timeout = body.get("timeout", default)
-    if (
-        not isinstance(timeout, int | float)
-        or isinstance(timeout, bool)
-        or not 0 < timeout <= budget.MAX_CALL_SECONDS
-    ):
-        raise BadRequest(
-            f"timeout must be a number of seconds above 0, at most {budget.MAX_CALL_SECONDS:.0f}"
-        )
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= most:
+        raise BadRequest(f"timeout must be a number of seconds above 0, at most {most:g}")
     return float(timeout)

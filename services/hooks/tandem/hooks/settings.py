@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.boundedhttp import Limits
+from tandem.budget import LOCK_SECONDS
 from tandem.settings import Seconds, ServiceSettings, option
 
 
@@ -44,6 +45,13 @@ class HooksSettings(ServiceSettings):
         flag="--call-timeout",
         env="TANDEM_HOOKS_CALL_TIMEOUT",
         help="longest a hook call waits for the syncer",
+    )
+    lock_budget: Seconds = option(
+        Seconds(LOCK_SECONDS),
+        flag="--lock-budget",
+        env="TANDEM_HOOKS_LOCK_BUDGET",
+        help="longest a prolog's lock call may ask to wait (its TANDEM_LOCK_TIMEOUT); a longer"
+        " `timeout` is refused, so no credential holds a gateway slot longer than a prolog would",
     )
     workers: int = option(
         Limits.workers,
