@@ -161,6 +161,61 @@ def test_strict_lock_evicts_what_must_not_share_the_node_before_the_pod_starts(
     assert _running(core, agent, OPS)
 
 
+def test_a_strict_lock_spares_only_a_real_daemonsets_pod_whose_template_tolerates_it(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, daemonset: str
+) -> None:
+    """Issue 50: the strict lock spared any Pod of a sharing namespace whose owner reference said
+    DaemonSet. A Pod there naming a real DaemonSet (the right uid) whose own template does not
+    tolerate the lock is evicted now; the logging agent's Pod stays."""
+    slurm_node, node = "cpu-005", h.kube_node_of("cpu-005")
+    apps = k8s.AppsV1Api(devkube.api(stack_cfg))
+    plain_ds = h.unique("no-toleration")
+    ds = apps.create_namespaced_daemon_set(
+        OPS,
+        {
+            "metadata": {"name": plain_ds},
+            "spec": {
+                "selector": {"matchLabels": {"app": plain_ds}},
+                "template": {
+                    "metadata": {"labels": {"app": plain_ds}},
+                    "spec": {
+                        "nodeSelector": {"tandem.test/nowhere": "true"},
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    },
+                },
+            },
+        },
+    )
+    poser = h.unique("poser")
+    pod = _plain_pod(poser, node, [LOCK_TOLERATION], namespace=OPS)
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": plain_ds,
+            "uid": ds.metadata.uid,
+            "controller": True,
+        }
+    ]
+    tandem = h.unique("strict")
+    try:
+        h.create(core, pod)
+        agent = h.wait_until(
+            "the DaemonSet's Pod on the Node", lambda: _daemon_pod_on(core, daemonset, node), 30
+        )
+        h.wait_until("the poser running", functools.partial(_running, core, poser, OPS), 15)
+        h.create(core, h.tandem_pod(stack_cfg, tandem, {h.PREFIX + "required-nodes": slurm_node}))
+        h.wait_until("Tandem pod running", lambda: _running(core, tandem), 30)
+        assert h.lock_annotation(core, slurm_node) == "locked_strict"
+        assert h.get_pod(core, poser, OPS) is None or not _running(core, poser, OPS)
+        evicted = [e for e in h.events_for(core, poser, OPS) if e.reason == "Evicted"]
+        assert len(evicted) == 1 and slurm_node in evicted[0].message, evicted
+        assert _running(core, agent, OPS)
+    finally:
+        h.delete_pod(core, tandem)
+        apps.delete_namespaced_daemon_set(plain_ds, OPS)
+
+
 def test_a_normal_slurm_job_takes_a_plain_lock_that_spares_tolerating_pods(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

@@ -17,7 +17,7 @@ from tandem.nodetoken import TokenReviewer, unverified_claims
 from tandem.runner import Runner
 from tandem.slurm.models import Job, Node
 from tandem.slurm.rest import SlurmApiError
-from tandem.syncer.cluster import ClusterView, slim_node, slim_pod
+from tandem.syncer.cluster import ClusterView, slim_daemonset, slim_node, slim_pod
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
@@ -83,6 +83,23 @@ def _slurmd(slurm_node: str, node: str, lock: LockState = LockState.FALSE) -> JS
         labels={keys.SLURMD_POD_LABEL: keys.SLURMD_POD_LABEL_VALUE},
         annotations={keys.LOCK_KEY: lock.value},
     )
+
+
+def _daemonset(name: str, namespace: str, uid: str, tolerations: list[JSON], version: str = "1") -> JSON:
+    """A DaemonSet as the API server has it: its Pod template's tolerations are what count."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": version},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "agent"}], "tolerations": tolerations},
+            },
+        },
+        "status": {"numberReady": 3},
+    }
 
 
 def _mirror(synced: bool, jobs: tuple[Job, ...] = (), nodes: tuple[Node, ...] | None = None) -> SlurmMirror:
@@ -256,6 +273,22 @@ class World:
             old = self.cluster.nodes._put(name, slim_node(node))
             new = self.cluster.nodes.get(name)
         self.cluster.nodes.on_change(name, old, new)
+
+    def add_daemonset(self, daemonset: JSON) -> None:
+        """As the DaemonSet informer's watch shows it (slimmed, its callback fired)."""
+        informer = self.cluster.daemonsets
+        key = object_key(daemonset)
+        with informer._lock:
+            old = informer._put(key, slim_daemonset(daemonset))
+            new = informer.get(key)
+        informer.on_change(key, old, new)
+
+    def remove_daemonset(self, key: str) -> None:
+        informer = self.cluster.daemonsets
+        with informer._lock:
+            old = informer._put(key, None)
+        if old is not None:
+            informer.on_change(key, old, None)
 
     def lock_of(self, slurm_node: str) -> str:
         pod = self.cluster.slurmd_pod(slurm_node)

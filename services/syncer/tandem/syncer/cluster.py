@@ -1,6 +1,7 @@
-"""The syncer's view of Kubernetes: every Pod (by Node and by uid), every Node, and the slurmd
-Pods that say which Node hosts each Slurm node. Informers keep it; nothing here calls the API to
-look, and whoever waits for a Pod to leave wakes on the change instead of polling.
+"""The syncer's view of Kubernetes: every Pod (by Node and by uid), every Node, the slurmd Pods
+that say which Node hosts each Slurm node, and every DaemonSet (whose Pods a strict lock may
+spare). Informers keep it; nothing here calls the API to look, and whoever waits for a Pod to
+leave wakes on the change instead of polling.
 
 The syncer owns the Slurm node -> Node mapping: it publishes it on its stream (SlurmNode.kube_node)
 and the scheduler binds from it."""
@@ -18,12 +19,14 @@ from tandem.dra.taints import slim_rule
 from tandem.informer import Informer
 from tandem.kube import JSON, KubeClient, pod_finished
 from tandem.syncer import devicehealth, health
+from tandem.syncer.locking import daemonset_ref_of
 from tandem.syncer.waiters import Key, Waiters, job_key, node_key, pod_key
 
 BY_NODE = "node"
 BY_UID = "uid"
 BY_JOB = "job"
 SLURMD = "slurmd"
+BY_DAEMONSET = "daemonset"
 
 
 def slim_pod(pod: JSON) -> JSON:
@@ -47,6 +50,8 @@ def slim_pod(pod: JSON) -> JSON:
                     "apiVersion": o.get("apiVersion"),
                     "kind": o.get("kind"),
                     "name": o.get("name"),
+                    # Whether the DaemonSet it names is the one the cache holds of that name.
+                    "uid": o.get("uid"),
                     "controller": True,
                 }
                 for o in meta.get("ownerReferences") or []
@@ -65,6 +70,25 @@ def slim_pod(pod: JSON) -> JSON:
             # The devices the kubelet reports Unhealthy in it (KEP-4680): a bad GPU drains Slurm's.
             **({"unhealthyDevices": bad} if (bad := devicehealth.kept(pod)) else {}),
         },
+    }
+
+
+def slim_daemonset(daemonset: JSON) -> JSON:
+    """What the syncer reads of a DaemonSet: which one it is (a Pod's owner reference names its
+    uid) and whether its Pod template tolerates the lock (tandem.syncer.locking)."""
+    meta = daemonset.get("metadata") or {}
+    template = (daemonset.get("spec") or {}).get("template") or {}
+    tolerations = (template.get("spec") or {}).get("tolerations") or []
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "spec": {"template": {"spec": {"tolerations": tolerations}}},
     }
 
 
@@ -139,7 +163,13 @@ class ClusterView:
             ["/api/v1/pods"],
             {},
             self._on_pod,
-            indexes={BY_NODE: _node_of, BY_UID: _uid_of, BY_JOB: _job_of, SLURMD: self._slurm_node_of},
+            indexes={
+                BY_NODE: _node_of,
+                BY_UID: _uid_of,
+                BY_JOB: _job_of,
+                SLURMD: self._slurm_node_of,
+                BY_DAEMONSET: _daemonset_of,
+            },
             transform=slim_pod,
         )
         self.nodes = Informer(
@@ -172,16 +202,36 @@ class ClusterView:
             transform=slim_rule,
             api=Versioned(keys.DRA_GROUP, keys.DEVICE_TAINT_RULES, keys.DEVICE_TAINT_RULE_VERSIONS),
         )
+        # The DaemonSets a Pod's owner reference may name: a strict lock spares a DaemonSet's Pod
+        # only for a real DaemonSet whose template tolerates the lock (an owner reference is what
+        # any tenant can write on its own Pod). Only the sharing namespaces' matter, yet every
+        # namespace is watched: one cluster-wide rule serves a list of namespaces that may change
+        # or name one not made yet (a Role each could not), a cluster has few DaemonSets, and a
+        # template shows nothing its Pods, read cluster-wide already, do not.
+        self.daemonsets = Informer(
+            kube,
+            ["/apis/apps/v1/daemonsets"],
+            {},
+            self._on_daemonset,
+            transform=slim_daemonset,
+        )
 
     def start(self, stop: threading.Event) -> None:
         self.pods.start(stop)
         self.nodes.start(stop)
         self.slices.start(stop)
         self.taint_rules.start(stop)
+        self.daemonsets.start(stop)
 
     @property
     def synced(self) -> bool:
-        return self.pods.synced and self.nodes.synced and self.slices.synced and self.taint_rules.synced
+        return (
+            self.pods.synced
+            and self.nodes.synced
+            and self.slices.synced
+            and self.taint_rules.synced
+            and self.daemonsets.synced
+        )
 
     def wait_synced(self, timeout: float) -> bool:
         return (
@@ -189,6 +239,7 @@ class ClusterView:
             and self.nodes.wait_synced(timeout)
             and self.slices.wait_synced(timeout)
             and self.taint_rules.wait_synced(timeout)
+            and self.daemonsets.wait_synced(timeout)
         )
 
     # -- reading ---------------------------------------------------------------------------------
@@ -236,6 +287,9 @@ class ClusterView:
     def gpu_rules_of(self, slurm_node: str) -> list[JSON]:
         """The syncer's own DeviceTaintRules mirroring this Slurm node's drain."""
         return self.taint_rules.by_index(SLURMD, slurm_node)
+
+    def daemonset(self, namespace: str, name: str) -> JSON | None:
+        return self.daemonsets.get(f"{namespace}/{name}")
 
     def wait_for(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
         """Until `ready()` holds, re-checked after each change to one of `keys` (a Slurm node's
@@ -311,12 +365,22 @@ class ClusterView:
         for slurm_node in {*_rule_slurm_node_of(old or {}), *_rule_slurm_node_of(new or {})}:
             self.on_slurm_node_changed(slurm_node)
 
+    def _on_daemonset(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """A DaemonSet came, went, was made again or now tolerates the lock otherwise: the Nodes
+        of the Pods that name it look again (a strict lock may now spare them, or not)."""
+        if _only_version_moved(old, new):
+            return
+        for pod in self.pods.by_index(BY_DAEMONSET, key):
+            for kube_node in _node_of(pod):
+                self.on_node_pods_changed(kube_node)
+
 
 def _only_version_moved(old: JSON | None, new: JSON | None) -> bool:
-    """Whether an update moved nothing the syncer keeps of the object (slim_pod, slim_node) but
-    its resourceVersion: a kubelet's report on a Pod's containers, a Node's status heartbeat. The
-    cache holds the new version (the writes' preconditions need it); nothing reading it has
-    anything new to look at, so no node's pass is queued for it."""
+    """Whether an update moved nothing the syncer keeps of the object (slim_pod, slim_node,
+    slim_daemonset) but its resourceVersion: a kubelet's report on a Pod's containers, a Node's
+    status heartbeat, a DaemonSet's count of ready Pods. The cache holds the new version (the
+    writes' preconditions need it); nothing reading it has anything new to look at, so no node's
+    pass is queued for it."""
     if old is None or new is None:
         return False
     return _without_version(old) == _without_version(new)
@@ -366,6 +430,13 @@ def _node_of(pod: JSON) -> list[str]:
 def _job_of(pod: JSON) -> list[str]:
     job_id = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.JOB_ID_ANNOTATION)
     return [str(job_id)] if job_id else []
+
+
+def _daemonset_of(pod: JSON) -> list[str]:
+    """namespace/name of the DaemonSet the Pod's controller reference names (what it says)."""
+    ref = daemonset_ref_of(pod)
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return [f"{namespace}/{ref['name']}"] if ref is not None and ref.get("name") and namespace else []
 
 
 def _uid_of(pod: JSON) -> list[str]:

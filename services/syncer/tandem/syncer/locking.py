@@ -314,6 +314,45 @@ def _must_leave(pod: JSON, strict: bool, f: NodeFacts) -> bool:
     return strict and _uid(pod) not in f.sharers
 
 
+# The cached DaemonSet of a namespace and name (None: the cache holds none).
+DaemonSetLookup = Callable[[str, str], JSON | None]
+
+
+def daemonset_ref_of(pod: JSON) -> JSON | None:
+    """The Pod's controller reference when it names an apps/v1 DaemonSet; None otherwise. Only
+    what the Pod says: any tenant can write it on its own Pod."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:
+            return ref if ref.get("kind") == "DaemonSet" and ref.get("apiVersion") == "apps/v1" else None
+    return None
+
+
+def daemonset_template(daemonset: JSON) -> JSON:
+    """The Pod template of a DaemonSet, shaped as a Pod (what `tolerates` reads)."""
+    template = (daemonset.get("spec") or {}).get("template") or {}
+    return {"spec": template.get("spec") or {}}
+
+
+def is_sharing_daemonset_pod(
+    pod: JSON, sharing_namespaces: frozenset[str], daemonset_of: DaemonSetLookup
+) -> bool:
+    """Whether the Pod is a DaemonSet's that may share a held Node: in a namespace an
+    administrator lets share (a namespace is what a tenant cannot choose for its Pod), its
+    controller reference naming a DaemonSet that exists there under the very uid the reference
+    holds (not another made under that name, nor one it merely names), whose own template
+    tolerates the lock (the DaemonSet is meant to run on held Nodes, not only this one Pod). The
+    reference alone is what anyone who may create Pods in the namespace can write by hand."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    ref = daemonset_ref_of(pod)
+    if namespace not in sharing_namespaces or ref is None or not ref.get("uid"):
+        return False
+    daemonset = daemonset_of(namespace, str(ref.get("name") or ""))
+    if daemonset is None or (daemonset.get("metadata") or {}).get("uid") != ref["uid"]:
+        return False
+    template = daemonset_template(daemonset)
+    return tolerates(template, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT)
+
+
 def may_share_strict_lock(
     pod: JSON,
     kube_node: str,
@@ -321,20 +360,18 @@ def may_share_strict_lock(
     scheduler_name: str,
     job: JobStatus | None,
     host_of: Callable[[str], str],
+    daemonset_of: DaemonSetLookup,
     sharing_namespaces: frozenset[str] = frozenset(),
 ) -> bool:
     """Who stays under a placeholder's strict lock: the DaemonSet Pods of the namespaces an
-    administrator lets share held Nodes (an owner reference is what any tenant can write on its
-    own Pod; a namespace is not), the slurmd Pods (known by their namespace, which tenants cannot
-    write to, not by a label any Pod can carry), and Tandem's own Pods: each placed for a
-    placeholder job that runs on this Node, as Slurm says (a scheduler name or a job-id
-    annotation alone is what any tenant can write). `job`: the job the Pod's annotation records,
-    as Slurm has it (None: unknown, so not Tandem's)."""
+    administrator lets share held Nodes, each of a real DaemonSet whose template tolerates the
+    lock (is_sharing_daemonset_pod; `daemonset_of`: the cached DaemonSets), the slurmd Pods (known
+    by their namespace, which tenants cannot write to, not by a label any Pod can carry), and
+    Tandem's own Pods: each placed for a placeholder job that runs on this Node, as Slurm says (a
+    scheduler name or a job-id annotation alone is what any tenant can write). `job`: the job the
+    Pod's annotation records, as Slurm has it (None: unknown, so not Tandem's)."""
     meta = pod.get("metadata") or {}
-    if meta.get("namespace") in sharing_namespaces and any(
-        o.get("kind") == "DaemonSet" and o.get("controller") is True and o.get("apiVersion") == "apps/v1"
-        for o in meta.get("ownerReferences") or []
-    ):
+    if is_sharing_daemonset_pod(pod, sharing_namespaces, daemonset_of):
         return True
     if slurmd.slurm_node_of(pod, slurmd_namespace) is not None:
         return True

@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("Nodes", cluster.nodes, cluster.nodes.run)
     manager.add_source("ResourceSlices", cluster.slices, cluster.slices.run)
     manager.add_source("DeviceTaintRules", cluster.taint_rules, cluster.taint_rules.run)
+    manager.add_source("DaemonSets", cluster.daemonsets, cluster.daemonsets.run)
     manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
     # The rest works only while this replica leads, once all of that is read.
     runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)

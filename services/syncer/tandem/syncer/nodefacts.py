@@ -206,6 +206,7 @@ class CacheFacts:
                 self.scheduler_name,
                 job,
                 self.cluster.kube_node_of,
+                self.cluster.daemonset,
                 self.sharing_namespaces,
             ):
                 sharers.add(uid)
