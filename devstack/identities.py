@@ -38,6 +38,8 @@ RBAC_KINDS = frozenset(
 LAB_POLICY = (
     f"scheduler.policy.default.defaultUser={slurm.POD_USER[1]}",
     f"lock.sharingNamespaces={{kube-system,{config.OPS_NAMESPACE}}}",
+    # Every kwok Node hosts a slurmd Pod (devstack/kube.py); the real Node never does.
+    f"syncer.slurmNodeLabels.{kube.SLURM_HOST_LABEL[0]}={kube.SLURM_HOST_LABEL[1]}",
 )
 # What the syncer's --lock-sharing-namespaces is when the chart resolves those values.
 LOCK_SHARING_NAMESPACES = (

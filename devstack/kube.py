@@ -421,11 +421,16 @@ def _nudge_stuck_pods(core: k8s.CoreV1Api, pending: list[k8s.V1Pod]) -> None:
                 raise
 
 
+# Every kwok Node carries it, and hosts a slurmd Pod: the syncer's admission policy lets it lock
+# only Nodes with it (chart value syncer.slurmNodeLabels).
+SLURM_HOST_LABEL = ("type", "kwok")
+
+
 def _node_manifest(i: int) -> dict[str, object]:
     labels = {
         "kubernetes.io/hostname": config.kube_node_name(i),
         "kubernetes.io/os": "linux",
-        "type": "kwok",
+        SLURM_HOST_LABEL[0]: SLURM_HOST_LABEL[1],
     }
     capacity: dict[str, str] = {
         "cpu": str(config.CPUS_PER_NODE),

@@ -5,6 +5,7 @@ own ServiceAccount token against the real apiserver."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -148,6 +149,54 @@ def test_a_stolen_syncer_token_writes_only_tandems_annotations_and_the_lock_tain
         pytest.skip(f"this Kubernetes serves no {rules}")
     broad = _refused(lambda: as_syncer.post(rules, every_gpu))
     assert "each naming one pool and one device" in broad.message, broad
+
+
+LOCK_TAINT = {"key": keys.LOCK_KEY, "value": "true", "effect": "NoExecute"}
+
+
+def test_a_stolen_syncer_token_cannot_lock_a_node_that_hosts_no_slurm_node(
+    stack_cfg: StackConfig, as_syncer: KubeClient
+) -> None:
+    """Issue 50: the syncer could put the lock taint and its annotations on any Node, one that
+    runs no Slurm included (the lab's real Node, a tenant's). A Node without the labels of a Slurm
+    node's host (syncer.slurmNodeLabels) may only have them taken off."""
+    admin = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
+    name = f"no-slurm-{time.monotonic_ns() % 10**6}"
+    path = f"/api/v1/nodes/{name}"
+    admin.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    try:
+        others = as_syncer.get(path)["spec"].get("taints") or []  # the node controller's not-ready
+        taint = _refused(lambda: as_syncer.merge_patch(path, {"spec": {"taints": [*others, LOCK_TAINT]}}))
+        assert taint.status == 403 and "does not host a Slurm node" in taint.message, taint
+        drain = _refused(
+            lambda: as_syncer.merge_patch(path, {"metadata": {"annotations": {keys.DRAIN_ANNOTATION: "x"}}})
+        )
+        assert "does not host a Slurm node" in drain.message, drain
+        assert not _locked(as_syncer.get(path))
+        # Left there by someone (an old release, a move): the syncer may take them off.
+        others = admin.get(path)["spec"].get("taints") or []
+        admin.merge_patch(
+            path,
+            {
+                "metadata": {"annotations": {keys.DRAIN_ANNOTATION: "x"}},
+                "spec": {"taints": [*others, LOCK_TAINT]},
+            },
+        )
+        as_syncer.merge_patch(path, {"metadata": {"annotations": {keys.DRAIN_ANNOTATION: None}}})
+        taints = [t for t in as_syncer.get(path)["spec"].get("taints") or [] if t["key"] != keys.LOCK_KEY]
+        as_syncer.merge_patch(path, {"spec": {"taints": taints}})
+        assert not _locked(as_syncer.get(path))
+    finally:
+        admin.delete(path)
+        admin.close()
+
+
+def _locked(node: dict[str, Any]) -> bool:
+    """Whether the Node carries the lock taint or Tandem's drain annotation."""
+    taints = node["spec"].get("taints") or []
+    return any(t["key"] == keys.LOCK_KEY for t in taints) or keys.DRAIN_ANNOTATION in (
+        node["metadata"].get("annotations") or {}
+    )
 
 
 def _serves(cfg: StackConfig, path: str) -> bool:
