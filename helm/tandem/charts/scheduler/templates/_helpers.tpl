@@ -28,7 +28,8 @@
 # devices Slurm chose and reserved for its Pod before the bind: the finalizer (patch), the status.
 # A Pod asking nvidia.com/gpu of a Node that serves it through DRA gets a claim made for it
 # (create), and one made for an earlier placement that cannot serve this one goes (delete), as
-# kube-scheduler does for the Pods it schedules.
+# kube-scheduler does for the Pods it schedules. Its admission policy (admission-policy.yaml) holds
+# each of these writes to that shape.
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims, resourceclaimtemplates]
   verbs: [get, list, watch]
