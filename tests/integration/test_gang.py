@@ -12,10 +12,11 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from devstack import config, stack
 from devstack import kube as devkube
-from devstack import stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
+from tandem import keys
 from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
@@ -388,6 +389,26 @@ def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
     by_name = {p.metadata.name: p.spec.node_name for p in pods}
     slurm_of = {h.kube_node_of(n): n for n in stack_cfg.slurm_node_names()}
     stuck_node, quick_node = slurm_of[by_name[f"{group}-0"]], slurm_of[by_name[f"{group}-1"]]
+    # Issue 50: a Pod of another namespace carrying the group's job id, still there at KillWait,
+    # kept its node drained as if it were a member. It is not the group's: that node stays up.
+    impostor = h.unique("impostor")
+    h.create(
+        core,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": impostor,
+                "namespace": config.OPS_NAMESPACE,
+                "annotations": {keys.JOB_ID_ANNOTATION: str(job_id), **devkube.delete_delay(60)},
+            },
+            "spec": {
+                "nodeName": by_name[f"{group}-1"],
+                "tolerations": [{"key": keys.LOCK_KEY, "operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox"}],
+            },
+        },
+    )
     try:
         h.scancel(stack_cfg, job_id)
 
@@ -407,7 +428,9 @@ def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
         )
     finally:
         h.wait_until("members gone", lambda: not core.list_namespaced_pod(NS).items, 60, every=0.5)
+        h.delete_pod(core, impostor, config.OPS_NAMESPACE, grace=0)
         h.resume_if_drained(stack_cfg, stuck_node)
+        h.resume_if_drained(stack_cfg, quick_node)
 
 
 @pytest.mark.venv

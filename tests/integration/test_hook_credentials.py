@@ -301,6 +301,37 @@ def test_a_job_token_used_after_its_job_ended_is_refused(stack_cfg: StackConfig,
     assert "drain" not in state.lower()
 
 
+def test_a_revoked_job_token_and_an_unbound_one_are_refused(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 50: revocation was an AdminComment without a binding, which made tokens of before
+    bindings good again, with no cutoff. Now an administrator writes the marker `token-revoked`:
+    the job's own token is refused from then on, and so is an unbound token (the syncer accepts
+    those only with --accept-unbound-job-tokens), while the Pod and its job run on untouched."""
+    pod, job_id, node = _running(stack_cfg, core, "revoked")
+    reference = _reference(stack_cfg, pod)
+    ring = services.job_key_file(stack_cfg).read_text().split()
+    own = _own_token(stack_cfg, job_id, reference)
+    unbound = jobtoken.token(ring[0].encode(), reference)
+    body = {"job": job_id, "node": node}
+    url = f"{stack_cfg.hooks_url}/v1/started"
+    before = httpx.post(url, json=body, headers=_as(reference, own), timeout=15)
+    assert before.status_code == 200, before.text
+    old = httpx.post(url, json=body, headers=_as(reference, unbound), timeout=15)
+    assert old.status_code == 403 and "--accept-unbound-job-tokens" in old.json()["error"], old.text
+    h.scontrol(
+        stack_cfg, "update", f"JobId={job_id}", f"AdminComment={placeholder.revoked_comment(reference)}"
+    )
+    for name, token in (("own", own), ("unbound", unbound)):
+        after = httpx.post(url, json=body, headers=_as(reference, token), timeout=15)
+        assert after.status_code == 403, (name, after.text)
+    revoked = httpx.post(url, json=body, headers=_as(reference, own), timeout=15)
+    assert "was revoked" in revoked.json()["error"], revoked.text
+    still = _bound(core, pod.metadata.name)
+    assert still is not None and still.metadata.uid == pod.metadata.uid
+    assert "RUNNING" in h.squeue(stack_cfg, "-j", str(job_id), "-o", "%T")
+
+
 def test_a_pods_own_job_token_cannot_take_over_an_administrators_drain(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -388,3 +419,50 @@ def test_two_rotations_and_a_gateway_restart_keep_a_running_jobs_killwait_path(
     assert answers and all(json.loads(line)["status"] == 200 for line in answers), answers
     state, reason = h.node_state(stack_cfg, node)
     assert "drain" not in state.lower(), (state, reason)
+
+
+def _ring_unreadable(cfg: StackConfig) -> float:
+    """The syncer's count of key ring versions it refused."""
+    text = httpx.get(f"http://127.0.0.1:{cfg.ports.syncer_health}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tandem_job_key_ring_unreadable_total")
+    )
+
+
+def test_a_key_ring_that_does_not_read_is_counted_and_the_last_one_stays(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, restore_job_key: Path
+) -> None:
+    """Issue 50: a ring that failed to parse was ignored without a word. An operator's rotation
+    that writes a short key: the syncer says so (log, counter) and keeps the ring it had, so the
+    running job's own token is still good."""
+    pod, job_id, node = _running(stack_cfg, core, "ring")
+    reference = _reference(stack_cfg, pod)
+    own = _as(reference, _own_token(stack_cfg, job_id, reference))
+    url = f"{stack_cfg.hooks_url}/v1/started"
+    body = {"job": job_id, "node": node}
+    assert httpx.post(url, json=body, headers=own, timeout=15).status_code == 200
+    before = _ring_unreadable(stack_cfg)
+    services.publish(restore_job_key, f"short\n{restore_job_key.read_text()}", mode=0o600)
+    answer = httpx.post(url, json=body, headers=own, timeout=15)
+    assert answer.status_code == 200, answer.text
+    assert _ring_unreadable(stack_cfg) == before + 1
+    assert "job key ring's new version is refused" in (stack_cfg.log_dir / "tandem-syncer.log").read_text()
+
+
+def test_the_gateway_holds_no_job_key(stack_cfg: StackConfig) -> None:
+    """Issue 50: whoever took the gateway could mint any placeholder's token with the ring it
+    held. The lab's gateway, as it runs: no flag, variable or open file names the ring, and no
+    key of it is in its environment; the syncer alone verifies job tokens."""
+    pid = Daemon("tandem-hooks", stack_cfg.run_dir, stack_cfg.log_dir).pid()
+    assert pid is not None
+    ring_file = str(services.job_key_file(stack_cfg))
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    assert not any("job-key" in a or ring_file in a for a in argv), argv
+    assert ring_file not in environ and "JOB_KEY" not in environ
+    for key in services.job_key_file(stack_cfg).read_text().split():
+        assert key not in environ
+    opened = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.is_symlink()]
+    assert ring_file not in opened, opened

@@ -25,6 +25,8 @@ import yaml
 
 from devstack.config import REPO_ROOT, default_state_dir
 from tandem import keys
+from tandem.dra.allocation import FINALIZER
+from tandem.dra.extended import CLAIM_SUFFIX, claim_manifest
 
 HELM = default_state_dir() / "bin" / "helm"
 CHART = REPO_ROOT / "helm" / "tandem"
@@ -907,6 +909,58 @@ def test_who_may_share_a_held_node_is_the_charts_one_list(default_docs: list[Doc
     (config,) = [d for d in of_kind(docs, "ConfigMap").values() if d["metadata"]["name"].endswith("-config")]
     assert config["data"]["lock-sharing-namespaces"] == f"grafana,ops,slurm,{NS}"
     assert not [d for d in render("lock.admissionPolicy=false") if "lock-sharing" in d["metadata"]["name"]]
+
+
+def test_the_schedulers_claim_writes_are_held_by_a_policy_of_their_own(default_docs: list[Doc]) -> None:
+    """Issue 50: RBAC lets the scheduler create, patch and delete ResourceClaims and patch their
+    status; a second admission policy, matching the scheduler's ServiceAccount as the Pod one does,
+    holds those writes to what tandem.scheduler.claimwrites sends (its rules are tried against the
+    apiserver in tests/integration/test_scheduler_admission.py)."""
+    name = f"{NS}-{FULLNAME}-scheduler-claim-writes"
+    policies = of_kind(default_docs, "ValidatingAdmissionPolicy")
+    policy, pods = policies[name], policies[f"{NS}-{FULLNAME}-scheduler-writes"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [keys.DRA_GROUP],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": [keys.RESOURCE_CLAIMS, f"{keys.RESOURCE_CLAIMS}/status"],
+        }
+    ]
+    writer = f"system:serviceaccount:{NS}:{FULLNAME}-scheduler"
+    assert spec["matchConditions"] == pods["spec"]["matchConditions"]
+    assert [c["expression"] for c in spec["matchConditions"]] == [f'request.userInfo.username == "{writer}"']
+    assert policy["metadata"]["labels"] == pods["metadata"]["labels"]
+    assert {v["reason"] for v in spec["validations"]} == {"Forbidden"}
+    assert all(v.get("message") and "\n" not in v["message"] for v in spec["validations"])
+    cel = "\n".join(
+        [v["expression"] for v in spec["variables"]] + [v["expression"] for v in spec["validations"]]
+    )
+    for word in (FINALIZER, keys.EXTENDED_CLAIM_ANNOTATION, '"reservedFor"', '"allocation"', '"pods"'):
+        assert word in cel, word
+    # The claim claim_manifest makes is the one a create may make: named as it names it.
+    long_pod = {"metadata": {"name": "p" * 63, "namespace": "default", "uid": "u"}}
+    generated = claim_manifest(long_pod, [], "gpu.nvidia.com")["metadata"]["generateName"]
+    kept = generated.removesuffix(CLAIM_SUFFIX)
+    assert len(kept) < 63 and f"substring(0, {len(kept)})" in cel and json.dumps(CLAIM_SUFFIX) in cel
+    binding = of_kind(default_docs, "ValidatingAdmissionPolicyBinding")[name]
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    assert binding["metadata"]["labels"] == policy["metadata"]["labels"]
+    for off in ("scheduler.rbac.admissionPolicy=false", "scheduler.rbac.create=false"):
+        assert not [d for d in render(off) if d["metadata"]["name"] == name], off
+
+
+def test_the_syncer_reads_the_daemonsets_whose_pods_a_strict_lock_spares(default_docs: list[Doc]) -> None:
+    """Issue 50: a DaemonSet's Pod shares a held Node only for a real DaemonSet whose template
+    tolerates the lock; the syncer lists and watches them cluster-wide (its informer's scope) and
+    writes none."""
+    rules = of_kind(default_docs, "ClusterRole")[f"{NS}-{FULLNAME}-syncer"]["rules"]
+    assert [r for r in rules if "daemonsets" in r["resources"]] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert not [r for r in rules if "apps" in r["apiGroups"] and r["resources"] != ["daemonsets"]]
 
 
 def test_the_gateway_may_read_the_published_keys_and_nothing_else(default_docs: list[Doc]) -> None:
