@@ -460,6 +460,47 @@ def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
     assert events == ["SlurmUnavailable"]
 
 
+@pytest.mark.parametrize(
+    "error", ["Requested topology configuration is not available", "ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE"]
+)
+def test_a_submit_refused_for_slurms_topology_as_it_is_now_is_tried_again(error: str) -> None:
+    """Seen in the lab: a Pod submitted while the syncer rewrote Slurm's topology got "Requested
+    topology configuration is not available" and was refused for good (Pending, no job, for ever).
+    That refusal is about the topology now, not the Pod: the Pod waits, says why, and is tried again."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, kube = _controller(pods, _tracker())
+    slurm.submit_job.side_effect = [
+        SlurmApiError(
+            f"POST job/submit: HTTP 500: Batch job submission failed: {error}", 500, errors=(error,)
+        ),
+        7,
+    ]
+    with pytest.raises(NotYet):
+        controller.reconcile(POD.key)
+    status = [c.args[1] for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
+    condition = status[-1]["status"]["conditions"][0]
+    assert condition["reason"] == "Unschedulable", condition
+    assert "topology as it is now, retrying" in condition["message"]
+    pods.pods[POD.key] = {**_pod(), "status": {"conditions": [condition]}}
+    assert not decide.refused(pods.pods[POD.key])
+    controller.reconcile(POD.key)  # the runner's retry: submitted this time
+    assert slurm.submit_job.call_count == 2
+
+
+def test_a_submit_refused_for_another_reason_is_not_tried_again() -> None:
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = _pod()
+    controller, slurm, kube = _controller(pods, _tracker())
+    error = "Requested node configuration is not available"
+    slurm.submit_job.side_effect = SlurmApiError(f"POST job/submit: HTTP 500: {error}", 500, errors=(error,))
+    controller.reconcile(POD.key)
+    status = [c.args[1] for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
+    assert status[-1]["status"]["conditions"][0]["reason"] == "SlurmSubmitFailed"
+
+
 def test_the_pods_gauge_counts_pending_bound_and_refused() -> None:
     """What the dashboard's Pods panel and a person watching a queue read."""
     pods = FakePodCache()

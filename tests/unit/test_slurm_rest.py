@@ -20,7 +20,14 @@ from tandem.settings import ClusterSettings
 from tandem.slurm import jwt, listing, rest
 from tandem.slurm.dialects import SUPPORTED_VERSIONS, Dialect, UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
-from tandem.slurm.rest import SlurmApiError, SlurmRestClient, TokenFile, TokenFileError, TokenSource
+from tandem.slurm.rest import (
+    SlurmApiError,
+    SlurmRestClient,
+    TokenFile,
+    TokenFileError,
+    TokenSource,
+    waits_for_topology,
+)
 from tests.unit import httpx_stand_in
 
 BASE = "http://slurmrestd.test:6820"
@@ -434,6 +441,20 @@ def test_submit_http_500_carries_slurms_description(make_client: MakeClient) -> 
     assert err.value.status == 500
     # Both of Slurm's texts: the description says what failed, the error says why.
     assert "Batch job submission failed: Requested node configuration is not available" in str(err.value)
+
+
+def test_a_submit_refused_for_the_topology_as_it_is_now_is_told_apart(make_client: MakeClient) -> None:
+    """What the scheduler tries again (the topology changes) rather than refusing the Pod for good."""
+    answers = {
+        "topology": {"error_number": 2178, "error": "Requested topology configuration is not available"},
+        "node": {"error_number": 2050, "error": "Requested node configuration is not available"},
+    }
+    for kind, error in answers.items():
+        client, _ = make_client(lambda request, error=error: _error(500, error))
+        with pytest.raises(SlurmApiError) as err:
+            client.submit_job(_spec())
+        assert err.value.errors == (error["error"],)
+        assert waits_for_topology(err.value) == (kind == "topology")
 
 
 def test_error_text_equal_to_the_description_is_not_repeated(make_client: MakeClient) -> None:

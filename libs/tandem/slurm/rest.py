@@ -40,12 +40,30 @@ _CANCEL_DONE = frozenset({0, 2017, 2021})
 class SlurmApiError(RuntimeError):
     """slurmrestd answered with an error; `status` is the HTTP status (0 when unreachable)."""
 
-    def __init__(self, message: str, status: int = 0, summary: str = "") -> None:
+    def __init__(
+        self, message: str, status: int = 0, summary: str = "", errors: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         # The same words for the same trouble (no errno, no connection detail): what a Pod's
         # condition and Events say, so a flapping socket error does not announce itself twice.
         self.summary = summary or message
+        # Each of Slurm's errors as it names it (its `error` field: the errno's text, or its
+        # ESLURM_* name in releases that send that), to tell one refusal from another by.
+        self.errors = errors
+
+
+# Slurm refuses a job this way while its topology does not join the job's required nodes: a state
+# that the next topology change (a relabelled Node, the syncer's rewrite) may end, not a fault of
+# the job. Its text and its name: the errno's number moves between releases.
+TOPOLOGY_NOT_AVAILABLE = frozenset(
+    {"Requested topology configuration is not available", "ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE"}
+)
+
+
+def waits_for_topology(e: SlurmApiError) -> bool:
+    """Whether Slurm refused a job for its topology as it is now (TOPOLOGY_NOT_AVAILABLE)."""
+    return any(error in TOPOLOGY_NOT_AVAILABLE for error in e.errors)
 
 
 # The status of an answer that is not what slurmrestd sends (garbled, truncated, half a body): as a
@@ -268,7 +286,9 @@ class SlurmRestClient:
             data = self._request("POST", "job/submit", json=body).json()
             job_id = data.get("job_id")
             if job_id is None:
-                raise SlurmApiError(f"submit answered no job id: {_errors(data) or data}")
+                raise SlurmApiError(
+                    f"submit answered no job id: {_errors(data) or data}", errors=_error_names(data)
+                )
             return int(job_id)
 
     def get_job(self, job_id: int) -> Job | None:
@@ -485,11 +505,16 @@ class SlurmRestClient:
             span.set_attribute("http.response.status_code", r.status_code)
         if r.status_code >= 400:
             API_ERRORS.inc(operation=operation, status=str(r.status_code))
+            names: tuple[str, ...] = ()
             try:
-                detail = _errors(r.json()) or r.text[:300]
+                answer = r.json()
+                detail = _errors(answer) or r.text[:300]
+                names = _error_names(answer)
             except (ValueError, AttributeError, TypeError):  # not JSON, or not Slurm's shape
                 detail = r.text[:300]
-            raise SlurmApiError(f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code)
+            raise SlurmApiError(
+                f"{method} {path}: HTTP {r.status_code}: {detail}", r.status_code, errors=names
+            )
         return r
 
 
@@ -513,6 +538,11 @@ def _slurm_release(data: Any) -> str:
     meta = data.get("meta") if isinstance(data, dict) else None
     slurm = meta.get("slurm") if isinstance(meta, dict) else None
     return str(slurm.get("release", "")) if isinstance(slurm, dict) else ""
+
+
+def _error_names(data: dict[str, Any]) -> tuple[str, ...]:
+    """The `error` field of each of Slurm's errors in an answer."""
+    return tuple(str(e["error"]) for e in data.get("errors") or [] if isinstance(e, dict) and e.get("error"))
 
 
 def _errors(data: dict[str, Any]) -> str:

@@ -39,7 +39,7 @@ from tandem.scheduler.validation import Problem, Validation
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.hostlist import expand
 from tandem.slurm.models import JobSpec, JobStatus
-from tandem.slurm.rest import SlurmApiError
+from tandem.slurm.rest import SlurmApiError, waits_for_topology
 from tandem.slurm.wire import job_to_proto
 from tandem.topology import Topology
 from tandem.v1 import scheduler_pb2
@@ -620,6 +620,18 @@ class Controller:
                         d.REASON_SLURM_UNAVAILABLE,
                     )
                     raise  # the runner retries with backoff
+                if waits_for_topology(e):
+                    # Not the Pod's fault: Slurm's topology does not join its nodes now (being
+                    # rewritten, say). Refused for good, it would stay Pending with no job for ever.
+                    JOBS_SUBMITTED.inc(result="error")
+                    self._pend(
+                        group,
+                        members,
+                        d.REASON_UNSCHEDULABLE,
+                        f"Slurm cannot place {what} on its topology as it is now, retrying: {e.summary}",
+                        "FailedScheduling",
+                    )
+                    raise NotYet(f"Slurm's topology does not join {what}'s nodes yet") from e
                 JOBS_SUBMITTED.inc(result="refused")
                 refused = "the placeholder job" if group.alone else f"the job of {group.title}"
                 self._refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
