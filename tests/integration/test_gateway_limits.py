@@ -15,7 +15,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import nodetokens
+from devstack import kube, nodetokens
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
@@ -210,3 +210,76 @@ def test_a_lock_may_not_ask_to_hold_its_slot_longer_than_the_lock_budget(
     assert too_long.status_code == 400 and "at most 55" in too_long.json()["error"], too_long.text
     assert h.lock_annotation(core, node) == "false"
     assert not h.node_has_lock_taint(core, h.kube_node_of(node))
+
+
+def test_one_node_credential_holds_only_its_share_and_another_nodes_prolog_is_served(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Issue 50: one node's credential could hold every gateway slot, so every other node's
+    prolog failed. Its lock calls wait here (a placeholder's job makes the lock strict, and a
+    tenant Pod is slow to leave the Node): 8 are taken, the rest answered 503 at once, and a
+    real job's prolog on another node locks its node meanwhile."""
+    tandem = h.unique("placeholder")
+    h.create(core, h.tandem_pod(stack_cfg, tandem, {h.PREFIX + "required-nodes": "cpu-001"}))
+    h.wait_until(
+        "the placeholder's Pod bound", lambda: (p := h.get_pod(core, tandem)) and p.spec.node_name, 40
+    )
+    placeholder_job = h.job_id_of(core, tandem)
+    assert placeholder_job is not None
+    node = "cpu-003"
+    slow = h.unique("slow")
+    h.create(
+        core,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": slow, "namespace": "default", "annotations": kube.delete_delay(20)},
+            "spec": {"nodeName": h.kube_node_of(node), "containers": [{"name": "c", "image": "busybox"}]},
+        },
+    )
+    h.wait_until(
+        "the slow Pod running",
+        lambda: (p := h.get_pod(core, slow)) is not None and p.status.phase == "Running",
+        15,
+    )
+    auth = {"Authorization": f"Bearer {nodetokens.read(stack_cfg, node)}"}
+    answers: list[tuple[int, float]] = []
+
+    def lock() -> None:
+        started = time.monotonic()
+        r = httpx.post(
+            f"{stack_cfg.hooks_url}/v1/lock",
+            json={"node": node, "job": placeholder_job, "timeout": 8},
+            headers=auth,
+            timeout=20,
+        )
+        answers.append((r.status_code, time.monotonic() - started))
+
+    calls = [threading.Thread(target=lock) for _ in range(20)]
+    job = 0
+    try:
+        for t in calls:
+            t.start()
+        job = h.sbatch(stack_cfg, "--nodelist=cpu-005", script="#!/bin/sh\nsleep 5\n")
+        h.wait_until(
+            "the other node's prolog through",
+            lambda: (
+                (j := h.rest_job(stack_cfg, job))["job_state"] == "RUNNING" and j["state_reason"] != "Prolog"
+            ),
+            30,
+        )
+        for t in calls:
+            t.join()
+    finally:
+        h.delete_pod(core, tandem)
+        if job:
+            h.scancel(stack_cfg, job)
+        h.wait_until("the slow Pod gone", lambda: h.get_pod(core, slow) is None, 40)
+        h.resume_if_drained(stack_cfg, node)
+        h.wait_until("the node unlocked", lambda: h.lock_annotation(core, node) == "false", 90)
+    busy = [took for code, took in answers if code == 503 and took < 3]
+    waited = [(code, took) for code, took in answers if took >= 3]
+    assert len(answers) == 20 and len(busy) >= 12, sorted(answers)
+    assert 0 < len(waited) <= 8, sorted(answers)
+    state, reason = h.node_state(stack_cfg, "cpu-005")
+    assert "drain" not in state.lower(), (state, reason)
