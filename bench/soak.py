@@ -43,6 +43,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -701,9 +702,41 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
         except KubeError:
             time.sleep(2 + attempt)  # the apiserver was the last thing restarted
     ran = (time.monotonic() - began) / 60
-    print(f"churn and faults for {ran:.1f} min; settling {settle:.0f}s", flush=True)
-    time.sleep(settle)
-    return SoakResult(soak.invariants(), soak.done, soak.errors, ran, cfg.replicas)
+    print(f"churn and faults for {ran:.1f} min; settling up to {settle:.0f}s", flush=True)
+    counts, took = settled(soak.invariants, settle)
+    print(f"settled in {took:.0f}s", flush=True)
+    return SoakResult(counts, soak.done, soak.errors, ran, cfg.replicas)
+
+
+# How long every invariant must stay 0 before the settle ends early: past the lab's KillWait (30 s),
+# so a drain or a lock that a Pod still terminating would leave has had its time to show.
+QUIET_SECONDS = 40.0
+SETTLE_POLL_SECONDS = 5.0
+
+
+def settled(
+    invariants: Callable[[], dict[str, int]],
+    most: float,
+    quiet: float = QUIET_SECONDS,
+    every: float = SETTLE_POLL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, int], float]:
+    """The invariants once they have read 0 for `quiet` seconds in a row, or as they read after
+    `most` seconds (issue 51: a fixed settle waited 90 s however soon the stack was quiet); and how
+    long it took."""
+    began = clock()
+    zero_since: float | None = None
+    while True:
+        counts = invariants()
+        now = clock()
+        if any(counts.values()):
+            zero_since = None
+        elif zero_since is None:
+            zero_since = now
+        if (zero_since is not None and now - zero_since >= quiet) or now - began >= most:
+            return counts, now - began
+        sleep(min(every, max(0.0, most - (now - began))))
 
 
 def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
