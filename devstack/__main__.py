@@ -1,5 +1,5 @@
-"""`python -m devstack up|down|status|tools|real-node-tools|image|demo`: the local stack's command line
-(see Makefile)."""
+"""`python -m devstack up|down|status|tools|lint-tools|real-node-tools|image|demo`: the local
+stack's command line (see Makefile)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ def main(argv: list[str]) -> int:
     cfg = StackConfig.from_env()
     if command == "tools":
         tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version))
+        return 0
+    if command == "lint-tools":
+        tools.ensure_tools(cfg.bin_dir, tools.LINT_TOOLS)
         return 0
     if command == "real-node-tools":
         from devstack import pause
@@ -50,7 +53,8 @@ def main(argv: list[str]) -> int:
 
         return demo.run(cfg)
     print(
-        f"unknown command {command!r}; use up, down, status, tools, real-node-tools, image or demo",
+        f"unknown command {command!r}; use up, down, status, tools, lint-tools, real-node-tools, image"
+        " or demo",
         file=sys.stderr,
     )
     return 2
