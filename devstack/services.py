@@ -12,7 +12,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from devstack import config, files, identities, installed, pki, slurm
+from devstack import config, coverage_by_test, files, identities, installed, pki, slurm
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import mtls
@@ -291,7 +291,7 @@ def start(cfg: StackConfig, name: str, daemon: Daemon, extra_env: dict[str, str]
         k: v for k, v in os.environ.items() if not k.startswith(("TANDEM_", "OTEL_")) and k != "KUBECONFIG"
     }
     env.update(extra_env or {})
-    daemon.start(argv(cfg, name), env=env)
+    daemon.start(coverage_by_test.wrapped(argv(cfg, name)), env=env)
 
 
 def wait_serving(cfg: StackConfig, name: str, daemon: Daemon) -> None:

@@ -477,6 +477,15 @@ def switch_preemption(cfg: StackConfig, preempt: str) -> StackConfig:
     return cfg
 
 
+def kill_wait(cfg: StackConfig) -> int | None:
+    """KillWait as the lab's slurm.conf sets it; None before the lab's Slurm was first set up."""
+    try:
+        found = re.search(r"(?m)^KillWait=(\d+)$", cfg.slurm_conf.read_text())
+    except FileNotFoundError:
+        return None
+    return int(found.group(1)) if found else None
+
+
 def set_kill_wait(cfg: StackConfig, seconds: int) -> None:
     """KillWait=`seconds` in slurm.conf, and slurmctld restarted to run with it (as
     switch_preemption, not `scontrol reconfigure`); jobs stay. A test puts the lab's value back."""

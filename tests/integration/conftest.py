@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config, kube, stack
+from devstack import config, coverage_by_test, kube, next_leg_tests, slurm, stack
 from devstack.config import StackConfig
 
 
@@ -22,6 +22,8 @@ def stack_cfg() -> Iterator[StackConfig]:
     was_up = (cfg.state_dir / "stack.json").exists() and all(
         d.alive() for d in stack.all_daemons(cfg).values()
     )
+    if was_up and coverage_by_test.directory() is not None:
+        pytest.exit(f"{coverage_by_test.ENV} measures the services a session starts: `make down` first")
     try:
         stack.up(cfg)
     except BaseException:
@@ -68,18 +70,43 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     )
 
 
+@pytest.fixture(autouse=True)
+def kill_wait(request: pytest.FixtureRequest) -> None:
+    """Slurm's KillWait as this test needs it: the lab's 30 s, or SHORT_KILL_WAIT for a test marked
+    `short_kill_wait` (one that waits a KillWait out: what it shows does not depend on the length,
+    issue 51). slurmctld restarts only when the value changes; such tests run one after another
+    (pytest_collection_modifyitems), so a session changes it twice at most."""
+    from tests.integration import helpers
+
+    short = request.node.get_closest_marker("short_kill_wait") is not None
+    want = helpers.SHORT_KILL_WAIT if short else config.KILL_WAIT_SECONDS
+    if short:
+        request.getfixturevalue("stack_cfg")  # a stack to shorten it on
+    now = slurm.kill_wait(StackConfig.from_env())
+    if now is None or now == want:
+        return
+    cfg: StackConfig = request.getfixturevalue("stack_cfg")
+    slurm.set_kill_wait(cfg, want)
+    helpers.wait_for_kill_wait(cfg, request.getfixturevalue("core"), want)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests of the real Node itself run only on a DEPLOY=chart stack (the running one, or the
     one the session would start); every other stack has no kubelet to run their Pods."""
+    coverage_by_test.now_running(item.nodeid)
     if item.get_closest_marker("real_node") is not None and not StackConfig.from_env().real_node:
         pytest.skip("needs a DEPLOY=chart stack (its real Node)")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    coverage_by_test.took(report.nodeid, report.duration)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
     starts on a stack that is still coming back; so does a test marked `last` (it uninstalls).
     On a stack where the chart installed Tandem (DEPLOY=chart) only the tests marked `chart` run,
-    none marked `venv`."""
+    none marked `venv`. The tests devstack.next_leg_tests chose are marked `next_leg`."""
     if StackConfig.from_env().deploy == "chart":
 
         def runs(item: pytest.Item) -> bool:
@@ -87,9 +114,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         config.hook.pytest_deselected(items=[i for i in items if not runs(i)])
         items[:] = [i for i in items if runs(i)]
+    # CI's second leg runs the tests that reach release-specific code, as measured (issue 51).
+    second_leg = next_leg_tests.listed()
+    for item in items:
+        if item.nodeid in second_leg:
+            item.add_marker("next_leg")
     items.sort(
         key=lambda item: (
             item.get_closest_marker("soak") is not None,
             item.get_closest_marker("last") is not None,
+            item.get_closest_marker("short_kill_wait") is not None,
         )
     )

@@ -47,6 +47,43 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+# A test that waits a KillWait out (marked `short_kill_wait`) runs at this KillWait, not the lab's
+# 30 s: above 10 s, so the test Pods' 5 s grace period stays allowed (KillWait minus 5 s).
+SHORT_KILL_WAIT = 12
+# How long such a test's stuck Pod takes to leave once deleted: past the placeholder's budget
+# (KillWait minus 3 s), so Tandem drains its node, and not much longer.
+STUCK_SECONDS = 20
+
+
+def refused_probe(cfg: StackConfig, core: k8s.CoreV1Api) -> str:
+    """A Pod whose grace period no KillWait allows, made now, and its refusal's message once the
+    scheduler wrote it; the Pod is deleted again. The scheduler's queue is first in, first out: what
+    it was told before the probe, it has acted on by the time the probe is refused."""
+    name = unique("probe")
+    create(core, tandem_pod(cfg, name, grace=100_000))
+    try:
+        said = wait_until(
+            "the probe Pod refused",
+            lambda: [e.message for e in events_for(core, name) if e.reason == "FailedValidation"],
+            20,
+        )
+    finally:
+        delete_pod(core, name, grace=0)
+    return str(said[-1])
+
+
+def wait_for_kill_wait(cfg: StackConfig, core: k8s.CoreV1Api, seconds: int) -> None:
+    """Until the scheduler judges Pods by KillWait `seconds` (it reads Slurm again every 2 s): a
+    probe Pod whose grace period no KillWait allows is refused, citing the KillWait it used."""
+
+    wait_until(
+        f"the scheduler judging by KillWait {seconds}s",
+        lambda: f"KillWait {seconds}s minus" in refused_probe(cfg, core),
+        60,
+        every=0.5,
+    )
+
+
 def tandem_pod(
     cfg: StackConfig,
     name: str,

@@ -230,6 +230,8 @@ def test_a_leaderworkerset_whose_leader_differs_is_a_two_component_het_job(
     )
 
 
+@pytest.mark.short_kill_wait
+@pytest.mark.slurm_timer
 def test_at_killwait_only_the_node_of_a_member_still_there_is_drained_in_any_component(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:
@@ -240,7 +242,7 @@ def test_at_killwait_only_the_node_of_a_member_still_there_is_drained_in_any_com
     _composite(custom, name, {leader: 1, workers: 2})
     h.create(core, _member(stack_cfg, f"{leader}-0", leader, cpu="2"))
     slow = _member(stack_cfg, f"{workers}-0", workers)
-    slow["metadata"]["annotations"].update(devkube.delete_delay(45))  # outlives KillWait (30 s)
+    slow["metadata"]["annotations"].update(devkube.delete_delay(h.STUCK_SECONDS))
     h.create(core, slow)
     h.create(core, _member(stack_cfg, f"{workers}-1", workers))
     pods = h.wait_until("all three bound", lambda: _bound(core, 3), 60)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from devstack import identities, services, stack
+from devstack import config, identities, services, stack
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from devstack.kube import delete_delay
@@ -94,9 +94,12 @@ def test_a_job_submitted_before_a_crash_is_adopted_not_duplicated(
     assert _running_with_one_job(stack_cfg, core, name, 30) == orphan
 
 
-def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Path) -> int:
+def _submit_placeholder_by_hand(
+    cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Path, kill_wait: int = config.KILL_WAIT_SECONDS
+) -> int:
     """The job the scheduler would have submitted for the Pod (its AdminComment and its own
-    credential included), with the script's hook calls going to the gateway `hooks_env` names."""
+    credential included), with the script's hook calls going to the gateway `hooks_env` names.
+    `kill_wait` is how long its script, once cancelled, waits for its Pod to go (less 3 s)."""
     slurm = devstack_slurm.admin_client(cfg)
     name = f"tandem:{cfg.scheduler_name}/{pod.metadata.namespace}/{pod.metadata.name}/{pod.metadata.uid}"
     key = services.job_key_file(cfg).read_text().strip().encode()
@@ -104,7 +107,7 @@ def _submit_placeholder_by_hand(cfg: StackConfig, pod: k8s.V1Pod, hooks_env: Pat
     env = {
         "PATH": "/usr/bin:/bin",
         "TANDEM_HOOKS_ENV": str(hooks_env),
-        "TANDEM_KILL_WAIT": "30",
+        "TANDEM_KILL_WAIT": str(kill_wait),
         "TANDEM_POD_NAMESPACE": pod.metadata.namespace,
         "TANDEM_POD_NAME": pod.metadata.name,
         "TANDEM_POD_UID": pod.metadata.uid,
@@ -145,14 +148,24 @@ def test_a_script_whose_started_call_was_lost_is_bound_after_a_restart_from_its_
         f"TANDEM_HOOKS_TOKEN_DIR='{services.hooks_token_dir(stack_cfg)}'\n"
     )
     dead_gateway.chmod(0o644)
-    job = _submit_placeholder_by_hand(stack_cfg, pod, dead_gateway)
-    h.wait_until(
-        "the script's marker in Extra", lambda: h.rest_job(stack_cfg, job)["extra"] == ": started", 40
-    )
-    log = (services.placeholder_log_dir(stack_cfg) / f"{job}.out").read_text()
-    assert "started call failed" in log  # the push really was lost
-    _restart(stack_cfg)
-    assert _running_with_one_job(stack_cfg, core, name, 30) == job
+    # Its script, cancelled at the end, asks the dead gateway for 5 s, not KillWait's 27 (the clean-up
+    # below waits that out and resumes the node should the script then drain it).
+    job = _submit_placeholder_by_hand(stack_cfg, pod, dead_gateway, kill_wait=8)
+    try:
+        h.wait_until(
+            "the script's marker in Extra", lambda: h.rest_job(stack_cfg, job)["extra"] == ": started", 40
+        )
+        log = (services.placeholder_log_dir(stack_cfg) / f"{job}.out").read_text()
+        assert "started call failed" in log  # the push really was lost
+        _restart(stack_cfg)
+        assert _running_with_one_job(stack_cfg, core, name, 30) == job
+    finally:
+        node = str(h.rest_job(stack_cfg, job)["nodes"])
+        h.delete_pod(core, name, grace=0)
+        h.scancel(stack_cfg, job)
+        h.wait_until("its job ended", lambda: job not in h.squeue_ids(stack_cfg), 40, every=0.5)
+        if node:
+            h.resume_if_drained(stack_cfg, node)
 
 
 def test_a_pod_created_while_slurmrestd_is_down_says_so_and_runs_once_it_is_back(

@@ -374,6 +374,7 @@ def test_members_that_disagree_are_all_refused_and_the_podgroup_says_why(
     assert not h.squeue_ids(stack_cfg)
 
 
+@pytest.mark.short_kill_wait
 @pytest.mark.slurm_timer
 def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
@@ -381,7 +382,7 @@ def test_at_killwait_only_the_node_whose_member_is_still_there_is_drained(
     group = h.unique("stuck")
     _podgroup(custom, group, 2)
     slow = _member(stack_cfg, f"{group}-0", group)
-    slow["metadata"]["annotations"].update(devkube.delete_delay(45))  # outlives KillWait (30s)
+    slow["metadata"]["annotations"].update(devkube.delete_delay(h.STUCK_SECONDS))
     h.create(core, slow)
     h.create(core, _member(stack_cfg, f"{group}-1", group))
     pods = h.wait_until("members bound", lambda: _all_bound(core, 2), 60)

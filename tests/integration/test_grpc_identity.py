@@ -112,7 +112,8 @@ def test_an_operator_lists_the_services_with_grpcurl(stack_cfg: StackConfig) -> 
         assert out.returncode == 0, out.stderr
         assert "grpc.health.v1.Health" in out.stdout
         plain = subprocess.run(
-            [str(stack_cfg.bin_dir / "grpcurl"), "-plaintext", address, "list"],
+            # grpcurl would try a TLS server in plaintext for its default 10 s before it gives up.
+            [str(stack_cfg.bin_dir / "grpcurl"), "-plaintext", "-connect-timeout", "2", address, "list"],
             capture_output=True,
             text=True,
             timeout=30,

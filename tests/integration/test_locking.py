@@ -259,7 +259,11 @@ def test_a_failed_lock_fails_the_prolog_and_slurm_drains_the_node(
     if how == "wrong-token":
         broken_hooks(f"TANDEM_HOOKS_URL='{stack_cfg.hooks_url}'\nTANDEM_HOOKS_TOKEN='not-the-token'\n")
     else:
-        broken_hooks("TANDEM_HOOKS_URL='http://127.0.0.1:9'\nTANDEM_HOOKS_TOKEN='x'\nTANDEM_LOCK_TIMEOUT=3\n")
+        # Short budgets: the prolog's lock and the epilog's unlock each wait out a dead gateway.
+        broken_hooks(
+            "TANDEM_HOOKS_URL='http://127.0.0.1:9'\nTANDEM_HOOKS_TOKEN='x'\n"
+            "TANDEM_LOCK_TIMEOUT=3\nTANDEM_UNLOCK_TIMEOUT=3\n"
+        )
     job = h.sbatch(stack_cfg, f"--nodelist={slurm_node}", "--no-requeue", script="#!/bin/sh\nsleep 1\n")
     try:
 

@@ -105,7 +105,7 @@ def test_a_pod_slurm_cannot_place_gets_an_event_and_no_retry(
     )
     assert "Slurm refused the placeholder job" in events[0].message
     assert "Invalid partition name specified" in events[0].message
-    time.sleep(3)
+    time.sleep(3)  # a retry would come after a backoff: by now
     assert len([e for e in h.events_for(core, name) if e.reason == "FailedScheduling"]) == 1
     assert h.squeue_ids(stack_cfg) == before
     pod = h.get_pod(core, name)
@@ -165,9 +165,10 @@ def test_an_invalid_pod_gets_one_event_and_no_job(
         lambda: [e for e in h.events_for(core, name) if e.reason == "FailedValidation"],
         10,
     )
-    time.sleep(3)  # a storm would show by now: label changes and resyncs must not repeat it
+    # A storm would show by the time a Pod made after the change is judged: label changes and
+    # resyncs must not repeat the refusal.
     core.patch_namespaced_pod(name, "default", {"metadata": {"labels": {"touched": "yes"}}})
-    time.sleep(2)
+    h.refused_probe(stack_cfg, core)
     events = [e for e in h.events_for(core, name) if e.reason == "FailedValidation"]
     assert len(events) == 1 and (events[0].count or 1) == 1
     assert events[0].type == "Warning" and field in events[0].message

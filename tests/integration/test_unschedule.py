@@ -170,13 +170,14 @@ def test_a_high_tier_pod_preempts_a_slurm_job(stack_cfg: StackConfig, core: k8s.
     assert _job_state(stack_cfg, loser) == "PREEMPTED"
 
 
+@pytest.mark.short_kill_wait
 @pytest.mark.slurm_timer
 def test_a_pod_that_outlives_killwait_drains_its_node_until_it_is_gone(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
     node = "cpu-007"
     name = h.unique("stuck")
-    h.create(core, _slow_pod(stack_cfg, name, node, 45_000))  # terminates slower than KillWait (30s)
+    h.create(core, _slow_pod(stack_cfg, name, node, h.STUCK_SECONDS * 1000))
     h.wait_until("pod running", lambda: _running(core, name), 30)
     job = h.job_id_of(core, name) or 0
     try:

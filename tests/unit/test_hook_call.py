@@ -259,3 +259,31 @@ def test_sourcing_the_scripts_library_starts_no_process_and_a_sleep_still_waits(
     assert pipes(Path(f"{fds}.before")) == 0  # no pipe, so no `<(:)` process, for a script that never sleeps
     assert int(out) >= 1  # tandem_sleep waits all the same
     assert pipes(Path(f"{fds}.after")) == 1
+
+
+def test_the_epilog_waits_for_a_dead_gateway_only_as_long_as_hooks_env_says() -> None:
+    """TANDEM_UNLOCK_TIMEOUT (hooks.env) bounds the epilog's unlock; it exits 0 all the same, for
+    the syncer releases the lock of an idle node on its own. (It was a fixed 20 s.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    out = subprocess.run(
+        ["bash", str(scripts.DIR / "epilog.sh")],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "TANDEM_HOOKS_ENV": "/nonexistent",
+            "TANDEM_HOOKS_URL": f"http://127.0.0.1:{port}",
+            "TANDEM_HOOKS_TOKEN": NODE_TOKEN,
+            "TANDEM_UNLOCK_TIMEOUT": "2",
+            "SLURMD_NODENAME": "gpu-001",
+            "SLURM_JOB_ID": "7",
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    took = time.monotonic() - started
+    assert out.returncode == 0
+    assert "unlock of gpu-001 for job 7 failed" in out.stderr
+    assert took < 5, f"the epilog took {took:.1f} s on a 2 s budget"

@@ -6,7 +6,9 @@ here=$0
 # common.sh sits beside this script, or beside the file a link to it names.
 [ -r "${here%/*}/common.sh" ] || here=$(readlink -f "$0")
 . "${here%/*}/common.sh"
-if ! tandem_call unlock 20 "{\"node\":\"${SLURMD_NODENAME}\",\"job\":${SLURM_JOB_ID}}"; then
+# How long the unlock is asked again while the gateway does not answer (hooks.env may set it).
+budget=${TANDEM_UNLOCK_TIMEOUT:-20}
+if ! tandem_call unlock "$budget" "{\"node\":\"${SLURMD_NODENAME}\",\"job\":${SLURM_JOB_ID}}"; then
   echo "tandem epilog: unlock of ${SLURMD_NODENAME} for job ${SLURM_JOB_ID} failed: ${tandem_reply}" >&2
 fi
 exit 0
