@@ -106,11 +106,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
     starts on a stack that is still coming back; so does a test marked `last` (it uninstalls).
     On a stack where the chart installed Tandem (DEPLOY=chart) only the tests marked `chart` run,
-    none marked `venv`. The tests devstack.next_leg_tests chose are marked `next_leg`."""
+    none marked `venv` or `first_leg`. The tests devstack.next_leg_tests chose are marked `next_leg`."""
     if StackConfig.from_env().deploy == "chart":
 
         def runs(item: pytest.Item) -> bool:
-            return bool(item.get_closest_marker("chart")) and not item.get_closest_marker("venv")
+            return bool(item.get_closest_marker("chart")) and not (
+                item.get_closest_marker("venv") or item.get_closest_marker("first_leg")
+            )
 
         config.hook.pytest_deselected(items=[i for i in items if not runs(i)])
         items[:] = [i for i in items if runs(i)]
