@@ -30,9 +30,41 @@ ZONE, RACK = config.TOPOLOGY_LEVELS
 def labelled(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     """The test labels Nodes; afterwards none carries a topology label (each Node its own domain)."""
     yield
-    for i in range(stack_cfg.nodes):
+    _flatten(stack_cfg, core)
+
+
+def _flatten(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    for i in range(cfg.nodes):
         _label(core, config.kube_node_name(i), {ZONE: None, RACK: None})
-    h.wait_until("Slurm's topology flat again", lambda: _racks(stack_cfg) == _singletons(stack_cfg), 60)
+    h.wait_until("Slurm's topology flat again", lambda: _racks(cfg) == _singletons(cfg), 60)
+
+
+Racks = tuple[frozenset[str], frozenset[str]]
+
+
+class TwoRacks:
+    """Racks a and b (_two_racks) for the tests of this module that place work in them."""
+
+    def __init__(self, cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+        self.cfg, self.core = cfg, core
+        self.labelled = False
+
+    def get(self) -> Racks:
+        """Label them (a no-op once they are) and wait until Slurm shows them: after a slurmctld
+        restart too."""
+        self.labelled = True
+        return _two_racks(self.cfg, self.core)
+
+
+@pytest.fixture(scope="module")
+def two_racks(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[TwoRacks]:
+    """Kept from the first test that asks to the module's end, not flattened after each: each
+    relabelling has the syncer rewrite Slurm's topology and slurmctld read it again (about 10 s a
+    test, issue 51)."""
+    racks = TwoRacks(stack_cfg, core)
+    yield racks
+    if racks.labelled:
+        _flatten(stack_cfg, core)
 
 
 def _label(core: k8s.CoreV1Api, node: str, labels: dict[str, str | None]) -> None:
@@ -148,7 +180,7 @@ def test_the_topology_is_published_for_the_scheduler_and_kubectl(
 # --- a gang's topology constraint reaches its Slurm job (step 2) -------------------------------------
 
 
-def _two_racks(cfg: StackConfig, core: k8s.CoreV1Api) -> tuple[frozenset[str], frozenset[str]]:
+def _two_racks(cfg: StackConfig, core: k8s.CoreV1Api) -> Racks:
     """Racks a (nodes 0-3) and b (nodes 4-7), as Slurm shows them once the syncer wrote them; the
     two racks' features are on every node then too."""
     half = cfg.nodes // 2
@@ -245,11 +277,11 @@ def _serves_topology_constraints(custom: k8s.CustomObjectsApi) -> bool:
 
 
 def test_a_podgroup_asking_for_one_rack_waits_for_one_rather_than_spanning_two(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, labelled: None
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, two_racks: TwoRacks
 ) -> None:
     if not _serves_topology_constraints(custom):
         pytest.skip("this apiserver drops PodGroup spec.schedulingConstraints (before Kubernetes 1.37)")
-    a, b = _two_racks(stack_cfg, core)
+    a, b = two_racks.get()
     # Two nodes of each rack busy: no rack has three free, eight minus four would.
     busy = [
         h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in (*sorted(a)[:2], *sorted(b)[:2])
@@ -277,13 +309,13 @@ def test_a_podgroup_asking_for_one_rack_waits_for_one_rather_than_spanning_two(
 
 
 def test_a_job_with_spec_scheduling_lands_in_one_rack(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, labelled: None
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, two_racks: TwoRacks
 ) -> None:
     if not _serves_topology_constraints(custom):
         pytest.skip(
             "this apiserver has no Job spec.scheduling.schedulingConstraints (before Kubernetes 1.37)"
         )
-    a, b = _two_racks(stack_cfg, core)
+    a, b = two_racks.get()
     busy = [h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in sorted(a)[:2]]
     batch = k8s.BatchV1Api(devkube.api(stack_cfg))
     name = h.unique("train")
@@ -336,9 +368,9 @@ def _lws_gang(
 
 
 def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_largest(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, two_racks: TwoRacks
 ) -> None:
-    _two_racks(stack_cfg, core)
+    two_racks.get()
     size = stack_cfg.nodes // 2 + 1
     before = h.squeue_ids(stack_cfg)
     members = _lws_gang(stack_cfg, core, h.unique("big"), size, {h.PREFIX + "topology": RACK})
@@ -354,9 +386,9 @@ def test_a_gang_too_large_for_any_rack_is_unschedulable_naming_the_key_and_the_l
 
 
 def test_an_annotated_gang_lands_in_one_rack(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, two_racks: TwoRacks
 ) -> None:
-    a, b = _two_racks(stack_cfg, core)
+    a, b = two_racks.get()
     busy = [h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in sorted(b)[:2]]
     members = _lws_gang(stack_cfg, core, h.unique("lws"), 3, {h.PREFIX + "topology": RACK})
     placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
@@ -376,9 +408,9 @@ def qos_preemption(stack_cfg: StackConfig) -> Iterator[None]:
 
 @pytest.mark.usefixtures("qos_preemption")
 def test_a_big_high_qos_gang_frees_one_whole_rack_by_preemption_and_nothing_elsewhere(
-    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, two_racks: TwoRacks
 ) -> None:
-    a, b = _two_racks(stack_cfg, core)
+    a, b = two_racks.get()
     # Normal-QOS work on all but one node of each rack: a single Pod's placeholder on the first,
     # plain Slurm jobs on the next ones. The two free nodes sit in different racks: a job free to
     # span racks could take both and preempt less.
