@@ -77,8 +77,9 @@ test-next-slurm: install
 	$(NEXT_STACK) $(BIN)/pytest tests/integration -m next_leg $(PYTEST_ARGS)
 
 # Which tests those are, measured: the candidates run on both release pairs with each service under
-# coverage (devstack/coverage_by_test.py), and the list names each test that ran a line only one
-# pair runs. About 25 minutes; run it when release-specific code changes, and commit the list.
+# coverage (devstack/coverage_by_test.py), and the list names the fewest that run all the code whose
+# lines differ between the pairs (devstack/next_leg_tests.py). About 20 minutes; run it when
+# release-specific code changes, and commit the list.
 NEXT_LEG_CANDIDATES := slurm and not slurm_timer
 COVERAGE_DIR := $(CURDIR)/.tandem/coverage
 next-leg-tests: install

@@ -1,4 +1,4 @@
-"""Which integration test ran which of Tandem's lines, measured in the services themselves.
+"""Which integration test ran which of Tandem's lines, measured in the services and the test process.
 
 CI's second leg runs only the tests that reach code whose behaviour differs between the Slurm and
 Kubernetes releases the lab runs (issue 51). Which tests those are is measured, not guessed: with

@@ -477,10 +477,14 @@ def switch_preemption(cfg: StackConfig, preempt: str) -> StackConfig:
     return cfg
 
 
+# The KillWait line of the lab's slurm.conf (slurm_conf writes it so).
+_KILL_WAIT_LINE = re.compile(r"(?m)^KillWait=(\d+)$")
+
+
 def kill_wait(cfg: StackConfig) -> int | None:
     """KillWait as the lab's slurm.conf sets it; None before the lab's Slurm was first set up."""
     try:
-        found = re.search(r"(?m)^KillWait=(\d+)$", cfg.slurm_conf.read_text())
+        found = _KILL_WAIT_LINE.search(cfg.slurm_conf.read_text())
     except FileNotFoundError:
         return None
     return int(found.group(1)) if found else None
@@ -489,7 +493,7 @@ def kill_wait(cfg: StackConfig) -> int | None:
 def set_kill_wait(cfg: StackConfig, seconds: int) -> None:
     """KillWait=`seconds` in slurm.conf, and slurmctld restarted to run with it (as
     switch_preemption, not `scontrol reconfigure`); jobs stay. A test puts the lab's value back."""
-    text = re.sub(r"(?m)^KillWait=\d+$", f"KillWait={seconds}", cfg.slurm_conf.read_text())
+    text = _KILL_WAIT_LINE.sub(f"KillWait={seconds}", cfg.slurm_conf.read_text())
     cfg.slurm_conf.write_text(text)
     daemon = daemons(cfg)["slurmctld"]
     daemon.stop()

@@ -70,6 +70,14 @@ def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
     )
 
 
+@pytest.fixture(scope="session")
+def lab_kill_wait_at_end(stack_cfg: StackConfig) -> Iterator[None]:
+    """A stack that outlives the session runs the lab's KillWait again, whichever test ran last."""
+    yield
+    if slurm.kill_wait(stack_cfg) != config.KILL_WAIT_SECONDS:
+        slurm.set_kill_wait(stack_cfg, config.KILL_WAIT_SECONDS)
+
+
 @pytest.fixture(autouse=True)
 def kill_wait(request: pytest.FixtureRequest) -> None:
     """Slurm's KillWait as this test needs it: the lab's 30 s, or SHORT_KILL_WAIT for a test marked
@@ -81,7 +89,7 @@ def kill_wait(request: pytest.FixtureRequest) -> None:
     short = request.node.get_closest_marker("short_kill_wait") is not None
     want = helpers.SHORT_KILL_WAIT if short else config.KILL_WAIT_SECONDS
     if short:
-        request.getfixturevalue("stack_cfg")  # a stack to shorten it on
+        request.getfixturevalue("lab_kill_wait_at_end")  # a stack to shorten it on, and put back
     now = slurm.kill_wait(StackConfig.from_env())
     if now is None or now == want:
         return

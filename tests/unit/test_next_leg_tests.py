@@ -1,5 +1,5 @@
-"""CI's second leg runs the integration tests that made a service run a line only one release pair
-runs (devstack.next_leg_tests); its list names tests that exist."""
+"""CI's second leg runs the fewest integration tests that run all the release-facing code
+(devstack.next_leg_tests), quicker tests first; its list names tests that exist."""
 
 from __future__ import annotations
 

@@ -6,17 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.soak import settled
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.unit.fake_clock import Clock
 
 
 def _reads(*counts: int) -> tuple[Clock, list[int], Callable[[], dict[str, int]]]:

@@ -18,6 +18,7 @@ from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 from tandem.syncer import uninstall
 from tandem.syncer.settings import UninstallSettings
 from tandem.syncer.uninstall_report import Report
+from tests.unit.fake_clock import Clock
 
 NS, SLURMD_NS = "tandem", "slurm"
 SCHEDULER = "tandem-t"
@@ -34,17 +35,6 @@ CFG = UninstallSettings(
 LOCK_TAINT = {"key": keys.LOCK_KEY, "value": "true", "effect": "NoExecute"}
 OTHER_TAINT = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
 WEB = placeholder.PodRef("demo", "web-0", "uid-web")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeKube(KubeClient):
