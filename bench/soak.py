@@ -431,7 +431,7 @@ class Soak:
     def _up(self) -> None:
         for attempt in range(5):
             try:
-                stack.up(self.cfg)
+                stack.up_as_built(self.cfg)
                 return
             except Exception as e:  # a daemon still coming back: the next try finds it
                 self.errors[f"stack.up: {type(e).__name__}"] += 1

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from devstack import progress
+from devstack import build_lock, config, progress
 
 
 def missing(packages: Iterable[str]) -> list[str]:
@@ -41,6 +41,14 @@ def ensure(packages: Iterable[str], why: str, start_services: bool = True) -> No
     """Install whichever of `packages` is missing; `why` says what needs them, for the log.
     `start_services=False`: a service a package ships is not started by its postinst (the lab runs
     the program as a Daemon of its own, on its own port)."""
+    if not missing(dict.fromkeys(packages)):
+        return
+    # apt-get takes dpkg's lock and fails when another holds it: a background build waits its turn.
+    with build_lock.held(config.cache_dir() / "apt-get", "Debian packages"):
+        _install(packages, why, start_services)
+
+
+def _install(packages: Iterable[str], why: str, start_services: bool) -> None:
     wanted = missing(dict.fromkeys(packages))
     if not wanted:
         return

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from devstack import config, oci, progress, slurm_root
+from devstack import build_lock, config, oci, progress, slurm_root
 
 DOCKERFILE = config.REPO_ROOT / "Dockerfile"
 REPOSITORY = "tandem.local/tandem"
@@ -88,8 +88,14 @@ def ensure_image() -> Path:
     """The image's OCI layout tarball for the current inputs, built if missing."""
     image_key = key()
     out = tarball(image_key)
-    if out.exists():
-        return out
+    if not out.exists():
+        with build_lock.held(out, f"the image {image_name(image_key)}"):
+            if not out.exists():
+                _build(image_key, out)
+    return out
+
+
+def _build(image_key: str, out: Path) -> None:
     started = time.monotonic()
     base = ensure_base_root()
     work = config.cache_dir() / "images" / f"build-{image_key}"
@@ -107,11 +113,13 @@ def ensure_image() -> Path:
         with progress.step("packing the image"):
             layer = work / "layer.tar"
             oci.tar_root(root, layer)
-            oci.write_layout(out, image_name(image_key), layer, dockerfile_config())
+            # Renamed into place whole: another process sees the tarball complete or not at all.
+            partial = work / "image.oci.tar"
+            oci.write_layout(partial, image_name(image_key), layer, dockerfile_config())
+            partial.rename(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"  {image_name(image_key)} in {out} ({time.monotonic() - started:.0f}s)", flush=True)
-    return out
 
 
 def base_root() -> Path:
@@ -122,8 +130,14 @@ def base_root() -> Path:
 def ensure_base_root() -> Path:
     """Debian `BASE_SUITE` with Python and pip, debootstrapped once per machine."""
     root = base_root()
-    if root.exists():
-        return root
+    if not root.exists():
+        with build_lock.held(root, "the image's base root"):
+            if not root.exists():
+                _build_base_root(root)
+    return root
+
+
+def _build_base_root(root: Path) -> None:
     slurm_root.ensure_debootstrap()
     building = root.with_name(root.name + ".partial")
     shutil.rmtree(building, ignore_errors=True)
@@ -143,7 +157,6 @@ def ensure_base_root() -> Path:
             timeout=1200,
         )
     building.rename(root)
-    return root
 
 
 def dockerfile_config() -> oci.ImageConfig:

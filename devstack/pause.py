@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from devstack import config, host_packages, oci, progress
+from devstack import build_lock, config, host_packages, oci, progress
 
 SOURCE = Path(__file__).with_name("pause.c")
 # containerd's `pinned_images.sandbox` names it; kubelet never pulls it (no registry).
@@ -29,8 +29,14 @@ def tarball() -> Path:
 def ensure_image() -> Path:
     """The pause image's OCI layout tarball, built once per version of its source."""
     out = tarball()
-    if out.exists():
-        return out
+    if not out.exists():
+        with build_lock.held(out, "the pause image"):
+            if not out.exists():
+                _build(out)
+    return out
+
+
+def _build(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     # A static binary: gcc and libc6-dev's libc.a.
     host_packages.ensure(["gcc", "libc6-dev"], "the pause image")
@@ -43,5 +49,7 @@ def ensure_image() -> Path:
         )
         layer = Path(tmp) / "layer.tar"
         oci.tar_root(root, layer)
-        oci.write_layout(out, image_name(), layer, oci.ImageConfig(cmd=[], entrypoint=["/pause"]))
-    return out
+        # Renamed into place whole: another process sees the tarball complete or not at all.
+        partial = out.with_name(out.name + ".partial")
+        oci.write_layout(partial, image_name(), layer, oci.ImageConfig(cmd=[], entrypoint=["/pause"]))
+        partial.rename(out)

@@ -422,12 +422,16 @@ def ensure_bridge() -> None:
     _ip("route", "replace", config.SERVICE_CIDR, "dev", REAL_NODE_BRIDGE, "src", REAL_NODE_IP)
 
 
-def prepare_host(cfg: StackConfig) -> None:
-    """What must exist before the apiserver starts: the real Node's tools, images and
-    certificates, the host's record, and the bridge whose address the apiserver binds."""
+def build(cfg: StackConfig) -> None:
+    """The real Node's tools and images, built once per machine (cached by version)."""
     tools.ensure_tools(cfg.bin_dir, tools.real_node_tools(cfg.kubernetes_version))
     pause.ensure_image()
     image.ensure_image()
+
+
+def prepare_host(cfg: StackConfig) -> None:
+    """What must exist before the apiserver starts, once `build` made the real Node's tools and
+    images: its certificates, the host's record, and the bridge whose address the apiserver binds."""
     ensure_certs(cfg)
     p = paths(cfg)
     snapshot_host(p)

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack import config, host_packages, progress
+from devstack import build_lock, config, host_packages, progress
 
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = [
@@ -94,10 +94,16 @@ def ensure_root(major: str) -> Path:
     """The root of Slurm `major`, built on first use (about two minutes, most of it downloads)."""
     rel = release(major)
     root = root_dir(major)
-    if installed_version(major):
-        if rel.mariadb_client_from and _compat_from(root) != rel.mariadb_client_from:
-            _unpack_compat_libmariadb(root, rel.mariadb_client_from)  # a root cached before a change
-        return root
+    if not installed_version(major):
+        with build_lock.held(root, f"the Slurm {major} root"):
+            if not installed_version(major):
+                return _build_root(major, rel, root)
+    if rel.mariadb_client_from and _compat_from(root) != rel.mariadb_client_from:
+        _unpack_compat_libmariadb(root, rel.mariadb_client_from)  # a root cached before a change
+    return root
+
+
+def _build_root(major: str, rel: Release, root: Path) -> Path:
     ensure_debootstrap()
     building = home(major) / "root.partial"
     _unmount_under(building)

@@ -23,6 +23,7 @@ from devstack import (
     realnode,
     services,
     slurm,
+    slurm_root,
     tools,
 )
 from devstack.config import StackConfig
@@ -48,12 +49,45 @@ def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
     }
 
 
-def up(cfg: StackConfig) -> float:
-    """Start whatever is not running; report by name what had died. Returns seconds taken."""
+def build(cfg: StackConfig, late_controllers: bool = True) -> None:
+    """What this stack runs that is built or installed once per machine, cached by version:
+    `python -m devstack build`, which CI runs for its three legs in the background (issue 51)."""
+    tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version, late=False))
+    prometheus.ensure_installed()
+    slurm_root.ensure_root(cfg.slurm_version)
+    if late_controllers:
+        tools.ensure_tools(cfg.bin_dir, tools.late_controller_tools())
+    if cfg.real_node:
+        realnode.build(cfg)
+
+
+def late_controllers_built() -> bool:
+    return all(tool.cached.exists() for tool in tools.late_controller_tools())
+
+
+def start_late_controllers(cfg: StackConfig) -> None:
+    """Kueue's and LWS's controllers on a stack that started without them: built first if need be
+    (or waited for, while another process builds them), then started if not running."""
+    tools.ensure_tools(cfg.bin_dir, tools.late_controller_tools())
+    d = kube.daemons(cfg)
+    if not d["lws-controller"].alive():
+        lws.start(cfg, d["lws-controller"])
+    if not d["kueue-controller"].alive():
+        kueue.start(cfg, d["kueue-controller"])
+
+
+def up_as_built(cfg: StackConfig) -> float:
+    """`up`, with Kueue's and LWS's controllers only if they are built: what a test session or a
+    test restarting what it killed runs, so neither waits on a build still going (issue 51)."""
+    return up(cfg, late_controllers=late_controllers_built())
+
+
+def up(cfg: StackConfig, late_controllers: bool = True) -> float:
+    """Start whatever is not running; report by name what had died. Returns seconds taken.
+    `late_controllers=False`: without Kueue's and LWS's controllers (start_late_controllers)."""
     started = time.monotonic()
     cfg.save()
-    tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version))
-    prometheus.ensure_installed()
+    build(cfg, late_controllers)
     slurm.ensure_root(cfg)
     pki.ensure_pki(cfg.pki_dir)
     pki.ensure_grpc_pki(cfg.pki_dir)
@@ -95,9 +129,9 @@ def up(cfg: StackConfig) -> float:
             )
     if need("kwok"):
         kube.start_kwok(cfg, d["kwok"])
-    if need("lws-controller"):
+    if late_controllers and need("lws-controller"):
         lws.start(cfg, d["lws-controller"])
-    if need("kueue-controller"):
+    if late_controllers and need("kueue-controller"):
         kueue.start(cfg, d["kueue-controller"])
     if real_node is not None:
         real_node.start_node()

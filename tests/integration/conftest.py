@@ -25,7 +25,9 @@ def stack_cfg() -> Iterator[StackConfig]:
     if was_up and coverage_by_test.directory() is not None:
         pytest.exit(f"{coverage_by_test.ENV} measures the services a session starts: `make down` first")
     try:
-        stack.up(cfg)
+        # On a fresh machine the session starts before Kueue and LWS are built (CI builds them in
+        # the background); the tests that use them ask for `late_controllers` and run last.
+        stack.up_as_built(cfg)
     except BaseException:
         # A half-started stack would hold its ports and mounts against the next run.
         if not was_up:
@@ -35,6 +37,12 @@ def stack_cfg() -> Iterator[StackConfig]:
     yield cfg
     if not was_up and os.environ.get("TANDEM_KEEP_STACK") != "1":
         stack.down(cfg)
+
+
+@pytest.fixture(scope="session")
+def late_controllers(stack_cfg: StackConfig) -> None:
+    """Kueue's and LWS's controllers running, waiting for their build if it is still going."""
+    stack.start_late_controllers(stack_cfg)
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +122,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The soak kills and restarts the stack's daemons: it runs after every other test, so none
     starts on a stack that is still coming back; so does a test marked `last` (it uninstalls).
     On a stack where the chart installed Tandem (DEPLOY=chart) only the tests marked `chart` run,
-    none marked `venv` or `first_leg`. The tests devstack.next_leg_tests chose are marked `next_leg`."""
+    none marked `venv` or `first_leg`. The tests devstack.next_leg_tests chose are marked `next_leg`.
+    The tests that use Kueue or LWS come after the others of their group: on a fresh machine their
+    controllers are still being built while the first tests run."""
     if StackConfig.from_env().deploy == "chart":
 
         def runs(item: pytest.Item) -> bool:
@@ -134,5 +144,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("soak") is not None,
             item.get_closest_marker("last") is not None,
             item.get_closest_marker("short_kill_wait") is not None,
+            "late_controllers" in getattr(item, "fixturenames", ()),
         )
     )

@@ -44,7 +44,7 @@ def test_slurmrestd_down_fires_tandem_slurm_api_errors(stack_cfg: StackConfig) -
     try:
         alert, seconds = promapi.wait_firing(stack_cfg, "TandemSlurmApiErrors", FIRES_WITHIN, status="0")
     finally:
-        stack.up(stack_cfg)  # the same code as `make up`: starts slurmrestd again
+        stack.up_as_built(stack_cfg)  # the same code as `make up`: starts slurmrestd again
     print(f"TandemSlurmApiErrors fired {seconds:.1f}s after slurmrestd stopped ({alert['labels']})")
     assert alert["labels"]["severity"] == "warning"
     assert alert["labels"]["namespace"] == config.TANDEM_NAMESPACE

@@ -189,6 +189,7 @@ def test_scancel_of_a_het_job_deletes_every_member_of_every_component(
     h.wait_until("every member deleted", lambda: not core.list_namespaced_pod(NS).items, 60)
 
 
+@pytest.mark.usefixtures("late_controllers")
 def test_a_leaderworkerset_whose_leader_differs_is_a_two_component_het_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:

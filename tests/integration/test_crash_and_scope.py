@@ -36,7 +36,7 @@ def _kill(cfg: StackConfig, name: str) -> None:
 
 
 def _restart(cfg: StackConfig) -> None:
-    stack.up(cfg)  # the same code as `make up`: starts what died
+    stack.up_as_built(cfg)  # the same code as `make up`: starts what died
 
 
 def _running(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> bool:

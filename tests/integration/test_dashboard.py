@@ -138,7 +138,7 @@ def workload(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     try:
         assert promapi.wait_scraped(stack_cfg, 'tandem_slurm_api_errors_total{status="0"}', 30)
     finally:
-        stack.up(stack_cfg)
+        stack.up_as_built(stack_cfg)
     _pods_through_tandem(stack_cfg, core, 2)
 
 

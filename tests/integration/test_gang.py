@@ -131,6 +131,7 @@ def test_an_indexed_job_of_three_is_one_slurm_job_on_three_nodes(
     assert condition["status"] == "True"
 
 
+@pytest.mark.usefixtures("late_controllers")
 def test_a_leaderworkerset_of_two_groups_of_two_is_two_jobs_of_two_nodes(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi
 ) -> None:
@@ -448,7 +449,7 @@ def test_a_scheduler_killed_mid_group_still_makes_one_job_and_binds_each_member_
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     h.wait_until("scheduler dead", lambda: not daemon.alive(), 10)
-    stack.up(stack_cfg)
+    stack.up_as_built(stack_cfg)
     pods = h.wait_until("three members bound", lambda: _all_bound(core, 3), 60)
     job_id = _one_job_on_distinct_nodes(stack_cfg, pods)
     assert h.squeue_ids(stack_cfg) == {job_id}

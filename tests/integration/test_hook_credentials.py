@@ -397,7 +397,7 @@ def test_two_rotations_and_a_gateway_restart_keep_a_running_jobs_killwait_path(
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     h.wait_until("the gateway stopped", lambda: not gateway.alive(), 15)
-    stack.up(stack_cfg)  # starts it again, reading the ring from its file
+    stack.up_as_built(stack_cfg)  # starts it again, reading the ring from its file
     _rotate(restore_job_key)
     assert len(restore_job_key.read_text().split()) == 3
     # The job's script, signed with the first key, asks terminating when its Pod goes: the Pod is

@@ -169,6 +169,7 @@ def test_an_indexed_job_gets_a_pod_group_from_the_job_controller(
     batch.delete_namespaced_job("train", ns, propagation_policy="Background")
 
 
+@pytest.mark.usefixtures("late_controllers")
 def test_a_leaderworkerset_creates_its_group(core: k8s.CoreV1Api, api: k8s.ApiClient, ns: str) -> None:
     custom = k8s.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(

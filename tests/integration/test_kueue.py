@@ -26,7 +26,7 @@ from tests.integration import helpers as h
 
 # Not `slurm`: Kueue admits on the Kubernetes side; the cancels it causes go through the deletion
 # flow every Slurm release's leg tests already. The 1.37 leg (`make test`) runs it.
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("late_controllers", "clean")]
 
 NS = kueue.LOCAL_QUEUE_NAMESPACE
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
