@@ -347,6 +347,27 @@ TEAM_A = identities.Release(
 
 
 @functools.cache
+def delete_custom_objects(custom: k8s.CustomObjectsApi, kind: tuple[str, str, str], namespace: str) -> None:
+    """Every object of `kind` (group, version, plural) in `namespace`; none when the apiserver does
+    not serve the kind (LWS's CRDs come with its controller, which a fresh machine's session starts
+    only for the tests that use it)."""
+    group, version, plural = kind
+    try:
+        items = custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+    except ApiException as e:
+        if e.status == 404:
+            return
+        raise
+    for item in items:
+        try:
+            custom.delete_namespaced_custom_object(
+                group, version, namespace, plural, item["metadata"]["name"]
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
 def podgroups() -> tuple[str, str, str]:
     """(group, version, plural) of the PodGroups the running stack's apiserver serves: v1beta1 on
     Kubernetes 1.37, v1alpha2 on 1.36 (CI's second leg)."""

@@ -39,13 +39,8 @@ def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
             pytest.skip("this apiserver serves no CompositePodGroups (scheduling.k8s.io/v1alpha3)")
         raise
     yield custom
-    for group, version, plural in (LWS, h.podgroups(), COMPOSITES):
-        for item in custom.list_namespaced_custom_object(group, version, NS, plural)["items"]:
-            try:
-                custom.delete_namespaced_custom_object(group, version, NS, plural, item["metadata"]["name"])
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+    for kind in (LWS, h.podgroups(), COMPOSITES):
+        h.delete_custom_objects(custom, kind, NS)
 
 
 def _composite(custom: k8s.CustomObjectsApi, name: str, children: dict[str, int]) -> None:

@@ -33,13 +33,8 @@ def custom(stack_cfg: StackConfig) -> Iterator[k8s.CustomObjectsApi]:
     custom = k8s.CustomObjectsApi(api)
     yield custom
     k8s.BatchV1Api(api).delete_collection_namespaced_job(NS, propagation_policy="Background")
-    for group, version, plural in (LWS, h.podgroups()):
-        for item in custom.list_namespaced_custom_object(group, version, NS, plural)["items"]:
-            try:
-                custom.delete_namespaced_custom_object(group, version, NS, plural, item["metadata"]["name"])
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+    for kind in (LWS, h.podgroups()):
+        h.delete_custom_objects(custom, kind, NS)
 
 
 def _podgroup(custom: k8s.CustomObjectsApi, name: str, min_count: int) -> dict[str, Any]:
