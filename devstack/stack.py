@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from devstack import (
@@ -52,13 +53,21 @@ def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
 def build(cfg: StackConfig, late_controllers: bool = True) -> None:
     """What this stack runs that is built or installed once per machine, cached by version:
     `python -m devstack build`, which CI runs for its three legs in the background (issue 51)."""
-    tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version, late=False))
-    prometheus.ensure_installed()
-    slurm_root.ensure_root(cfg.slurm_version)
+    # Debian's packages and the Slurm root are mostly downloads: fetched beside the Go builds,
+    # which want the CPU, not after them (a fresh machine's first stack starts ~2 minutes sooner).
+    with ThreadPoolExecutor(1, thread_name_prefix="debian") as debian:
+        downloads = debian.submit(_debian_parts, cfg)
+        tools.ensure_tools(cfg.bin_dir, tools.lab_tools(cfg.kubernetes_version, late=False))
+        downloads.result()
     if late_controllers:
         tools.ensure_tools(cfg.bin_dir, tools.late_controller_tools())
     if cfg.real_node:
         realnode.build(cfg)
+
+
+def _debian_parts(cfg: StackConfig) -> None:
+    prometheus.ensure_installed()
+    slurm_root.ensure_root(cfg.slurm_version)
 
 
 def late_controllers_built() -> bool:
