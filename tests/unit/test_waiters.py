@@ -70,7 +70,9 @@ def test_a_call_nobody_wakes_looks_again_each_recheck_and_gives_up_at_its_timeou
     call = _Call(waiters, [node_key("cpu-001")], timeout=0.5)
     call.thread.join(2.0)
     assert call.result == [False]
-    assert len(call.checks) >= 5
+    # Ten rechecks on an idle machine; a loaded one (CI's background builds) wakes the thread late,
+    # and four came once. It looked again, more than once, and did not spin.
+    assert 3 <= len(call.checks) <= 12
 
 
 def test_a_wake_while_the_call_checks_is_not_lost() -> None:
