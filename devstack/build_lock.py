@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,3 +36,16 @@ def held(product: Path, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def once(
+    product: Path, what: str, build: Callable[[], None], built: Callable[[], bool] | None = None
+) -> None:
+    """`build()` unless the product is built (`built()`, by default: `product` exists), by one
+    process at a time: a caller that waited for another's build finds it done and builds nothing."""
+    done = built or product.exists
+    if done():
+        return
+    with held(product, what):
+        if not done():
+            build()

@@ -88,10 +88,7 @@ def ensure_image() -> Path:
     """The image's OCI layout tarball for the current inputs, built if missing."""
     image_key = key()
     out = tarball(image_key)
-    if not out.exists():
-        with build_lock.held(out, f"the image {image_name(image_key)}"):
-            if not out.exists():
-                _build(image_key, out)
+    build_lock.once(out, f"the image {image_name(image_key)}", lambda: _build(image_key, out))
     return out
 
 
@@ -130,10 +127,7 @@ def base_root() -> Path:
 def ensure_base_root() -> Path:
     """Debian `BASE_SUITE` with Python and pip, debootstrapped once per machine."""
     root = base_root()
-    if not root.exists():
-        with build_lock.held(root, "the image's base root"):
-            if not root.exists():
-                _build_base_root(root)
+    build_lock.once(root, "the image's base root", lambda: _build_base_root(root))
     return root
 
 

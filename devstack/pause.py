@@ -29,10 +29,7 @@ def tarball() -> Path:
 def ensure_image() -> Path:
     """The pause image's OCI layout tarball, built once per version of its source."""
     out = tarball()
-    if not out.exists():
-        with build_lock.held(out, "the pause image"):
-            if not out.exists():
-                _build(out)
+    build_lock.once(out, "the pause image", lambda: _build(out))
     return out
 
 

@@ -94,16 +94,18 @@ def ensure_root(major: str) -> Path:
     """The root of Slurm `major`, built on first use (about two minutes, most of it downloads)."""
     rel = release(major)
     root = root_dir(major)
-    if not installed_version(major):
-        with build_lock.held(root, f"the Slurm {major} root"):
-            if not installed_version(major):
-                return _build_root(major, rel, root)
+    build_lock.once(
+        root,
+        f"the Slurm {major} root",
+        lambda: _build_root(major, rel, root),
+        built=lambda: bool(installed_version(major)),
+    )
     if rel.mariadb_client_from and _compat_from(root) != rel.mariadb_client_from:
         _unpack_compat_libmariadb(root, rel.mariadb_client_from)  # a root cached before a change
     return root
 
 
-def _build_root(major: str, rel: Release, root: Path) -> Path:
+def _build_root(major: str, rel: Release, root: Path) -> None:
     ensure_debootstrap()
     building = home(major) / "root.partial"
     _unmount_under(building)
@@ -128,7 +130,6 @@ def _build_root(major: str, rel: Release, root: Path) -> Path:
     building.rename(root)
     (home(major) / "complete").write_text(version + "\n")
     print(f"  Slurm {version} installed in {root}", flush=True)
-    return root
 
 
 def ensure_users(root: Path, users: list[tuple[str, int, int]], groups: list[tuple[str, int]]) -> None:

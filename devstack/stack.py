@@ -78,11 +78,23 @@ def start_late_controllers(cfg: StackConfig) -> None:
     """Kueue's and LWS's controllers on a stack that started without them: built first if need be
     (or waited for, while another process builds them), then started if not running."""
     tools.ensure_tools(cfg.bin_dir, tools.late_controller_tools())
-    d = kube.daemons(cfg)
-    if not d["lws-controller"].alive():
+    _start_late_controllers(cfg, kube.daemons(cfg))
+
+
+def _start_late_controllers(cfg: StackConfig, d: dict[str, Daemon]) -> None:
+    if _needs_start("lws-controller", d["lws-controller"]):
         lws.start(cfg, d["lws-controller"])
-    if not d["kueue-controller"].alive():
+    if _needs_start("kueue-controller", d["kueue-controller"]):
         kueue.start(cfg, d["kueue-controller"])
+
+
+def _needs_start(name: str, daemon: Daemon) -> bool:
+    """Not running; said so when it had been started and died."""
+    if daemon.alive():
+        return False
+    if daemon.pid_file.exists():
+        print(f"{name} is not running (pid {daemon.pid()} gone); starting it again", flush=True)
+    return True
 
 
 def up_as_built(cfg: StackConfig) -> float:
@@ -111,12 +123,7 @@ def up(cfg: StackConfig, late_controllers: bool = True) -> float:
     d = all_daemons(cfg)
 
     def need(name: str) -> bool:
-        daemon = d[name]
-        if daemon.alive():
-            return False
-        if daemon.pid_file.exists():
-            print(f"{name} is not running (pid {daemon.pid()} gone); starting it again", flush=True)
-        return True
+        return _needs_start(name, d[name])
 
     # The real Node's containerd and image imports go on while the control plane starts.
     real_node = realnode.Startup(cfg, d, need) if cfg.real_node else None
@@ -138,10 +145,8 @@ def up(cfg: StackConfig, late_controllers: bool = True) -> float:
             )
     if need("kwok"):
         kube.start_kwok(cfg, d["kwok"])
-    if late_controllers and need("lws-controller"):
-        lws.start(cfg, d["lws-controller"])
-    if late_controllers and need("kueue-controller"):
-        kueue.start(cfg, d["kueue-controller"])
+    if late_controllers:
+        _start_late_controllers(cfg, d)
     if real_node is not None:
         real_node.start_node()
     if need("munged"):

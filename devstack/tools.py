@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -147,13 +148,7 @@ def ensure_tools(bin_dir: Path, tools: list[Tool] = TOOLS) -> None:
     if run_debs:
         host_packages.ensure(run_debs, "running " + ", ".join(t.name for t in tools if t.run_debs))
     for tool in tools:
-        if not tool.cached.exists():
-            with build_lock.held(tool.cached, f"{tool.name} {tool.version}"):
-                if not tool.cached.exists():
-                    if tool.build_debs:
-                        host_packages.ensure(tool.build_debs, f"building {tool.name}")
-                    with progress.step(f"building {tool.name} {tool.version} (once per machine)"):
-                        _build(tool)
+        build_lock.once(tool.cached, f"{tool.name} {tool.version}", functools.partial(_build_logged, tool))
         link = bin_dir / tool.subdir / tool.name
         link.parent.mkdir(parents=True, exist_ok=True)
         if (link.is_symlink() or link.exists()) and link.resolve() == tool.cached.resolve():
@@ -163,6 +158,13 @@ def ensure_tools(bin_dir: Path, tools: list[Tool] = TOOLS) -> None:
         staged.unlink(missing_ok=True)
         staged.symlink_to(tool.cached)
         staged.replace(link)
+
+
+def _build_logged(tool: Tool) -> None:
+    if tool.build_debs:
+        host_packages.ensure(tool.build_debs, f"building {tool.name}")
+    with progress.step(f"building {tool.name} {tool.version} (once per machine)"):
+        _build(tool)
 
 
 def _build(tool: Tool) -> None:
