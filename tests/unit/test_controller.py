@@ -18,11 +18,15 @@ from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
 from tandem.scheduler import caches as ctl
 from tandem.scheduler import decide, groups
+from tandem.scheduler.act import act
 from tandem.scheduler.caches import POD_INDEXES, Caches
-from tandem.scheduler.controller import Controller, ControllerSettings, Writers
+from tandem.scheduler.controller import Controller
+from tandem.scheduler.controller_settings import ControllerSettings
+from tandem.scheduler.hands import Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.scheduler.killwait_source import KillWait, fixed
+from tandem.scheduler.placements import placement
 from tandem.scheduler.policy import parse
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import HetComponent, Job, JobStatus
@@ -301,7 +305,7 @@ def test_a_placement_read_changes_nothing_a_reconcile_relies_on() -> None:
     pods.pods[POD.key] = _pod("7")
     controller, _, _ = _controller(pods, _tracker())
     controller.assumed.submitted.assume(POD.uid, 7)
-    controller.placement(pods.pods[POD.key])
+    placement(controller, pods.pods[POD.key])
     assert controller.assumed.submitted.get(POD.uid) == 7
     controller.reconcile(POD.key)
     assert controller.assumed.submitted.get(POD.uid) is None  # the reconcile saw the cache carry it
@@ -401,7 +405,7 @@ def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
     controller, slurm, _ = _gang(first, second)
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.submit_job.assert_called_once()
-    controller._background.shutdown(wait=True)
+    controller.hands.announce.flush()
     posted = [
         (c.args[0]["metadata"]["name"], c.args[2])
         for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
@@ -455,7 +459,7 @@ def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
             controller.reconcile(POD.key)
     status_writes = [c for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
     assert len(status_writes) == 1
-    controller._background.shutdown(wait=True)
+    controller.hands.announce.flush()
     events = [c.args[2] for c in controller.writers.events.record.call_args_list]  # type: ignore[attr-defined]
     assert events == ["SlurmUnavailable"]
 
@@ -533,7 +537,7 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
         name = placeholder.job_name(POD, SCHEDULER)
         jobs._apply(JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
     controller, _, _ = _controller(pods, jobs)
-    observed = controller.observe(POD.key)
+    observed = controller.observer.observe(POD.key)
     assert observed.job is not None and observed.job.job_id == 9
     assert observed.duplicates == (12,)
 
@@ -549,9 +553,9 @@ def test_a_recorded_job_id_is_trusted_only_until_the_cache_shows_the_write() -> 
     slurm.submit_job.return_value = 7
     kube.merge_patch.return_value = {"metadata": {"resourceVersion": "5"}}
     controller.reconcile(POD.key)
-    assert controller.observe(POD.key).recorded == {POD.uid: 7}  # the copy (version 1) lags
+    assert controller.observer.observe(POD.key).recorded == {POD.uid: 7}  # the copy (version 1) lags
     pods.pods[POD.key] = {**_pod(), "metadata": {**_pod()["metadata"], "resourceVersion": "5"}}
-    assert controller.observe(POD.key).recorded == {}
+    assert controller.observer.observe(POD.key).recorded == {}
     controller.reconcile(POD.key)
     assert kube.merge_patch.call_count == 2  # recorded again
     slurm.submit_job.assert_called_once()
@@ -563,8 +567,8 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
     pods.pods[POD.key] = _pod("7")
     pending = _status("PENDING")
     controller, _, _ = _controller(pods, _tracker(pending))
-    controller._remember_excludes(7, "cpu-002")
-    assert controller.observe(POD.key).job_excludes == frozenset({"cpu-002"})
+    controller.hands.remember_excludes(7, "cpu-002")
+    assert controller.observer.observe(POD.key).job_excludes == frozenset({"cpu-002"})
     reported = JobStatus(
         Job(
             job_id=7,
@@ -650,7 +654,7 @@ def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
     observed, action = controller.decision(POD.key)
     assert isinstance(action, decide.Submit)
     pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
-    controller._act(observed, action)
+    act(controller.hands, controller.settings.placeholder, observed, action)
     spec = slurm.submit_job.call_args.args[0]
     assert spec.partition == "batch" and spec.user_id == 1001
 
@@ -662,7 +666,7 @@ def test_a_group_whose_slurm_is_down_is_told_as_a_pod_alone_is() -> None:
     slurm.submit_job.side_effect = SlurmApiError("down", 503)
     with pytest.raises(SlurmApiError):
         controller.reconcile(f"{POD.namespace}/pg:train")
-    controller._background.shutdown(wait=True)
+    controller.hands.announce.flush()
     posted = [
         (c.args[0]["metadata"]["name"], c.args[2])
         for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
@@ -676,7 +680,7 @@ def test_a_members_placement_is_where_its_group_stands() -> None:
     first, second = _member(0), _member(1)
     first["metadata"]["annotations"][keys.PARTITION] = "a"
     controller, _, _ = _gang(first, second)
-    placed = controller.placement(first)
+    placed = placement(controller, first)
     assert placed.state == scheduler_pb2.PLACEMENT_STATE_INVALID
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
     name = placeholder.job_name(ref, SCHEDULER)
@@ -685,7 +689,7 @@ def test_a_members_placement_is_where_its_group_stands() -> None:
     controller.jobs._apply(
         JobStatus(Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=nodes), started=True)
     )
-    placed = controller.placement(_member(1, "9"))
+    placed = placement(controller, _member(1, "9"))
     assert placed.job_id == 9 and placed.state == scheduler_pb2.PLACEMENT_STATE_STARTED
 
 
@@ -713,8 +717,10 @@ def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced()
     slurm.submit_job.assert_called_once()
     assert slurm.submit_job.call_args.args[0].nodes == 3
     kube.delete.assert_not_called()
-    assert controller.observe(f"{POD.namespace}/pg:train").recorded == {f"uid-{i}": 10 for i in range(3)}
-    controller._background.shutdown(wait=True)
+    assert controller.observer.observe(f"{POD.namespace}/pg:train").recorded == {
+        f"uid-{i}": 10 for i in range(3)
+    }
+    controller.hands.announce.flush()
     posted = [
         (c.args[0]["metadata"]["name"], c.args[1:])
         for c in controller.writers.events.record.call_args_list  # type: ignore[attr-defined]
@@ -768,7 +774,7 @@ def test_nothing_is_decided_until_kill_wait_is_known() -> None:
         controller.reconcile(POD.key)
     slurm.submit_job.assert_not_called()
     # A placement read still answers (as if Slurm's default applied).
-    assert controller.placement(pods.pods[POD.key]).state == scheduler_pb2.PLACEMENT_STATE_PENDING
+    assert placement(controller, pods.pods[POD.key]).state == scheduler_pb2.PLACEMENT_STATE_PENDING
 
 
 # --- CompositePodGroup: one heterogeneous job --------------------------------------------------
@@ -919,7 +925,7 @@ def test_a_pod_alone_is_submitted_with_its_annotation_and_no_event() -> None:
     slurm.submit_job.return_value = 7
     controller.reconcile(POD.key)
     slurm.submit_job.assert_called_once()
-    controller._background.shutdown(wait=True)
+    controller.hands.announce.flush()
     record: mock.Mock = controller.writers.events.record  # type: ignore[assignment]
     assert [c.args[2] for c in record.call_args_list] == []
     assert [c.args[0] for c in kube.merge_patch.call_args_list] == [

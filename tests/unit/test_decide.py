@@ -129,7 +129,11 @@ REFUSED = (d.REASON_INVALID, "invalid for Slurm: sunk.coreweave.com/user-id: 0 i
 
 ROWS: list[tuple[str, d.Observed, Any]] = [
     # Pod gone from the cache
-    ("gone Pod: its live job is cancelled", seen(None, jobs_of_key=(job(),)), d.Cancel((7,), "Pod deleted")),
+    (
+        "gone Pod: its live job is cancelled",
+        seen(None, jobs_of_key=(job(),)),
+        d.Cancel((7,), d.CancelCause.POD_DELETED, "Pod deleted"),
+    ),
     (
         "gone Pod: a job already cancelled is not cancelled again",
         seen(None, jobs_of_key=(job(),), cancel_sent=frozenset({7})),
@@ -140,18 +144,18 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "gone Pod, replaced twice: every live job of the name",
         seen(None, jobs_of_key=(job(job_id=7), job(job_id=8), job("CANCELLED", job_id=6))),
-        d.Cancel((7, 8), "Pod deleted"),
+        d.Cancel((7, 8), d.CancelCause.POD_DELETED, "Pod deleted"),
     ),
     # Pod deleting or finished
     (
         "deleting Pod: its job is cancelled",
         seen(pod(7, deleting=True), job()),
-        d.Cancel((7,), "Pod is being deleted"),
+        d.Cancel((7,), d.CancelCause.MEMBERS_GONE, "Pod is being deleted"),
     ),
     (
         "finished Pod: its job is cancelled",
         seen(pod(7, node="node-001", phase="Succeeded"), job(started=True)),
-        d.Cancel((7,), "Pod finished"),
+        d.Cancel((7,), d.CancelCause.MEMBERS_GONE, "Pod finished"),
     ),
     (
         "deleting Pod, cancel already sent",
@@ -226,22 +230,22 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "refused, its job pending: cancelled",
         seen(pod(7, condition=REFUSED), job("PENDING", reason="Priority")),
-        d.Cancel((7,), "the Pod was refused before it was bound"),
+        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job allocated (prolog running): cancelled",
         seen(pod(7, condition=REFUSED), job()),
-        d.Cancel((7,), "the Pod was refused before it was bound"),
+        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job's script started: cancelled",
         seen(pod(7, condition=REFUSED), job(started=True)),
-        d.Cancel((7,), "the Pod was refused before it was bound"),
+        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused right after this life submitted, the stream not there yet: cancelled",
         seen(pod(condition=REFUSED), submitted_job_id=7),
-        d.Cancel((7,), "the Pod was refused before it was bound"),
+        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job's cancel already sent",
@@ -274,7 +278,11 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "a submit retried after its answer was lost: the second job is cancelled",
         seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,)),
-        d.Cancel((9,), "a second job for the Pod (a submit retried after its answer was lost)"),
+        d.Cancel(
+            (9,),
+            d.CancelCause.DUPLICATE,
+            "a second job for the Pod (a submit retried after its answer was lost)",
+        ),
     ),
     (
         "the second job's cancel already sent: on with the recorded one",
@@ -358,7 +366,9 @@ def test_a_pod_refused_after_its_job_was_submitted_gets_its_job_cancelled() -> N
     rejected = d.decide(seen(pod(7), pending, policy=policy.BUILTIN))
     assert isinstance(rejected, d.Reject)
     refused = pod(7, condition=(d.REASON_INVALID, rejected.message))
-    assert d.decide(seen(refused, pending)) == d.Cancel((7,), "the Pod was refused before it was bound")
+    assert d.decide(seen(refused, pending)) == d.Cancel(
+        (7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"
+    )
     assert d.decide(seen(refused, pending, cancel_sent=frozenset({7}))) == d.Nothing()
 
 

@@ -150,7 +150,7 @@ def test_slurm_s_indices_missing_from_the_slice_refuse_the_pod_and_so_cancel_its
         }
     ]
     assert d.decide(seen(refused, running(("gpu:h100:2(IDX:8-9)",)))) == d.Cancel(
-        (7,), "the Pod was refused before it was bound"
+        (7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"
     )
 
 

@@ -335,7 +335,7 @@ def test_each_line_of_the_group_table(why: str, observed: d.Observed, expected: 
 def test_a_refused_groups_job_is_cancelled_once_and_a_bound_group_is_only_told() -> None:
     refused = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
     assert d.decide(seen(refused, job(state="PENDING"))) == d.Cancel(
-        (7,), "a member was refused before the group was bound"
+        (7,), d.CancelCause.REFUSED, "a member was refused before the group was bound"
     )
     bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
     told = d.decide(seen(bound, job(started=True), policy=policy.BUILTIN))
@@ -571,6 +571,7 @@ def test_a_pending_job_minCount_grew_past_is_cancelled_and_replaced_by_one_of_mi
     cancel = d.decide(seen(members, job(state="PENDING", reason="Resources"), group=min_count(5)))
     assert cancel == d.Cancel(
         (7,),
+        d.CancelCause.OUTGROWN,
         "minCount grew to 5, past the 3 nodes the pending job asks for",
         tuple(members),
         "SlurmJobCancelled",

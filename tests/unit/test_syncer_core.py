@@ -431,14 +431,27 @@ def test_a_slurmd_pod_moved_to_another_node_locks_there(stacks: list[Stack]) -> 
     assert stack.sync.reconcile("node/node-001") is not None
 
 
-def test_an_unreachable_api_answers_unavailable_at_once_and_a_retry_locks(stacks: list[Stack]) -> None:
-    """The API server is down: the prolog's call answers UNAVAILABLE with the API's error as soon
-    as a pass could not reach it (no drain), and the prolog asks again; once the API is back, the
-    call it repeats locks the node at once, not after the node's backoff."""
+@pytest.mark.parametrize(
+    "failure",
+    [
+        KubeError(0, "Unreachable", "PATCH /api/v1/nodes/node-001: connection refused"),
+        # The API server's priority and fairness turning requests away: overloaded, not refusing.
+        KubeError(
+            429, "TooManyRequests", "PATCH /api/v1/nodes/node-001: too many requests, connection refused"
+        ),
+    ],
+    ids=["down", "overloaded"],
+)
+def test_an_unreachable_api_answers_unavailable_at_once_and_a_retry_locks(
+    stacks: list[Stack], failure: KubeError
+) -> None:
+    """The API server is down or overloaded: the prolog's call answers UNAVAILABLE with the API's
+    error as soon as a pass could not reach it (no drain), and the prolog asks again; once the API
+    is back, the call it repeats locks the node at once, not after the node's backoff."""
     world = World()
     world.add_pod(_slurmd("cpu-001", "node-001"))
     world.add_node("node-001")
-    world.kube.failure = KubeError(0, "Unreachable", "PATCH /api/v1/nodes/node-001: connection refused")
+    world.kube.failure = failure
     stack = _stack(stacks, world, _mirror(synced=True))
     context = _context(30.0)
     began = time.monotonic()

@@ -238,9 +238,21 @@ class Later:
     why: str
 
 
+class CancelCause(enum.Enum):
+    """Why jobs are cancelled, as the act reads it (`why` is the sentence the log and Events say)."""
+
+    MEMBERS_GONE = enum.auto()  # every member of a group, or a Pod alone, finished or going
+    POD_DELETED = enum.auto()  # a Pod alone deleted: its jobs are found by its name, not its uid
+    PODGROUP_DELETED = enum.auto()
+    DUPLICATE = enum.auto()  # a second job, from a submit retried after its answer was lost
+    REFUSED = enum.auto()  # a member refused before it was bound
+    OUTGROWN = enum.auto()  # a pending job asking for fewer nodes than the group's size now
+
+
 @dataclass(frozen=True)
 class Cancel:
     job_ids: tuple[int, ...]
+    cause: CancelCause
     why: str
     # A Normal Event with this reason and message on each of these members (none for a cancel
     # nobody needs telling of: the members are gone, or their deletion says it).
@@ -387,21 +399,25 @@ def decide(o: Observed) -> Action:
         gone = tuple(j.job_id for j in o.jobs if not j.ended and j.job_id not in o.cancel_sent)
         if not gone:
             return Nothing()
-        why = _gone_why(o)
+        cause, why = _gone(o)
         if group is None or group.podgroup is None:
-            return Cancel(gone, why)
+            return Cancel(gone, cause, why)
         # The group's object outlives its Pods: it tells what became of its job.
         jobs = ", ".join(map(str, gone))
         return Cancel(
-            gone, why, (), EVENT_JOB_CANCELLED, f"Slurm job {jobs} cancelled: {why}", group.podgroup
+            gone, cause, why, (), EVENT_JOB_CANCELLED, f"Slurm job {jobs} cancelled: {why}", group.podgroup
         )
     job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
     if job_live and job is not None and group is not None and _podgroup_deleted(o.key, group):
-        return Cancel((job.job_id,), "its PodGroup was deleted")
+        return Cancel((job.job_id,), CancelCause.PODGROUP_DELETED, "its PodGroup was deleted")
     extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
     if extra:
         whose = "the Pod" if alone else "the group"
-        return Cancel(extra, f"a second job for {whose} (a submit retried after its answer was lost)")
+        return Cancel(
+            extra,
+            CancelCause.DUPLICATE,
+            f"a second job for {whose} (a submit retried after its answer was lost)",
+        )
     if group is None:
         return Nothing()
     replaced: int | None = None
@@ -424,8 +440,8 @@ def decide(o: Observed) -> Action:
             unwanted = o.submitted_job_id
         if unwanted is not None and unwanted not in o.cancel_sent and not any(_bound(m) for m in live):
             if alone:
-                return Cancel((unwanted,), "the Pod was refused before it was bound")
-            return Cancel((unwanted,), "a member was refused before the group was bound")
+                return Cancel((unwanted,), CancelCause.REFUSED, "the Pod was refused before it was bound")
+            return Cancel((unwanted,), CancelCause.REFUSED, "a member was refused before the group was bound")
         return Nothing()
     unbound = tuple(m for m in live if not _bound(m))
     if group.waiting_for:
@@ -494,16 +510,17 @@ def _uid(pod: JSON) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
 
 
-def _gone_why(o: Observed) -> str:
+def _gone(o: Observed) -> tuple[CancelCause, str]:
     if o.group is not None and not o.group.alone:
         if o.members and all(_preempted(m) for m in o.members):
-            return "kube-scheduler preempted every member of the group (workload-aware preemption)"
-        return "every member of the group is gone"
+            why = "kube-scheduler preempted every member of the group (workload-aware preemption)"
+            return CancelCause.MEMBERS_GONE, why
+        return CancelCause.MEMBERS_GONE, "every member of the group is gone"
     if not o.members:
-        return "Pod deleted"
+        return CancelCause.POD_DELETED, "Pod deleted"
     if (o.members[0].get("metadata") or {}).get("deletionTimestamp"):
-        return "Pod is being deleted"
-    return "Pod finished"
+        return CancelCause.MEMBERS_GONE, "Pod is being deleted"
+    return CancelCause.MEMBERS_GONE, "Pod finished"
 
 
 def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> Delete | None:
@@ -837,6 +854,7 @@ def _cancel_outgrown(group: groups.Group, job: JobStatus, live: tuple[JSON, ...]
     wanted, asked = group.min_count, job.job.node_count
     return Cancel(
         (job.job_id,),
+        CancelCause.OUTGROWN,
         f"{_size_name(group)} grew to {wanted}, past the {asked} nodes the pending job asks for",
         live,
         EVENT_JOB_OUTGROWN,

@@ -30,13 +30,15 @@ from tandem.scheduler.caches import (
     Informers,
     node_index,
 )
-from tandem.scheduler.controller import Controller, ControllerSettings, Writers
+from tandem.scheduler.controller import Controller
+from tandem.scheduler.controller_settings import ControllerSettings
 from tandem.scheduler.dra_source import (
     BY_EXTENDED_OWNER,
     BY_SLICE_NODE,
     DraCaches,
     slice_node_index,
 )
+from tandem.scheduler.hands import Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import KillWaitSource
 from tandem.scheduler.policy_source import PolicySource

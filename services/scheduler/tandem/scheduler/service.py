@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from tandem.scheduler.controller import Controller
+from tandem.scheduler.placements import placement
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
@@ -24,7 +25,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
                 f"no Pod {request.pod_namespace}/{request.pod_name} with this scheduler's name in scope",
             )
             raise AssertionError("abort raises")
-        return scheduler_pb2.GetPlacementResponse(placement=self.controller.placement(pod))
+        return scheduler_pb2.GetPlacementResponse(placement=placement(self.controller, pod))
 
     def ListPlacements(
         self, request: scheduler_pb2.ListPlacementsRequest, context: grpc.ServicerContext
@@ -35,4 +36,4 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             if not request.pod_namespace or p["metadata"]["namespace"] == request.pod_namespace
         ]
         pods.sort(key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
-        return scheduler_pb2.ListPlacementsResponse(placements=[self.controller.placement(p) for p in pods])
+        return scheduler_pb2.ListPlacementsResponse(placements=[placement(self.controller, p) for p in pods])

@@ -35,6 +35,7 @@ from tandem.syncer.locking import (
 from tandem.syncer.nodefacts import NODE_KEY_PREFIX
 from tandem.syncer.nodesync import CONDITION, NodeFacts, Plan, decide
 from tandem.syncer.writes import LockWrites
+from tandem.transient import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,8 @@ class NodeSync:
                 refused = e
             self._apply_lock(key, f, plan.lock)
         except Exception as e:
-            unreachable = isinstance(e, KubeError) and (e.status == 0 or e.status >= 500)
-            self.store.passed(key, f.memory.seq, str(e) or type(e).__name__, unreachable)
+            not_reached = isinstance(e, KubeError) and unreachable(e.status)
+            self.store.passed(key, f.memory.seq, str(e) or type(e).__name__, not_reached)
             raise
         self.store.passed(key, f.memory.seq)
         if refused is not None:

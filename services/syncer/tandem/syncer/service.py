@@ -26,6 +26,7 @@ from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import Batch, SlurmMirror
 from tandem.syncer.steps import Steps, run_async
+from tandem.transient import unreachable
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         try:
             self.slurm.drain_node(request.slurm_node, reason)
         except SlurmApiError as e:
-            code = grpc.StatusCode.UNAVAILABLE if e.status in (0, 502, 503, 504) else grpc.StatusCode.INTERNAL
+            code = grpc.StatusCode.UNAVAILABLE if unreachable(e.status) else grpc.StatusCode.INTERNAL
             context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
         return syncer_pb2.DrainNodeResponse(drained=True)
 

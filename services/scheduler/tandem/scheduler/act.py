@@ -1,0 +1,200 @@
+"""Carrying out one decision (tandem.scheduler.decide's Action) through the writers: each kind of
+action is one small step. Nothing here decides; a step that fails raises for the runner's backoff
+(tandem.runner), and what was written before it is remembered (tandem.scheduler.assumed) so the
+retry does not write it twice."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tandem import placeholder, tracing
+from tandem.kube import JSON, object_key, parse_rfc3339
+from tandem.metrics import REGISTRY
+from tandem.runner import NotYet, Requeue
+from tandem.scheduler import decide as d
+from tandem.scheduler import groups, jobspec
+from tandem.scheduler.gpuclaims import ClaimWrite
+from tandem.scheduler.hands import Hands
+from tandem.scheduler.submitting import PODS_VALIDATED, submit
+from tandem.scheduler.validation import Problem
+from tandem.slurm.models import JobStatus
+
+log = logging.getLogger(__name__)
+
+BIND_SECONDS = REGISTRY.histogram("tandem_bind_seconds", "time from the job's script start to the Pod bound")
+CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
+    "tandem_pod_create_to_bound_seconds",
+    "time from Pod creation to binding",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+
+
+def act(
+    h: Hands,
+    cfg: jobspec.PlaceholderConfig,
+    o: d.Observed,
+    action: d.Action,
+    all_bound: Callable[[str], None] = lambda key: None,
+) -> Requeue:
+    """`all_bound`: told a key whose members this action left all bound."""
+    match action:
+        case d.Nothing():
+            return None
+        case d.Wait(why=why):
+            raise NotYet(why)
+        case d.Later(after=after):
+            return after
+        case d.Cancel():
+            cancel(h, o.key, action)
+            return None
+    group = o.group
+    assert group is not None  # every other action is about Pods that are there
+    match action:
+        case d.Reject(pods=pods, message=message, problems=problems):
+            reject(h, group, pods, message, problems)
+        case d.Warn(pods=pods, reason=reason, message=message):
+            for pod in pods:
+                h.announce.event(pod, "Warning", reason, message)
+        case d.Refuse(pods=pods, reason=reason, message=message):
+            h.announce.refuse(group, pods, reason, message)
+        case d.Submit():
+            submit(h, cfg, group, action, o.kill_wait)
+        case d.Record(pods=pods, job_id=job_id):
+            for pod in pods:
+                h.record(pod, job_id)
+        case d.Pend(pods=pods, reason=reason, message=message, event=event):
+            h.announce.pend(group, pods, reason, message, event)
+        case d.Nominate(placements=placements):
+            for placement in placements:
+                h.writers.pods.nominate(placement.pod, placement.kube_node)
+        case d.Exclude():
+            exclude(h, o.key, action)
+        case d.MakeClaims():
+            make_claims(h, action)
+        case d.Bind():
+            bind_all(h, o, group, action, all_bound)
+        case d.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
+            for pod in pods:
+                h.announce.event(pod, type_, reason, message)
+                h.writers.pods.delete(pod)
+    return None
+
+
+def reject(
+    h: Hands, group: groups.Group, pods: tuple[JSON, ...], message: str, problems: tuple[Problem, ...]
+) -> None:
+    for pod in pods:
+        h.writers.pods.set_unscheduled(pod, d.REASON_INVALID, message)
+        h.announce.event(pod, "Warning", "FailedValidation", message)
+        log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
+    for problem in problems:
+        PODS_VALIDATED.inc(result="invalid", reason=problem.reason)
+    h.announce.group_status(group, False, "Unschedulable", message, event=("Warning", "FailedValidation"))
+
+
+def exclude(h: Hands, key: str, action: d.Exclude) -> None:
+    # A het job's components each keep their own list (Slurm sets the one asked).
+    for each in action.component_ids or (action.job_id,):
+        h.writers.slurm.set_excluded_nodes(each, action.hostlist)
+    h.remember_excludes(action.job_id, action.hostlist)
+    log.info("excluded nodes updated", extra={"pod": key, "job": action.job_id, "excluded": action.hostlist})
+
+
+def make_claims(h: Hands, action: d.MakeClaims) -> None:
+    """The claims made for Pods asking nvidia.com/gpu; a stale one dropped first (a later pass makes
+    its replacement once the informer shows it gone)."""
+    for claim, why in action.stale:
+        h.writers.claims.drop(claim, why)
+    if not action.stale:
+        for pod, manifest in action.new:
+            made = h.writers.claims.make(pod, manifest)
+            h.assumed.made_claims.assume(str(pod["metadata"]["uid"]), made)
+
+
+def bind_all(
+    h: Hands, o: d.Observed, group: groups.Group, action: d.Bind, all_bound: Callable[[str], None]
+) -> None:
+    job = action.job
+    for placement in action.placements:
+        uid = str(placement.pod["metadata"]["uid"])
+        writes = action.claims.get(uid, ())
+        h.writers.claims.allocate(placement.pod, writes)
+        if uid in action.pod_statuses:
+            h.writers.pods.extended_claim_status(placement.pod, action.pod_statuses[uid])
+        bind(h, placement.pod, job, placement.slurm_node, placement.kube_node, writes)
+    bound = {str(p.pod["metadata"]["uid"]) for p in action.placements}
+    unbound = [
+        m
+        for m in o.members
+        if str(m["metadata"]["uid"]) not in bound and not (m.get("spec") or {}).get("nodeName")
+    ]
+    if unbound:
+        return
+    all_bound(o.key)
+    where = f", {action.landed}" if action.landed else ""
+    h.announce.group_status(
+        group,
+        True,
+        "Scheduled",
+        f"all members bound to the nodes of Slurm job {job.job_id}{where}",
+        # Only where a person asked for a domain: the Event says which one.
+        ("Normal", "Scheduled") if action.landed else None,
+    )
+
+
+def bind(
+    h: Hands, pod: JSON, job: JobStatus, slurm_node: str, kube_node: str, writes: tuple[ClaimWrite, ...] = ()
+) -> None:
+    job_id = job.job_id
+    picked_up = time.monotonic()
+    with tracing.span(
+        "bind pod",
+        parent=h.jobs.trace_context.get(job_id),
+        attributes={"k8s.pod": object_key(pod), "k8s.node": kube_node, "slurm.job_id": job_id},
+    ):
+        h.writers.pods.bind(pod, kube_node)
+    h.assumed.bound.assume(str(pod["metadata"]["uid"]), kube_node)
+    started = h.jobs.started_at.get(job_id, picked_up)
+    BIND_SECONDS.observe(time.monotonic() - started)
+    created = parse_rfc3339(pod["metadata"].get("creationTimestamp"))
+    if created is not None:
+        CREATE_TO_BOUND_SECONDS.observe(max(0.0, time.time() - created.timestamp()))
+    log.info(
+        "pod bound",
+        extra={
+            "pod": object_key(pod),
+            "job": job_id,
+            "node": slurm_node,
+            "kube_node": kube_node,
+            "queued_ms": round((picked_up - started) * 1000, 1),
+            "bind_ms": round((time.monotonic() - picked_up) * 1000, 1),
+        },
+    )
+    devices = [f"{w.name}: {', '.join(w.devices)}" for w in writes]
+    claimed = f"; claims allocated the GPUs Slurm chose ({'; '.join(devices)})" if devices else ""
+    h.announce.event(
+        pod,
+        "Normal",
+        "Scheduled",
+        f"Successfully assigned {object_key(pod)} to {kube_node}"
+        f" (Slurm job {job_id} on {slurm_node}{claimed})",
+    )
+
+
+def cancel(h: Hands, key: str, action: d.Cancel) -> None:
+    for job_id in action.job_ids:
+        log.info("cancelling job", extra={"pod": key, "job": job_id, "why": action.why})
+        h.writers.slurm.cancel_job(job_id)
+        h.assumed.cancelled.assume(str(job_id), True)
+    if groups.is_group_key(key):
+        h.assumed.submitted.forget(key)
+    elif action.cause is d.CancelCause.POD_DELETED:
+        for job in h.jobs.for_pod_key(key):
+            ref = placeholder.pod_of(job.job)
+            if ref is not None:
+                h.assumed.submitted.forget(ref.uid)  # deleted before its annotation was seen
+                h.assumed.recorded.forget(ref.uid)
+    for target in (*action.pods, *((action.subject,) if action.subject is not None else ())):
+        h.announce.event(target, "Normal", action.event_reason, action.message)

@@ -1,0 +1,288 @@
+"""Observing one placement key: the members a key places (a Pod alone, a gang, a composite), its
+Slurm jobs and everything `decide` reads, as a snapshot of plain values (tandem.scheduler.decide.
+Observed), with this process's writes its caches do not show yet (tandem.scheduler.assumed). No
+API call and no write: the placement view (tandem.scheduler.placements) observes too."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from tandem import keys
+from tandem.dra import extended
+from tandem.dra.claims import PodGpus
+from tandem.dra.shape import at
+from tandem.dra.slices import NodeDevices
+from tandem.kube import JSON, pod_finished
+from tandem.scheduler import decide as d
+from tandem.scheduler import eligibility, groups, podmemo
+from tandem.scheduler.assumed import Assumed
+from tandem.scheduler.caches import BY_GROUP, BY_PARENT, Caches
+from tandem.scheduler.controller_settings import ControllerSettings
+from tandem.scheduler.jobs import JobTracker
+from tandem.scheduler.killwait_source import FROM_DEFAULT, KillWait
+from tandem.slurm.models import JobStatus
+
+# What observe() shows while Slurm's KillWait is not known yet (a reconcile waits instead).
+UNKNOWN_KILL_WAIT = KillWait(30.0, f"{FROM_DEFAULT} (not read from Slurm yet)")
+
+
+class Observer:
+    def __init__(
+        self, caches: Caches, jobs: JobTracker, assumed: Assumed, settings: ControllerSettings
+    ) -> None:
+        self.caches = caches
+        self.jobs = jobs
+        self.assumed = assumed
+        self.settings = settings
+
+    def in_gang(self, pod: JSON) -> bool:
+        gkey = groups.group_key(pod)
+        if gkey is None:
+            return False
+        if self.caches.placement_key(gkey) != gkey:
+            return True  # a child of a gang CompositePodGroup
+        return (
+            groups.resolve(gkey, self.caches.pods.by_index(BY_GROUP, gkey), self.caches.podgroups.get)
+            is not None
+        )
+
+    def members_and_jobs(self, key: str) -> tuple[tuple[JSON, ...], groups.Group | None, list[JobStatus]]:
+        """The Pods a key places, what they are (a group, or a Pod alone) and every job it has."""
+        composite = groups.composite_key(key)
+        if composite is not None:
+            children = self.caches.podgroups.by_index(BY_PARENT, composite)
+            members = tuple(
+                pod
+                for child in children
+                for pod in self.caches.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
+                if not gated(pod)
+            )
+            group = groups.resolve_composite(key, self.caches.composites.get(composite), children, members)
+            return members, group, self.jobs.for_pod_key(key)
+        if groups.is_group_key(key):
+            members = tuple(p for p in self.caches.pods.by_index(BY_GROUP, key) if not gated(p))
+            return (
+                members,
+                groups.resolve(key, members, self.caches.podgroups.get),
+                self.jobs.for_pod_key(key),
+            )
+        pod = self.caches.pods.get(key)
+        if pod is None:
+            return (), groups.alone(key, None), self.jobs.for_pod_key(key)  # deleted: by its name
+        return (pod,), groups.alone(key, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
+
+    def _as_bound(self, pod: JSON) -> JSON:
+        """The Pod as this process bound it, while the informer's copy does not show that yet."""
+        if (pod.get("spec") or {}).get("nodeName"):
+            return pod
+        node = self.assumed.bound.get(str(pod["metadata"]["uid"]))
+        return pod if node is None else {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
+
+    def observe(self, key: str, kill_wait: KillWait | None = None) -> d.Observed:
+        """A snapshot of plain values: everything decide reads but the fits (decide asks for
+        them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
+        by the placement view) Slurm's default while none is known."""
+        kill_wait = kill_wait or self.settings.kill_wait() or UNKNOWN_KILL_WAIT
+        members, group, jobs = self.members_and_jobs(key)
+        members = tuple(self._as_bound(pod) for pod in members)
+        recorded: dict[str, int] = {}
+        for pod in members:
+            uid = str(pod["metadata"]["uid"])
+            written = self.assumed.recorded.get(uid, version(pod))
+            carried = written if written is not None else d.recorded_job_id(pod)
+            if carried is not None:
+                recorded[uid] = carried
+        submitted = self.assumed.submitted.get(owner(key, members))
+        if submitted is not None and any(j.job_id == submitted for j in jobs):
+            submitted = None  # the stream shows it now
+        wanted = set(recorded.values()) or ({submitted} if submitted is not None else set())
+        job = _job_of(jobs, wanted)
+        duplicates: tuple[int, ...] = ()
+        if job is not None and job.job_id in recorded.values():
+            duplicates = tuple(j.job_id for j in jobs if not j.ended and j is not job)
+        hosts = self._hosts(job)
+        gpus: dict[str, PodGpus] = {}
+        claims: dict[str, JSON] = {}
+        devices: dict[str, NodeDevices | str] = {}
+        class_config: dict[str, tuple[JSON, ...]] = {}
+        extended_class = ""
+        dra_served: frozenset[str] = frozenset()
+        extended_claims: dict[str, JSON] = {}
+        if self.caches.dra is not None:
+            for pod in members:
+                found = self.caches.dra.pod_gpus(pod)
+                if found is not None:
+                    gpus[str(pod["metadata"]["uid"])] = found
+            if job is not None and job.job.nodes and any(_asks_gpus(m) for m in members):
+                extended_class = self.caches.dra.extended_class()
+                if extended_class:
+                    dra_served = frozenset(h for h in hosts.values() if self._serves_gpus_by_dra(h))
+                    for pod in members:
+                        uid = str(pod["metadata"]["uid"])
+                        made = self.caches.dra.extended_claim(pod) or self.assumed.made_claims.get(uid)
+                        if made is not None:
+                            extended_claims[uid] = made
+            if job is not None and job.job.nodes and (any(g.requests for g in gpus.values()) or dra_served):
+                # What the bind writes the claims' allocations from.
+                claims = self.caches.dra.claims_of(members)
+                devices = self.caches.dra.devices(hosts.values())
+                class_config = self.caches.dra.class_config()
+        return d.Observed(
+            key,
+            group,
+            members,
+            job=job,
+            jobs=tuple(jobs),
+            recorded=recorded,
+            submitted_job_id=submitted,
+            duplicates=duplicates,
+            cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
+            hosts=hosts,
+            node_labels=self._node_labels(hosts.values()),
+            slurm_nodes=self.jobs.slurm_node_count(),
+            fits=d.NOT_JUDGED,
+            job_excludes=self._job_excludes(job),
+            kill_wait=kill_wait.seconds,
+            kill_wait_source=kill_wait.source,
+            reject_static_cpu=self.settings.reject_static_cpu,
+            policy=self.settings.policy(),
+            job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
+            gpus=gpus,
+            claims=claims,
+            devices=devices,
+            class_config=class_config,
+            extended_class=extended_class,
+            dra_served=dra_served,
+            extended_claims=extended_claims,
+            topology=self.settings.topology(),
+        )
+
+    def _node_labels(self, kube_nodes: Iterable[str]) -> dict[str, Mapping[str, str]]:
+        """The labels of the job's Nodes the Node informer holds (none when no Node is watched)."""
+        cluster = self.caches.cluster
+        if cluster is None:
+            return {}
+        found = {n: cluster.nodes.get(n) for n in kube_nodes}
+        return {n: at(node, "metadata", "labels") or {} for n, node in found.items() if node is not None}
+
+    def _serves_gpus_by_dra(self, kube_node: str) -> bool:
+        node = self.caches.cluster.nodes.get(kube_node) if self.caches.cluster is not None else None
+        allocatable = at(node, "status", "allocatable") or {}
+        return (
+            node is not None
+            and self.caches.dra is not None
+            and extended.served_by_dra(allocatable)
+            and self.caches.dra.has_devices(kube_node)
+        )
+
+    def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
+        return frozenset(j for j in job_ids if self.assumed.cancelled.get(str(j)) is not None)
+
+    def _hosts(self, job: JobStatus | None) -> dict[str, str]:
+        """Slurm node -> the Node hosting it, for the job's nodes the syncer has published."""
+        nodes = job.job.nodes if job is not None else ()
+        return {s: host for s in nodes if (host := self.jobs.kube_node(s)) is not None}
+
+    def fits(
+        self, members: tuple[JSON, ...], job: JobStatus | None
+    ) -> dict[str, eligibility.Eligibility] | None:
+        """Member uid -> which Slurm nodes' Nodes would take it now, for the members that may still
+        need it (not bound, no job running); None when no Node is watched."""
+        cluster = self.caches.cluster
+        if cluster is None:
+            return None
+        fits: dict[str, eligibility.Eligibility] = {}
+        hosts: Mapping[str, str] | None = None
+        nodes: Mapping[str, JSON] = {}
+        for pod in members:
+            if not _may_need_a_fit(pod, job):
+                continue
+            try:
+                requests = podmemo.requests(pod)
+            except ValueError:
+                continue  # validation reports it
+            if hosts is None:
+                hosts, nodes = self.jobs.kube_nodes(), cluster.nodes.snapshot()
+            fit = eligibility.judge(
+                pod,
+                requests,
+                hosts,
+                nodes,
+                cluster.rooms.room,
+                self._dra_gpus() if requests.get(keys.GPU_RESOURCE, 0) > 0 else None,
+            )
+            fits[str(pod["metadata"]["uid"])] = self._with_whole_gpu_types(pod, fit, hosts)
+        return fits
+
+    def _with_whole_gpu_types(
+        self, pod: JSON, fit: eligibility.Eligibility, hosts: Mapping[str, str]
+    ) -> eligibility.Eligibility:
+        """The fit, with the whole-GPU types of the Nodes it leaves when the Pod's claims ask whole
+        GPUs of no product (the job must name one: decide picks it)."""
+        gpus = self.caches.dra.pod_gpus(pod) if self.caches.dra is not None else None
+        if self.caches.dra is None or gpus is None or not gpus.needs_whole_type:
+            return fit
+        excluded = set(fit.excluded)
+        candidates = {h for s, h in hosts.items() if h and s not in excluded}
+        types = frozenset(t for h in candidates for t in self.caches.dra.whole_gpu_types(h))
+        return dataclasses.replace(fit, whole_gpu_types=types)
+
+    def _dra_gpus(self) -> eligibility.DraGpus | None:
+        if self.caches.dra is None:
+            return None
+        return eligibility.DraGpus(self.caches.dra.extended_class(), self.caches.dra.has_devices)
+
+    def _job_excludes(self, job: JobStatus | None) -> frozenset[str] | None:
+        if job is None or job.job.excluded_nodes:
+            return None  # Slurm says
+        return self.assumed.excludes.get(str(job.job_id))
+
+
+def owner(key: str, members: tuple[JSON, ...]) -> str:
+    """Whose submit is remembered: a group's key, a Pod alone's uid (a Pod of the same name made
+    again is another Pod)."""
+    if groups.is_group_key(key) or not members:
+        return key
+    return str(members[0]["metadata"]["uid"])
+
+
+def version(obj: JSON) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def gated(pod: JSON) -> bool:
+    """The Pod still has scheduling gates (Kueue's admission gate on a Pod group's members, for
+    one): like kube-scheduler, Tandem neither places it nor counts it as a member until they are
+    gone. Gates are only ever removed, so a gated Pod has no job to mind."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
+
+
+def _may_need_a_fit(pod: JSON, job: JobStatus | None) -> bool:
+    """Whether deciding may ask which Nodes would take the Pod: only before its job runs."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or pod_finished(pod) or d.refused(pod):
+        return False
+    return job is None or job.ended or job.pending
+
+
+def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None:
+    """The job of a Pod or group: the live one its members recorded, else any live one, else one
+    they recorded, else the newest."""
+    live = [j for j in candidates if not j.ended]
+    for j in live:
+        if j.job_id in recorded:
+            return j
+    if live:
+        return live[-1]
+    for j in candidates:
+        if j.job_id in recorded:
+            return j
+    return candidates[-1] if candidates else None
+
+
+def _asks_gpus(pod: JSON) -> bool:
+    try:
+        return podmemo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
+    except ValueError:
+        return False

@@ -1,0 +1,156 @@
+"""The Submit step: a placeholder job for a Pod alone or one job for a whole group, submitted as
+the Pods' user, its id recorded on every member; Slurm's answer sorted into retried (not reached,
+or its topology being rewritten) and refused for good (the Pod's or group's Event says why)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from tandem import tracing
+from tandem.kube import JSON
+from tandem.metrics import REGISTRY
+from tandem.runner import NotYet
+from tandem.scheduler import decide as d
+from tandem.scheduler import groups, jobspec
+from tandem.scheduler.hands import Hands
+from tandem.scheduler.observe import owner
+from tandem.slurm.dialects import UnsupportedBySlurm
+from tandem.slurm.models import JobSpec
+from tandem.slurm.rest import SlurmApiError, waits_for_topology
+from tandem.transient import unreachable
+
+log = logging.getLogger(__name__)
+
+PODS_VALIDATED = REGISTRY.counter(
+    "tandem_pods_validated_total",
+    "Pods checked before a job is made, by result and failing field (once per Pod)",
+    ["result", "reason"],
+)
+JOBS_SUBMITTED = REGISTRY.counter("tandem_jobs_submitted_total", "placeholder job submissions", ["result"])
+SUBMIT_SECONDS = REGISTRY.histogram("tandem_submit_seconds", "time to submit a placeholder job")
+
+
+def submit(
+    h: Hands, placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: d.Submit, kill_wait: float
+) -> None:
+    attributes = (
+        {"k8s.pod": group.key} if group.alone else {"k8s.group": group.key, "members": len(action.members)}
+    )
+    with tracing.span(
+        "submit placeholder job" if group.alone else "submit group job", attributes=attributes
+    ) as span:
+        for pod, result in zip(action.members, action.validations, strict=True):
+            h.announce.warn_before_submit(pod, result)
+        spec = jobspec.with_trace_context(
+            job_spec(placeholder, group, action, kill_wait), tracing.current_traceparent()
+        )
+        started = time.monotonic()
+        try:
+            # Root submits on the Pod user's behalf (as SUNK does over RPC): uid, gid and priority
+            # all apply.
+            job_id = h.writers.slurm.submit_job(spec)
+        except (SlurmApiError, UnsupportedBySlurm) as e:
+            _not_submitted(h, group, action.members, e)
+            return
+        JOBS_SUBMITTED.inc(result="ok")
+        for _ in action.members:
+            PODS_VALIDATED.inc(result="valid", reason="")
+        span.set_attribute("slurm.job_id", job_id)
+        SUBMIT_SECONDS.observe(time.monotonic() - started)
+        _submitted(h, group, action.members, spec, job_id)
+
+
+def job_spec(
+    placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: d.Submit, kill_wait: float
+) -> JobSpec:
+    """`kill_wait`: the KillWait the members were validated against, which the placeholder script
+    is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
+    cfg = dataclasses.replace(
+        placeholder, environment={**placeholder.environment, "TANDEM_KILL_WAIT": str(int(kill_wait))}
+    )
+    return jobspec.build_group_job_spec(
+        group.ref,
+        action.members,
+        cfg,
+        [v.requests for v in action.validations],
+        action.excluded,
+        action.validations[0].job_annotations,  # the members agree (validation.disagreements)
+        action.components,
+        [v.gpu_type for v in action.validations],
+        action.domains,
+    )
+
+
+def _not_submitted(
+    h: Hands, group: groups.Group, members: tuple[JSON, ...], e: SlurmApiError | UnsupportedBySlurm
+) -> None:
+    """Retried (raises for the runner's backoff) or refused for good."""
+    what = "the placeholder job" if group.alone else "the group's job"
+    if isinstance(e, UnsupportedBySlurm):
+        JOBS_SUBMITTED.inc(result="refused")
+        who = "this Pod" if group.alone else group.title
+        h.announce.refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm cannot run {who}: {e}")
+        return
+    if unreachable(e.status):
+        JOBS_SUBMITTED.inc(result="error")
+        h.announce.pend(
+            group,
+            members,
+            d.REASON_SLURM_UNAVAILABLE,
+            f"cannot submit {what}, retrying: {e.summary}",
+            d.REASON_SLURM_UNAVAILABLE,
+        )
+        raise e
+    if waits_for_topology(e):
+        # Not the Pod's fault: Slurm's topology does not join its nodes now (being rewritten, say).
+        # Refused for good, it would stay Pending with no job for ever.
+        JOBS_SUBMITTED.inc(result="error")
+        h.announce.pend(
+            group,
+            members,
+            d.REASON_UNSCHEDULABLE,
+            f"Slurm cannot place {what} on its topology as it is now, retrying: {e.summary}",
+            "FailedScheduling",
+        )
+        raise NotYet(f"Slurm's topology does not join {what}'s nodes yet") from e
+    JOBS_SUBMITTED.inc(result="refused")
+    refused = "the placeholder job" if group.alone else f"the job of {group.title}"
+    h.announce.refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
+
+
+def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: JobSpec, job_id: int) -> None:
+    """Remembered until the job stream shows it, recorded on every member, and (for a group) said."""
+    h.assumed.submitted.assume(owner(group.key, members), job_id)
+    h.remember_excludes(job_id, spec.excluded_nodes)
+    h.jobs.announce(job_id, spec.name)
+    log.info(
+        "placeholder job submitted",
+        extra={
+            "pod": group.key,
+            "job": job_id,
+            "nodes": len(members),
+            "uid": spec.user_id,
+            "gid": spec.group_id,
+        },
+    )
+    for pod in members:
+        h.record(pod, job_id)
+    if group.alone:
+        # No Event: a Pod alone reads its job in its PodScheduled condition while the job pends
+        # and in its Scheduled Event once bound, as kube-scheduler's Pods do; one Event more was a
+        # quarter of the API requests Tandem made per Pod (issue 22).
+        return
+    where = f" to partition {spec.partition}" if spec.partition else ""
+    if spec.components:
+        parts = ", ".join(
+            f"{c.nodes} for {g.name}" for c, g in zip(spec.components, group.components, strict=False)
+        )
+        message = (
+            f"heterogeneous job {job_id} for {group.title} ({len(members)} nodes, one per member: "
+            f"{parts}; each sized for its own members) submitted{where}"
+        )
+    else:
+        message = f"job {job_id} for {group.title} ({spec.nodes} nodes, one per member) submitted{where}"
+    h.announce.group_event(group, members, "Normal", "SlurmJobSubmitted", message)
