@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tandem import keys, placeholder
+from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups, jobspec
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.dialects import Dialect
 from tandem.slurm.hostlist import HostlistTooLarge
@@ -55,11 +55,11 @@ def fits_but(*unfit: str) -> Eligibility:
 @pytest.mark.parametrize("key", [keys.EXCLUDED_NODES, keys.REQUIRED_NODES])
 def test_a_new_pod_is_rejected_with_the_cap_in_its_event_and_nothing_expanded(key: str) -> None:
     pod = make_pod({key: HUGE})
-    observed = d.Observed(
+    observed = actions.Observed(
         REF.key, groups.alone(REF.key, pod), (pod,), kill_wait=30, fits={REF.uid: fits_but("gpu-1")}
     )
     action, peak = peak_bytes(lambda: d.decide(observed))
-    assert isinstance(action, d.Reject)
+    assert isinstance(action, actions.Reject)
     assert action.message == f"invalid for Slurm: metadata.annotations[{key}]: {REFUSED}"
     assert peak < 1024 * 1024
 
@@ -71,7 +71,7 @@ def test_a_pod_edited_after_its_job_was_submitted_is_rejected_before_its_exclude
     pending = JobStatus(
         Job(7, placeholder.job_name(REF, SCHEDULER), "PENDING", "Resources", (), "cpu"), started=False
     )
-    observed = d.Observed(
+    observed = actions.Observed(
         REF.key,
         groups.alone(REF.key, pod),
         (pod,),
@@ -82,7 +82,7 @@ def test_a_pod_edited_after_its_job_was_submitted_is_rejected_before_its_exclude
         fits={REF.uid: fits_but("gpu-1")},
     )
     action, peak = peak_bytes(lambda: d.decide(observed))
-    assert isinstance(action, d.Reject)
+    assert isinstance(action, actions.Reject)
     assert peak < 1024 * 1024
 
 
@@ -99,9 +99,9 @@ def test_a_group_with_a_huge_hostlist_is_rejected_on_every_member() -> None:
         member = make_pod({keys.EXCLUDED_NODES: HUGE}, name=f"train-{i}")
         member["spec"]["schedulingGroup"] = {"podGroupName": "train"}
         members.append(member)
-    observed = d.Observed("default/pg:train", group, tuple(members), slurm_nodes=8, kill_wait=30)
+    observed = actions.Observed("default/pg:train", group, tuple(members), slurm_nodes=8, kill_wait=30)
     action, peak = peak_bytes(lambda: d.decide(observed))
-    assert isinstance(action, d.Reject) and len(action.pods) == 2
+    assert isinstance(action, actions.Reject) and len(action.pods) == 2
     assert REFUSED in action.message
     assert peak < 1024 * 1024
 

@@ -12,12 +12,12 @@ from unittest import mock
 
 import pytest
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, reasons
 from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Runner, TerminalError
+from tandem.scheduler import actions, decide, groups, podstate
 from tandem.scheduler import caches as ctl
-from tandem.scheduler import decide, groups
 from tandem.scheduler.act import act
 from tandem.scheduler.caches import POD_INDEXES, Caches
 from tandem.scheduler.controller import Controller
@@ -488,7 +488,7 @@ def test_a_submit_refused_for_slurms_topology_as_it_is_now_is_tried_again(error:
     assert condition["reason"] == "Unschedulable", condition
     assert "topology as it is now, retrying" in condition["message"]
     pods.pods[POD.key] = {**_pod(), "status": {"conditions": [condition]}}
-    assert not decide.refused(pods.pods[POD.key])
+    assert not podstate.refused(pods.pods[POD.key])
     controller.reconcile(POD.key)  # the runner's retry: submitted this time
     assert slurm.submit_job.call_count == 2
 
@@ -652,7 +652,7 @@ def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
     controller, slurm, _ = _controller(pods, _tracker())
     slurm.submit_job.return_value = 7
     observed, action = controller.decision(POD.key)
-    assert isinstance(action, decide.Submit)
+    assert isinstance(action, actions.Submit)
     pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
     act(controller.hands, controller.settings.placeholder, observed, action)
     spec = slurm.submit_job.call_args.args[0]
@@ -753,7 +753,7 @@ def test_each_decision_reads_kill_wait_as_it_is_now_and_the_job_is_told_it() -> 
     now = KillWait(30.0, "Slurm's running configuration")
     controller.settings.kill_wait = lambda: now
     _, action = controller.decision(POD.key)
-    assert isinstance(action, decide.Reject)
+    assert isinstance(action, actions.Reject)
     assert "(KillWait 30s minus 5s, KillWait from Slurm's running configuration), got 40" in action.message
     now = KillWait(60.0, "slurm.conf at /etc/slurm/slurm.conf")  # raised in Slurm: no restart
     slurm.submit_job.return_value = 7
@@ -965,7 +965,7 @@ def test_a_job_just_pending_writes_nothing_and_comes_back_when_its_reason_would_
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=time.monotonic() + after):
         assert controller.reconcile(POD.key) is None
     (path, patch), _ = kube.strategic_patch.call_args
-    assert path.endswith("/status") and patch["status"]["conditions"][0]["reason"] == decide.REASON_PENDING
+    assert path.endswith("/status") and patch["status"]["conditions"][0]["reason"] == reasons.REASON_PENDING
 
 
 def test_a_running_pods_kubelet_reports_queue_nothing_and_its_deletion_does() -> None:

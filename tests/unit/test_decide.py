@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, reasons
+from tandem.scheduler import actions, groups, placements, podstate, policy
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups, policy
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
 
@@ -84,12 +84,12 @@ def job(
     )
 
 
-def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.Observed:
+def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> actions.Observed:
     """The snapshot of the Pod alone, as the controller observes it: a group of one."""
-    recorded = kw.pop("recorded", d.recorded_job_id(p) if p is not None else None)
+    recorded = kw.pop("recorded", podstate.recorded_job_id(p) if p is not None else None)
     fit: Eligibility | None = kw.pop("fit", None)
     fits = kw.pop("fits", {REF.uid: fit} if fit is not None else None)
-    return d.Observed(
+    return actions.Observed(
         REF.key,
         groups.alone(REF.key, p),
         (p,) if p is not None else (),
@@ -108,7 +108,7 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> d.O
 THE_POD: tuple[dict[str, Any], ...] = ({"the": "Pod"},)
 
 
-def _the_pod_in(expected: Any, observed: d.Observed) -> Any:
+def _the_pod_in(expected: Any, observed: actions.Observed) -> Any:
     """The expected action with THE_POD replaced by the row's Pod."""
     if not is_dataclass(expected) or isinstance(expected, type):
         return expected
@@ -124,52 +124,52 @@ def _the_pod_in(expected: Any, observed: d.Observed) -> Any:
     return replace(expected, **changes)
 
 
-NOMINATED = d.Nominate((d.Placement(THE_POD[0], "cpu-001", "node-001"),))
-REFUSED = (d.REASON_INVALID, "invalid for Slurm: sunk.coreweave.com/user-id: 0 is not allowed")
+NOMINATED = actions.Nominate((actions.Placement(THE_POD[0], "cpu-001", "node-001"),))
+REFUSED = (reasons.REASON_INVALID, "invalid for Slurm: sunk.coreweave.com/user-id: 0 is not allowed")
 
-ROWS: list[tuple[str, d.Observed, Any]] = [
+ROWS: list[tuple[str, actions.Observed, Any]] = [
     # Pod gone from the cache
     (
         "gone Pod: its live job is cancelled",
         seen(None, jobs_of_key=(job(),)),
-        d.Cancel((7,), d.CancelCause.POD_DELETED, "Pod deleted"),
+        actions.Cancel((7,), actions.CancelCause.POD_DELETED, "Pod deleted"),
     ),
     (
         "gone Pod: a job already cancelled is not cancelled again",
         seen(None, jobs_of_key=(job(),), cancel_sent=frozenset({7})),
-        d.Nothing(),
+        actions.Nothing(),
     ),
-    ("gone Pod: an ended job is left alone", seen(None, jobs_of_key=(job("COMPLETED"),)), d.Nothing()),
-    ("gone Pod: no job, nothing to do", seen(None), d.Nothing()),
+    ("gone Pod: an ended job is left alone", seen(None, jobs_of_key=(job("COMPLETED"),)), actions.Nothing()),
+    ("gone Pod: no job, nothing to do", seen(None), actions.Nothing()),
     (
         "gone Pod, replaced twice: every live job of the name",
         seen(None, jobs_of_key=(job(job_id=7), job(job_id=8), job("CANCELLED", job_id=6))),
-        d.Cancel((7, 8), d.CancelCause.POD_DELETED, "Pod deleted"),
+        actions.Cancel((7, 8), actions.CancelCause.POD_DELETED, "Pod deleted"),
     ),
     # Pod deleting or finished
     (
         "deleting Pod: its job is cancelled",
         seen(pod(7, deleting=True), job()),
-        d.Cancel((7,), d.CancelCause.MEMBERS_GONE, "Pod is being deleted"),
+        actions.Cancel((7,), actions.CancelCause.MEMBERS_GONE, "Pod is being deleted"),
     ),
     (
         "finished Pod: its job is cancelled",
         seen(pod(7, node="node-001", phase="Succeeded"), job(started=True)),
-        d.Cancel((7,), d.CancelCause.MEMBERS_GONE, "Pod finished"),
+        actions.Cancel((7,), actions.CancelCause.MEMBERS_GONE, "Pod finished"),
     ),
     (
         "deleting Pod, cancel already sent",
         seen(pod(7, deleting=True), job(), cancel_sent=frozenset({7})),
-        d.Nothing(),
+        actions.Nothing(),
     ),
-    ("deleting Pod without a job", seen(pod(deleting=True)), d.Nothing()),
-    ("deleting Pod whose job ended", seen(pod(7, deleting=True), job("CANCELLED")), d.Nothing()),
+    ("deleting Pod without a job", seen(pod(deleting=True)), actions.Nothing()),
+    ("deleting Pod whose job ended", seen(pod(7, deleting=True), job("CANCELLED")), actions.Nothing()),
     # Bound
-    ("bound Pod on its job's Node", seen(pod(7, node="node-001"), job(started=True)), d.Nothing()),
+    ("bound Pod on its job's Node", seen(pod(7, node="node-001"), job(started=True)), actions.Nothing()),
     (
         "bound Pod whose job was stopped",
         seen(pod(7, node="node-001"), job(started=True, terminating=True)),
-        d.Delete(
+        actions.Delete(
             THE_POD,
             "Normal",
             "SlurmJobEnded",
@@ -179,22 +179,22 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "bound Pod whose job ended",
         seen(pod(7, node="node-001"), job("TIMEOUT", started=True)),
-        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (TIMEOUT); deleting the Pod"),
+        actions.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (TIMEOUT); deleting the Pod"),
     ),
     (
         "bound Pod whose job Slurm forgot",
         seen(pod(7, node="node-001"), job(gone=True)),
-        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (GONE); deleting the Pod"),
+        actions.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 ended (GONE); deleting the Pod"),
     ),
     (
         "bound Pod whose job was requeued",
         seen(pod(7, node="node-001"), job("PENDING")),
-        d.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 was requeued; deleting the Pod"),
+        actions.Delete(THE_POD, "Normal", "SlurmJobEnded", "Slurm job 7 was requeued; deleting the Pod"),
     ),
     (
         "bound Pod whose job runs on another Node",
         seen(pod(7, node="node-001"), job(node="cpu-002", started=True)),
-        d.Delete(
+        actions.Delete(
             THE_POD,
             "Normal",
             "SlurmJobEnded",
@@ -204,15 +204,15 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "bound Pod, job's node not mapped yet: no verdict",
         seen(pod(7, node="node-001"), job(node="cpu-009", started=True)),
-        d.Nothing(),
+        actions.Nothing(),
     ),
-    ("bound Pod, job not in the stream", seen(pod(7, node="node-001")), d.Nothing()),
+    ("bound Pod, job not in the stream", seen(pod(7, node="node-001")), actions.Nothing()),
     (
         "bound Pod the policy would now refuse: told, never evicted",
         seen(pod(7, node="node-001"), job(started=True), policy=policy.BUILTIN),
-        d.Warn(
+        actions.Warn(
             THE_POD,
-            d.REASON_WOULD_BE_REFUSED,
+            reasons.REASON_WOULD_BE_REFUSED,
             "this Pod would now be refused (invalid for Slurm: sunk.coreweave.com/user-id: not set, and "
             "namespace default has no default user: set the annotation, or a defaultUser for the "
             "namespace in the tenant policy); it keeps running: a bound Pod is never evicted by a "
@@ -222,43 +222,47 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     # Refused earlier
     (
         "refused Pod stays refused",
-        seen(pod(condition=(d.REASON_INVALID, "invalid for Slurm: x"))),
-        d.Nothing(),
+        seen(pod(condition=(reasons.REASON_INVALID, "invalid for Slurm: x"))),
+        actions.Nothing(),
     ),
-    ("Pod Slurm refused stays refused", seen(pod(condition=(d.REASON_SUBMIT_FAILED, "no"))), d.Nothing()),
+    (
+        "Pod Slurm refused stays refused",
+        seen(pod(condition=(reasons.REASON_SUBMIT_FAILED, "no"))),
+        actions.Nothing(),
+    ),
     # Refused after its job was submitted, before it was bound: the job would only hold nodes
     (
         "refused, its job pending: cancelled",
         seen(pod(7, condition=REFUSED), job("PENDING", reason="Priority")),
-        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
+        actions.Cancel((7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job allocated (prolog running): cancelled",
         seen(pod(7, condition=REFUSED), job()),
-        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
+        actions.Cancel((7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job's script started: cancelled",
         seen(pod(7, condition=REFUSED), job(started=True)),
-        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
+        actions.Cancel((7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused right after this life submitted, the stream not there yet: cancelled",
         seen(pod(condition=REFUSED), submitted_job_id=7),
-        d.Cancel((7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"),
+        actions.Cancel((7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"),
     ),
     (
         "refused, its job's cancel already sent",
         seen(pod(7, condition=REFUSED), job("PENDING"), cancel_sent=frozenset({7})),
-        d.Nothing(),
+        actions.Nothing(),
     ),
-    ("refused, its job stopping", seen(pod(7, condition=REFUSED), job(terminating=True)), d.Nothing()),
-    ("refused, its job ended", seen(pod(7, condition=REFUSED), job("CANCELLED")), d.Nothing()),
+    ("refused, its job stopping", seen(pod(7, condition=REFUSED), job(terminating=True)), actions.Nothing()),
+    ("refused, its job ended", seen(pod(7, condition=REFUSED), job("CANCELLED")), actions.Nothing()),
     # Not yet submitted
     ("valid Pod without a job: submit", seen(pod()), "Submit"),
     (
         "Pod whose Slurm was down: submit again",
-        seen(pod(condition=(d.REASON_SLURM_UNAVAILABLE, "retrying"))),
+        seen(pod(condition=(reasons.REASON_SLURM_UNAVAILABLE, "retrying"))),
         "Submit",
     ),
     ("invalid Pod: reject", seen(pod(requests={})), "Reject"),
@@ -266,39 +270,39 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
     (
         "crashed after submit, before recording (this life)",
         seen(pod(), submitted_job_id=7),
-        d.Record(THE_POD, 7),
+        actions.Record(THE_POD, 7),
     ),
-    ("crashed after submit, before recording (earlier life)", seen(pod(), job()), d.Record(THE_POD, 7)),
+    ("crashed after submit, before recording (earlier life)", seen(pod(), job()), actions.Record(THE_POD, 7)),
     (
         "crashed after submit, before recording, and the job ended since: recorded (then deleted)",
         seen(pod(), job("FAILED")),
-        d.Record(THE_POD, 7),
+        actions.Record(THE_POD, 7),
     ),
-    ("recorded, the stream has not shown the job yet", seen(pod(7)), d.Nothing()),
+    ("recorded, the stream has not shown the job yet", seen(pod(7)), actions.Nothing()),
     (
         "a submit retried after its answer was lost: the second job is cancelled",
         seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,)),
-        d.Cancel(
+        actions.Cancel(
             (9,),
-            d.CancelCause.DUPLICATE,
+            actions.CancelCause.DUPLICATE,
             "a second job for the Pod (a submit retried after its answer was lost)",
         ),
     ),
     (
         "the second job's cancel already sent: on with the recorded one",
         seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,), cancel_sent=frozenset({9})),
-        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+        actions.Pend(THE_POD, reasons.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
     ),
     (
         "recorded by this life, informer copy still without it",
         seen(pod(), job("PENDING", reason="Priority"), recorded=7),
-        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
+        actions.Pend(THE_POD, reasons.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Priority"),
     ),
     # Waiting for Slurm
     (
         "pending job: Slurm's reason",
         seen(pod(7), job("PENDING", reason="Resources")),
-        d.Pend(THE_POD, d.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
+        actions.Pend(THE_POD, reasons.REASON_PENDING, "Slurm job 7 in partition cpu is pending: Resources"),
     ),
     (
         "pending job in the queue: its place and expected start",
@@ -311,38 +315,38 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
                 job=replace(job("PENDING", reason="Priority").job, expected_start=1795430530),
             ),
         ),
-        d.Pend(
+        actions.Pend(
             THE_POD,
-            d.REASON_PENDING,
+            reasons.REASON_PENDING,
             "Slurm job 7 in partition cpu is pending: Priority; position 3 of 9; "
             "expected to start at 2026-11-23T10:42Z",
         ),
     ),
-    ("pending job not yet looked at", seen(pod(7), job("PENDING")), d.Nothing()),
-    ("pending job, reason None", seen(pod(7), job("PENDING", reason="None")), d.Nothing()),
+    ("pending job not yet looked at", seen(pod(7), job("PENDING")), actions.Nothing()),
+    ("pending job, reason None", seen(pod(7), job("PENDING", reason="None")), actions.Nothing()),
     ("allocated job, prolog running: its Node nominated", seen(pod(7), job()), NOMINATED),
     # Running
     (
         "script started: bind",
         seen(pod(7), job(started=True)),
-        d.Bind(job(started=True), (d.Placement(THE_POD[0], "cpu-001", "node-001"),)),
+        actions.Bind(job(started=True), (actions.Placement(THE_POD[0], "cpu-001", "node-001"),)),
     ),
     (
         "script started, Node unknown: wait",
         seen(pod(7), job(node="cpu-009", started=True)),
-        d.Wait("no Node known to host Slurm node cpu-009 yet"),
+        actions.Wait("no Node known to host Slurm node cpu-009 yet"),
     ),
     (
         "job ended before the Pod was bound",
         seen(pod(7), job("FAILED")),
-        d.Delete(
+        actions.Delete(
             THE_POD, "Warning", "SlurmJobEnded", "placeholder job 7 ended (FAILED) before the Pod was bound"
         ),
     ),
     (
         "job gone before the Pod was bound",
         seen(pod(7), job(gone=True)),
-        d.Delete(
+        actions.Delete(
             THE_POD, "Warning", "SlurmJobEnded", "placeholder job 7 ended (GONE) before the Pod was bound"
         ),
     ),
@@ -350,7 +354,7 @@ ROWS: list[tuple[str, d.Observed, Any]] = [
 
 
 @pytest.mark.parametrize(("observed", "expected"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
-def test_decide(observed: d.Observed, expected: Any) -> None:
+def test_decide(observed: actions.Observed, expected: Any) -> None:
     action = d.decide(observed)
     if isinstance(expected, str):
         assert type(action).__name__ == expected
@@ -362,33 +366,33 @@ def test_a_pod_refused_after_its_job_was_submitted_gets_its_job_cancelled() -> N
     # The policy changes while the job is pending: rejected, then (the condition written) its job
     # cancelled, once.
     pending = job("PENDING", reason="Priority")
-    assert isinstance(d.decide(seen(pod(7), pending)), d.Pend)
+    assert isinstance(d.decide(seen(pod(7), pending)), actions.Pend)
     rejected = d.decide(seen(pod(7), pending, policy=policy.BUILTIN))
-    assert isinstance(rejected, d.Reject)
-    refused = pod(7, condition=(d.REASON_INVALID, rejected.message))
-    assert d.decide(seen(refused, pending)) == d.Cancel(
-        (7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"
+    assert isinstance(rejected, actions.Reject)
+    refused = pod(7, condition=(reasons.REASON_INVALID, rejected.message))
+    assert d.decide(seen(refused, pending)) == actions.Cancel(
+        (7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"
     )
-    assert d.decide(seen(refused, pending, cancel_sent=frozenset({7}))) == d.Nothing()
+    assert d.decide(seen(refused, pending, cancel_sent=frozenset({7}))) == actions.Nothing()
 
 
 def test_a_bound_pod_is_never_deleted_by_a_policy_change() -> None:
     bound = seen(pod(7, node="node-001"), job(started=True), policy=policy.BUILTIN)
     action = d.decide(bound)
-    assert isinstance(action, d.Warn)
-    assert d.placement_state(bound, action) == "BOUND"
-    assert d.decide(replace(bound, policy=POLICY)) == d.Nothing()
+    assert isinstance(action, actions.Warn)
+    assert placements.placement_state(bound, action) == "BOUND"
+    assert d.decide(replace(bound, policy=POLICY)) == actions.Nothing()
 
 
 def test_the_reject_carries_what_a_person_reads() -> None:
     action = d.decide(seen(pod(requests={"cpu": "1"})))
-    assert isinstance(action, d.Reject)
+    assert isinstance(action, actions.Reject)
     assert "requests.memory: must be set" in action.message
 
 
 def test_the_submit_carries_the_requests_validation_parsed() -> None:
     action = d.decide(seen(pod(requests={"cpu": "1500m", "memory": "2Gi"})))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     assert [v.requests for v in action.validations] == [{"cpu": 1500, "memory": 2 * 2**30}]
 
 
@@ -397,7 +401,7 @@ PLACEMENTS = [
     ("started", seen(pod(7), job(started=True)), "STARTED"),
     ("bound", seen(pod(7, node="node-001"), job(started=True)), "BOUND"),
     ("invalid", seen(pod(requests={})), "INVALID"),
-    ("refused", seen(pod(condition=(d.REASON_INVALID, "x"))), "INVALID"),
+    ("refused", seen(pod(condition=(reasons.REASON_INVALID, "x"))), "INVALID"),
     ("deleting", seen(pod(7, deleting=True), job()), "TERMINATING"),
     ("job stopped", seen(pod(7, node="node-001"), job(started=True, terminating=True)), "TERMINATING"),
 ]
@@ -406,8 +410,8 @@ PLACEMENTS = [
 @pytest.mark.parametrize(
     ("observed", "expected"), [r[1:] for r in PLACEMENTS], ids=[r[0] for r in PLACEMENTS]
 )
-def test_placement_derives_from_the_decision(observed: d.Observed, expected: str) -> None:
-    assert d.placement_state(observed, d.decide(observed)) == expected
+def test_placement_derives_from_the_decision(observed: actions.Observed, expected: str) -> None:
+    assert placements.placement_state(observed, d.decide(observed)) == expected
 
 
 def _fit(*excluded: str, total: int = 2) -> Any:
@@ -421,9 +425,9 @@ def _fit(*excluded: str, total: int = 2) -> Any:
 
 def test_no_node_fits_no_job_and_kube_schedulers_words() -> None:
     observed = seen(pod(), fit=_fit("cpu-001", "cpu-002"))
-    assert d.decide(observed) == d.Pend(
+    assert d.decide(observed) == actions.Pend(
         observed.members,
-        d.REASON_UNSCHEDULABLE,
+        reasons.REASON_UNSCHEDULABLE,
         "0/2 nodes are available: 2 node(s) were unschedulable.",
         event="FailedScheduling",
     )
@@ -431,14 +435,14 @@ def test_no_node_fits_no_job_and_kube_schedulers_words() -> None:
 
 def test_the_job_excludes_the_nodes_that_do_not_fit() -> None:
     action = d.decide(seen(pod(), fit=_fit("cpu-002")))
-    assert isinstance(action, d.Submit) and action.excluded == ("cpu-002",)
+    assert isinstance(action, actions.Submit) and action.excluded == ("cpu-002",)
 
 
 def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None:
     p = pod(7)
     p["metadata"]["annotations"][keys.EXCLUDED_NODES] = "cpu-009"
     action = d.decide(seen(p, job(state="PENDING", reason="Resources"), fit=_fit("cpu-002")))
-    assert action == d.Exclude(7, "cpu-[002,009]")
+    assert action == actions.Exclude(7, "cpu-[002,009]")
     same = d.decide(
         seen(
             p,
@@ -447,7 +451,7 @@ def test_a_pending_job_follows_the_fit_with_the_annotations_nodes_kept() -> None
             job_excludes=frozenset({"cpu-002", "cpu-009"}),
         )
     )
-    assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
+    assert isinstance(same, actions.Pend) and same.reason == reasons.REASON_PENDING
 
 
 def test_a_required_node_that_does_not_fit_waits_unschedulable_not_refused() -> None:
@@ -456,15 +460,15 @@ def test_a_required_node_that_does_not_fit_waits_unschedulable_not_refused() -> 
     p = pod()
     p["metadata"]["annotations"][keys.REQUIRED_NODES] = "cpu-002"
     observed = seen(p, fit=_fit("cpu-002"))
-    assert d.decide(observed) == d.Pend(
+    assert d.decide(observed) == actions.Pend(
         observed.members,
-        d.REASON_UNSCHEDULABLE,
+        reasons.REASON_UNSCHEDULABLE,
         f"required node(s) cpu-002 ({keys.REQUIRED_NODES}) would not take the Pod;"
         " 1/2 nodes are available: 1 node(s) were unschedulable.",
         event="FailedScheduling",
     )
     fits_again = d.decide(seen(p, fit=_fit("cpu-001")))
-    assert isinstance(fits_again, d.Submit) and fits_again.excluded == ("cpu-001",)
+    assert isinstance(fits_again, actions.Submit) and fits_again.excluded == ("cpu-001",)
 
 
 def test_a_pending_job_never_excludes_a_node_it_requires() -> None:
@@ -472,29 +476,29 @@ def test_a_pending_job_never_excludes_a_node_it_requires() -> None:
     p["metadata"]["annotations"][keys.REQUIRED_NODES] = "cpu-002"
     pending = job(state="PENDING", reason="Resources")
     unfit = _fit("cpu-001", "cpu-002", total=3)
-    assert d.decide(seen(p, pending, fit=unfit)) == d.Exclude(7, "cpu-001")
+    assert d.decide(seen(p, pending, fit=unfit)) == actions.Exclude(7, "cpu-001")
     kept = d.decide(seen(p, pending, fit=unfit, job_excludes=frozenset({"cpu-001"})))
-    assert isinstance(kept, d.Pend) and kept.reason == d.REASON_UNSCHEDULABLE
+    assert isinstance(kept, actions.Pend) and kept.reason == reasons.REASON_UNSCHEDULABLE
     assert "required node(s) cpu-002" in kept.message
 
 
 @pytest.mark.parametrize(
     ("observed", "judges"),
     [
-        (seen(pod(), fits=d.NOT_JUDGED), True),  # a submit excludes the Nodes that would not take it
-        (seen(pod(7), job(state="PENDING", reason="Resources"), fits=d.NOT_JUDGED), True),
-        (seen(pod(7), job(state="RUNNING", started=True), fits=d.NOT_JUDGED), False),  # binds
-        (seen(pod(7), job(state="RUNNING"), fits=d.NOT_JUDGED), False),  # nominates
-        (seen(pod(), job(state="PENDING"), recorded=None, fits=d.NOT_JUDGED), False),  # records
-        (seen(pod(7, node="node-001"), job(state="RUNNING", started=True), fits=d.NOT_JUDGED), False),
+        (seen(pod(), fits=actions.NOT_JUDGED), True),  # a submit excludes the Nodes that would not take it
+        (seen(pod(7), job(state="PENDING", reason="Resources"), fits=actions.NOT_JUDGED), True),
+        (seen(pod(7), job(state="RUNNING", started=True), fits=actions.NOT_JUDGED), False),  # binds
+        (seen(pod(7), job(state="RUNNING"), fits=actions.NOT_JUDGED), False),  # nominates
+        (seen(pod(), job(state="PENDING"), recorded=None, fits=actions.NOT_JUDGED), False),  # records
+        (seen(pod(7, node="node-001"), job(state="RUNNING", started=True), fits=actions.NOT_JUDGED), False),
     ],
     ids=["no job", "job pending", "job started", "job allocated", "unrecorded", "bound"],
 )
-def test_only_decisions_that_read_the_fits_ask_for_them(observed: d.Observed, judges: bool) -> None:
+def test_only_decisions_that_read_the_fits_ask_for_them(observed: actions.Observed, judges: bool) -> None:
     """Judging every Node is the dearest part of a reconcile: asked for only where it is read."""
-    assert isinstance(d.decide(observed), d.Judge) == judges
+    assert isinstance(d.decide(observed), actions.Judge) == judges
     judged = dataclasses.replace(observed, fits={REF.uid: _fit("cpu-002")})
-    assert not isinstance(d.decide(judged), d.Judge)
+    assert not isinstance(d.decide(judged), actions.Judge)
 
 
 def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:
@@ -502,9 +506,9 @@ def test_an_allocated_job_nominates_its_node_and_a_requeue_clears_it() -> None:
     assert d.decide(allocated) == _the_pod_in(NOMINATED, allocated)
     nominated = pod(7)
     nominated["status"]["nominatedNodeName"] = "node-001"
-    assert d.decide(seen(nominated, job(state="RUNNING"))) == d.Nothing()
+    assert d.decide(seen(nominated, job(state="RUNNING"))) == actions.Nothing()
     requeued = seen(nominated, job(state="PENDING", reason="Resources"))
-    assert d.decide(requeued) == d.Nominate((d.Placement(nominated, "", ""),))
+    assert d.decide(requeued) == actions.Nominate((actions.Placement(nominated, "", ""),))
 
 
 def test_a_passing_state_is_written_only_once_it_lasts() -> None:
@@ -512,23 +516,23 @@ def test_a_passing_state_is_written_only_once_it_lasts() -> None:
     nomination written for that moment is an API request and a watch event per Pod that nobody
     reads (issue 22). Before: both were written at once, whatever the job's age."""
     pending = seen(pod(7), job("PENDING", reason="Resources"), job_phase_age=0.5)
-    assert d.decide(pending) == d.Later(
+    assert d.decide(pending) == actions.Later(
         d.PENDING_AFTER_SECONDS - 0.5, "Slurm may start the job before its reason shows"
     )
     lasting = replace(pending, job_phase_age=d.PENDING_AFTER_SECONDS)
-    assert isinstance(d.decide(lasting), d.Pend)
+    assert isinstance(d.decide(lasting), actions.Pend)
     allocated = seen(pod(7), job(state="RUNNING"), job_phase_age=0.25)
     later = d.decide(allocated)
-    assert isinstance(later, d.Later) and later.after == d.NOMINATE_AFTER_SECONDS - 0.25
+    assert isinstance(later, actions.Later) and later.after == d.NOMINATE_AFTER_SECONDS - 0.25
     assert d.decide(replace(allocated, job_phase_age=d.NOMINATE_AFTER_SECONDS)) == _the_pod_in(
         NOMINATED, allocated
     )
     started = seen(pod(7), job(state="RUNNING", started=True), job_phase_age=0.0)
-    assert isinstance(d.decide(started), d.Bind), "a start binds at once, however young"
+    assert isinstance(d.decide(started), actions.Bind), "a start binds at once, however young"
 
 
 def test_a_nomination_is_cleared_at_once_when_the_job_is_requeued() -> None:
     nominated = pod(7)
     nominated["status"]["nominatedNodeName"] = "node-001"
     requeued = seen(nominated, job(state="PENDING", reason="Resources"), job_phase_age=0.0)
-    assert d.decide(requeued) == d.Nominate((d.Placement(nominated, "", ""),))
+    assert d.decide(requeued) == actions.Nominate((actions.Placement(nominated, "", ""),))

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, reasons
 from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import DraConfig, pod_gpus
 from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.scheduler import actions, groups, policy
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups, policy
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
 
@@ -80,10 +80,10 @@ def running(detail: tuple[str, ...] = ("gpu:h100:2(IDX:4-5)",)) -> JobStatus:
 
 def seen(
     p: dict[str, Any], j: JobStatus | None = None, c: dict[str, Any] | None = None, **kw: Any
-) -> d.Observed:
+) -> actions.Observed:
     c = c if c is not None else claim()
     claims = {"two-gpus": c} if c else {}
-    return d.Observed(
+    return actions.Observed(
         REF.key,
         groups.alone(REF.key, p),
         (p,),
@@ -104,25 +104,25 @@ def seen(
 def test_the_job_asks_slurm_for_the_claimed_gpus_of_the_selected_type() -> None:
     selector = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
     action = d.decide(seen(pod(), c=claim(2, selector)))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     assert action.validations[0].requests[keys.GPU_RESOURCE] == 2
     assert action.validations[0].gpu_type == "h100"
 
 
 def test_a_claim_slurm_cannot_allocate_is_refused_naming_the_field() -> None:
     action = d.decide(seen(pod(), c=claim(count=0)))
-    assert isinstance(action, d.Reject)
+    assert isinstance(action, actions.Reject)
     assert "exactly.count" in action.message and "GPU claims not allocatable by Slurm" in action.message
 
 
 def test_a_claim_not_seen_yet_waits_for_it_without_a_job() -> None:
     action = d.decide(seen(pod(), c={}))
-    assert action == d.Wait("waiting for ResourceClaim two-gpus")
+    assert action == actions.Wait("waiting for ResourceClaim two-gpus")
 
 
 def test_the_bind_allocates_the_claim_the_devices_slurm_chose() -> None:
     action = d.decide(seen(pod(7), running()))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     (write,) = action.claims[REF.uid]
     assert write.devices == ("gpu-4", "gpu-5") and write.needs_finalizer
     results = write.status["allocation"]["devices"]["results"]
@@ -132,12 +132,12 @@ def test_the_bind_allocates_the_claim_the_devices_slurm_chose() -> None:
 
 def test_the_bind_waits_for_slurm_s_indices() -> None:
     action = d.decide(seen(pod(7), running(detail=())))
-    assert isinstance(action, d.Wait) and "which GPUs" in action.why
+    assert isinstance(action, actions.Wait) and "which GPUs" in action.why
 
 
 def test_slurm_s_indices_missing_from_the_slice_refuse_the_pod_and_so_cancel_its_job() -> None:
     action = d.decide(seen(pod(7), running(("gpu:h100:2(IDX:8-9)",))))
-    assert isinstance(action, d.Refuse) and action.reason == d.REASON_GPU_MISMATCH
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
     assert "no device of that index" in action.message
     # Refused: the decision after that write cancels the job that holds the GPUs.
     refused = pod(7)
@@ -145,12 +145,12 @@ def test_slurm_s_indices_missing_from_the_slice_refuse_the_pod_and_so_cancel_its
         {
             "type": "PodScheduled",
             "status": "False",
-            "reason": d.REASON_GPU_MISMATCH,
+            "reason": reasons.REASON_GPU_MISMATCH,
             "message": action.message,
         }
     ]
-    assert d.decide(seen(refused, running(("gpu:h100:2(IDX:8-9)",)))) == d.Cancel(
-        (7,), d.CancelCause.REFUSED, "the Pod was refused before it was bound"
+    assert d.decide(seen(refused, running(("gpu:h100:2(IDX:8-9)",)))) == actions.Cancel(
+        (7,), actions.CancelCause.REFUSED, "the Pod was refused before it was bound"
     )
 
 
@@ -158,20 +158,20 @@ def test_a_node_without_slices_refuses_rather_than_guessing() -> None:
     action = d.decide(
         seen(pod(7), running(), devices={"node-000": "no ResourceSlice of gpu.nvidia.com for Node node-000"})
     )
-    assert isinstance(action, d.Refuse) and "no ResourceSlice" in action.message
+    assert isinstance(action, actions.Refuse) and "no ResourceSlice" in action.message
 
 
 def test_a_crash_after_the_status_write_binds_with_only_the_finalizer_left() -> None:
     first = d.decide(seen(pod(7), running()))
-    assert isinstance(first, d.Bind)
+    assert isinstance(first, actions.Bind)
     written = replace_claim_status(first.claims[REF.uid][0].status)
     again = d.decide(seen(pod(7), running(), c=written))
-    assert isinstance(again, d.Bind)
+    assert isinstance(again, actions.Bind)
     (write,) = again.claims[REF.uid]
     assert write.status_written and write.needs_finalizer
     done = {**written, "metadata": {**written["metadata"], "finalizers": [FINALIZER]}}
     last = d.decide(seen(pod(7), running(), c=done))
-    assert isinstance(last, d.Bind) and last.claims[REF.uid] == ()
+    assert isinstance(last, actions.Bind) and last.claims[REF.uid] == ()
 
 
 def replace_claim_status(status: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def test_a_pod_without_claims_is_as_before() -> None:
     del p["spec"]["resourceClaims"]
     observed = replace(seen(p), gpus={})
     action = d.decide(observed)
-    assert isinstance(action, d.Submit) and keys.GPU_RESOURCE not in action.validations[0].requests
+    assert isinstance(action, actions.Submit) and keys.GPU_RESOURCE not in action.validations[0].requests
 
 
 def _fit(types: frozenset[str] | None) -> dict[str, Eligibility]:
@@ -194,7 +194,7 @@ def test_whole_gpus_of_no_product_ask_for_the_one_whole_type_the_nodes_publish()
     """Issue 37: untyped, `gres/gpu:2` on the lab's mixed node was given as two MIG slices (a `gpu`
     GRES of type 1g.10gb), which no whole-GPU claim can hold; the job was cancelled."""
     action = d.decide(seen(pod(), fits=_fit(frozenset({"h100"}))))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     assert action.validations[0].gpu_type == "h100"
     assert action.validations[0].requests[keys.GPU_RESOURCE] == 2
 
@@ -214,14 +214,14 @@ def test_whole_gpus_no_one_type_expresses_wait_unschedulable_with_the_reason(
     types: frozenset[str], says: str
 ) -> None:
     action = d.decide(seen(pod(), fits=_fit(types)))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_UNSCHEDULABLE
     assert says in action.message and action.event == "FailedScheduling"
 
 
 def test_a_product_selector_names_the_type_whatever_the_nodes_publish() -> None:
     selector = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
     action = d.decide(seen(pod(), c=claim(2, selector), fits=_fit(frozenset({"a100", "h100"}))))
-    assert isinstance(action, d.Submit) and action.validations[0].gpu_type == "h100"
+    assert isinstance(action, actions.Submit) and action.validations[0].gpu_type == "h100"
 
 
 MIXED = NodeDevices(
@@ -238,7 +238,7 @@ MIXED = NodeDevices(
 def test_on_a_mixed_node_the_claim_gets_exactly_the_whole_gpus_slurm_chose() -> None:
     detail = ("gpu:1g.10gb:0(IDX:),gpu:h100:2(IDX:9-10)",)
     action = d.decide(seen(pod(7), running(detail), devices={"node-000": MIXED}))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     (write,) = action.claims[REF.uid]
     assert write.devices == ("gpu-3", "gpu-4")
 
@@ -246,5 +246,5 @@ def test_on_a_mixed_node_the_claim_gets_exactly_the_whole_gpus_slurm_chose() -> 
 def test_slices_given_for_whole_gpus_refuse_the_pod_once_with_the_reason_not_a_parse_error() -> None:
     detail = ("gpu:1g.10gb:2(IDX:0-1),gpu:h100:0(IDX:)",)
     action = d.decide(seen(pod(7), running(detail), devices={"node-000": MIXED}))
-    assert isinstance(action, d.Refuse) and action.reason == d.REASON_GPU_MISMATCH
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
     assert "a mig) to a request for a gpu" in action.message

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, reasons
+from tandem.scheduler import actions, groups, placements, podstate, policy
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups, policy
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
 from tests.unit import test_decide as single
@@ -103,16 +103,18 @@ def job(
 POLICY = policy.parse("default: {defaultUser: 1001}")
 
 
-def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -> d.Observed:
+def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -> actions.Observed:
     """The group's snapshot, as the controller observes it (the job ids its members carry)."""
-    return d.Observed(
+    return actions.Observed(
         KEY,
         kw.pop("group", GROUP),
         tuple(members),
         job=j,
         jobs=(j,) if j is not None else (),
         recorded={
-            m["metadata"]["uid"]: job_id for m in members if (job_id := d.recorded_job_id(m)) is not None
+            m["metadata"]["uid"]: job_id
+            for m in members
+            if (job_id := podstate.recorded_job_id(m)) is not None
         },
         hosts=HOSTS,
         slurm_nodes=kw.pop("slurm_nodes", 8),
@@ -174,44 +176,50 @@ def test_an_lws_group_is_its_leader_and_workers_with_the_size_lws_gave_them() ->
     assert [p["metadata"]["name"] for p in sorted(pods, key=groups.rank)] == ["serve-1", "serve-1-1"]
 
 
-ROWS: list[tuple[str, d.Observed, type]] = [
-    ("job live, every member gone", seen([], job()), d.Cancel),
-    ("job live, members all deleting", seen(three(job_id=7, deleting=True), job()), d.Cancel),
+ROWS: list[tuple[str, actions.Observed, type]] = [
+    ("job live, every member gone", seen([], job()), actions.Cancel),
+    ("job live, members all deleting", seen(three(job_id=7, deleting=True), job()), actions.Cancel),
     (
         "job live, PodGroup deleted",
         seen(three(job_id=7), job(), group=groups.resolve(KEY, [], no_object)),
-        d.Cancel,
+        actions.Cancel,
     ),
-    ("cancel already sent", seen([], job(), cancel_sent=frozenset({7})), d.Nothing),
-    ("no member at all", seen([]), d.Nothing),
-    ("basic policy: members go one by one", seen(three(), group=None), d.Nothing),
+    ("cancel already sent", seen([], job(), cancel_sent=frozenset({7})), actions.Nothing),
+    ("no member at all", seen([]), actions.Nothing),
+    ("basic policy: members go one by one", seen(three(), group=None), actions.Nothing),
     (
         "job stopped while bound",
         seen(three(job_id=7, node="node-001"), job(terminating=True)),
-        d.Delete,
+        actions.Delete,
     ),
-    ("job ended before binding", seen(three(job_id=7), job(state="CANCELLED")), d.Delete),
-    ("job requeued after binding", seen([member(0, 7, "node-001")], job(state="PENDING")), d.Delete),
-    ("a member refused earlier", seen([member(0, refused=d.REASON_INVALID), member(1)]), d.Nothing),
+    ("job ended before binding", seen(three(job_id=7), job(state="CANCELLED")), actions.Delete),
+    ("job requeued after binding", seen([member(0, 7, "node-001")], job(state="PENDING")), actions.Delete),
+    (
+        "a member refused earlier",
+        seen([member(0, refused=reasons.REASON_INVALID), member(1)]),
+        actions.Nothing,
+    ),
     (
         "a member refused after the group's job was submitted: the job is cancelled",
-        seen([member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)], job(state="PENDING")),
-        d.Cancel,
+        seen(
+            [member(0, 7, refused=reasons.REASON_INVALID), member(1, 7), member(2, 7)], job(state="PENDING")
+        ),
+        actions.Cancel,
     ),
     (
         "refused right after this life submitted, the stream not there yet: cancelled",
-        seen([member(0, refused=d.REASON_INVALID), member(1), member(2)], submitted_job_id=7),
-        d.Cancel,
+        seen([member(0, refused=reasons.REASON_INVALID), member(1), member(2)], submitted_job_id=7),
+        actions.Cancel,
     ),
     (
         "a member refused, the group's job cancel sent",
-        seen([member(0, 7, refused=d.REASON_INVALID), member(1, 7)], job(), cancel_sent=frozenset({7})),
-        d.Nothing,
+        seen([member(0, 7, refused=reasons.REASON_INVALID), member(1, 7)], job(), cancel_sent=frozenset({7})),
+        actions.Nothing,
     ),
     (
         "a member refused, but part of the group is bound: never evicted",
-        seen([member(0, 7, "node-001"), member(1, 7, refused=d.REASON_INVALID)], job(started=True)),
-        d.Nothing,
+        seen([member(0, 7, "node-001"), member(1, 7, refused=reasons.REASON_INVALID)], job(started=True)),
+        actions.Nothing,
     ),
     (
         "bound members the policy would now refuse: told, never evicted",
@@ -220,25 +228,25 @@ ROWS: list[tuple[str, d.Observed, type]] = [
             job(started=True),
             policy=policy.BUILTIN,
         ),
-        d.Warn,
+        actions.Warn,
     ),
-    ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), d.Pend),
-    ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), d.Reject),
+    ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), actions.Pend),
+    ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), actions.Reject),
     (
         "members disagree on the partition",
         seen([member(0, annotations={keys.PARTITION: "a"}), member(1), member(2)]),
-        d.Reject,
+        actions.Reject,
     ),
-    ("two of three members", seen(three()[:2]), d.Pend),
-    ("more members than Slurm nodes", seen(three(), slurm_nodes=2), d.Refuse),
-    ("all members, no job", seen(three()), d.Submit),
-    ("crash after submit, before any record", seen(three(), job(state="PENDING")), d.Record),
-    ("crash after one record", seen([member(0, 7), member(1), member(2)], job()), d.Record),
-    ("submitted, stream not there yet", seen(three(job_id=7)), d.Nothing),
+    ("two of three members", seen(three()[:2]), actions.Pend),
+    ("more members than Slurm nodes", seen(three(), slurm_nodes=2), actions.Refuse),
+    ("all members, no job", seen(three()), actions.Submit),
+    ("crash after submit, before any record", seen(three(), job(state="PENDING")), actions.Record),
+    ("crash after one record", seen([member(0, 7), member(1), member(2)], job()), actions.Record),
+    ("submitted, stream not there yet", seen(three(job_id=7)), actions.Nothing),
     (
         "a group submit retried after its answer was lost: the second job is cancelled",
         seen(three(job_id=7), job(state="PENDING", reason="Priority"), duplicates=(9,)),
-        d.Cancel,
+        actions.Cancel,
     ),
     (
         "the second job's cancel sent: on with the recorded one",
@@ -248,111 +256,115 @@ ROWS: list[tuple[str, d.Observed, type]] = [
             duplicates=(9,),
             cancel_sent=frozenset({9}),
         ),
-        d.Pend,
+        actions.Pend,
     ),
-    ("submitted in this life, none recorded", seen(three(), submitted_job_id=7), d.Record),
+    ("submitted in this life, none recorded", seen(three(), submitted_job_id=7), actions.Record),
     (
         "job pending with a reason",
         seen(three(job_id=7), job(state="PENDING", reason="Resources")),
-        d.Pend,
+        actions.Pend,
     ),
     (
         "job allocated, prologs running: the Nodes nominated (issue 19)",
         seen(three(job_id=7), job()),
-        d.Nominate,
+        actions.Nominate,
     ),
-    ("job running, script started", seen(three(job_id=7), job(started=True)), d.Bind),
+    ("job running, script started", seen(three(job_id=7), job(started=True)), actions.Bind),
     (
         "crash after binding one member",
         seen([member(0, 7, "node-001"), member(1, 7), member(2, 7)], job(started=True)),
-        d.Bind,
+        actions.Bind,
     ),
-    ("all bound", seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True)), d.Nothing),
+    (
+        "all bound",
+        seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True)),
+        actions.Nothing,
+    ),
     # minCount changed after the job was submitted (issue 21).
     (
         "minCount grew while the job was pending: the job is cancelled, each member told",
         seen(grown(), job(state="PENDING", reason="Resources"), group=min_count(5)),
-        d.Cancel,
+        actions.Cancel,
     ),
     (
         "minCount grew before the new members exist: the job is cancelled all the same",
         seen(three(job_id=7), job(state="PENDING", reason="Resources"), group=min_count(5)),
-        d.Cancel,
+        actions.Cancel,
     ),
     (
         "the outgrown job's cancel sent: nothing until it ended",
         seen(grown(), job(state="PENDING"), group=min_count(5), cancel_sent=frozenset({7})),
-        d.Nothing,
+        actions.Nothing,
     ),
     (
         "the outgrown job ended, never run: one new job of minCount, the members kept",
         seen(grown(), never_ran(), group=min_count(5)),
-        d.Submit,
+        actions.Submit,
     ),
     (
         "the outgrown job ended, fewer members than minCount: they wait for the rest, kept",
         seen(three(job_id=7), never_ran(), group=min_count(5)),
-        d.Pend,
+        actions.Pend,
     ),
     (
         "crash after the new job's submit, before any record: recorded",
         seen(grown(), job(state="PENDING", node_count=5, job_id=8), group=min_count(5)),
-        d.Record,
+        actions.Record,
     ),
     (
         "minCount grew while the job runs: the others wait, the job is never cancelled",
         seen(grown(bound=3), job(started=True), group=min_count(5)),
-        d.Pend,
+        actions.Pend,
     ),
     (
         "minCount grew while the prologs run: the Nodes are nominated for the first members",
         seen(grown(), job(), group=min_count(5)),
-        d.Nominate,
+        actions.Nominate,
     ),
     (
         "minCount grew past the job Slurm started: its nodes' members bound, never a Wait",
         seen(grown(), job(started=True), group=min_count(5)),
-        d.Bind,
+        actions.Bind,
     ),
     (
         "minCount grew, the job's node count not known yet: wait for its nodes, as before",
         seen(grown(), job(started=True, node_count=0), group=min_count(5)),
-        d.Wait,
+        actions.Wait,
     ),
     (
         "minCount shrank below what runs: nothing cancelled, nothing deleted",
         seen([member(i, 7, f"node-00{i + 1}") for i in range(3)], job(started=True), group=min_count(2)),
-        d.Nothing,
+        actions.Nothing,
     ),
 ]
 
 
 @pytest.mark.parametrize(("why", "observed", "expected"), ROWS, ids=[r[0] for r in ROWS])
-def test_each_line_of_the_group_table(why: str, observed: d.Observed, expected: type) -> None:
+def test_each_line_of_the_group_table(why: str, observed: actions.Observed, expected: type) -> None:
     assert isinstance(d.decide(observed), expected), why
 
 
 def test_a_refused_groups_job_is_cancelled_once_and_a_bound_group_is_only_told() -> None:
-    refused = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
-    assert d.decide(seen(refused, job(state="PENDING"))) == d.Cancel(
-        (7,), d.CancelCause.REFUSED, "a member was refused before the group was bound"
+    refused = [member(0, 7, refused=reasons.REASON_INVALID), member(1, 7), member(2, 7)]
+    assert d.decide(seen(refused, job(state="PENDING"))) == actions.Cancel(
+        (7,), actions.CancelCause.REFUSED, "a member was refused before the group was bound"
     )
     bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
     told = d.decide(seen(bound, job(started=True), policy=policy.BUILTIN))
-    assert isinstance(told, d.Warn) and told.reason == d.REASON_WOULD_BE_REFUSED
+    assert isinstance(told, actions.Warn) and told.reason == reasons.REASON_WOULD_BE_REFUSED
     assert [p["metadata"]["name"] for p in told.pods] == ["train-0", "train-1", "train-2"]
     assert "user-id: not set" in told.message and "never evicted by a policy change" in told.message
 
 
 def test_missing_members_are_counted_on_each_member() -> None:
     action = d.decide(seen(three()[:2]))
-    assert isinstance(action, d.Pend) and len(action.pods) == 2
-    assert "1 still missing" in action.message and action.reason == d.REASON_WAITING_FOR_MEMBERS
+    assert isinstance(action, actions.Pend) and len(action.pods) == 2
+    assert "1 still missing" in action.message and action.reason == reasons.REASON_WAITING_FOR_MEMBERS
 
 
 def test_members_bind_all_at_once_to_distinct_nodes_the_first_on_the_batch_host() -> None:
     action = d.decide(seen([member(2, 7), member(0, 7), member(1, 7)], job(started=True)))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     assert [(p.pod["metadata"]["name"], p.slurm_node, p.kube_node) for p in action.placements] == [
         ("train-0", "cpu-001", "node-001"),
         ("train-1", "cpu-002", "node-002"),
@@ -368,25 +380,25 @@ def test_a_replacement_takes_the_node_its_predecessor_left() -> None:
         member(1, 7, uid="uid-1b"),  # the Job controller's replacement
     ]
     action = d.decide(seen(members, job(started=True)))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     assert [(p.pod["metadata"]["uid"], p.kube_node) for p in action.placements] == [("uid-1b", "node-002")]
 
 
 def test_a_replacement_is_bound_only_once_it_carries_the_job() -> None:
     members = [member(0, 7, "node-001"), member(2, 7, "node-003"), member(1, uid="uid-1b")]
     action = d.decide(seen(members, job(started=True)))
-    assert isinstance(action, d.Record) and [p["metadata"]["uid"] for p in action.pods] == ["uid-1b"]
+    assert isinstance(action, actions.Record) and [p["metadata"]["uid"] for p in action.pods] == ["uid-1b"]
 
 
 def test_an_extra_member_waits_when_every_node_of_the_job_is_taken() -> None:
     members = [*[member(i, 7, f"node-00{i + 1}") for i in range(3)], member(3, 7)]
     action = d.decide(seen(members, job(started=True)))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_GROUP_FULL
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_GROUP_FULL
 
 
 def test_no_bind_before_every_node_of_the_job_is_known() -> None:
     action = d.decide(
-        d.Observed(
+        actions.Observed(
             KEY,
             GROUP,
             tuple(three(job_id=7)),
@@ -397,24 +409,24 @@ def test_no_bind_before_every_node_of_the_job_is_known() -> None:
             policy=POLICY,
         )
     )
-    assert isinstance(action, d.Wait)
+    assert isinstance(action, actions.Wait)
 
 
 def test_no_bind_while_the_job_is_known_on_fewer_nodes_than_members() -> None:
     partial = JobStatus(replace(job(started=True).job, nodes=("cpu-001",)), started=True)
-    assert isinstance(d.decide(seen(three(job_id=7), partial)), d.Wait)
+    assert isinstance(d.decide(seen(three(job_id=7), partial)), actions.Wait)
 
 
 def test_a_group_is_submitted_with_its_minimum_in_rank_order() -> None:
     members = [member(3), member(1), member(0), member(2)]
     action = d.decide(seen(members))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     assert [p["metadata"]["name"] for p in action.members] == ["train-0", "train-1", "train-2"]
 
 
 def test_disagreement_is_named_on_every_member() -> None:
     action = d.decide(seen([member(0, annotations={keys.PARTITION: "a"}), member(1), member(2)]))
-    assert isinstance(action, d.Reject) and len(action.pods) == 3
+    assert isinstance(action, actions.Reject) and len(action.pods) == 3
     assert f"metadata.annotations[{keys.PARTITION}]: must be the same on every member" in action.message
     assert 'train-0="a"' in action.message and "train-1=(unset)" in action.message
 
@@ -431,11 +443,11 @@ def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
     would pin CPUs for was submitted while the same Pod alone was refused (issue 19)."""
     members = [_guaranteed(m) for m in three()]
     action = d.decide(seen(members, reject_static_cpu=True))
-    assert isinstance(action, d.Reject), action
+    assert isinstance(action, actions.Reject), action
     assert "--reject-static-cpu" in action.message
     key = "default/train-0"
     alone = d.decide(
-        d.Observed(
+        actions.Observed(
             key,
             groups.alone(key, members[0]),
             (members[0],),
@@ -444,21 +456,21 @@ def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
             policy=POLICY,
         )
     )
-    assert isinstance(alone, d.Reject)
+    assert isinstance(alone, actions.Reject)
     # Without the flag: submitted, each member's validation carrying the warning to post.
     submit = d.decide(seen(members))
-    assert isinstance(submit, d.Submit)
+    assert isinstance(submit, actions.Submit)
     assert all(v.static_cpu for v in submit.validations)
 
 
-def _gang_of_one(observed: d.Observed) -> d.Observed:
+def _gang_of_one(observed: actions.Observed) -> actions.Observed:
     """A single-Pod row's snapshot with its Pod as the only member of a gang (minCount 1)."""
     podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
     return replace(observed, key=KEY, group=groups.resolve(KEY, [], {"default/train": podgroup}.get))
 
 
-def _pods_of(action: d.Action) -> tuple[Any, ...]:
-    if isinstance(action, d.Bind | d.Nominate):
+def _pods_of(action: actions.Action) -> tuple[Any, ...]:
+    if isinstance(action, actions.Bind | actions.Nominate):
         return tuple((p.pod, p.slurm_node, p.kube_node) for p in action.placements)
     return tuple(getattr(action, "pods", None) or getattr(action, "members", None) or ())
 
@@ -466,13 +478,13 @@ def _pods_of(action: d.Action) -> tuple[Any, ...]:
 # The one line where a gang differs from a Pod alone, by design: a Pod alone's jobs are all its
 # own (found by its uid), a group's outlive members that were replaced.
 BY_DESIGN = {
-    "crashed after submit, before recording, and the job ended since: recorded (then deleted)": d.Submit
+    "crashed after submit, before recording, and the job ended since: recorded (then deleted)": actions.Submit
 }
 SAME = [r for r in single.ROWS if r[0] not in BY_DESIGN]
 
 
 @pytest.mark.parametrize("observed", [r[1] for r in SAME], ids=[f"alone: {r[0]}" for r in SAME])
-def test_every_single_pod_row_holds_for_a_gang_of_one(observed: d.Observed) -> None:
+def test_every_single_pod_row_holds_for_a_gang_of_one(observed: actions.Observed) -> None:
     """Every check of a Pod alone applies to a gang member (issue 19: before, gangs ignored
     --reject-static-cpu, never nominated, never followed the fit once pending): the same action
     on the same Pods and jobs, in the group's words."""
@@ -496,7 +508,7 @@ def test_members_whose_job_ended_before_binding_hear_what_a_pod_alone_hears() ->
     """Before: a Normal Event in the words of a bound Pod ("Slurm job 7 ended (CANCELLED);
     deleting the Pod") for members that never ran (issue 19)."""
     members = three(job_id=7)
-    assert d.decide(seen(members, job(state="CANCELLED"))) == d.Delete(
+    assert d.decide(seen(members, job(state="CANCELLED"))) == actions.Delete(
         tuple(members),
         "Warning",
         "SlurmJobEnded",
@@ -507,10 +519,10 @@ def test_members_whose_job_ended_before_binding_hear_what_a_pod_alone_hears() ->
 def test_a_refused_members_cancelled_job_does_not_delete_the_refused_member() -> None:
     """Before: once the cancel made the job stop, every member carrying it was deleted, the
     refused one with its reason; a Pod alone stays refused (issue 19)."""
-    members = [member(0, 7, refused=d.REASON_INVALID), member(1, 7), member(2, 7)]
-    assert d.decide(seen(members, job(state="PENDING", terminating=True))) == d.Nothing()
+    members = [member(0, 7, refused=reasons.REASON_INVALID), member(1, 7), member(2, 7)]
+    assert d.decide(seen(members, job(state="PENDING", terminating=True))) == actions.Nothing()
     ended = d.decide(seen(members, job(state="CANCELLED")))
-    assert isinstance(ended, d.Delete) and [p["metadata"]["name"] for p in ended.pods] == [
+    assert isinstance(ended, actions.Delete) and [p["metadata"]["name"] for p in ended.pods] == [
         "train-1",
         "train-2",
     ]
@@ -520,18 +532,20 @@ def test_a_pending_group_job_follows_the_fit_as_a_pod_alones_does() -> None:
     """Before: a group's job kept the excluded nodes of its submit forever (issue 19)."""
     pending = job(state="PENDING", reason="Resources")
     # Four Slurm nodes, three would take every member: room for the group.
-    assert d.decide(seen(three(job_id=7), pending, fits=_fits("cpu-003", total=4))) == d.Exclude(7, "cpu-003")
+    assert d.decide(seen(three(job_id=7), pending, fits=_fits("cpu-003", total=4))) == actions.Exclude(
+        7, "cpu-003"
+    )
     same = d.decide(
         seen(three(job_id=7), pending, fits=_fits("cpu-003", total=4), job_excludes=frozenset({"cpu-003"}))
     )
-    assert isinstance(same, d.Pend) and same.reason == d.REASON_PENDING
+    assert isinstance(same, actions.Pend) and same.reason == reasons.REASON_PENDING
 
 
 def test_a_group_no_nodes_would_take_gets_kube_schedulers_event_on_each_member() -> None:
     """Before: the members' condition said Unschedulable but no FailedScheduling Event was
     posted, unlike for a Pod alone (issue 19)."""
     action = d.decide(seen(three(), fits=_fits("cpu-002", "cpu-003")))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_UNSCHEDULABLE
     assert action.event == "FailedScheduling" and len(action.pods) == 3
     assert "needs 3 nodes, one per member, and 1/3 would take every member" in action.message
 
@@ -540,7 +554,7 @@ def test_a_bound_member_whose_job_runs_elsewhere_now_is_deleted() -> None:
     """Before: only a Pod alone was checked against where its job runs (issue 19)."""
     members = [member(0, 7, "node-001"), member(1, 7, "node-009"), member(2, 7, "node-003")]
     action = d.decide(seen(members, job(started=True)))
-    assert isinstance(action, d.Delete) and [p["metadata"]["name"] for p in action.pods] == ["train-1"]
+    assert isinstance(action, actions.Delete) and [p["metadata"]["name"] for p in action.pods] == ["train-1"]
     assert "now runs on cpu-001, cpu-002, cpu-003, not on this Pod's Node" in action.message
 
 
@@ -548,14 +562,14 @@ def test_a_group_is_nominated_while_its_prologs_run_and_cleared_if_requeued() ->
     """Before: only a Pod alone had status.nominatedNodeName set (issue 19)."""
     members = three(job_id=7)
     action = d.decide(seen(members, job()))
-    assert action == d.Nominate(
-        tuple(d.Placement(m, f"cpu-00{i + 1}", f"node-00{i + 1}") for i, m in enumerate(members))
+    assert action == actions.Nominate(
+        tuple(actions.Placement(m, f"cpu-00{i + 1}", f"node-00{i + 1}") for i, m in enumerate(members))
     )
     for i, m in enumerate(members):
         m["status"]["nominatedNodeName"] = f"node-00{i + 1}"
-    assert d.decide(seen(members, job())) == d.Nothing()
+    assert d.decide(seen(members, job())) == actions.Nothing()
     cleared = d.decide(seen(members, job(state="PENDING", reason="Priority")))
-    assert cleared == d.Nominate(tuple(d.Placement(m, "", "") for m in members))
+    assert cleared == actions.Nominate(tuple(actions.Placement(m, "", "") for m in members))
 
 
 @pytest.mark.parametrize(("why", "expected"), BY_DESIGN.items())
@@ -569,9 +583,9 @@ def test_a_pending_job_minCount_grew_past_is_cancelled_and_replaced_by_one_of_mi
     forever on "Slurm job 7's 5 nodes are not all known yet" (issue 21)."""
     members = grown()
     cancel = d.decide(seen(members, job(state="PENDING", reason="Resources"), group=min_count(5)))
-    assert cancel == d.Cancel(
+    assert cancel == actions.Cancel(
         (7,),
-        d.CancelCause.OUTGROWN,
+        actions.CancelCause.OUTGROWN,
         "minCount grew to 5, past the 3 nodes the pending job asks for",
         tuple(members),
         "SlurmJobCancelled",
@@ -579,27 +593,27 @@ def test_a_pending_job_minCount_grew_past_is_cancelled_and_replaced_by_one_of_mi
         "cancelling it to place the group as one job of 5",
     )
     observed = seen(members, job(state="PENDING"), group=min_count(5), cancel_sent=frozenset({7}))
-    assert d.placement_state(observed, cancel) == "PENDING"  # not terminating: a new job follows
+    assert placements.placement_state(observed, cancel) == "PENDING"  # not terminating: a new job follows
     ended = seen(members, never_ran(), group=min_count(5))
     submit = d.decide(ended)
-    assert isinstance(submit, d.Submit)
+    assert isinstance(submit, actions.Submit)
     assert [p["metadata"]["name"] for p in submit.members] == [f"train-{i}" for i in range(5)]
-    assert d.placement_state(ended, submit) == "PENDING"
+    assert placements.placement_state(ended, submit) == "PENDING"
 
 
 def test_a_job_cancelled_before_it_ran_for_another_reason_still_ends_its_members() -> None:
     """Only a job minCount outgrew is replaced: one Slurm ended as it was asked still deletes."""
     action = d.decide(seen(three(job_id=7), never_ran()))
-    assert isinstance(action, d.Delete) and action.event_reason == "SlurmJobEnded"
+    assert isinstance(action, actions.Delete) and action.event_reason == "SlurmJobEnded"
 
 
 def test_a_running_job_minCount_grew_past_keeps_running_and_the_others_are_told_why() -> None:
     """Before: "Slurm job 7's 5 nodes are not all known yet", forever (issue 21)."""
     members = grown(bound=3)
     action = d.decide(seen(members, job(started=True), group=min_count(5)))
-    assert action == d.Pend(
+    assert action == actions.Pend(
         tuple(members[3:]),
-        d.REASON_GROUP_FULL,
+        reasons.REASON_GROUP_FULL,
         "PodGroup default/train's minCount grew to 5 after Slurm job 7 started on 3 nodes: a running "
         "Slurm job cannot grow, so the members on its nodes keep running and this one waits for one "
         "of them to free; set minCount back to 3, or recreate the group to place all 5 as one job",
@@ -609,12 +623,12 @@ def test_a_running_job_minCount_grew_past_keeps_running_and_the_others_are_told_
 def test_members_past_an_allocated_jobs_nodes_are_told_once_the_others_are_nominated() -> None:
     members = grown()
     nominate = d.decide(seen(members, job(), group=min_count(5)))
-    assert isinstance(nominate, d.Nominate)
+    assert isinstance(nominate, actions.Nominate)
     assert [p.pod["metadata"]["name"] for p in nominate.placements] == ["train-0", "train-1", "train-2"]
     for i in range(3):
         members[i]["status"]["nominatedNodeName"] = f"node-00{i + 1}"
     told = d.decide(seen(members, job(), group=min_count(5)))
-    assert isinstance(told, d.Pend) and told.reason == d.REASON_GROUP_FULL
+    assert isinstance(told, actions.Pend) and told.reason == reasons.REASON_GROUP_FULL
     assert [p["metadata"]["name"] for p in told.pods] == ["train-3", "train-4"]
     assert "cannot grow" in told.message
 
@@ -624,21 +638,23 @@ def test_a_bind_waits_for_the_nodes_the_job_holds_not_for_minCount() -> None:
     job of 3 for a group grown to 5 never bound (issue 21). While Slurm has not said it (a job
     only a push made known), against minCount, as before."""
     partial = JobStatus(replace(job(started=True).job, nodes=("cpu-001",)), started=True)
-    assert d.decide(seen(three(job_id=7), partial, group=min_count(5))) == d.Wait(
+    assert d.decide(seen(three(job_id=7), partial, group=min_count(5))) == actions.Wait(
         "Slurm job 7's 3 nodes are not all known yet"
     )
     unknown = JobStatus(replace(partial.job, node_count=0), started=True)
-    assert d.decide(seen(three(job_id=7), unknown)) == d.Wait("Slurm job 7's 3 nodes are not all known yet")
+    assert d.decide(seen(three(job_id=7), unknown)) == actions.Wait(
+        "Slurm job 7's 3 nodes are not all known yet"
+    )
     bind = d.decide(seen(grown(), job(started=True), group=min_count(5)))
-    assert isinstance(bind, d.Bind) and len(bind.placements) == 3
+    assert isinstance(bind, actions.Bind) and len(bind.placements) == 3
 
 
 def test_a_group_whose_minCount_shrank_below_what_runs_keeps_running() -> None:
     bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
-    assert d.decide(seen(bound, job(started=True), group=min_count(1))) == d.Nothing()
+    assert d.decide(seen(bound, job(started=True), group=min_count(1))) == actions.Nothing()
     # A fourth member (the group grew back) waits for a free node, in today's words.
     extra = d.decide(seen([*bound, member(3, 7)], job(started=True), group=min_count(2)))
-    assert isinstance(extra, d.Pend) and extra.reason == d.REASON_GROUP_FULL
+    assert isinstance(extra, actions.Pend) and extra.reason == reasons.REASON_GROUP_FULL
     assert extra.message == "each of Slurm job 7's 3 nodes already runs a member of the group"
 
 
@@ -651,14 +667,14 @@ def test_a_group_preempted_whole_by_kube_scheduler_cancels_its_job_and_its_podgr
             {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
         ]
     action = d.decide(seen(preempted, job(started=True)))
-    assert isinstance(action, d.Cancel) and action.job_ids == (7,)
+    assert isinstance(action, actions.Cancel) and action.job_ids == (7,)
     assert action.subject is PODGROUP and action.event_reason == "SlurmJobCancelled"
     why = "kube-scheduler preempted every member of the group (workload-aware preemption)"
     assert action.message == f"Slurm job 7 cancelled: {why}"
     # Deleted by someone else: the same cancel, said plainly.
     plain = d.decide(seen(three(job_id=7, node="node-001", deleting=True), job(started=True)))
     assert (
-        isinstance(plain, d.Cancel)
+        isinstance(plain, actions.Cancel)
         and plain.message == "Slurm job 7 cancelled: every member of the group is gone"
     )
 
@@ -693,7 +709,7 @@ def test_members_tas_pinned_each_to_its_node_are_one_job_on_exactly_those_nodes(
     members = [pinned(0, "node-003"), pinned(1, "node-001"), pinned(2, "node-002")]
     fits = {"uid-0": _only("cpu-003"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
     action = d.decide(seen(members, fits=fits))
-    assert isinstance(action, d.Submit) and action.excluded == ("cpu-004",)
+    assert isinstance(action, actions.Submit) and action.excluded == ("cpu-004",)
 
 
 def test_a_pending_job_of_pinned_members_keeps_its_nodes() -> None:
@@ -701,7 +717,7 @@ def test_a_pending_job_of_pinned_members_keeps_its_nodes() -> None:
     fits = {"uid-0": _only("cpu-003"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
     pending = job(state="PENDING", reason="Resources")
     action = d.decide(seen(members, pending, fits=fits, job_excludes=frozenset({"cpu-004"})))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_PENDING
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_PENDING
 
 
 def test_members_pinned_to_one_node_wait_unschedulable() -> None:
@@ -709,7 +725,7 @@ def test_members_pinned_to_one_node_wait_unschedulable() -> None:
     members = [pinned(0, "node-001"), pinned(1, "node-001"), pinned(2, "node-002")]
     fits = {"uid-0": _only("cpu-001"), "uid-1": _only("cpu-001"), "uid-2": _only("cpu-002")}
     action = d.decide(seen(members, fits=fits))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_UNSCHEDULABLE
     assert "leave no node of its own for each (two members pinned to one Node" in action.message
 
 
@@ -718,7 +734,7 @@ def test_pinned_members_are_each_bound_to_the_node_they_were_pinned_to() -> None
     members = [pinned(0, "node-003", 7), pinned(1, "node-001", 7), pinned(2, "node-002", 7)]
     labels = {h: {"kubernetes.io/hostname": h} for h in HOSTS.values()}
     action = d.decide(seen(members, job(started=True), node_labels=labels))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     assert sorted((p.pod["metadata"]["name"], p.kube_node) for p in action.placements) == [
         ("train-0", "node-003"),
         ("train-1", "node-001"),

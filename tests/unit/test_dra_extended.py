@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tandem import keys, placeholder
+from tandem import keys, placeholder, reasons
 from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER
 from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.scheduler import actions, eligibility, groups, policy
 from tandem.scheduler import decide as d
-from tandem.scheduler import eligibility, groups, policy
 from tandem.slurm.models import Job, JobStatus
 
 SCHEDULER = "tandem-test"
@@ -173,9 +173,9 @@ def running(detail: str = "gpu:h100:2(IDX:4-5)") -> JobStatus:
     )
 
 
-def seen(p: dict[str, Any], claim: dict[str, Any] | None, served: bool = True, **kw: Any) -> d.Observed:
+def seen(p: dict[str, Any], claim: dict[str, Any] | None, served: bool = True, **kw: Any) -> actions.Observed:
     j = kw.pop("job", running())
-    return d.Observed(
+    return actions.Observed(
         REF.key,
         groups.alone(REF.key, p),
         (p,),
@@ -196,7 +196,7 @@ def seen(p: dict[str, Any], claim: dict[str, Any] | None, served: bool = True, *
 
 def test_no_claim_yet_makes_one_before_anything_else() -> None:
     action = d.decide(seen(pod(), None))
-    assert isinstance(action, d.MakeClaims) and not action.stale
+    assert isinstance(action, actions.MakeClaims) and not action.stale
     [(member, manifest)] = action.new
     assert member["metadata"]["uid"] == REF.uid
     assert manifest["metadata"]["generateName"] == "infer-extended-resources-"
@@ -204,7 +204,7 @@ def test_no_claim_yet_makes_one_before_anything_else() -> None:
 
 def test_the_claim_gets_slurms_devices_then_the_pod_status_names_it_then_the_bind() -> None:
     action = d.decide(seen(pod(), made_claim()))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     [write] = action.claims[REF.uid]
     assert write.devices == ("gpu-4", "gpu-5") and write.needs_finalizer
     assert [r["request"] for r in write.status["allocation"]["devices"]["results"]] == [
@@ -229,7 +229,7 @@ def test_two_containers_share_slurms_indices_in_order() -> None:
     assert isinstance(gpus, tuple)
     claim = {**made_claim(), "spec": extended.claim_manifest(p, gpus, CLASS)["spec"]}
     action = d.decide(seen(p, claim, job=running("gpu:h100:4(IDX:0,2-3,6)")))
-    assert isinstance(action, d.Bind)
+    assert isinstance(action, actions.Bind)
     results = action.claims[REF.uid][0].status["allocation"]["devices"]["results"]
     assert [(r["request"], r["device"]) for r in results] == [
         ("container-0-request-2", "gpu-0"),
@@ -241,49 +241,49 @@ def test_two_containers_share_slurms_indices_in_order() -> None:
 
 def test_after_a_crash_each_write_done_is_not_done_again() -> None:
     first = d.decide(seen(pod(), made_claim()))
-    assert isinstance(first, d.Bind)
+    assert isinstance(first, actions.Bind)
     written = first.claims[REF.uid][0].status
     # The claim's writes done, the Pod's status not: only the status.
     claimed = made_claim(written, finalizers=[FINALIZER])
     second = d.decide(seen(pod(), claimed))
-    assert isinstance(second, d.Bind)
+    assert isinstance(second, actions.Bind)
     assert second.claims[REF.uid] == () and REF.uid in second.pod_statuses
     # Both done: the bind alone.
     p = pod(status={"extendedResourceClaimStatus": first.pod_statuses[REF.uid]})
     third = d.decide(seen(p, claimed))
-    assert isinstance(third, d.Bind) and third.claims[REF.uid] == () and third.pod_statuses == {}
+    assert isinstance(third, actions.Bind) and third.claims[REF.uid] == () and third.pod_statuses == {}
 
 
 def test_a_claim_allocated_for_another_placement_is_replaced_not_refused() -> None:
     # Allocated on an earlier run of the job (requeued before the bind), to other GPUs.
     old = d.decide(seen(pod(), made_claim(), job=running("gpu:h100:2(IDX:0-1)")))
-    assert isinstance(old, d.Bind)
+    assert isinstance(old, actions.Bind)
     stale = made_claim(old.claims[REF.uid][0].status, finalizers=[FINALIZER])
     action = d.decide(seen(pod(), stale))
-    assert isinstance(action, d.MakeClaims) and not action.new
+    assert isinstance(action, actions.MakeClaims) and not action.new
     [(claim, why)] = action.stale
     assert claim is stale and "allocated already, to gpu-0, gpu-1" in why
 
 
 def test_a_claim_of_another_shape_is_replaced() -> None:
     action = d.decide(seen(pod(), made_claim(count=3)))
-    assert isinstance(action, d.MakeClaims) and "other devices" in action.stale[0][1]
+    assert isinstance(action, actions.MakeClaims) and "other devices" in action.stale[0][1]
 
 
 def test_a_node_whose_device_plugin_serves_the_gpus_binds_as_before() -> None:
     action = d.decide(seen(pod(), None, served=False))
-    assert isinstance(action, d.Bind) and action.claims == {} and action.pod_statuses == {}
+    assert isinstance(action, actions.Bind) and action.claims == {} and action.pod_statuses == {}
 
 
 def test_slurms_indices_without_devices_refuse_the_pod() -> None:
     action = d.decide(seen(pod(), made_claim(), job=running("gpu:h100:2(IDX:8-9)")))
-    assert isinstance(action, d.Refuse) and action.reason == d.REASON_GPU_MISMATCH
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
     assert f"cannot be given to the Pod's {keys.GPU_RESOURCE}" in action.message
 
 
 def test_slurms_indices_not_read_yet_wait() -> None:
     unread = replace(running(), job=replace(running().job, gres_detail=()))
-    assert isinstance(d.decide(seen(pod(), made_claim(), job=unread)), d.Wait)
+    assert isinstance(d.decide(seen(pod(), made_claim(), job=unread)), actions.Wait)
 
 
 # -- which Nodes take the Pod ----------------------------------------------------------------------

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem import keys
+from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups, jobspec
 from tandem.scheduler.policy import parse
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
@@ -75,14 +75,14 @@ pods = st.fixed_dictionaries(
 @given(pod=pods, policy=st.sampled_from([None, POLICY]))
 def test_any_pod_is_refused_with_a_reason_or_becomes_a_job(pod: dict[str, Any], policy: Any) -> None:
     key = "default/fuzzed"
-    observed = d.Observed(
+    observed = actions.Observed(
         key, groups.alone(key, pod), (pod,), kill_wait=30, **({"policy": policy} if policy else {})
     )
     action = d.decide(observed)
-    if isinstance(action, d.Reject):
+    if isinstance(action, actions.Reject):
         assert action.message.startswith("invalid for Slurm: ")
         return
-    assert isinstance(action, d.Submit), action
+    assert isinstance(action, actions.Submit), action
     (result,) = action.validations
     spec = jobspec.build_job_spec(pod, CFG, result.requests, annotations=result.job_annotations)
     assert spec.cpus >= 1 and spec.memory_mb >= 1

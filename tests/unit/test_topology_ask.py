@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tandem import keys, topology
+from tandem import keys, reasons, topology
+from tandem.scheduler import actions, domains, groups, jobspec, validation
 from tandem.scheduler import decide as d
-from tandem.scheduler import domains, groups, jobspec, validation
 from tandem.slurm.dialects import Dialect
 from tests.unit import test_decide_group as g
 
@@ -121,20 +121,20 @@ def test_the_annotation_must_name_label_keys(value: str, refused: bool) -> None:
 # --- the decision ------------------------------------------------------------------------------------
 
 
-def _submit(group: groups.Group, topo: topology.Topology | str = T, **kw: Any) -> d.Action:
+def _submit(group: groups.Group, topo: topology.Topology | str = T, **kw: Any) -> actions.Action:
     members = [g.member(i, **kw) for i in range(group.min_count)]
     return d.decide(g.seen(members, group=group, fits=None, topology=topo))
 
 
 def test_a_gang_asking_for_one_rack_is_submitted_with_the_racks_with_room_as_a_matching_or() -> None:
     action = _submit(_group(3, RACK))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     assert action.domains == (_rack("z1", "a").name,)  # the one rack of three
 
 
 def test_a_gang_too_large_for_every_rack_waits_unschedulable_naming_the_key_and_the_largest() -> None:
     action = _submit(_group(4, RACK))
-    assert isinstance(action, d.Pend) and action.reason == d.REASON_UNSCHEDULABLE
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_UNSCHEDULABLE
     assert action.event == "FailedScheduling"
     assert action.message == (
         f"PodGroup default/train needs its 4 nodes in one domain of {RACK}, and the largest {RACK} "
@@ -144,25 +144,27 @@ def test_a_gang_too_large_for_every_rack_waits_unschedulable_naming_the_key_and_
 
 def test_without_a_published_topology_the_gang_waits_and_says_why() -> None:
     action = _submit(_group(2, RACK), "ConfigMap tandem/tandem-topology is not there")
-    assert isinstance(action, d.Pend) and "ConfigMap tandem/tandem-topology is not there" in action.message
+    assert (
+        isinstance(action, actions.Pend) and "ConfigMap tandem/tandem-topology is not there" in action.message
+    )
 
 
 def test_a_pods_own_matching_or_cannot_be_combined_and_is_refused() -> None:
     action = _submit(_group(2, RACK), annotations={keys.CONSTRAINTS: "[h100|a100]"})
-    assert isinstance(action, d.Refuse) and action.reason == d.REASON_INVALID
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_INVALID
     assert "drop its brackets" in action.message
 
 
 def test_a_gang_asking_nothing_is_submitted_with_no_domain() -> None:
     action = _submit(g.GROUP)  # type: ignore[arg-type]
-    assert isinstance(action, d.Submit) and action.domains == ()
+    assert isinstance(action, actions.Submit) and action.domains == ()
 
 
 def test_the_job_keeps_the_pods_own_constraint_and_the_domains() -> None:
     group = _group(2, RACK)
     members = [g.member(i, annotations={keys.CONSTRAINTS: "cpu|gpu"}) for i in range(2)]
     action = d.decide(g.seen(members, group=group, fits=None, topology=T))
-    assert isinstance(action, d.Submit)
+    assert isinstance(action, actions.Submit)
     cfg = jobspec.PlaceholderConfig("#!/bin/sh\n", {}, {})
     spec = jobspec.build_group_job_spec(
         group.ref,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from tandem import keys, slurmd
+from tandem import keys, reasons, slurmd
 from tandem.cli import kueue
 from tandem.discovery import Versioned
 from tandem.dra.claims import DraConfig
@@ -16,7 +16,6 @@ from tandem.dra.slices import NodeDevices, node_devices
 from tandem.dra.taints import taint_rule
 from tandem.kube import JSON, KubeClient, KubeError
 from tandem.mtls import TlsFiles, channel_credentials
-from tandem.scheduler import decide
 from tandem.slurm import wire
 from tandem.slurm.models import JobStatus, Node
 from tandem.topology import Topology, from_json
@@ -25,15 +24,15 @@ from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 # The PodScheduled reasons Tandem writes: a Pod carrying one is Tandem's.
 TANDEM_REASONS = frozenset(
     {
-        decide.REASON_INVALID,
-        decide.REASON_PENDING,
-        decide.REASON_SUBMIT_FAILED,
-        decide.REASON_SLURM_UNAVAILABLE,
-        decide.REASON_UNSCHEDULABLE,
-        decide.REASON_CANNOT_FIT,
-        decide.REASON_WAITING_FOR_MEMBERS,
-        decide.REASON_WAITING_FOR_GROUP,
-        decide.REASON_GROUP_FULL,
+        reasons.REASON_INVALID,
+        reasons.REASON_PENDING,
+        reasons.REASON_SUBMIT_FAILED,
+        reasons.REASON_SLURM_UNAVAILABLE,
+        reasons.REASON_UNSCHEDULABLE,
+        reasons.REASON_CANNOT_FIT,
+        reasons.REASON_WAITING_FOR_MEMBERS,
+        reasons.REASON_WAITING_FOR_GROUP,
+        reasons.REASON_GROUP_FULL,
     }
 )
 SYNCER_TIMEOUT_S = 10.0

@@ -8,23 +8,23 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tandem import keys, topology
+from tandem import keys, reasons, topology
 from tandem.cli import kueue
 from tandem.cli.facts import Facts
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, parse_rfc3339, pod_finished
-from tandem.scheduler import decide, gpuclaims, groups
+from tandem.scheduler import gpuclaims, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
 from tandem.syncer import gputaints
 from tandem.topology import Domain, Topology
 
-REFUSED = frozenset(decide.REFUSED_REASONS)
+REFUSED = frozenset(reasons.REFUSED_REASONS)
 WAITING = frozenset(
     {
-        decide.REASON_WAITING_FOR_MEMBERS,
-        decide.REASON_WAITING_FOR_GROUP,
-        decide.REASON_GROUP_FULL,
+        reasons.REASON_WAITING_FOR_MEMBERS,
+        reasons.REASON_WAITING_FOR_GROUP,
+        reasons.REASON_GROUP_FULL,
     }
 )
 _SLURM_REASON = re.compile(r" is pending: ([^;]+)")
@@ -115,7 +115,7 @@ def job_state(pod: JSON, job: JobStatus | None) -> str:
         return ""  # a finished Pod's job is cancelled: the Pod cannot tell how far that got
     if node_of(pod):
         return "RUNNING"
-    if scheduled_condition(pod).get("reason") in (decide.REASON_PENDING, decide.REASON_UNSCHEDULABLE):
+    if scheduled_condition(pod).get("reason") in (reasons.REASON_PENDING, reasons.REASON_UNSCHEDULABLE):
         return "PENDING"
     return ""
 
@@ -134,9 +134,9 @@ def reason(pod: JSON) -> str:
     cond = scheduled_condition(pod)
     if cond.get("status") != "False":
         return ""
-    if cond.get("reason") == decide.REASON_PENDING:
+    if cond.get("reason") == reasons.REASON_PENDING:
         m = _SLURM_REASON.search(str(cond.get("message", "")))
-        return m.group(1) if m else decide.REASON_PENDING
+        return m.group(1) if m else reasons.REASON_PENDING
     return str(cond.get("reason", ""))
 
 

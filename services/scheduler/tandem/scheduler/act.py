@@ -9,12 +9,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from tandem import placeholder, tracing
+from tandem import placeholder, reasons, tracing
 from tandem.kube import JSON, object_key, parse_rfc3339
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
-from tandem.scheduler import decide as d
-from tandem.scheduler import groups, jobspec
+from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.hands import Hands
 from tandem.scheduler.submitting import PODS_VALIDATED, submit
@@ -34,48 +33,48 @@ CREATE_TO_BOUND_SECONDS = REGISTRY.histogram(
 def act(
     h: Hands,
     cfg: jobspec.PlaceholderConfig,
-    o: d.Observed,
-    action: d.Action,
+    o: actions.Observed,
+    action: actions.Action,
     all_bound: Callable[[str], None] = lambda key: None,
 ) -> Requeue:
     """`all_bound`: told a key whose members this action left all bound."""
     match action:
-        case d.Nothing():
+        case actions.Nothing():
             return None
-        case d.Wait(why=why):
+        case actions.Wait(why=why):
             raise NotYet(why)
-        case d.Later(after=after):
+        case actions.Later(after=after):
             return after
-        case d.Cancel():
+        case actions.Cancel():
             cancel(h, o.key, action)
             return None
     group = o.group
     assert group is not None  # every other action is about Pods that are there
     match action:
-        case d.Reject(pods=pods, message=message, problems=problems):
+        case actions.Reject(pods=pods, message=message, problems=problems):
             reject(h, group, pods, message, problems)
-        case d.Warn(pods=pods, reason=reason, message=message):
+        case actions.Warn(pods=pods, reason=reason, message=message):
             for pod in pods:
                 h.announce.event(pod, "Warning", reason, message)
-        case d.Refuse(pods=pods, reason=reason, message=message):
+        case actions.Refuse(pods=pods, reason=reason, message=message):
             h.announce.refuse(group, pods, reason, message)
-        case d.Submit():
+        case actions.Submit():
             submit(h, cfg, group, action, o.kill_wait)
-        case d.Record(pods=pods, job_id=job_id):
+        case actions.Record(pods=pods, job_id=job_id):
             for pod in pods:
                 h.record(pod, job_id)
-        case d.Pend(pods=pods, reason=reason, message=message, event=event):
+        case actions.Pend(pods=pods, reason=reason, message=message, event=event):
             h.announce.pend(group, pods, reason, message, event)
-        case d.Nominate(placements=placements):
+        case actions.Nominate(placements=placements):
             for placement in placements:
                 h.writers.pods.nominate(placement.pod, placement.kube_node)
-        case d.Exclude():
+        case actions.Exclude():
             exclude(h, o.key, action)
-        case d.MakeClaims():
+        case actions.MakeClaims():
             make_claims(h, action)
-        case d.Bind():
+        case actions.Bind():
             bind_all(h, o, group, action, all_bound)
-        case d.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
+        case actions.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
             for pod in pods:
                 h.announce.event(pod, type_, reason, message)
                 h.writers.pods.delete(pod)
@@ -86,7 +85,7 @@ def reject(
     h: Hands, group: groups.Group, pods: tuple[JSON, ...], message: str, problems: tuple[Problem, ...]
 ) -> None:
     for pod in pods:
-        h.writers.pods.set_unscheduled(pod, d.REASON_INVALID, message)
+        h.writers.pods.set_unscheduled(pod, reasons.REASON_INVALID, message)
         h.announce.event(pod, "Warning", "FailedValidation", message)
         log.info("pod rejected", extra={"pod": object_key(pod), "reason": message})
     for problem in problems:
@@ -94,7 +93,7 @@ def reject(
     h.announce.group_status(group, False, "Unschedulable", message, event=("Warning", "FailedValidation"))
 
 
-def exclude(h: Hands, key: str, action: d.Exclude) -> None:
+def exclude(h: Hands, key: str, action: actions.Exclude) -> None:
     # A het job's components each keep their own list (Slurm sets the one asked).
     for each in action.component_ids or (action.job_id,):
         h.writers.slurm.set_excluded_nodes(each, action.hostlist)
@@ -102,7 +101,7 @@ def exclude(h: Hands, key: str, action: d.Exclude) -> None:
     log.info("excluded nodes updated", extra={"pod": key, "job": action.job_id, "excluded": action.hostlist})
 
 
-def make_claims(h: Hands, action: d.MakeClaims) -> None:
+def make_claims(h: Hands, action: actions.MakeClaims) -> None:
     """The claims made for Pods asking nvidia.com/gpu; a stale one dropped first (a later pass makes
     its replacement once the informer shows it gone)."""
     for claim, why in action.stale:
@@ -114,7 +113,7 @@ def make_claims(h: Hands, action: d.MakeClaims) -> None:
 
 
 def bind_all(
-    h: Hands, o: d.Observed, group: groups.Group, action: d.Bind, all_bound: Callable[[str], None]
+    h: Hands, o: actions.Observed, group: groups.Group, action: actions.Bind, all_bound: Callable[[str], None]
 ) -> None:
     job = action.job
     for placement in action.placements:
@@ -183,14 +182,14 @@ def bind(
     )
 
 
-def cancel(h: Hands, key: str, action: d.Cancel) -> None:
+def cancel(h: Hands, key: str, action: actions.Cancel) -> None:
     for job_id in action.job_ids:
         log.info("cancelling job", extra={"pod": key, "job": job_id, "why": action.why})
         h.writers.slurm.cancel_job(job_id)
         h.assumed.cancelled.assume(str(job_id), True)
     if groups.is_group_key(key):
         h.assumed.submitted.forget(key)
-    elif action.cause is d.CancelCause.POD_DELETED:
+    elif action.cause is actions.CancelCause.POD_DELETED:
         for job in h.jobs.for_pod_key(key):
             ref = placeholder.pod_of(job.job)
             if ref is not None:

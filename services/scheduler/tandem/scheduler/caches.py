@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tandem import reasons
 from tandem.informer import IndexFunc, Informer
 from tandem.kube import JSON, object_key
-from tandem.scheduler import decide as d
 from tandem.scheduler import eligibility, groups
 from tandem.scheduler.dra_source import BY_CLAIM, DraCaches, claim_index
 from tandem.scheduler.podapi import condition
@@ -69,7 +69,7 @@ class _NoPodGroups:
 
 def unschedulable_index(pod: JSON) -> list[str]:
     c = condition(pod, "PodScheduled") or {}
-    return ["yes"] if c.get("status") == "False" and c.get("reason") == d.REASON_UNSCHEDULABLE else []
+    return ["yes"] if c.get("status") == "False" and c.get("reason") == reasons.REASON_UNSCHEDULABLE else []
 
 
 def node_index(pod: JSON) -> list[str]:

@@ -12,8 +12,8 @@ from collections import OrderedDict
 from tandem.kube import pod_finished
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
+from tandem.scheduler import actions, groups, podstate
 from tandem.scheduler import decide as d
-from tandem.scheduler import groups
 from tandem.scheduler.act import act
 from tandem.scheduler.announce import Announcer
 from tandem.scheduler.assumed import Assumed
@@ -89,12 +89,14 @@ class Controller:
         DECISIONS.inc(action=type(action).__name__)
         return act(self.hands, self.settings.placeholder, observed, action, self._bound_after)
 
-    def decision(self, key: str, kill_wait: KillWait | None = None) -> tuple[d.Observed, d.Action]:
+    def decision(
+        self, key: str, kill_wait: KillWait | None = None
+    ) -> tuple[actions.Observed, actions.Action]:
         """What to do for a key: decided on a snapshot, judged against every Node only when the
         decision needs which Nodes would take the members."""
         observed = self.observer.observe(key, kill_wait)
         action = d.decide(observed)
-        if isinstance(action, d.Judge):
+        if isinstance(action, actions.Judge):
             observed = dataclasses.replace(observed, fits=self.observer.fits(observed.members, observed.job))
             action = d.decide(observed)
         return observed, action
@@ -111,7 +113,7 @@ class Controller:
                 self.assumed.bound.forget(str(pod["metadata"]["uid"]))
             if self.caches.dra is not None and self.caches.dra.extended_claim(pod) is not None:
                 self.assumed.made_claims.forget(str(pod["metadata"]["uid"]))  # the informer shows it
-            uid, annotated = str(pod["metadata"]["uid"]), d.recorded_job_id(pod)
+            uid, annotated = str(pod["metadata"]["uid"]), podstate.recorded_job_id(pod)
             if annotated is None:
                 continue
             carried.add(annotated)
@@ -148,7 +150,7 @@ class Controller:
                 "bound"
                 if (pod.get("spec") or {}).get("nodeName")
                 else "refused"
-                if d.refused(pod)
+                if podstate.refused(pod)
                 else "pending"
             )
             counts[(state,)] += 1

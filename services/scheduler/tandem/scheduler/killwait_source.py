@@ -19,7 +19,7 @@ A change applies from the next decision on: a Pod not submitted yet is checked a
 value, and so is one submitted but not bound yet (refused, its job cancelled, when it no longer
 fits: as for a policy change); a bound Pod is only warned (WouldBeRefused). A Pod already refused
 for its grace period is not looked at again: a refusal is final until the Pod is recreated
-(decide.REFUSED_REASONS; nothing un-refuses a Pod), and un-refusing only the Pods whose sole problem
+(tandem.reasons.REFUSED_REASONS; nothing un-refuses a Pod), and un-refusing only the Pods whose sole problem
 was the grace period would need that problem recorded on each, for a value that rarely grows.
 Recreate the Pod after raising KillWait.
 """

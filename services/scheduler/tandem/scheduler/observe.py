@@ -14,8 +14,7 @@ from tandem.dra.claims import PodGpus
 from tandem.dra.shape import at
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import decide as d
-from tandem.scheduler import eligibility, groups, podmemo
+from tandem.scheduler import actions, eligibility, groups, podmemo, podstate
 from tandem.scheduler.assumed import Assumed
 from tandem.scheduler.caches import BY_GROUP, BY_PARENT, Caches
 from tandem.scheduler.controller_settings import ControllerSettings
@@ -79,7 +78,7 @@ class Observer:
         node = self.assumed.bound.get(str(pod["metadata"]["uid"]))
         return pod if node is None else {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
-    def observe(self, key: str, kill_wait: KillWait | None = None) -> d.Observed:
+    def observe(self, key: str, kill_wait: KillWait | None = None) -> actions.Observed:
         """A snapshot of plain values: everything decide reads but the fits (decide asks for
         them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
         by the placement view) Slurm's default while none is known."""
@@ -90,7 +89,7 @@ class Observer:
         for pod in members:
             uid = str(pod["metadata"]["uid"])
             written = self.assumed.recorded.get(uid, version(pod))
-            carried = written if written is not None else d.recorded_job_id(pod)
+            carried = written if written is not None else podstate.recorded_job_id(pod)
             if carried is not None:
                 recorded[uid] = carried
         submitted = self.assumed.submitted.get(owner(key, members))
@@ -128,7 +127,7 @@ class Observer:
                 claims = self.caches.dra.claims_of(members)
                 devices = self.caches.dra.devices(hosts.values())
                 class_config = self.caches.dra.class_config()
-        return d.Observed(
+        return actions.Observed(
             key,
             group,
             members,
@@ -141,7 +140,7 @@ class Observer:
             hosts=hosts,
             node_labels=self._node_labels(hosts.values()),
             slurm_nodes=self.jobs.slurm_node_count(),
-            fits=d.NOT_JUDGED,
+            fits=actions.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
             kill_wait=kill_wait.seconds,
             kill_wait_source=kill_wait.source,
@@ -261,7 +260,7 @@ def gated(pod: JSON) -> bool:
 def _may_need_a_fit(pod: JSON, job: JobStatus | None) -> bool:
     """Whether deciding may ask which Nodes would take the Pod: only before its job runs."""
     meta, spec = pod["metadata"], pod.get("spec") or {}
-    if spec.get("nodeName") or meta.get("deletionTimestamp") or pod_finished(pod) or d.refused(pod):
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or pod_finished(pod) or podstate.refused(pod):
         return False
     return job is None or job.ended or job.pending
 

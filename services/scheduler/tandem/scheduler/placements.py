@@ -4,8 +4,8 @@ observation and decision a reconcile acts on: nothing is written."""
 from __future__ import annotations
 
 from tandem.kube import JSON, object_key
-from tandem.scheduler import decide as d
-from tandem.scheduler import groups
+from tandem.scheduler import groups, growth, podstate
+from tandem.scheduler.actions import Action, Bind, Cancel, Delete, Nominate, Observed, Reject, Wait
 from tandem.scheduler.controller import Controller
 from tandem.scheduler.podapi import condition
 from tandem.slurm.wire import job_to_proto
@@ -27,6 +27,39 @@ def placement(controller: Controller, pod: JSON) -> scheduler_pb2.Placement:
         job_state=job_to_proto(job).state if job is not None else "JOB_STATE_UNSPECIFIED",
         slurm_node=job.job.nodes[0] if job is not None and job.job.nodes else "",
         kube_node=spec.get("nodeName", ""),
-        state=f"PLACEMENT_STATE_{d.placement_state(observed, action, pod)}",
+        state=f"PLACEMENT_STATE_{placement_state(observed, action, pod)}",
         reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
     )
+
+
+def placement_state(o: Observed, action: Action, pod: JSON | None = None) -> str:
+    """Where a member stands (scheduler.proto's PlacementState, without the prefix), read off the
+    same decision the reconciler acts on. `pod`: which member (the only one when not given)."""
+    if pod is None:
+        pod = o.members[0] if o.members else {}
+    job = o.job
+    if job is not None and o.group is not None and growth.outgrown_before_it_ran(o.group, job):
+        job = None  # cancelled to be replaced: its members wait for the new job
+    uid = podstate.uid(pod)
+    mine = _touches(action, uid)
+    if (isinstance(action, Reject) and mine) or (pod and podstate.refused(pod)):
+        return "INVALID"
+    if (
+        (isinstance(action, Cancel) and not action.pods)
+        or (isinstance(action, Delete) and mine)
+        or (pod.get("metadata") or {}).get("deletionTimestamp")
+        or (job is not None and (job.terminating or job.ended))
+    ):
+        return "TERMINATING"
+    if podstate.bound(pod):
+        return "BOUND"
+    if isinstance(action, Wait) or (isinstance(action, Bind) and mine) or (job is not None and job.started):
+        return "STARTED"
+    return "PENDING"
+
+
+def _touches(action: Action, uid: str) -> bool:
+    if isinstance(action, Bind | Nominate):
+        return any(podstate.uid(p.pod) == uid for p in action.placements)
+    pods = getattr(action, "pods", None) or getattr(action, "members", None) or ()
+    return any(podstate.uid(p) == uid for p in pods)

@@ -8,12 +8,11 @@ import dataclasses
 import logging
 import time
 
-from tandem import tracing
+from tandem import reasons, tracing
 from tandem.kube import JSON
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet
-from tandem.scheduler import decide as d
-from tandem.scheduler import groups, jobspec
+from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler.hands import Hands
 from tandem.scheduler.observe import owner
 from tandem.slurm.dialects import UnsupportedBySlurm
@@ -33,7 +32,11 @@ SUBMIT_SECONDS = REGISTRY.histogram("tandem_submit_seconds", "time to submit a p
 
 
 def submit(
-    h: Hands, placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: d.Submit, kill_wait: float
+    h: Hands,
+    placeholder: jobspec.PlaceholderConfig,
+    group: groups.Group,
+    action: actions.Submit,
+    kill_wait: float,
 ) -> None:
     attributes = (
         {"k8s.pod": group.key} if group.alone else {"k8s.group": group.key, "members": len(action.members)}
@@ -63,7 +66,7 @@ def submit(
 
 
 def job_spec(
-    placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: d.Submit, kill_wait: float
+    placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: actions.Submit, kill_wait: float
 ) -> JobSpec:
     """`kill_wait`: the KillWait the members were validated against, which the placeholder script
     is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
@@ -91,16 +94,16 @@ def _not_submitted(
     if isinstance(e, UnsupportedBySlurm):
         JOBS_SUBMITTED.inc(result="refused")
         who = "this Pod" if group.alone else group.title
-        h.announce.refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm cannot run {who}: {e}")
+        h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm cannot run {who}: {e}")
         return
     if unreachable(e.status):
         JOBS_SUBMITTED.inc(result="error")
         h.announce.pend(
             group,
             members,
-            d.REASON_SLURM_UNAVAILABLE,
+            reasons.REASON_SLURM_UNAVAILABLE,
             f"cannot submit {what}, retrying: {e.summary}",
-            d.REASON_SLURM_UNAVAILABLE,
+            reasons.REASON_SLURM_UNAVAILABLE,
         )
         raise e
     if waits_for_topology(e):
@@ -110,14 +113,14 @@ def _not_submitted(
         h.announce.pend(
             group,
             members,
-            d.REASON_UNSCHEDULABLE,
+            reasons.REASON_UNSCHEDULABLE,
             f"Slurm cannot place {what} on its topology as it is now, retrying: {e.summary}",
             "FailedScheduling",
         )
         raise NotYet(f"Slurm's topology does not join {what}'s nodes yet") from e
     JOBS_SUBMITTED.inc(result="refused")
     refused = "the placeholder job" if group.alone else f"the job of {group.title}"
-    h.announce.refuse(group, members, d.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
+    h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
 
 
 def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: JobSpec, job_id: int) -> None:

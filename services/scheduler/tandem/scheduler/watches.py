@@ -31,8 +31,7 @@ from tandem.dra import extended
 from tandem.dra.shape import at, items, obj
 from tandem.kube import JSON, object_key, pod_finished
 from tandem.metrics import REGISTRY
-from tandem.scheduler import decide as d
-from tandem.scheduler import groups
+from tandem.scheduler import groups, podstate
 from tandem.scheduler.assumed import Assumed
 from tandem.scheduler.caches import (
     BY_GROUP,
@@ -126,7 +125,7 @@ class SchedulerWatches:
     def on_policy_changed(self, old: Policy, new: Policy) -> None:
         """The tenant policy changed: the Pods its change concerns are judged again. One not bound
         yet may be refused now (and its job cancelled); a bound one is only told
-        (decide.would_be_refused)."""
+        (admission.would_be_refused_message)."""
         self._policy(PolicyChange(old, new))
 
     # -- caches derived from the events -----------------------------------------------------------
@@ -278,7 +277,7 @@ class SchedulerWatches:
         before, after = _decision_view(old), _decision_view(new)
         if (
             recorded is not None
-            and d.recorded_job_id(new) == recorded != d.recorded_job_id(old)
+            and podstate.recorded_job_id(new) == recorded != podstate.recorded_job_id(old)
             and _without_record(before) == _without_record(after)
         ):
             self.assumed.recorded.forget(uid)
@@ -318,7 +317,7 @@ class SchedulerWatches:
         pod = self.caches.pods.get(ref.key)
         if pod is None:
             owner, jobs = ref.uid, self.jobs.for_pod_key(ref.key)
-        elif d.is_live(pod):
+        elif podstate.is_live(pod):
             return True
         else:
             owner = str(pod["metadata"]["uid"])

@@ -1,0 +1,41 @@
+"""What a member's own object says of where it stands: live or going, bound, nominated, refused by
+this scheduler, the job it recorded."""
+
+from __future__ import annotations
+
+from tandem import keys, reasons
+from tandem.kube import JSON, pod_finished
+from tandem.scheduler.podapi import condition
+
+
+def preempted(pod: JSON) -> bool:
+    """kube-scheduler evicted it to make room for a higher priority (its DisruptionTarget says so)."""
+    c = condition(pod, "DisruptionTarget") or {}
+    return c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
+
+
+def is_live(pod: JSON) -> bool:
+    """Neither being deleted nor finished: a member its group's job is for."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and not pod_finished(pod)
+
+
+def bound(pod: JSON) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def uid(pod: JSON) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def nominated(pod: JSON) -> str:
+    return str((pod.get("status") or {}).get("nominatedNodeName") or "")
+
+
+def refused(pod: JSON) -> bool:
+    """This scheduler refused the Pod (invalid, or Slurm said no): it stays so until recreated."""
+    c = condition(pod, "PodScheduled")
+    return c is not None and c.get("status") == "False" and c.get("reason") in reasons.REFUSED_REASONS
+
+
+def recorded_job_id(pod: JSON) -> int | None:
+    return keys.recorded_job_id(pod)
