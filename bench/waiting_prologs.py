@@ -175,7 +175,7 @@ def serve_syncer(calls: int, tls_dir: Path) -> None:
     slurm = StubSlurm()
     mirror = SlurmMirror(slurm, poll_interval=3600)
     writes = LockWrites(kube, SLURMD_NS, cluster.node)
-    facts = CacheFacts(cluster, mirror, "slurm", holds, writes, "tandem")
+    facts = CacheFacts(cluster, mirror.state, "slurm", holds, writes, "tandem")
     queue = WorkQueue()
     locks = NodeLocks(holds, queue, cluster, facts, mirror)
     released = threading.Event()

@@ -66,8 +66,7 @@ class Informer:
         self._generation = 0
         self._snapshot: tuple[int, Mapping[str, JSON]] = (-1, MappingProxyType({}))
         # Notified on every change: waiters (`wait_for`) wake on changes instead of polling.
-        self._changed = threading.Condition(threading.RLock())
-        self._lock = self._changed
+        self._lock = threading.RLock()
         self._synced = [threading.Event() for _ in paths]
         # Why the last list or watch failed ("" once a list succeeds): what readiness quotes.
         self.trouble = ""
@@ -103,19 +102,8 @@ class Informer:
         with self._lock:
             return [self._cache[k] for k in self._indexes[index].get(value, ())]
 
-    def wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
-        """Until `ready()` (evaluated now and after each change) or `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not ready():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-            return True
-
     def _put(self, key: str, obj: JSON | None) -> JSON | None:
-        """Store (or with None, drop) an object, keep the indexes, wake waiters. Lock held."""
+        """Store (or with None, drop) an object and keep the indexes. Lock held."""
         cached = self._cache.get(key)
         if cached is not None and obj is not None and self.same is not None and self.same(cached, obj):
             return cached
@@ -134,7 +122,6 @@ class Informer:
             for name, index_of in self._indexers.items():
                 for value in index_of(obj):
                     self._indexes[name].setdefault(value, set()).add(key)
-        self._changed.notify_all()
         return old
 
     @property

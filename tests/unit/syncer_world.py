@@ -6,6 +6,7 @@ hook calls, servicer (its node credentials reviewed by a stand-in API server).""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 from unittest import mock
@@ -17,6 +18,7 @@ from tandem.nodetoken import TokenReviewer, unverified_claims
 from tandem.runner import Runner
 from tandem.slurm.models import Job, Node
 from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.broker import Batch, Subscription
 from tandem.syncer.cluster import ClusterView, slim_daemonset, slim_node, slim_pod
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
@@ -36,6 +38,12 @@ JOB_KEY = b"k" * 32
 
 # The binding of the placeholder jobs these tests submit (their AdminComment: `bound`).
 BINDING = "0b" * 16
+
+
+def take_now(sub: Subscription) -> Batch | None:
+    """The batch a subscription has queued now (the stream's own wait, on a loop of its own)."""
+    assert not sub.queue.empty(), "no batch queued"
+    return asyncio.run(sub.take())
 
 
 def bound(reference: str) -> str:
@@ -323,7 +331,7 @@ class Stack:
         self.holds = HoldStore()
         self.holds.on_change = cluster.wake
         self.writes = LockWrites(world.kube, SLURMD_NS, cluster.node)  # type: ignore[arg-type]
-        self.facts = CacheFacts(cluster, mirror, "tandem", self.holds, self.writes, scheduler_name)
+        self.facts = CacheFacts(cluster, mirror.state, "tandem", self.holds, self.writes, scheduler_name)
         self.queue = WorkQueue(backoff_base=0.05, backoff_cap=0.5)
         self.sync = NodeSync(
             world.kube,  # type: ignore[arg-type]
@@ -349,7 +357,7 @@ class Stack:
         cluster.on_slurm_node_changed = self.queue.add
         cluster.on_node_pods_changed = self._pods_changed
         cluster.on_node_without_slurmd = lambda kube_node: self.queue.add(NODE_KEY_PREFIX + kube_node)
-        mirror.on_node_changed = self.queue.add
+        mirror.state.on_node_changed(self.queue.add)
         self.stop = threading.Event()
         Runner("node-sync", self.queue, self.sync.reconcile, workers).start_workers()
 
@@ -358,7 +366,7 @@ class Stack:
             self.queue.add(slurm_node)
 
     def resync(self) -> None:
-        for key in resync_keys(self.mirror, self.world.cluster, self.facts):
+        for key in resync_keys(self.mirror.state, self.world.cluster, self.facts):
             self.queue.add(key)
 
     def close(self) -> None:

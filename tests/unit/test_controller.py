@@ -6,6 +6,7 @@ failures come back (backoff, never for a terminal error), what is counted and wh
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -25,14 +26,32 @@ from tandem.scheduler.controller_settings import ControllerSettings
 from tandem.scheduler.hands import Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.jobspec import PlaceholderConfig
-from tandem.scheduler.killwait_source import KillWait, fixed
+from tandem.scheduler.killwait_source import FROM_FLAG, KillWait
 from tandem.scheduler.placements import placement
 from tandem.scheduler.policy import parse
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import HetComponent, Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
+from tandem.slurm.wire import node_from_proto
 from tandem.v1 import scheduler_pb2, slurm_pb2
 from tandem.workqueue import WorkQueue
+
+
+def fixed(seconds: float) -> Callable[[], KillWait | None]:
+    """A KillWait as --slurm-kill-wait fixes it."""
+    value = KillWait(seconds, FROM_FLAG)
+    return lambda: value
+
+
+def report(jobs: JobTracker, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
+    """A job's change as the syncer's stream brings it, on its own."""
+    jobs._apply_batch([(status, trace_context or {})])
+
+
+def report_node(jobs: JobTracker, msg: slurm_pb2.SlurmNode) -> None:
+    """A Slurm node's change (the Node hosting it) as the syncer's stream brings it."""
+    jobs._apply_batch([], [node_from_proto(msg)])
+
 
 SCHEDULER = "tandem-test"
 POD = placeholder.PodRef("default", "trainer", "uid-1")
@@ -104,9 +123,9 @@ def _status(state: str = "RUNNING", started: bool = False, node: str = "cpu-001"
 def _tracker(status: JobStatus | None = None, hosts: dict[str, str] | None = None) -> JobTracker:
     jobs = JobTracker(SCHEDULER, mock.Mock(), lambda pod, job: None)
     if status is not None:
-        jobs._apply(status)
+        report(jobs, status)
     for slurm_node, kube_node in (hosts or {}).items():
-        jobs._apply_node(slurm_pb2.SlurmNode(name=slurm_node, kube_node=kube_node))
+        report_node(jobs, slurm_pb2.SlurmNode(name=slurm_node, kube_node=kube_node))
     jobs._synced.set()
     return jobs
 
@@ -225,7 +244,7 @@ def test_a_pod_is_bound_where_the_syncer_says_its_slurmd_pod_is_now() -> None:
     jobs = _tracker(_status(started=True), hosts={"cpu-001": "node-001"})
     moved: list[str] = []
     jobs.on_node_moved = moved.append
-    jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-009"))
+    report_node(jobs, slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-009"))
     assert moved == ["cpu-001"]
     controller, _, kube = _controller(pods, jobs)
     controller.reconcile(POD.key)
@@ -417,7 +436,8 @@ def test_a_members_warnings_are_posted_as_a_pod_alones_are() -> None:
 def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
     controller, _, kube = _gang(_member(0, "9"), _member(1, "9"))
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
-    controller.jobs._apply(
+    report(
+        controller.jobs,
         JobStatus(
             Job(
                 job_id=9,
@@ -427,7 +447,7 @@ def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
                 nodes=("cpu-001", "cpu-002"),
             ),
             started=True,
-        )
+        ),
     )
     controller.reconcile(f"{POD.namespace}/pg:train")
     bindings = [c.args for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
@@ -535,7 +555,7 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
     jobs = _tracker()
     for job_id in (9, 12):
         name = placeholder.job_name(POD, SCHEDULER)
-        jobs._apply(JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
+        report(jobs, JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
     controller, _, _ = _controller(pods, jobs)
     observed = controller.observer.observe(POD.key)
     assert observed.job is not None and observed.job.job_id == 9
@@ -578,7 +598,7 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
             excluded_nodes=("cpu-002",),
         )
     )
-    controller.jobs._apply(reported)
+    report(controller.jobs, reported)
     controller.reconcile(POD.key)
     assert len(controller.assumed.excludes) == 0
 
@@ -623,7 +643,7 @@ def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_when_a
     observed, _ = controller.decision(POD.key)
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
-    jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
+    report_node(jobs, slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
     assert observed.fits[POD.uid].excluded == ("cpu-002",)  # the snapshot holds
 
 
@@ -686,8 +706,9 @@ def test_a_members_placement_is_where_its_group_stands() -> None:
     name = placeholder.job_name(ref, SCHEDULER)
     controller, _, _ = _gang(_member(0, "9"), _member(1, "9"))
     nodes = ("cpu-001", "cpu-002")
-    controller.jobs._apply(
-        JobStatus(Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=nodes), started=True)
+    report(
+        controller.jobs,
+        JobStatus(Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=nodes), started=True),
     )
     placed = placement(controller, _member(1, "9"))
     assert placed.job_id == 9 and placed.state == scheduler_pb2.PLACEMENT_STATE_STARTED
@@ -699,20 +720,20 @@ def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced()
     recorded on the members it kept (issue 21)."""
     members = [_member(i, "9") for i in range(3)]
     controller, slurm, kube = _gang(*members, min_count=3)
-    controller.jobs._apply_node(slurm_pb2.SlurmNode(name="cpu-003", kube_node="node-003"))
+    report_node(controller.jobs, slurm_pb2.SlurmNode(name="cpu-003", kube_node="node-003"))
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
     name = placeholder.job_name(ref, SCHEDULER)
     asked = Job(
         job_id=9, name=name, admin_comment=name, state="PENDING", state_reason="Resources", node_count=2
     )
-    controller.jobs._apply(JobStatus(asked))
+    report(controller.jobs, JobStatus(asked))
     slurm.submit_job.return_value = 10
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.cancel_job.assert_called_once_with(9)
     controller.reconcile(f"{POD.namespace}/pg:train")  # still pending: cancelled once
     slurm.cancel_job.assert_called_once_with(9)
     slurm.submit_job.assert_not_called()
-    controller.jobs._apply(JobStatus(replace(asked, state="CANCELLED", state_reason="")))
+    report(controller.jobs, JobStatus(replace(asked, state="CANCELLED", state_reason="")))
     controller.reconcile(f"{POD.namespace}/pg:train")
     slurm.submit_job.assert_called_once()
     assert slurm.submit_job.call_args.args[0].nodes == 3
@@ -864,7 +885,8 @@ def test_each_member_of_a_het_job_is_bound_to_a_node_of_its_own_component() -> N
     ]
     controller, _, jobs = _composite(*members)
     name = placeholder.job_name(placeholder.PodRef(POD.namespace, "cpg:serve", "cpg-uid"), SCHEDULER)
-    jobs._apply(
+    report(
+        jobs,
         JobStatus(
             Job(
                 12,
@@ -876,7 +898,7 @@ def test_each_member_of_a_het_job_is_bound_to_a_node_of_its_own_component() -> N
                 components=(HetComponent(12, 2, ("cpu-003", "cpu-004")), HetComponent(14, 1, ("cpu-001",))),
             ),
             started=True,
-        )
+        ),
     )
     controller.reconcile(f"{POD.namespace}/cpg:serve")
     kube: mock.Mock = controller.writers.pods.kube  # type: ignore[assignment]
@@ -1185,7 +1207,7 @@ def test_a_job_stopping_after_its_deleting_pods_cancel_queues_nothing_until_a_jo
     slurm.cancel_job.assert_called_once_with(7)
 
     def streamed(status: JobStatus) -> None:  # as the stream does: the tracker first, then the watch
-        controller.jobs._apply(status)
+        report(controller.jobs, status)
         watches.on_job(POD, status)
 
     terminating = JobStatus(_status(started=True).job, started=True, terminating=True)
@@ -1211,7 +1233,7 @@ def test_a_bind_tells_how_many_reconciles_its_key_took() -> None:
     controller, _, _ = _controller(pods, jobs)
     two_before, three_before = observed("2.0"), observed("3.0")
     controller.reconcile(POD.key)  # pending: nothing to do yet
-    jobs._apply(_status(started=True))
+    report(jobs, _status(started=True))
     controller.reconcile(POD.key)  # started: bound, on the second look
     assert observed("2.0") == two_before + 1
     assert observed("3.0") == three_before + 1

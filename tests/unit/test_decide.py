@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tandem import keys, placeholder, reasons
-from tandem.scheduler import actions, groups, placements, podstate, policy
+from tandem.scheduler import actions, groups, placements, policy
 from tandem.scheduler import decide as d
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
@@ -86,7 +86,7 @@ def job(
 
 def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> actions.Observed:
     """The snapshot of the Pod alone, as the controller observes it: a group of one."""
-    recorded = kw.pop("recorded", podstate.recorded_job_id(p) if p is not None else None)
+    recorded = kw.pop("recorded", keys.recorded_job_id(p) if p is not None else None)
     fit: Eligibility | None = kw.pop("fit", None)
     fits = kw.pop("fits", {REF.uid: fit} if fit is not None else None)
     return actions.Observed(

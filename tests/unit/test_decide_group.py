@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tandem import keys, placeholder, reasons
-from tandem.scheduler import actions, groups, placements, podstate, policy
+from tandem.scheduler import actions, groups, placements, policy
 from tandem.scheduler import decide as d
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
@@ -112,9 +112,7 @@ def seen(members: list[dict[str, Any]], j: JobStatus | None = None, **kw: Any) -
         job=j,
         jobs=(j,) if j is not None else (),
         recorded={
-            m["metadata"]["uid"]: job_id
-            for m in members
-            if (job_id := podstate.recorded_job_id(m)) is not None
+            m["metadata"]["uid"]: job_id for m in members if (job_id := keys.recorded_job_id(m)) is not None
         },
         hosts=HOSTS,
         slurm_nodes=kw.pop("slurm_nodes", 8),

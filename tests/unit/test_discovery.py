@@ -5,6 +5,7 @@ only, so on 1.37 no gang was ever seen and each member was placed alone."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -90,7 +91,9 @@ def _synced_informer(api: FakeApi) -> Informer:
     informer.start(stop)
     try:
         assert informer.wait_synced(5)
-        informer.wait_for(lambda: bool(informer.items()), 0.5)
+        deadline = time.monotonic() + 0.5
+        while not informer.items() and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
     return informer

@@ -10,7 +10,7 @@ from tandem.slurm import hetjob
 from tandem.slurm.models import HetComponent, Job, JobStatus, Node
 from tandem.slurm.wire import job_from_proto, job_to_proto
 from tandem.syncer.mirror import SlurmMirror
-from tests.unit.syncer_world import whole_listing_slurm
+from tests.unit.syncer_world import take_now, whole_listing_slurm
 
 NAME = placeholder.job_name(placeholder.PodRef("ns", "cpg:serve", "uid-1"), "tandem")
 
@@ -53,7 +53,7 @@ def test_without_every_component_there_is_no_het_job_yet() -> None:
 
 def test_a_scheduler_is_not_sent_part_of_a_het_job() -> None:
     mirror = _mirror(LEADER)
-    snapshot, _ = mirror.subscribe("tandem")
+    snapshot, _ = mirror.broker.subscribe("tandem")
     assert not [c for c in snapshot if isinstance(c, JobStatus)]
 
 
@@ -76,24 +76,24 @@ def _mirror(*jobs: Job) -> SlurmMirror:
 
 def test_the_mirror_reads_a_het_job_by_its_id_whole_and_a_component_by_its_own() -> None:
     mirror = _mirror(LEADER, WORKERS)
-    whole = mirror.job(12)
+    whole = mirror.state.job(12)
     assert whole is not None and whole.job.nodes == ("cpu-001", "cpu-003", "cpu-005")
-    component = mirror.job(13)
+    component = mirror.state.job(13)
     assert component is not None and component.job.nodes == ("cpu-003", "cpu-005")
     # What a prolog on cpu-003 locks for: the component running there.
-    assert [s.job_id for s in mirror.jobs_on("cpu-003")] == [13]
+    assert [s.job_id for s in mirror.state.jobs_on("cpu-003")] == [13]
 
 
 def test_a_scheduler_is_sent_the_het_job_once_whole_never_its_components() -> None:
     mirror = _mirror(LEADER, WORKERS)
     slurm: mock.Mock = mirror.slurm  # type: ignore[assignment]
-    snapshot, sub = mirror.subscribe("tandem")
+    snapshot, sub = mirror.broker.subscribe("tandem")
     jobs = [c for c in snapshot if isinstance(c, JobStatus)]
     assert [(j.job_id, len(j.job.components)) for j in jobs] == [(12, 2)]
     # The second component ends: the change goes out as the whole job.
     slurm.list_jobs.return_value = [LEADER, _component(13, 1, ("cpu-003", "cpu-005"), "COMPLETING")]
     mirror.poll_once()
-    batch = sub.take(timeout=0)
+    batch = take_now(sub)
     assert batch is not None
     assert [(c.job_id, len(c.job.components)) for c, _ in batch if isinstance(c, JobStatus)] == [(12, 2)]
 

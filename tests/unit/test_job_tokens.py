@@ -84,7 +84,7 @@ def test_a_ring_that_does_not_read_is_logged_and_counted_once_per_version(
 
 
 def _servicer(job: Job) -> SyncerServicer:
-    mirror = mock.MagicMock()  # the call batches what it changes: `with mirror.batch()`
+    mirror = mock.MagicMock()  # the call batches what it changes: `with mirror.broker.batch()`
     mirror.refresh_job.return_value = JobStatus(job)
     mirror.job_started.return_value = JobStatus(job)
     slurm = mock.Mock()

@@ -16,6 +16,7 @@ from tandem.scheduler.jobs import JobTracker
 from tandem.slurm.models import JobStatus
 from tandem.slurm.wire import job_from_proto
 from tandem.v1 import slurm_pb2, syncer_pb2
+from tests.unit.test_controller import report
 
 SCHEDULER = "tandem-test"
 
@@ -119,12 +120,12 @@ def test_how_long_a_job_has_been_in_its_phase_restarts_when_the_phase_changes() 
     assert tracker.in_phase_for(1) == float("inf")
     pending = job_from_proto(_job(1, slurm_pb2.JOB_STATE_PENDING))
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=100.0):
-        tracker._apply(pending)
+        report(tracker, pending)
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=101.5):
-        tracker._apply(replace(pending, job=replace(pending.job, state_reason="Resources")))
+        report(tracker, replace(pending, job=replace(pending.job, state_reason="Resources")))
         assert tracker.in_phase_for(1) == 1.5, "a new reason is the same phase"
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=102.0):
-        tracker._apply(replace(pending, job=replace(pending.job, state="RUNNING", nodes=("cpu-001",))))
+        report(tracker, replace(pending, job=replace(pending.job, state="RUNNING", nodes=("cpu-001",))))
     with mock.patch("tandem.scheduler.jobs.time.monotonic", return_value=102.25):
         assert tracker.in_phase_for(1) == 0.25
 

@@ -194,11 +194,11 @@ def test_watch_slurm_streams_hold_no_thread_and_unsubscribe_when_dropped(served:
     served.stub.GetNodeLock(syncer_pb2.GetNodeLockRequest(slurm_node="cpu-001"), timeout=5)
     assert time.monotonic() - began < 1.0
     assert threading.active_count() - before <= GRPC_WORKERS + 4
-    mirror._publish(JobStatus(Job(job_id=42, name="train", state="RUNNING", nodes=("cpu-001",))))
+    mirror.broker.publish(JobStatus(Job(job_id=42, name="train", state="RUNNING", nodes=("cpu-001",))))
     assert all(next(s).job.job_id == 42 for s in streams)
     for stream in streams:
         stream.cancel()
-    _until("every stream unsubscribed", lambda: not mirror._subs, timeout=2.0)
+    _until("every stream unsubscribed", lambda: not mirror.broker._subs, timeout=2.0)
 
 
 def test_a_batched_stream_gets_a_batch_as_one_message_woken_from_the_publisher_s_thread(
@@ -212,9 +212,9 @@ def test_a_batched_stream_gets_a_batch_as_one_message_woken_from_the_publisher_s
         pass
 
     def publish() -> None:
-        with mirror.batch():
+        with mirror.broker.batch():
             for job_id in (42, 43, 44):
-                mirror._publish(
+                mirror.broker.publish(
                     JobStatus(Job(job_id=job_id, name="train", state="RUNNING", nodes=("cpu-001",)))
                 )
 
@@ -225,4 +225,4 @@ def test_a_batched_stream_gets_a_batch_as_one_message_woken_from_the_publisher_s
     assert [c.job.job_id for c in message.changes] == [42, 43, 44]
     assert not message.snapshot_done
     stream.cancel()
-    _until("the stream unsubscribed", lambda: not mirror._subs, timeout=2.0)
+    _until("the stream unsubscribed", lambda: not mirror.broker._subs, timeout=2.0)

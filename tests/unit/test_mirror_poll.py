@@ -10,7 +10,9 @@ from dataclasses import replace
 from tandem import placeholder
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
-from tandem.syncer.mirror import LIGHT_POLLS, SlurmMirror, Subscription
+from tandem.syncer.broker import Subscription
+from tandem.syncer.mirror import LIGHT_POLLS, SlurmMirror
+from tests.unit.syncer_world import take_now
 
 SCHEDULER = "tandem"
 
@@ -64,14 +66,14 @@ def _settled(slurm: FakeSlurm) -> tuple[SlurmMirror, Subscription]:
     mirror.poll_once()
     mirror.poll_once()
     slurm.whole_reads, slurm.read_one = 0, []
-    _, sub = mirror.subscribe(SCHEDULER)
+    _, sub = mirror.broker.subscribe(SCHEDULER)
     return mirror, sub
 
 
 def _sent(sub: Subscription) -> list[JobStatus]:
     out: list[JobStatus] = []
     while not sub.queue.empty():
-        batch = sub.take(timeout=0)
+        batch = take_now(sub)
         assert batch is not None
         out.extend(change for change, _ in batch if isinstance(change, JobStatus))
     return out
@@ -103,7 +105,7 @@ def test_a_job_slurm_no_longer_lists_is_sent_gone_then_forgotten() -> None:
     mirror.poll_once()
     assert [(s.job_id, s.gone) for s in _sent(sub)] == [(3, True)]
     mirror.poll_once()
-    assert mirror.job(3) is None
+    assert mirror.state.job(3) is None
 
 
 def test_pending_jobs_and_placeholders_not_started_are_read_each_poll() -> None:
@@ -131,7 +133,7 @@ def test_a_job_known_only_from_its_submit_is_read() -> None:
     slurm.jobs[41] = job
     mirror.poll_once()
     assert slurm.read_one == [41]
-    status = mirror.job(41)
+    status = mirror.state.job(41)
     assert status is not None and status.job.nodes == ("cpu-001",)
 
 
@@ -171,7 +173,7 @@ def test_a_job_ending_wakes_its_node_even_when_the_node_s_state_says_nothing() -
     slurm = FakeSlurm([_placeholder(1), _placeholder(2, state="PENDING")])
     mirror, _ = _settled(slurm)
     woken: list[str] = []
-    mirror.on_node_changed = woken.append
+    mirror.state.on_node_changed(woken.append)
     slurm.jobs[1] = replace(slurm.jobs[1], state="COMPLETED")
     slurm.jobs[2] = replace(_placeholder(2), nodes=("cpu-002",))
     mirror.poll_once()
@@ -189,7 +191,7 @@ def test_a_job_first_seen_already_over_wakes_its_node() -> None:
     slurm = FakeSlurm([_placeholder(1)])
     mirror, _ = _settled(slurm)
     woken: list[str] = []
-    mirror.on_node_changed = woken.append
+    mirror.state.on_node_changed(woken.append)
     slurm.jobs[3] = replace(_placeholder(3, state="COMPLETED"), nodes=("cpu-003",))
     mirror.poll_once()
     assert woken == ["cpu-003"]

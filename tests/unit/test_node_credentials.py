@@ -67,7 +67,7 @@ class Syncer:
             NodeLockView(node, "node-0", keys.LockState.FALSE)
         )
         mirror = mock.Mock()
-        mirror.job.return_value = None
+        mirror.state.job.return_value = None
         mirror.refresh_job.return_value = None  # not a placeholder: a plain lock
         self.servicer = SyncerServicer(
             mirror,

@@ -479,7 +479,7 @@ def test_a_listed_condition_reaches_the_pass_from_the_caches() -> None:
         view.nodes._put("node-001", view.nodes._keep(raw_node))
     with view.pods._lock:
         view.pods._put("slurm/cpu-001", view.pods._keep(raw_slurmd))
-    f = CacheFacts(view, mirror, SYNCER).facts("cpu-001")
+    f = CacheFacts(view, mirror.state, SYNCER).facts("cpu-001")
     assert f.health_conditions == GPU
     assert ns.decide(f).drain == GPU_DRAIN
 
@@ -498,10 +498,10 @@ def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
     changed: list[str] = []
-    mirror.on_node_changed = changed.append
+    mirror.state.on_node_changed(changed.append)
     facts = mock.Mock()
     facts.facts.side_effect = lambda name: ns.NodeFacts(
-        name, mirror.node(name), "node-001", kube_node(cordoned=True, shown="x"), slurmd()
+        name, mirror.state.node(name), "node-001", kube_node(cordoned=True, shown="x"), slurmd()
     )
     sync = NodeSync(mock.Mock(), slurm, facts, mirror.expect_node)
     sync.reconcile("cpu-001")
@@ -590,7 +590,7 @@ def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
     kube = mock.Mock()
     view = ClusterView(kube, "slurm")
     woken: list[str] = []
-    view.on_pod_gone = lambda p: woken.extend(ns.drained_for(mirror.nodes(), p))
+    view.on_pod_gone = lambda p: woken.extend(ns.drained_for(mirror.state.nodes(), p))
 
     def informer_sees(pod: dict[str, Any] | None) -> None:  # as a watch event does
         with view.pods._lock:
@@ -598,13 +598,13 @@ def test_a_pod_that_goes_brings_its_killwait_drained_node_back() -> None:
         view.pods.on_change("a/b", old, pod)
 
     informer_sees(app_pod())
-    sync = NodeSync(kube, slurm, CacheFacts(view, mirror, SYNCER), mirror.expect_node)
+    sync = NodeSync(kube, slurm, CacheFacts(view, mirror.state, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_not_called()  # no slurmd Pod known, but the stuck Pod still runs
     informer_sees({**app_pod(), "metadata": {**app_pod()["metadata"], "labels": {"x": "y"}}})
     assert woken == []  # still running: nothing to look at
     informer_sees(None)
     assert woken == ["cpu-001"]
-    sync = NodeSync(kube, slurm, CacheFacts(view, mirror, SYNCER), mirror.expect_node)
+    sync = NodeSync(kube, slurm, CacheFacts(view, mirror.state, SYNCER), mirror.expect_node)
     sync.reconcile("cpu-001")
     slurm.resume_node.assert_called_once_with("cpu-001")

@@ -10,7 +10,7 @@ import pytest
 from tandem.slurm import queue
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.syncer.mirror import SlurmMirror
-from tests.unit.syncer_world import whole_listing_slurm
+from tests.unit.syncer_world import take_now, whole_listing_slurm
 
 
 def _pending(
@@ -66,8 +66,9 @@ def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
     slurm.list_jobs.return_value = [_pending(1, 10), _pending(2, 10)]
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
-    assert [(mirror.job(j).queue_position, mirror.job(j).queue_length) for j in (1, 2)] == [(1, 2), (2, 2)]  # type: ignore[union-attr]
-    _, sub = mirror.subscribe()
+    places = [(s.queue_position, s.queue_length) for j in (1, 2) if (s := mirror.state.job(j)) is not None]
+    assert places == [(1, 2), (2, 2)]
+    _, sub = mirror.broker.subscribe()
     # Job 1 starts: job 2 moves up and is sent again; job 1 leaves the queue.
     # (Slurm answers a changed-since query with every job when any changed.)
     slurm.list_jobs.return_value = [
@@ -75,11 +76,11 @@ def test_the_mirror_sends_a_job_again_when_its_place_moves() -> None:
         _pending(2, 10),
     ]
     mirror.poll_once()
-    batch = sub.take(timeout=0)
+    batch = take_now(sub)
     assert batch is not None and sub.queue.empty(), "the poll's changes: one batch"
     sent = [(c.job_id, c.queue_position, c.queue_length) for c, _ in batch if isinstance(c, JobStatus)]
     assert sorted(sent) == [(1, 0, 0), (2, 1, 1)]
-    assert mirror.job(1).queue_position == 0  # type: ignore[union-attr]
+    assert mirror.state.job(1).queue_position == 0  # type: ignore[union-attr]
 
 
 def test_a_started_script_moves_the_queue_on_the_next_poll_even_when_slurm_reports_no_change() -> None:
@@ -88,9 +89,9 @@ def test_a_started_script_moves_the_queue_on_the_next_poll_even_when_slurm_repor
     slurm.list_jobs.return_value = [_pending(1, 10), _pending(2, 10), _pending(3, 5)]
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
-    assert mirror.job(3).queue_position == 3  # type: ignore[union-attr]
+    assert mirror.state.job(3).queue_position == 3  # type: ignore[union-attr]
     mirror.job_started(1, "gpu-000")  # the hooks' word, before Slurm's
     slurm.list_jobs.return_value = None  # nothing changed since the last answer
     mirror.poll_once()
-    places = [(mirror.job(j).queue_position, mirror.job(j).queue_length) for j in (1, 2, 3)]  # type: ignore[union-attr]
+    places = [(mirror.state.job(j).queue_position, mirror.state.job(j).queue_length) for j in (1, 2, 3)]  # type: ignore[union-attr]
     assert places == [(0, 0), (1, 2), (2, 2)]

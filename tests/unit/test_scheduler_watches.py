@@ -15,6 +15,7 @@ from tandem.scheduler.policy import parse
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
 from tandem.workqueue import WorkQueue
+from tests.unit.test_controller import report
 
 SCHEDULER = "tandem-test"
 
@@ -116,13 +117,13 @@ def test_a_moved_slurm_node_queues_only_the_keys_of_the_live_jobs_on_it_urgently
     members = [_pod("team-b", f"train-{i}", group="train") for i in range(2)]
     informer = _informer(here, elsewhere, ended, *members)
     jobs = JobTracker(SCHEDULER, mock.Mock())
-    jobs._apply(_job(1, placeholder.PodRef("team-a", "here", "uid-here"), ("cpu-001",)))
-    jobs._apply(_job(2, placeholder.PodRef("team-a", "elsewhere", "uid-elsewhere"), ("cpu-002",)))
-    jobs._apply(_job(3, placeholder.PodRef("team-a", "ended", "uid-ended"), ("cpu-001",), "COMPLETED"))
-    jobs._apply(_job(4, placeholder.PodRef("team-b", "pg:train", "pg-uid"), ("cpu-002", "cpu-001")))
+    report(jobs, _job(1, placeholder.PodRef("team-a", "here", "uid-here"), ("cpu-001",)))
+    report(jobs, _job(2, placeholder.PodRef("team-a", "elsewhere", "uid-elsewhere"), ("cpu-002",)))
+    report(jobs, _job(3, placeholder.PodRef("team-a", "ended", "uid-ended"), ("cpu-001",), "COMPLETED"))
+    report(jobs, _job(4, placeholder.PodRef("team-b", "pg:train", "pg-uid"), ("cpu-002", "cpu-001")))
     # A Pod deleted (its reconcile ran) and one made again under its name: neither is its job's.
-    jobs._apply(_job(5, placeholder.PodRef("team-a", "gone", "uid-gone"), ("cpu-001",)))
-    jobs._apply(_job(6, placeholder.PodRef("team-a", "elsewhere", "uid-older"), ("cpu-001",)))
+    report(jobs, _job(5, placeholder.PodRef("team-a", "gone", "uid-gone"), ("cpu-001",)))
+    report(jobs, _job(6, placeholder.PodRef("team-a", "elsewhere", "uid-older"), ("cpu-001",)))
     queue = mock.Mock()
     watches = _watches(informer, jobs, queue)
     watches.on_node_moved("cpu-001")
@@ -138,9 +139,9 @@ def test_a_moved_slurm_node_queues_only_the_keys_of_the_live_jobs_on_it_urgently
 def test_the_jobs_on_a_slurm_node_follow_where_slurm_put_them() -> None:
     jobs = JobTracker(SCHEDULER, mock.Mock())
     ref = placeholder.PodRef("team-a", "p", "uid-p")
-    jobs._apply(_job(1, ref, ("cpu-001", "cpu-002")))
+    report(jobs, _job(1, ref, ("cpu-001", "cpu-002")))
     assert [j.job_id for j in jobs.on_node("cpu-002")] == [1]
-    jobs._apply(_job(1, ref, ("cpu-003",)))  # requeued and started elsewhere
+    report(jobs, _job(1, ref, ("cpu-003",)))  # requeued and started elsewhere
     assert jobs.on_node("cpu-002") == [] and [j.job_id for j in jobs.on_node("cpu-003")] == [1]
-    jobs._apply(_job(1, ref, ("cpu-003",), "COMPLETED"))
+    report(jobs, _job(1, ref, ("cpu-003",), "COMPLETED"))
     assert jobs.on_node("cpu-003") == []

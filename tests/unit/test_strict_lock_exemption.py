@@ -88,7 +88,7 @@ def world() -> Here:
 
 
 def _facts(world: Here, store: HoldStore | None = None) -> CacheFacts:
-    return CacheFacts(world.cluster, world.mirror, "tandem", store, scheduler_name=SCHEDULER)
+    return CacheFacts(world.cluster, world.mirror.state, "tandem", store, scheduler_name=SCHEDULER)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def test_a_sharing_namespace_is_the_administrators_list(world: Here) -> None:
     world.add_pod(pod)
     apps = frozenset({"apps"})
     listed = CacheFacts(
-        world.cluster, world.mirror, "tandem", scheduler_name=SCHEDULER, sharing_namespaces=apps
+        world.cluster, world.mirror.state, "tandem", scheduler_name=SCHEDULER, sharing_namespaces=apps
     )
     assert pod["metadata"]["uid"] in listed.facts("cpu-001").sharers
     assert pod["metadata"]["uid"] not in _facts(world).facts("cpu-001").sharers

@@ -21,9 +21,10 @@ from tandem.keys import LockState
 from tandem.kube import KubeError
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
+from tandem.syncer.broker import Subscription
 from tandem.syncer.cluster import slim_node
 from tandem.syncer.lockcalls import LockFailed
-from tandem.syncer.mirror import SlurmMirror, Subscription
+from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodefacts import resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import lock_pb2, syncer_pb2
@@ -38,6 +39,7 @@ from tests.unit.syncer_world import (
     _slurmd,
     bound,
     node_token_for,
+    take_now,
     token_for,
     whole_listing_slurm,
 )
@@ -249,7 +251,7 @@ def test_a_lock_taint_on_a_node_no_slurmd_pod_is_on_is_removed(
     world.add_node("node-003", tainted=False)
     stack = _stack(stacks, world, _mirror(synced=True))
     assert stack.facts.waiting_on("node-001") == []
-    assert resync_keys(stack.mirror, world.cluster, stack.facts) == ["cpu-001", "node/node-001"]
+    assert resync_keys(stack.mirror.state, world.cluster, stack.facts) == ["cpu-001", "node/node-001"]
     assert stack.sync.reconcile("node/node-001") == pytest.approx(4.0, abs=0.1)
     assert world.kube.taint_writes() == []  # a slurmd Pod being re-created is on no Node for a moment
     monkeypatch.setattr("tandem.syncer.locking.ORPHAN_GRACE_SECONDS", 0.0)
@@ -263,7 +265,7 @@ def test_a_lock_taint_on_a_node_no_slurmd_pod_is_on_is_removed(
     world.add_node("node-001", tainted=True)
     job = Job(job_id=5, name="train", state="RUNNING", nodes=("cpu-001",))
     stack = _stack(stacks, world, _mirror(synced=True, jobs=(job,)))
-    assert resync_keys(stack.mirror, world.cluster, stack.facts) == ["cpu-001"]
+    assert resync_keys(stack.mirror.state, world.cluster, stack.facts) == ["cpu-001"]
     stack.sync.reconcile("cpu-001")
     assert world.kube.taint_writes() == [] and world.kube.annotations_written() == []
 
@@ -499,12 +501,12 @@ def _job(job_id: int, scheduler: str) -> JobStatus:
 
 def test_each_scheduler_gets_only_its_own_jobs_and_every_node() -> None:
     mirror = _mirror(synced=True)
-    _, a = mirror.subscribe("sched-a")
-    _, b = mirror.subscribe("sched-b")
-    _, everyone = mirror.subscribe()
-    mirror._publish(_job(1, "sched-a"))
-    mirror._publish(_job(2, "sched-b"))
-    mirror._publish(Node("cpu-002", "IDLE"))
+    _, a = mirror.broker.subscribe("sched-a")
+    _, b = mirror.broker.subscribe("sched-b")
+    _, everyone = mirror.broker.subscribe()
+    mirror.broker.publish(_job(1, "sched-a"))
+    mirror.broker.publish(_job(2, "sched-b"))
+    mirror.broker.publish(Node("cpu-002", "IDLE"))
 
     def drained(sub: Subscription) -> list[Any]:
         return [c.job_id if isinstance(c, JobStatus) else c.name for c, _ in _drain(sub)]
@@ -519,7 +521,7 @@ def test_a_poll_that_sees_only_what_the_push_told_sends_nothing_more() -> None:
     no second message (each one wakes the scheduler); a change it does read is sent."""
     mirror = _mirror(synced=True)
     name = _job(5, "sched-a").job.name
-    _, sub = mirror.subscribe("sched-a")
+    _, sub = mirror.broker.subscribe("sched-a")
     mirror.job_submitted(5, name)
     mirror.job_started(5, "cpu-001")
     polled = Job(5, name, "RUNNING", nodes=("cpu-001",), admin_comment=name, extra=": started")
@@ -536,7 +538,7 @@ def _drain(sub: Subscription) -> list[Any]:
     """Every change queued, batch after batch."""
     out = []
     while not sub.queue.empty():
-        batch = sub.take(timeout=0)
+        batch = take_now(sub)
         assert batch is not None
         out.extend(batch)
     return out
@@ -544,13 +546,13 @@ def _drain(sub: Subscription) -> list[Any]:
 
 def test_a_subscriber_that_falls_behind_is_cut_off_not_buffered_forever() -> None:
     mirror = _mirror(synced=True)
-    sub = Subscription(mirror, "", backlog=3)
-    mirror._subs.append(sub)
+    sub = Subscription(mirror.broker, "", backlog=3)
+    mirror.broker._subs.append(sub)
     for job_id in range(10):
-        mirror._publish(_job(job_id, "sched-a"))
+        mirror.broker.publish(_job(job_id, "sched-a"))
     assert sub.overflowed
     assert sub.queue.qsize() == 4  # three changes, then the end of the stream
-    assert sub not in mirror._subs
+    assert sub not in mirror.broker._subs
 
 
 def test_a_terminating_job_waits_on_the_informer_not_on_the_api(stacks: list[Stack]) -> None:
@@ -633,11 +635,11 @@ def test_a_failing_node_listing_does_not_stop_the_jobs() -> None:
     mirror = SlurmMirror(slurm, poll_interval=60)
     mirror.poll_once()
     assert mirror.synced
-    assert mirror.job(1) is not None
+    assert mirror.state.job(1) is not None
     slurm.list_nodes.side_effect = None
     slurm.list_nodes.return_value = [Node("cpu-001", "IDLE")]
     mirror.poll_once()
-    assert mirror.node("cpu-001") is not None
+    assert mirror.state.node("cpu-001") is not None
 
 
 def test_a_group_job_waits_for_every_member_and_drains_only_the_nodes_one_still_holds(
@@ -933,10 +935,10 @@ def test_a_started_push_is_a_hint_checked_against_slurm() -> None:
     assert started(forged, "cpu-001") == grpc.StatusCode.PERMISSION_DENIED
     real = Job(7, name, "RUNNING", nodes=("cpu-001",), admin_comment=bound(name))
     assert started(real, "cpu-002") == grpc.StatusCode.PERMISSION_DENIED
-    status = mirror.job(7)
+    status = mirror.state.job(7)
     assert status is not None and not status.started
     assert started(real, "cpu-001") is None
-    status = mirror.job(7)
+    status = mirror.state.job(7)
     assert status is not None and status.started
 
 
@@ -981,7 +983,7 @@ def test_a_verified_started_call_writes_the_job_s_started_marker(
         slurm.update_job.assert_not_called()
     else:
         slurm.update_job.assert_called_once_with(7, extra=written)
-    status = mirror.job(7)
+    status = mirror.state.job(7)
     assert status is not None and status.started  # the Pod binds either way
 
 

@@ -19,12 +19,13 @@ from tandem import placeholder
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.slurm.wire import changes_of
-from tandem.syncer import service
-from tandem.syncer.mirror import Batch, SlurmMirror
+from tandem.syncer import stream as stream_module
+from tandem.syncer.broker import Batch
+from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.service import SyncerServicer
 from tandem.v1 import slurm_pb2, syncer_pb2
 from tests.unit.servicer_calls import call, steps_done
-from tests.unit.syncer_world import JOB_KEY, bound, token_for
+from tests.unit.syncer_world import JOB_KEY, bound, take_now, token_for
 
 SCHEDULER = "tandem"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -86,7 +87,7 @@ class Stream:
         while not self.snapshot or not self.snapshot[-1].snapshot_done:
             self.snapshot.append(self._next())
             if len(self.snapshot) == 1:
-                self._sub = mirror._subs[-1]  # subscribed before its first message
+                self._sub = mirror.broker._subs[-1]  # subscribed before its first message
 
     def _next(self) -> syncer_pb2.WatchSlurmResponse:
         return self._loop.run_until_complete(asyncio.wait_for(anext(self._messages), timeout=5))
@@ -161,8 +162,8 @@ def test_polls_are_a_message_each_and_a_quiet_poll_none() -> None:
 
 def test_each_scheduler_gets_its_own_part_of_a_batch_and_every_node() -> None:
     slurm, mirror, _ = _setup(nodes=1)
-    _, a = mirror.subscribe("sched-a")
-    _, b = mirror.subscribe("sched-b")
+    _, a = mirror.broker.subscribe("sched-a")
+    _, b = mirror.broker.subscribe("sched-b")
     slurm.jobs = {1: _placeholder(1, "sched-a"), 2: _placeholder(2, "sched-b"), 3: _placeholder(3, "sched-a")}
     slurm.nodes["gpu-000"] = Node("gpu-000", "MIXED")
     mirror.poll_once()
@@ -170,7 +171,7 @@ def test_each_scheduler_gets_its_own_part_of_a_batch_and_every_node() -> None:
     def batches(sub: Any) -> list[list[int | str]]:
         out = []
         while not sub.queue.empty():
-            batch = sub.take(timeout=0)
+            batch = take_now(sub) or []
             out.append([c.job_id if isinstance(c, JobStatus) else c.name for c, _ in batch])
         return out
 
@@ -199,7 +200,7 @@ def test_a_large_snapshot_is_split_and_only_its_last_message_says_done(
     thousands of jobs goes in a few bounded messages."""
     _, mirror, servicer = _setup(jobs=50, nodes=0)
     limit = 1000
-    monkeypatch.setattr(service, "MESSAGE_BYTES", limit)
+    monkeypatch.setattr(stream_module, "MESSAGE_BYTES", limit)
     stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)
     assert len(stream.snapshot) > 3
     assert [m.snapshot_done for m in stream.snapshot] == [False] * (len(stream.snapshot) - 1) + [True]
@@ -237,7 +238,7 @@ def test_a_started_call_is_one_message_carrying_its_trace_context() -> None:
     stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)
     job = replace(_placeholder(7), state="RUNNING", nodes=("gpu-000",))
     slurm.jobs[7] = job
-    with mock.patch("tandem.syncer.mirror.tracing.inject", return_value={"traceparent": TRACEPARENT}):
+    with mock.patch("tandem.syncer.broker.tracing.inject", return_value={"traceparent": TRACEPARENT}):
         servicer.JobStarted(
             syncer_pb2.JobStartedRequest(
                 job_id=7, slurm_node="gpu-000", placeholder=job.name, job_token=token_for(job.name)
@@ -261,7 +262,7 @@ def test_a_terminating_call_is_one_message_though_its_steps_run_on_a_worker_thre
     cast(Any, servicer.locks).killwait_steps.return_value = steps_done((True, []))
     context = mock.Mock()
     context.time_remaining.return_value = 30.0
-    with mock.patch("tandem.syncer.mirror.tracing.inject", return_value={"traceparent": TRACEPARENT}):
+    with mock.patch("tandem.syncer.broker.tracing.inject", return_value={"traceparent": TRACEPARENT}):
         answer = call(
             servicer.JobTerminating,
             syncer_pb2.JobTerminatingRequest(
@@ -282,9 +283,9 @@ def test_a_call_s_trace_context_stays_on_its_own_change_in_a_batch() -> None:
     stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)
     for j in (1, 2, 3):
         slurm.jobs[j] = replace(slurm.jobs[j], state="RUNNING", nodes=("gpu-000",))
-    with mirror.batch():
+    with mirror.broker.batch():
         mirror.poll_once()  # nested: the outer batch sends
-        with mock.patch("tandem.syncer.mirror.tracing.inject", return_value={"traceparent": TRACEPARENT}):
+        with mock.patch("tandem.syncer.broker.tracing.inject", return_value={"traceparent": TRACEPARENT}):
             mirror.job_started(2, "gpu-000")
         slurm.jobs[2] = replace(slurm.jobs[2], state="COMPLETING")
         mirror.poll_once()  # job 2 changed again, found by the poll: the call's trace stays on it
@@ -299,22 +300,22 @@ def test_a_push_during_a_poll_goes_out_at_once_and_the_poll_never_steps_the_job_
     the job as the mirror has it then: a stale 'not started' would undo the push for the scheduler
     (and no later poll would send the job again: nothing changed in the mirror)."""
     slurm, mirror, _ = _setup(nodes=1)
-    _, sub = mirror.subscribe(SCHEDULER)
+    _, sub = mirror.broker.subscribe(SCHEDULER)
     slurm.jobs[5] = _placeholder(5, state="RUNNING")
-    with mirror.batch():
+    with mirror.broker.batch():
         mirror.poll_once()
         assert sub.queue.empty(), "the poll's batch is not sent until it ends"
         pusher = threading.Thread(target=mirror.job_started, args=(5, "gpu-000"))
         pusher.start()
         pusher.join()
-        assert _started(sub.take(timeout=0)) == [(5, True)]
-    assert _started(sub.take(timeout=0)) == [(5, True)]
+        assert _started(take_now(sub)) == [(5, True)]
+    assert _started(take_now(sub)) == [(5, True)]
     assert sub.queue.empty()
 
 
 def test_a_subscriber_behind_by_more_than_its_backlog_is_cut_off_but_a_large_batch_is_not() -> None:
     slurm, mirror, _ = _setup(nodes=0)
-    _, sub = mirror.subscribe(SCHEDULER)
+    _, sub = mirror.broker.subscribe(SCHEDULER)
     sub.backlog = 10
     slurm.jobs = {j: _placeholder(j) for j in range(1, 31)}
     mirror.poll_once()  # 30 changes: more than the backlog, but the subscriber is not behind

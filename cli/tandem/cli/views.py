@@ -20,13 +20,6 @@ from tandem.syncer import gputaints
 from tandem.topology import Domain, Topology
 
 REFUSED = frozenset(reasons.REFUSED_REASONS)
-WAITING = frozenset(
-    {
-        reasons.REASON_WAITING_FOR_MEMBERS,
-        reasons.REASON_WAITING_FOR_GROUP,
-        reasons.REASON_GROUP_FULL,
-    }
-)
 _SLURM_REASON = re.compile(r" is pending: ([^;]+)")
 
 POD_COLUMNS = (

@@ -9,6 +9,7 @@ import dataclasses
 import threading
 from collections import OrderedDict
 
+from tandem import keys
 from tandem.kube import pod_finished
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
@@ -113,7 +114,7 @@ class Controller:
                 self.assumed.bound.forget(str(pod["metadata"]["uid"]))
             if self.caches.dra is not None and self.caches.dra.extended_claim(pod) is not None:
                 self.assumed.made_claims.forget(str(pod["metadata"]["uid"]))  # the informer shows it
-            uid, annotated = str(pod["metadata"]["uid"]), podstate.recorded_job_id(pod)
+            uid, annotated = str(pod["metadata"]["uid"]), keys.recorded_job_id(pod)
             if annotated is None:
                 continue
             carried.add(annotated)

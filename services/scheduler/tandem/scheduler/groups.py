@@ -116,11 +116,6 @@ def composite_key(key: str) -> str | None:
     return group.object_key if group is not None and group.kind == _COMPOSITE else None
 
 
-def names_an_object(key: str) -> bool:
-    """The group is a Kubernetes object (a PodGroup or a CompositePodGroup), which may be deleted."""
-    return podgroup_key(key) is not None or composite_key(key) is not None
-
-
 def key_of_podgroup(podgroup: JSON) -> str:
     meta = podgroup.get("metadata") or {}
     return str(GroupKey(str(meta.get("namespace")), _PODGROUP, str(meta.get("name"))))

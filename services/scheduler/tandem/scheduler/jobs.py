@@ -19,7 +19,7 @@ import grpc
 from tandem import placeholder
 from tandem.slurm.models import JobStatus, Node
 from tandem.slurm.wire import changes_of, job_from_proto, node_from_proto
-from tandem.v1 import slurm_pb2, syncer_pb2
+from tandem.v1 import syncer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -172,14 +172,6 @@ class JobTracker:
         jobs = [(job_from_proto(c.job), dict(c.trace_context)) for c in changes if c.HasField("job")]
         nodes = [node_from_proto(c.node) for c in changes if c.HasField("node")]
         self._apply_batch(jobs, nodes)
-
-    def _apply(self, status: JobStatus, trace_context: dict[str, str] | None = None) -> None:
-        """A job's change on its own: a batch of one."""
-        self._apply_batch([(status, trace_context or {})])
-
-    def _apply_node(self, msg: slurm_pb2.SlurmNode) -> None:
-        """A node's change on its own: a batch of one."""
-        self._apply_batch([], [node_from_proto(msg)])
 
     def _apply_batch(
         self,

@@ -195,9 +195,3 @@ class KillWaitSource:
             return KillWait(float(found), where), ""
         fallback = KillWait(float(DEFAULT_KILL_WAIT_SECONDS), f"{FROM_DEFAULT} ({where} unreadable)")
         return fallback, problem
-
-
-def fixed(seconds: float) -> Callable[[], KillWait | None]:
-    """A KillWait as --slurm-kill-wait fixes it: never read from Slurm."""
-    value = KillWait(float(seconds), FROM_FLAG)
-    return lambda: value

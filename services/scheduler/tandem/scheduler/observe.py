@@ -89,7 +89,7 @@ class Observer:
         for pod in members:
             uid = str(pod["metadata"]["uid"])
             written = self.assumed.recorded.get(uid, version(pod))
-            carried = written if written is not None else podstate.recorded_job_id(pod)
+            carried = written if written is not None else keys.recorded_job_id(pod)
             if carried is not None:
                 recorded[uid] = carried
         submitted = self.assumed.submitted.get(owner(key, members))

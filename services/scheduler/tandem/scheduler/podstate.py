@@ -3,7 +3,7 @@ this scheduler, the job it recorded."""
 
 from __future__ import annotations
 
-from tandem import keys, reasons
+from tandem import reasons
 from tandem.kube import JSON, pod_finished
 from tandem.scheduler.podapi import condition
 
@@ -35,7 +35,3 @@ def refused(pod: JSON) -> bool:
     """This scheduler refused the Pod (invalid, or Slurm said no): it stays so until recreated."""
     c = condition(pod, "PodScheduled")
     return c is not None and c.get("status") == "False" and c.get("reason") in reasons.REFUSED_REASONS
-
-
-def recorded_job_id(pod: JSON) -> int | None:
-    return keys.recorded_job_id(pod)

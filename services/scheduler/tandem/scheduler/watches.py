@@ -277,7 +277,7 @@ class SchedulerWatches:
         before, after = _decision_view(old), _decision_view(new)
         if (
             recorded is not None
-            and podstate.recorded_job_id(new) == recorded != podstate.recorded_job_id(old)
+            and keys.recorded_job_id(new) == recorded != keys.recorded_job_id(old)
             and _without_record(before) == _without_record(after)
         ):
             self.assumed.recorded.forget(uid)

@@ -231,7 +231,7 @@ class NodeLocks:
     def drained_by_others(self, slurm_node: str) -> bool:
         """Whether the Slurm node is drained by someone other than this syncer (an administrator,
         a health check), as last read: a drain never Tandem's to overwrite (nodesync)."""
-        return nodesync.drain_is_others(self.mirror.node(slurm_node), self.facts.own_user)
+        return nodesync.drain_is_others(self.mirror.state.node(slurm_node), self.facts.own_user)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -249,7 +249,9 @@ class NodeLocks:
         return [self._view(str(p["metadata"]["name"]), p) for p in pods]
 
     def _view(self, slurm_node: str, pod: slurmd.Pod) -> NodeLockView:
-        held = set(self.store.holds_of(slurm_node)) | {s.job_id for s in self.mirror.jobs_on(slurm_node)}
+        held = set(self.store.holds_of(slurm_node)) | {
+            s.job_id for s in self.mirror.state.jobs_on(slurm_node)
+        }
         return NodeLockView(slurm_node, slurmd.host_of(pod), self.facts.lock_of(dict(pod)), sorted(held))
 
     def _count_states(self) -> dict[tuple[str, ...], float]:
@@ -260,7 +262,7 @@ class NodeLocks:
 
     def _count_idle(self) -> dict[tuple[str, ...], float]:
         """What the node sync should have released: the TandemNodeLockedWhileIdle alert."""
-        if not self.mirror.synced:
+        if not self.mirror.state.synced:
             return {(): 0.0}
         idle = 0
         now = self.clock()

@@ -28,6 +28,7 @@ from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
 from tandem.syncer.nodesync import drained_for
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
+from tandem.syncer.slurmstate import SlurmState
 from tandem.syncer.topologysync import DEBOUNCE_SECONDS, TopologyConfig, TopologySync
 from tandem.syncer.topologysync import KEY as TOPOLOGY_KEY
 from tandem.syncer.writes import LockWrites
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cluster = ClusterView(
         kube,
         cfg.slurmd_namespace,
-        on_slurmd_moved=mirror.republish_node,
+        on_slurmd_moved=mirror.broker.republish_node,
         health_conditions=cfg.health_conditions,
         topology_labels=levels,
     )
@@ -82,24 +83,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("Slurm (slurmrestd)", mirror, mirror.run, leader_only=True)
     # The rest works only while this replica leads, once all of that is read.
     runner = Runner("node-sync", node_queue, node_sync.reconcile, NODE_SYNC_WORKERS)
-    manager.add_controller(runner, on_started=lambda: enqueue_every_node(mirror, cluster, facts, node_queue))
-    manager.add_runnable("node-resync", resync(mirror, cluster, facts, node_queue, cfg.reconcile_interval))
+    manager.add_controller(
+        runner, on_started=lambda: enqueue_every_node(mirror.state, cluster, facts, node_queue)
+    )
+    manager.add_runnable(
+        "node-resync", resync(mirror.state, cluster, facts, node_queue, cfg.reconcile_interval)
+    )
     if levels:
         topology_queue = WorkQueue(name="topology")
         sync = TopologySync(
             TopologyConfig(levels, cfg.topology_plugin, cfg.topology_file, cfg.topology_configmap),
-            topology_labels(mirror, cluster),
+            topology_labels(mirror.state, cluster),
             slurm,
             kube,
             reads_yaml=lambda: slurm.dialect.version >= "v0.0.43",  # Slurm 25.05's data parser
-            features=lambda: {n.name: n.features for n in mirror.nodes()},
+            features=lambda: {n.name: n.features for n in mirror.state.nodes()},
         )
         cluster.on_topology_changed = lambda: topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
-        node_changed, known = mirror.on_node_changed, dict[str, tuple[str, ...]]()
+        known = dict[str, tuple[str, ...]]()
 
         def slurm_node_changed(name: str) -> None:
-            node_changed(name)
-            node = mirror.node(name)
+            node = mirror.state.node(name)
             features = node.features if node is not None else ()
             # A Slurm node new to the topology (its state is no matter), or its features changed
             # (a reconfigure dropped its domains).
@@ -107,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 known[name] = features
                 topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
 
-        mirror.on_node_changed = slurm_node_changed
+        mirror.state.on_node_changed(slurm_node_changed)
         manager.add_controller(
             Runner("topology", topology_queue, sync.reconcile),
             on_started=lambda: topology_queue.add(TOPOLOGY_KEY),
@@ -151,7 +155,7 @@ def _lock_and_sync(
         raise SystemExit(f"--gpu-products: {e}") from e
     facts = CacheFacts(
         cluster,
-        mirror,
+        mirror.state,
         cfg.slurm_user,
         holds,
         writes,
@@ -182,9 +186,9 @@ def _lock_and_sync(
     )
     # What each change of Kubernetes or Slurm queues (tandem.watches): the Slurm nodes it concerns.
     cluster.on_slurm_node_changed = Watch(node_queue, itself)
-    mirror.on_node_changed = Watch(node_queue, itself)
+    mirror.state.on_node_changed(Watch(node_queue, itself))
     cluster.on_node_pods_changed = Watch(node_queue, facts.waiting_on)
-    cluster.on_pod_gone = Watch[JSON](node_queue, lambda pod: drained_for(mirror.nodes(), pod))
+    cluster.on_pod_gone = Watch[JSON](node_queue, lambda pod: drained_for(mirror.state.nodes(), pod))
     cluster.on_node_without_slurmd = Watch[str](node_queue, lambda kube_node: [NODE_KEY_PREFIX + kube_node])
     return servicer, facts, node_sync
 
@@ -204,16 +208,16 @@ def token_review(kube: KubeClient, timeout: float = 5.0) -> Callable[[str], JSON
 
 
 def topology_labels(
-    mirror: SlurmMirror, cluster: ClusterView
+    slurm: SlurmState, cluster: ClusterView
 ) -> Callable[[], dict[str, dict[str, str] | None]]:
     """Every Slurm node -> the topology labels of the Node hosting it (None: its slurmd Pod is on
     no Node known). Slurm not read yet: nothing to say (an empty topology would drop every node)."""
 
     def labels() -> dict[str, dict[str, str] | None]:
-        if not mirror.synced:
+        if not slurm.synced:
             raise NotYet("Slurm's nodes are not read yet")
         found: dict[str, dict[str, str] | None] = {}
-        for node in mirror.nodes():
+        for node in slurm.nodes():
             host = cluster.kube_node_of(node.name)
             kube_node = cluster.node(host) if host else None
             found[node.name] = (
@@ -224,22 +228,20 @@ def topology_labels(
     return labels
 
 
-def enqueue_every_node(
-    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue
-) -> None:
+def enqueue_every_node(slurm: SlurmState, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue) -> None:
     """Every Slurm node, and every Node with a lock taint that no Slurm node maps to."""
-    for key in resync_keys(mirror, cluster, facts):
+    for key in resync_keys(slurm, cluster, facts):
         queue.add(key)
 
 
 def resync(
-    mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue, interval: float
+    slurm: SlurmState, cluster: ClusterView, facts: CacheFacts, queue: WorkQueue, interval: float
 ) -> Run:
     """The safety net: every `interval`, every key again (a lost event, a lost epilog)."""
 
     def run(stop: threading.Event) -> None:
         while not stop.wait(interval):
-            enqueue_every_node(mirror, cluster, facts, queue)
+            enqueue_every_node(slurm, cluster, facts, queue)
 
     return run
 

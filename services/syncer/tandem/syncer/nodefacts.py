@@ -25,8 +25,8 @@ from tandem.syncer.locking import (
     RunningJob,
     may_share_strict_lock,
 )
-from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodesync import NodeFacts
+from tandem.syncer.slurmstate import SlurmState
 from tandem.syncer.writes import LockWrites
 
 # A key of the node sync is a Slurm node's name, or this prefix and a Kubernetes Node's name for a
@@ -45,7 +45,7 @@ class CacheFacts:
     def __init__(
         self,
         cluster: ClusterView,
-        mirror: SlurmMirror,
+        slurm: SlurmState,
         own_user: str,
         store: HoldStore | None = None,
         writes: LockWrites | None = None,
@@ -53,7 +53,7 @@ class CacheFacts:
         dra: DraConfig | None = None,
         sharing_namespaces: frozenset[str] = frozenset({"kube-system"}),
     ) -> None:
-        self.cluster, self.mirror, self.own_user = cluster, mirror, own_user
+        self.cluster, self.slurm, self.own_user = cluster, slurm, own_user
         # How a Node's devices are typed the Slurm way (--gpu-products).
         self.dra = dra if dra is not None else DraConfig(product_types={})
         self.store = store if store is not None else HoldStore()
@@ -69,13 +69,13 @@ class CacheFacts:
     def facts(self, slurm_node: str) -> NodeFacts:
         pod = self.cluster.slurmd_pod(slurm_node)
         name = slurmd.host_of(pod)
-        slurm = self.mirror.node(slurm_node)
+        slurm = self.slurm.node(slurm_node)
         named = keys.killwait_drain_of(slurm.reason) if slurm is not None else None
         stuck = self.cluster.pod(named[0], named[1]) if named else None
         kube_node = self.cluster.node(name) if name else None
         memory = self.store.memory(slurm_node)
-        statuses = self.mirror.jobs_on(slurm_node)
-        ended = frozenset(j for j in memory.holds if (s := self.mirror.job(j)) is not None and s.ended)
+        statuses = self.slurm.jobs_on(slurm_node)
+        ended = frozenset(j for j in memory.holds if (s := self.slurm.job(j)) is not None and s.ended)
         slurmd_uid = ((pod or {}).get("metadata") or {}).get("uid")
         pods = tuple(
             p
@@ -95,7 +95,7 @@ class CacheFacts:
             stuck,
             self.own_user,
             health_conditions=self.cluster.health_conditions,
-            slurm_read=self.mirror.synced,
+            slurm_read=self.slurm.synced,
             jobs=tuple(
                 RunningJob(
                     s.job_id,
@@ -195,7 +195,7 @@ class CacheFacts:
         for p in pods:
             uid = str((p.get("metadata") or {}).get("uid", ""))
             recorded = keys.recorded_job_id(p)
-            job = self.mirror.job(recorded) if recorded is not None else None
+            job = self.slurm.job(recorded) if recorded is not None else None
             ours = (p.get("spec") or {}).get("schedulerName") == self.scheduler_name
             if ours and recorded is not None and job is None and not self.store.recently_looked_up(recorded):
                 undetermined[uid] = recorded
@@ -213,11 +213,11 @@ class CacheFacts:
         return frozenset(sharers), undetermined
 
 
-def resync_keys(mirror: SlurmMirror, cluster: ClusterView, facts: CacheFacts) -> list[str]:
+def resync_keys(slurm: SlurmState, cluster: ClusterView, facts: CacheFacts) -> list[str]:
     """What the periodic resync looks at: every Slurm node (Slurm's and those a slurmd Pod names),
     and every Node with the lock taint and no slurmd Pod on it, whose taint no Slurm node's pass
     would ever reach."""
-    slurm_nodes = {n.name for n in mirror.nodes()} | {
+    slurm_nodes = {n.name for n in slurm.nodes()} | {
         str(p["metadata"]["name"]) for p in cluster.slurmd_pods()
     }
     hosting = {slurmd.host_of(p) for p in cluster.slurmd_pods()}

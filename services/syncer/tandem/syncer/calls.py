@@ -1,0 +1,54 @@
+"""A call's context as its checks and steps see it, on whichever thread they run: refusing it
+(grpc.aio's `abort` is a coroutine a worker thread cannot await) and the time it has left."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+
+class CallContext(Protocol):
+    """What a call's checks read of its gRPC context, on whichever thread they run."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn: ...
+
+    def time_remaining(self) -> float | None: ...
+
+
+class Refused(Exception):
+    """A call refused in a step on a worker thread: its coroutine ends it with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class StepContext:
+    """The call's context as its steps see it on a worker thread. grpc.aio's `abort` is a coroutine
+    that a thread cannot await (called, it would do nothing): here it raises `Refused`."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise Refused(code, details)
+
+    def time_remaining(self) -> float | None:
+        left = self._context.time_remaining()
+        return float(left) if left is not None else None
+
+
+def abort(context: CallContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("context.abort returned")  # it raises; this says so to the type checker
+
+
+def require(context: CallContext, ok: object, message: str) -> None:
+    if not ok:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def time_left(context: CallContext) -> float:
+    left = context.time_remaining()
+    return float(left) if left is not None else 3600.0
