@@ -56,7 +56,11 @@ def fits_but(*unfit: str) -> Eligibility:
 def test_a_new_pod_is_rejected_with_the_cap_in_its_event_and_nothing_expanded(key: str) -> None:
     pod = make_pod({key: HUGE})
     observed = actions.Observed(
-        REF.key, groups.alone(REF.key, pod), (pod,), kill_wait=30, fits={REF.uid: fits_but("gpu-1")}
+        REF.key,
+        groups.alone(groups.target(REF.key), pod),
+        (pod,),
+        kill_wait=30,
+        fits={REF.uid: fits_but("gpu-1")},
     )
     action, peak = peak_bytes(lambda: d.decide(observed))
     assert isinstance(action, actions.Reject)
@@ -73,7 +77,7 @@ def test_a_pod_edited_after_its_job_was_submitted_is_rejected_before_its_exclude
     )
     observed = actions.Observed(
         REF.key,
-        groups.alone(REF.key, pod),
+        groups.alone(groups.target(REF.key), pod),
         (pod,),
         job=pending,
         jobs=(pending,),
@@ -93,7 +97,7 @@ def test_a_group_with_a_huge_hostlist_is_rejected_on_every_member() -> None:
         "metadata": {"namespace": "default", "name": "train", "uid": "pg-uid"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
     }
-    group = groups.resolve("default/pg:train", [], {"default/train": podgroup}.get)
+    group = groups.resolve(groups.target("default/pg:train"), [], {"default/train": podgroup}.get)
     members = []
     for i in range(2):
         member = make_pod({keys.EXCLUDED_NODES: HUGE}, name=f"train-{i}")

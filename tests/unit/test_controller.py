@@ -557,7 +557,7 @@ def test_a_pods_second_live_job_is_seen_as_a_duplicate_of_the_recorded_one() -> 
         name = placeholder.job_name(POD, SCHEDULER)
         report(jobs, JobStatus(Job(job_id=job_id, name=name, admin_comment=name, state="PENDING")))
     controller, _, _ = _controller(pods, jobs)
-    observed = controller.observer.observe(POD.key)
+    observed = controller.observer.observe(groups.target(POD.key))
     assert observed.job is not None and observed.job.job_id == 9
     assert observed.duplicates == (12,)
 
@@ -573,9 +573,11 @@ def test_a_recorded_job_id_is_trusted_only_until_the_cache_shows_the_write() -> 
     slurm.submit_job.return_value = 7
     kube.merge_patch.return_value = {"metadata": {"resourceVersion": "5"}}
     controller.reconcile(POD.key)
-    assert controller.observer.observe(POD.key).recorded == {POD.uid: 7}  # the copy (version 1) lags
+    assert controller.observer.observe(groups.target(POD.key)).recorded == {
+        POD.uid: 7
+    }  # the copy (version 1) lags
     pods.pods[POD.key] = {**_pod(), "metadata": {**_pod()["metadata"], "resourceVersion": "5"}}
-    assert controller.observer.observe(POD.key).recorded == {}
+    assert controller.observer.observe(groups.target(POD.key)).recorded == {}
     controller.reconcile(POD.key)
     assert kube.merge_patch.call_count == 2  # recorded again
     slurm.submit_job.assert_called_once()
@@ -588,7 +590,7 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
     pending = _status("PENDING")
     controller, _, _ = _controller(pods, _tracker(pending))
     controller.hands.remember_excludes(7, "cpu-002")
-    assert controller.observer.observe(POD.key).job_excludes == frozenset({"cpu-002"})
+    assert controller.observer.observe(groups.target(POD.key)).job_excludes == frozenset({"cpu-002"})
     reported = JobStatus(
         Job(
             job_id=7,
@@ -640,7 +642,7 @@ def test_an_observation_is_a_snapshot_of_plain_values_with_the_fit_judged_when_a
     jobs = _tracker(hosts={"cpu-001": "node-001", "cpu-002": "node-002"})
     controller, _, _ = _controller(pods, jobs)
     controller.caches.cluster = _cordoned_second_node()
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     report_node(jobs, slurm_pb2.SlurmNode(name="cpu-001", kube_node="node-002"))  # after observing
@@ -652,7 +654,7 @@ def test_a_group_observation_is_a_snapshot_too() -> None:
 
     controller, _, _ = _gang(_member(0), _member(1))
     controller.caches.cluster = _cordoned_second_node()
-    observed, _ = controller.decision(f"{POD.namespace}/pg:train")
+    observed, _ = controller.decision(groups.target(f"{POD.namespace}/pg:train"))
     assert all(_plain(getattr(observed, f.name)) for f in dataclasses.fields(observed))
     assert isinstance(observed.fits, dict)
     assert {uid: f.excluded for uid, f in observed.fits.items()} == {
@@ -671,7 +673,7 @@ def test_the_job_is_built_from_the_annotations_validation_passed() -> None:
     pods.pods[POD.key] = pod
     controller, slurm, _ = _controller(pods, _tracker())
     slurm.submit_job.return_value = 7
-    observed, action = controller.decision(POD.key)
+    observed, action = controller.decision(groups.target(POD.key))
     assert isinstance(action, actions.Submit)
     pod["metadata"]["annotations"][keys.PARTITION] = "edited-since"
     act(controller.hands, controller.settings.placeholder, observed, action)
@@ -738,7 +740,7 @@ def test_a_pending_group_job_minCount_grew_past_is_cancelled_told_and_replaced()
     slurm.submit_job.assert_called_once()
     assert slurm.submit_job.call_args.args[0].nodes == 3
     kube.delete.assert_not_called()
-    assert controller.observer.observe(f"{POD.namespace}/pg:train").recorded == {
+    assert controller.observer.observe(groups.target(f"{POD.namespace}/pg:train")).recorded == {
         f"uid-{i}": 10 for i in range(3)
     }
     controller.hands.announce.flush()
@@ -773,7 +775,7 @@ def test_each_decision_reads_kill_wait_as_it_is_now_and_the_job_is_told_it() -> 
     controller, slurm, _ = _controller(pods, _tracker())
     now = KillWait(30.0, "Slurm's running configuration")
     controller.settings.kill_wait = lambda: now
-    _, action = controller.decision(POD.key)
+    _, action = controller.decision(groups.target(POD.key))
     assert isinstance(action, actions.Reject)
     assert "(KillWait 30s minus 5s, KillWait from Slurm's running configuration), got 40" in action.message
     now = KillWait(60.0, "slurm.conf at /etc/slurm/slurm.conf")  # raised in Slurm: no restart
@@ -1042,7 +1044,7 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
     bound = _BoundByNode()
     bound.synced = True
     controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     hog = eligibility.slim_bound_pod(
         {
@@ -1053,11 +1055,11 @@ def test_a_pod_bound_to_a_node_takes_its_room_in_the_next_fit() -> None:
     )
     bound.pods["default/hog"] = hog
     watches.on_bound_pod("default/hog", None, hog)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     bound.pods.pop("default/hog")
     watches.on_bound_pod("default/hog", hog, None)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
 
 
@@ -1073,7 +1075,7 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
     bound, own = _BoundByNode(), _BoundByNode()
     bound.synced = own.synced = True
     controller.caches.cluster = ctl.ClusterCaches(nodes=_cordoned_second_node().nodes, bound=bound, own=own)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
     mine = {
         "metadata": {"namespace": "default", "name": "mine", "uid": "mine"},
@@ -1086,11 +1088,11 @@ def test_this_schedulers_own_bound_pod_takes_its_room_though_the_bound_informer_
     }
     own.pods["default/mine"] = mine
     watches.on_pod("default/mine", None, mine)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-001", "cpu-002")
     own.pods.pop("default/mine")
     watches.on_pod("default/mine", mine, None)
-    observed, _ = controller.decision(POD.key)
+    observed, _ = controller.decision(groups.target(POD.key))
     assert isinstance(observed.fits, dict) and observed.fits[POD.uid].excluded == ("cpu-002",)
 
 

@@ -91,7 +91,7 @@ def seen(p: dict[str, Any] | None, j: JobStatus | None = None, **kw: Any) -> act
     fits = kw.pop("fits", {REF.uid: fit} if fit is not None else None)
     return actions.Observed(
         REF.key,
-        groups.alone(REF.key, p),
+        groups.alone(groups.target(REF.key), p),
         (p,) if p is not None else (),
         job=j,
         jobs=kw.pop("jobs_of_key", (j,) if j is not None else ()),

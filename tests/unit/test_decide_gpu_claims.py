@@ -85,7 +85,7 @@ def seen(
     claims = {"two-gpus": c} if c else {}
     return actions.Observed(
         REF.key,
-        groups.alone(REF.key, p),
+        groups.alone(groups.target(REF.key), p),
         (p,),
         job=j,
         jobs=(j,) if j is not None else (),

@@ -25,7 +25,7 @@ PODGROUP = {
     "metadata": {"namespace": "default", "name": "train", "uid": "pg-uid"},
     "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
 }
-GROUP = groups.resolve(KEY, [], {"default/train": PODGROUP}.get)
+GROUP = groups.resolve(groups.target(KEY), [], {"default/train": PODGROUP}.get)
 HOSTS = {"cpu-001": "node-001", "cpu-002": "node-002", "cpu-003": "node-003"}
 NODES = ("cpu-001", "cpu-002", "cpu-003")
 
@@ -129,7 +129,7 @@ def three(**kw: Any) -> list[dict[str, Any]]:
 def min_count(n: int) -> groups.Group | None:
     """The group once its PodGroup's gang.minCount was changed to n (mutable since Kubernetes 1.37)."""
     podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": n}}}}
-    return groups.resolve(KEY, [], {"default/train": podgroup}.get)
+    return groups.resolve(groups.target(KEY), [], {"default/train": podgroup}.get)
 
 
 def never_ran(node_count: int = 3) -> JobStatus:
@@ -146,8 +146,8 @@ def test_a_podgroup_is_read_with_its_gang_policy_and_a_basic_one_is_no_group() -
     assert GROUP is not None and GROUP.min_count == 3 and GROUP.ref.uid == "pg-uid"
     assert GROUP.title == "PodGroup default/train"
     basic = {**PODGROUP, "spec": {"schedulingPolicy": {"basic": {}}}}
-    assert groups.resolve(KEY, [], {"default/train": basic}.get) is None
-    missing = groups.resolve(KEY, [], no_object)
+    assert groups.resolve(groups.target(KEY), [], {"default/train": basic}.get) is None
+    missing = groups.resolve(groups.target(KEY), [], no_object)
     assert missing is not None and "does not exist" in missing.waiting_for
 
 
@@ -169,7 +169,7 @@ def test_an_lws_group_is_its_leader_and_workers_with_the_size_lws_gave_them() ->
         for w in (1, 0)
     ]
     assert groups.group_key(pods[0]) == "ns/lws:serve:1"
-    group = groups.resolve("ns/lws:serve:1", pods, no_object)
+    group = groups.resolve(groups.target("ns/lws:serve:1"), pods, no_object)
     assert group is not None and group.min_count == 2 and group.ref.uid == "abc123"
     assert [p["metadata"]["name"] for p in sorted(pods, key=groups.rank)] == ["serve-1", "serve-1-1"]
 
@@ -179,7 +179,7 @@ ROWS: list[tuple[str, actions.Observed, type]] = [
     ("job live, members all deleting", seen(three(job_id=7, deleting=True), job()), actions.Cancel),
     (
         "job live, PodGroup deleted",
-        seen(three(job_id=7), job(), group=groups.resolve(KEY, [], no_object)),
+        seen(three(job_id=7), job(), group=groups.resolve(groups.target(KEY), [], no_object)),
         actions.Cancel,
     ),
     ("cancel already sent", seen([], job(), cancel_sent=frozenset({7})), actions.Nothing),
@@ -228,7 +228,11 @@ ROWS: list[tuple[str, actions.Observed, type]] = [
         ),
         actions.Warn,
     ),
-    ("PodGroup not seen yet", seen(three(), group=groups.resolve(KEY, [], no_object)), actions.Pend),
+    (
+        "PodGroup not seen yet",
+        seen(three(), group=groups.resolve(groups.target(KEY), [], no_object)),
+        actions.Pend,
+    ),
     ("a member invalid", seen([member(0), member(1, cpu="lots"), member(2)]), actions.Reject),
     (
         "members disagree on the partition",
@@ -447,7 +451,7 @@ def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
     alone = d.decide(
         actions.Observed(
             key,
-            groups.alone(key, members[0]),
+            groups.alone(groups.target(key), members[0]),
             (members[0],),
             kill_wait=30,
             reject_static_cpu=True,
@@ -464,7 +468,9 @@ def test_reject_static_cpu_refuses_a_member_as_it_refuses_a_pod_alone() -> None:
 def _gang_of_one(observed: actions.Observed) -> actions.Observed:
     """A single-Pod row's snapshot with its Pod as the only member of a gang (minCount 1)."""
     podgroup = {**PODGROUP, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
-    return replace(observed, key=KEY, group=groups.resolve(KEY, [], {"default/train": podgroup}.get))
+    return replace(
+        observed, key=KEY, group=groups.resolve(groups.target(KEY), [], {"default/train": podgroup}.get)
+    )
 
 
 def _pods_of(action: actions.Action) -> tuple[Any, ...]:

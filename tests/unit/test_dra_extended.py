@@ -177,7 +177,7 @@ def seen(p: dict[str, Any], claim: dict[str, Any] | None, served: bool = True, *
     j = kw.pop("job", running())
     return actions.Observed(
         REF.key,
-        groups.alone(REF.key, p),
+        groups.alone(groups.target(REF.key), p),
         (p,),
         job=j,
         jobs=(j,),

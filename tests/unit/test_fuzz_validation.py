@@ -76,7 +76,11 @@ pods = st.fixed_dictionaries(
 def test_any_pod_is_refused_with_a_reason_or_becomes_a_job(pod: dict[str, Any], policy: Any) -> None:
     key = "default/fuzzed"
     observed = actions.Observed(
-        key, groups.alone(key, pod), (pod,), kill_wait=30, **({"policy": policy} if policy else {})
+        key,
+        groups.alone(groups.target(key), pod),
+        (pod,),
+        kill_wait=30,
+        **({"policy": policy} if policy else {}),
     )
     action = d.decide(observed)
     if isinstance(action, actions.Reject):

@@ -32,12 +32,13 @@ def test_a_pods_own_key_or_an_unknown_kind_is_no_group(key: str) -> None:
     assert GroupKey.parse(key) is None
 
 
-def test_the_object_keys_come_from_the_typed_key() -> None:
-    assert groups.podgroup_key("ns/pg:a") == "ns/a"
-    assert groups.podgroup_key("ns/cpg:a") is None
-    assert groups.composite_key("ns/cpg:a") == "ns/a"
-    assert groups.composite_key("ns/lws:a:0") is None
-    assert groups.podgroup_key("ns/pod-a") is None
+def test_a_key_resolves_once_to_what_it_places() -> None:
+    assert (groups.target("ns/pg:a").podgroup, groups.target("ns/pg:a").composite) == ("ns/a", None)
+    assert (groups.target("ns/cpg:a").podgroup, groups.target("ns/cpg:a").composite) == (None, "ns/a")
+    lws = groups.target("ns/lws:a:0")
+    assert (lws.podgroup, lws.composite, lws.alone) == (None, None, False)
+    pod = groups.target("ns/pod-a")
+    assert (pod.alone, pod.group, pod.podgroup, pod.namespace, pod.name) == (True, None, None, "ns", "pod-a")
 
 
 def test_keys_made_from_objects_parse_back_to_them() -> None:
@@ -48,7 +49,7 @@ def test_keys_made_from_objects_parse_back_to_them() -> None:
 
 
 def test_a_group_titles_itself_from_its_key() -> None:
-    group = groups.resolve("ns/lws:serve:1", [], lambda _: None)
+    group = groups.resolve(groups.target("ns/lws:serve:1"), [], lambda _: None)
     assert group is not None
     assert group.title == "LeaderWorkerSet ns/serve group 1"
-    assert groups.alone("ns/web-0", None).title == "Pod ns/web-0"
+    assert groups.alone(groups.target("ns/web-0"), None).title == "Pod ns/web-0"

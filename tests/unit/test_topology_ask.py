@@ -44,7 +44,7 @@ def _podgroup(size: int, *keys_: str) -> dict[str, Any]:
 
 
 def _group(size: int, *keys_: str) -> groups.Group:
-    found = groups.resolve(g.KEY, [], {"default/train": _podgroup(size, *keys_)}.get)
+    found = groups.resolve(groups.target(g.KEY), [], {"default/train": _podgroup(size, *keys_)}.get)
     assert found is not None
     return found
 
@@ -102,9 +102,9 @@ def test_the_ask_is_read_from_the_podgroup_the_composite_and_the_annotation() ->
             "schedulingConstraints": {"topology": [{"key": RACK}]},
         },
     }
-    group = groups.resolve_composite("default/cpg:serve", composite, [child], [])
+    group = groups.resolve_composite(groups.target("default/cpg:serve"), composite, [child], [])
     assert group.topology == (ZONE,) and group.components[0].topology == (RACK,)
-    alone = groups.alone("default/p", None)
+    alone = groups.alone(groups.target("default/p"), None)
     assert domains.asked(alone, {keys.TOPOLOGY: f"{RACK}, {ZONE}"}) == domains.Asked((RACK, ZONE), ())
 
 
@@ -181,7 +181,7 @@ def test_the_job_keeps_the_pods_own_constraint_and_the_domains() -> None:
 
 def test_a_composites_own_ask_names_the_roomiest_domain_and_each_components_stays_inside_it() -> None:
     group = groups.Group(
-        g.GROUP.ref if g.GROUP else groups.alone("x/y", None).ref,
+        g.GROUP.ref if g.GROUP else groups.alone(groups.target("x/y"), None).ref,
         4,
         components=(groups.Component("prefill", 2), groups.Component("decode", 2, (RACK,))),
         topology=(ZONE,),
@@ -199,7 +199,7 @@ def test_past_slurms_length_limit_the_roomiest_domains_are_kept() -> None:
     many = topology.build(
         (RACK,), topology.TREE, {f"n{i:04d}": {RACK: f"rack-{i // 2:03d}"} for i in range(400)}
     )
-    group = groups.Group(groups.alone("x/y", None).ref, 2, topology=(RACK,))
+    group = groups.Group(groups.alone(groups.target("x/y"), None).ref, 2, topology=(RACK,))
     busy = frozenset(f"n{i:04d}" for i in range(0, 400, 4))  # every other rack has a node taken
     constraints = domains.constraints(many, group, domains.Asked((RACK,), ()), busy, "cpu")
     assert isinstance(constraints, tuple)

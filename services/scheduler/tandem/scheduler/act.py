@@ -46,7 +46,7 @@ def act(
         case actions.Later(after=after):
             return after
         case actions.Cancel():
-            cancel(h, o.key, action)
+            cancel(h, o.key, o.group, action)
             return None
     group = o.group
     assert group is not None  # every other action is about Pods that are there
@@ -182,12 +182,12 @@ def bind(
     )
 
 
-def cancel(h: Hands, key: str, action: actions.Cancel) -> None:
+def cancel(h: Hands, key: str, group: groups.Group | None, action: actions.Cancel) -> None:
     for job_id in action.job_ids:
         log.info("cancelling job", extra={"pod": key, "job": job_id, "why": action.why})
         h.writers.slurm.cancel_job(job_id)
         h.assumed.cancelled.assume(str(job_id), True)
-    if groups.is_group_key(key):
+    if group is None or not group.alone:  # a group's key (None: its Pods placed one by one)
         h.assumed.submitted.forget(key)
     elif action.cause is actions.CancelCause.POD_DELETED:
         for job in h.jobs.for_pod_key(key):

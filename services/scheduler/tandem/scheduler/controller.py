@@ -71,7 +71,8 @@ class Controller:
         return self.hands.writers
 
     def reconcile(self, key: str) -> Requeue:
-        if not groups.is_group_key(key):
+        placed = groups.target(key)  # what the key places, resolved once and passed down
+        if placed.alone:
             pod = self.caches.pods.get(key)
             if pod is not None and gated(pod):
                 return None  # not schedulable yet; the gates' removal is a change that comes back
@@ -84,30 +85,30 @@ class Controller:
             # Not read from Slurm yet (slurmrestd unreachable so far: the source logs why). A Pod
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
             raise NotYet("Slurm's KillWait is not known yet")
-        self._forget_what_the_caches_show(key)
+        self._forget_what_the_caches_show(placed)
         self._count_reconcile(key)
-        observed, action = self.decision(key, kill_wait)
+        observed, action = self.decision(placed, kill_wait)
         DECISIONS.inc(action=type(action).__name__)
         return act(self.hands, self.settings.placeholder, observed, action, self._bound_after)
 
     def decision(
-        self, key: str, kill_wait: KillWait | None = None
+        self, placed: groups.Target, kill_wait: KillWait | None = None
     ) -> tuple[actions.Observed, actions.Action]:
         """What to do for a key: decided on a snapshot, judged against every Node only when the
         decision needs which Nodes would take the members."""
-        observed = self.observer.observe(key, kill_wait)
+        observed = self.observer.observe(placed, kill_wait)
         action = d.decide(observed)
         if isinstance(action, actions.Judge):
             observed = dataclasses.replace(observed, fits=self.observer.fits(observed.members, observed.job))
             action = d.decide(observed)
         return observed, action
 
-    def _forget_what_the_caches_show(self, key: str) -> None:
+    def _forget_what_the_caches_show(self, placed: groups.Target) -> None:
         """What this process wrote that the caches show now: a job id a cached member carries (a
         write the API answered without a resourceVersion is seen only so), a submit or the excluded
         nodes the stream shows. Done by a reconcile only: observing (which the placement view does
         too) forgets nothing."""
-        members, _, jobs = self.observer.members_and_jobs(key)
+        members, _, jobs = self.observer.members_and_jobs(placed)
         carried = set()
         for pod in members:
             if (pod.get("spec") or {}).get("nodeName"):
@@ -120,7 +121,7 @@ class Controller:
             carried.add(annotated)
             if self.assumed.recorded.get(uid, version(pod)) == annotated:
                 self.assumed.recorded.forget(uid)
-        whose = owner(key, members)
+        whose = owner(placed, members)
         submitted = self.assumed.submitted.get(whose)
         if submitted is not None and (submitted in carried or any(j.job_id == submitted for j in jobs)):
             self.assumed.submitted.forget(whose)

@@ -142,7 +142,7 @@ def decide(o: Observed) -> Action:
             group.podgroup,
         )
     job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
-    if job_live and job is not None and group is not None and _podgroup_deleted(o.key, group):
+    if job_live and job is not None and group is not None and _podgroup_deleted(group):
         return Cancel((job.job_id,), CancelCause.PODGROUP_DELETED, "its PodGroup was deleted")
     extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
     if extra:
@@ -231,10 +231,10 @@ def decide(o: Observed) -> Action:
     return Nothing()
 
 
-def _podgroup_deleted(key: str, group: groups.Group) -> bool:
-    if groups.composite_key(key) is not None:
+def _podgroup_deleted(group: groups.Group) -> bool:
+    if group.target.composite is not None:
         return group.ref.uid == "" and bool(group.waiting_for)
-    return group.podgroup is None and bool(group.waiting_for) and groups.podgroup_key(key) is not None
+    return group.podgroup is None and bool(group.waiting_for) and group.target.podgroup is not None
 
 
 def _gone(o: Observed) -> tuple[CancelCause, str]:

@@ -14,15 +14,16 @@ A Pod in a PodGroup with the basic policy, or in no group, is placed alone: its 
 A group's key is `<namespace>/pg:<PodGroup>`, `<namespace>/cpg:<CompositePodGroup>` or
 `<namespace>/lws:<LWS>:<group index>`: the same string names its placeholder job
 (tandem.placeholder), so a restarted scheduler finds the job, and it is the work queue's key. Read
-as a `GroupKey` (parsed once per distinct key, remembered), never taken apart by hand. A Pod names
-its PodGroup only: the controller finds the composite a PodGroup belongs to (`placement_key`).
+as a `Target` (`target`: parsed once per distinct key, remembered) at the top of a reconcile and
+passed down; nothing else takes a key apart. A Pod names its PodGroup only: the controller finds
+the composite a PodGroup belongs to (`placement_key`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tandem import keys
 from tandem.kube import JSON
@@ -70,6 +71,42 @@ class GroupKey:
         return f"LeaderWorkerSet {self.namespace}/{self.name} group {self.index}"
 
 
+@dataclass(frozen=True)
+class Target:
+    """A placement key resolved: a Pod placed alone, or a group of one of the three kinds."""
+
+    key: str
+    namespace: str
+    name: str  # what follows the namespace: the Pod's name, or `pg:<name>`, `cpg:...`, `lws:...`
+    group: GroupKey | None  # None: a Pod placed alone
+    alone: bool
+    podgroup: str | None  # `ns/name` of the PodGroup it is; None for any other kind
+    composite: str | None  # `ns/name` of the CompositePodGroup it is; None for any other kind
+
+    @property
+    def title(self) -> str:
+        """How Events and conditions name it."""
+        return f"Pod {self.key}" if self.group is None else self.group.title
+
+
+@functools.lru_cache(maxsize=8192)
+def target(key: str) -> Target:
+    """What `key` places: the one place a key is taken apart (with `_parse`)."""
+    namespace, _, name = key.partition("/")
+    group = _parse(key)
+    kind = group.kind if group is not None else ""
+    object_key = group.object_key if group is not None else None
+    return Target(
+        key,
+        namespace,
+        name,
+        group,
+        group is None,
+        object_key if kind == _PODGROUP else None,
+        object_key if kind == _COMPOSITE else None,
+    )
+
+
 @functools.lru_cache(maxsize=8192)
 def _parse(key: str) -> GroupKey | None:
     namespace, _, name = key.partition("/")
@@ -100,22 +137,6 @@ def group_key(pod: JSON) -> str | None:
     return None if name is None else f"{(pod.get('metadata') or {}).get('namespace')}/{name}"
 
 
-def is_group_key(key: str) -> bool:
-    return GROUP_SEPARATOR in key
-
-
-def podgroup_key(key: str) -> str | None:
-    """`ns/pg:name` -> `ns/name` (the PodGroup object's key); None for other groups."""
-    group = _parse(key)
-    return group.object_key if group is not None and group.kind == _PODGROUP else None
-
-
-def composite_key(key: str) -> str | None:
-    """`ns/cpg:name` -> `ns/name` (the CompositePodGroup object's key); None for other groups."""
-    group = _parse(key)
-    return group.object_key if group is not None and group.kind == _COMPOSITE else None
-
-
 def key_of_podgroup(podgroup: JSON) -> str:
     meta = podgroup.get("metadata") or {}
     return str(GroupKey(str(meta.get("namespace")), _PODGROUP, str(meta.get("name"))))
@@ -142,11 +163,11 @@ def placement_key(
 ) -> str:
     """The key that places a group: a PodGroup's own, or its CompositePodGroup's when it has a
     gang parent (or one not there yet: its members wait for it)."""
-    pg_key = podgroup_key(key)
-    parent = parent_of(podgroup_of(pg_key)) if pg_key else ""
+    resolved = target(key)
+    parent = parent_of(podgroup_of(resolved.podgroup)) if resolved.podgroup else ""
     if not parent:
         return key
-    namespace = key.partition("/")[0]
+    namespace = resolved.namespace
     composite = composite_of(f"{namespace}/{parent}")
     if composite is not None and _gang(composite) is None:
         return key  # a basic composite: each child is placed as a group of its own
@@ -168,7 +189,8 @@ class Component:
 class Group:
     """A group as the scheduler places it."""
 
-    ref: PodRef  # namespace, group name (pg:... / cpg:... / lws:...:...), uid (empty until known)
+    # namespace, group name (pg:... / cpg:... / lws:...:...), uid (empty until known)
+    ref: PodRef
     min_count: int
     # The PodGroup or CompositePodGroup object (its status and Events), None for a
     # LeaderWorkerSet group.
@@ -181,32 +203,28 @@ class Group:
     # Node label keys whose one domain all its nodes share (its PodGroup's or CompositePodGroup's
     # spec.schedulingConstraints.topology; the members' annotation adds to it: decide).
     topology: tuple[str, ...] = ()
+    # What its key places (from `ref`): read as plain values, the key is never taken apart again.
+    target: Target = field(init=False)
+    key: str = field(init=False)
+    # A Pod placed alone (a group of one, named and keyed as the Pod).
+    alone: bool = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return self.ref.key
-
-    @property
-    def alone(self) -> bool:
-        """A Pod placed alone (a group of one, named and keyed as the Pod)."""
-        return not self.ref.is_group
-
-    @property
-    def typed_key(self) -> GroupKey | None:
-        """The key, typed; None for a Pod placed alone."""
-        return _parse(self.ref.key)
+    def __post_init__(self) -> None:
+        resolved = target(f"{self.ref.namespace}/{self.ref.name}")
+        object.__setattr__(self, "target", resolved)
+        object.__setattr__(self, "key", resolved.key)
+        object.__setattr__(self, "alone", resolved.alone)
 
     @property
     def title(self) -> str:
         """How Events and conditions name it."""
-        typed = self.typed_key
-        return f"Pod {self.ref.key}" if typed is None else typed.title
+        return self.target.title
 
     def component_of(self, pod: JSON) -> int:
         """Which component a member belongs to (-1: none of them); 0 for a homogeneous group."""
         if not self.components:
             return 0
-        typed = self.typed_key
+        typed = self.target.group
         if typed is not None and typed.kind == _LWS:
             return 0 if _is_leader(pod) else 1
         podgroup = str(((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") or "")
@@ -237,20 +255,19 @@ def _gang(obj: JSON) -> JSON | None:
     return gang if isinstance(gang, dict) else None
 
 
-def alone(key: str, pod: JSON | None) -> Group:
+def alone(placed: Target, pod: JSON | None) -> Group:
     """A Pod placed alone, as a group of one (its uid empty once it is gone)."""
-    namespace, _, name = key.partition("/")
     uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
-    return Group(PodRef(namespace, name, uid), 1)
+    return Group(PodRef(placed.namespace, placed.name, uid), 1)
 
 
 def resolve_composite(
-    key: str, composite: JSON | None, children: Iterable[JSON], members: Iterable[JSON]
+    placed: Target, composite: JSON | None, children: Iterable[JSON], members: Iterable[JSON]
 ) -> Group:
     """A CompositePodGroup with a gang policy: one component per child PodGroup (by name), of its
     gang's minCount (a basic child: as many as it has members), all placed as one het job."""
-    namespace, _, name = key.partition("/")
-    title = f"CompositePodGroup {composite_key(key)}"
+    namespace, name = placed.namespace, placed.name
+    title = f"CompositePodGroup {placed.composite}"
     if composite is None:
         return Group(PodRef(namespace, name, ""), 0, None, f"{title} does not exist (yet)")
     uid = str((composite.get("metadata") or {}).get("uid") or "")
@@ -274,13 +291,14 @@ def resolve_composite(
     return Group(ref, total, composite, "", tuple(components), topology_keys(composite))
 
 
-def resolve(key: str, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]) -> Group | None:
+def resolve(
+    placed: Target, members: Iterable[JSON], podgroup_of: Callable[[str], JSON | None]
+) -> Group | None:
     """The group behind a key, or None when its Pods are placed one by one (a basic policy)."""
-    namespace, _, name = key.partition("/")
-    typed = _parse(key)
-    if typed is not None and typed.kind == _PODGROUP:
-        pg_key = typed.object_key
-        podgroup = podgroup_of(pg_key) if pg_key else None
+    namespace, name = placed.namespace, placed.name
+    if placed.podgroup is not None:
+        pg_key = placed.podgroup
+        podgroup = podgroup_of(pg_key)
         if podgroup is None:
             title = f"PodGroup {pg_key}"
             return Group(PodRef(namespace, name, ""), 0, None, f"{title} does not exist (yet)")

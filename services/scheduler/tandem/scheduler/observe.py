@@ -42,13 +42,17 @@ class Observer:
         if self.caches.placement_key(gkey) != gkey:
             return True  # a child of a gang CompositePodGroup
         return (
-            groups.resolve(gkey, self.caches.pods.by_index(BY_GROUP, gkey), self.caches.podgroups.get)
+            groups.resolve(
+                groups.target(gkey), self.caches.pods.by_index(BY_GROUP, gkey), self.caches.podgroups.get
+            )
             is not None
         )
 
-    def members_and_jobs(self, key: str) -> tuple[tuple[JSON, ...], groups.Group | None, list[JobStatus]]:
+    def members_and_jobs(
+        self, placed: groups.Target
+    ) -> tuple[tuple[JSON, ...], groups.Group | None, list[JobStatus]]:
         """The Pods a key places, what they are (a group, or a Pod alone) and every job it has."""
-        composite = groups.composite_key(key)
+        key, composite = placed.key, placed.composite
         if composite is not None:
             children = self.caches.podgroups.by_index(BY_PARENT, composite)
             members = tuple(
@@ -57,19 +61,19 @@ class Observer:
                 for pod in self.caches.pods.by_index(BY_GROUP, groups.key_of_podgroup(child))
                 if not gated(pod)
             )
-            group = groups.resolve_composite(key, self.caches.composites.get(composite), children, members)
+            group = groups.resolve_composite(placed, self.caches.composites.get(composite), children, members)
             return members, group, self.jobs.for_pod_key(key)
-        if groups.is_group_key(key):
+        if not placed.alone:
             members = tuple(p for p in self.caches.pods.by_index(BY_GROUP, key) if not gated(p))
             return (
                 members,
-                groups.resolve(key, members, self.caches.podgroups.get),
+                groups.resolve(placed, members, self.caches.podgroups.get),
                 self.jobs.for_pod_key(key),
             )
         pod = self.caches.pods.get(key)
         if pod is None:
-            return (), groups.alone(key, None), self.jobs.for_pod_key(key)  # deleted: by its name
-        return (pod,), groups.alone(key, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
+            return (), groups.alone(placed, None), self.jobs.for_pod_key(key)  # deleted: by its name
+        return (pod,), groups.alone(placed, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
 
     def _as_bound(self, pod: JSON) -> JSON:
         """The Pod as this process bound it, while the informer's copy does not show that yet."""
@@ -78,12 +82,12 @@ class Observer:
         node = self.assumed.bound.get(str(pod["metadata"]["uid"]))
         return pod if node is None else {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
-    def observe(self, key: str, kill_wait: KillWait | None = None) -> actions.Observed:
+    def observe(self, placed: groups.Target, kill_wait: KillWait | None = None) -> actions.Observed:
         """A snapshot of plain values: everything decide reads but the fits (decide asks for
         them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
         by the placement view) Slurm's default while none is known."""
         kill_wait = kill_wait or self.settings.kill_wait() or UNKNOWN_KILL_WAIT
-        members, group, jobs = self.members_and_jobs(key)
+        members, group, jobs = self.members_and_jobs(placed)
         members = tuple(self._as_bound(pod) for pod in members)
         recorded: dict[str, int] = {}
         for pod in members:
@@ -92,7 +96,7 @@ class Observer:
             carried = written if written is not None else keys.recorded_job_id(pod)
             if carried is not None:
                 recorded[uid] = carried
-        submitted = self.assumed.submitted.get(owner(key, members))
+        submitted = self.assumed.submitted.get(owner(placed, members))
         if submitted is not None and any(j.job_id == submitted for j in jobs):
             submitted = None  # the stream shows it now
         wanted = set(recorded.values()) or ({submitted} if submitted is not None else set())
@@ -128,7 +132,7 @@ class Observer:
                 devices = self.caches.dra.devices(hosts.values())
                 class_config = self.caches.dra.class_config()
         return actions.Observed(
-            key,
+            placed.key,
             group,
             members,
             job=job,
@@ -238,11 +242,11 @@ class Observer:
         return self.assumed.excludes.get(str(job.job_id))
 
 
-def owner(key: str, members: tuple[JSON, ...]) -> str:
+def owner(placed: groups.Target, members: tuple[JSON, ...]) -> str:
     """Whose submit is remembered: a group's key, a Pod alone's uid (a Pod of the same name made
     again is another Pod)."""
-    if groups.is_group_key(key) or not members:
-        return key
+    if not placed.alone or not members:
+        return placed.key
     return str(members[0]["metadata"]["uid"])
 
 

@@ -16,7 +16,8 @@ def placement(controller: Controller, pod: JSON) -> scheduler_pb2.Placement:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     # A member of a gang stands where its group does.
     in_gang = groups.group_key(pod) is not None and controller.observer.in_gang(pod)
-    observed, action = controller.decision(controller.caches.key_of(pod) if in_gang else object_key(pod))
+    key = controller.caches.key_of(pod) if in_gang else object_key(pod)
+    observed, action = controller.decision(groups.target(key))
     job = observed.job
     cond = condition(pod, "PodScheduled") or {}
     return scheduler_pb2.Placement(

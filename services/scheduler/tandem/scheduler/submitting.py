@@ -125,7 +125,7 @@ def _not_submitted(
 
 def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: JobSpec, job_id: int) -> None:
     """Remembered until the job stream shows it, recorded on every member, and (for a group) said."""
-    h.assumed.submitted.assume(owner(group.key, members), job_id)
+    h.assumed.submitted.assume(owner(group.target, members), job_id)
     h.remember_excludes(job_id, spec.excluded_nodes)
     h.jobs.announce(job_id, spec.name)
     log.info(

@@ -243,12 +243,13 @@ class SchedulerWatches:
     def _placed_under(self, ref: placeholder.PodRef) -> bool:
         """Whether a Pod in the cache is placed under the job's key: the Pod alone it was
         submitted for (that uid), or a member of the group whose job it is."""
-        if not groups.is_group_key(ref.key):
+        placed = groups.target(ref.key)
+        if placed.alone:
             pod = self.caches.pods.get(ref.key)
             return (
                 pod is not None and groups.group_key(pod) is None and str(pod["metadata"]["uid"]) == ref.uid
             )
-        composite = groups.composite_key(ref.key)
+        composite = placed.composite
         gkeys = (
             [groups.key_of_podgroup(child) for child in self.caches.podgroups.by_index(BY_PARENT, composite)]
             if composite is not None
@@ -312,7 +313,7 @@ class SchedulerWatches:
         to cancel, its reconcile decides nothing (decide). The job's stop and end that follow a
         deletion's cancel were most of the reconciles deciding nothing in a burst (issue 40)."""
         ref = change.pod
-        if groups.is_group_key(ref.key):
+        if not groups.target(ref.key).alone:
             return True  # a group's reconcile weighs the members that remain
         pod = self.caches.pods.get(ref.key)
         if pod is None:

@@ -1,0 +1,163 @@
+"""How far a Pod's placement key travels through the scheduler (issue 52): a Pod alone and a gang
+followed from their informer events to their binds, every call whose arguments carry the key
+(the key itself, or a value that holds it: a group, an observation) recorded in order.
+
+    python -m tests.unit.key_walk    # each walk, call by call, and its counts
+
+`functions`: the distinct functions the key passed through; `returns`: how often the walk came
+back into a module it had left (consecutive calls in one module count once)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tandem import placeholder
+from tandem.scheduler.controller import Controller
+from tandem.scheduler.watches import SchedulerWatches
+from tandem.slurm.models import Job, JobStatus
+from tandem.workqueue import WorkQueue
+from tests.unit.test_controller import POD, SCHEDULER, _gang, _member, _pod, _tracker, report
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = (ROOT / "services", ROOT / "libs")
+
+
+@dataclass(frozen=True)
+class Walk:
+    key: str
+    calls: tuple[str, ...]  # module:function, in call order
+    # The calls that came back into a module deeper down the same call: module A calls B, and B
+    # (or what B calls) calls A again with the key.
+    reentries: tuple[str, ...]
+
+    @property
+    def functions(self) -> int:
+        return len(set(self.calls))
+
+    @property
+    def returns(self) -> int:
+        return len(self.reentries)
+
+
+def _carries(value: object, key: str, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return value == key
+    if depth > 1 or value is None or isinstance(value, int | float | bool | bytes | dict | list):
+        return False
+    if isinstance(value, tuple):
+        return any(_carries(v, key, depth + 1) for v in value)
+    try:
+        if str(value) == key:
+            return True
+        own = getattr(value, "key", None)
+    except AttributeError:
+        return False  # an object being made (its __post_init__): its fields come next
+    return isinstance(own, str) and own == key
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).parts[-2:]).removesuffix(".py")
+
+
+@contextmanager
+def _following(key: str) -> Iterator[tuple[list[str], list[str]]]:
+    calls: list[str] = []
+    reentries: list[str] = []
+    # The product frames now running, innermost last, and whether each carries the key.
+    stack: list[tuple[FrameType, str, bool]] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "return":
+            if stack and stack[-1][0] is frame:
+                stack.pop()
+            return
+        if event != "call":
+            return
+        path = Path(frame.f_code.co_filename)
+        if not any(path.is_relative_to(p) for p in PRODUCT):
+            return
+        code = frame.f_code
+        module = _module(path)
+        args = [frame.f_locals.get(n) for n in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]]
+        carries = any(_carries(a, key) for a in args)
+        if carries:
+            call = f"{module}:{code.co_qualname}"
+            calls.append(call)
+            carrying = [m for _, m, c in stack if c]
+            if carrying and carrying[-1] != module and module in carrying:
+                reentries.append(call)
+        stack.append((frame, module, carries))
+
+    sys.setprofile(profile)
+    try:
+        yield calls, reentries
+    finally:
+        sys.setprofile(None)
+
+
+def _drain(queue: WorkQueue, reconcile: Callable[[str], Any]) -> None:
+    while len(queue):
+        key = queue.get()
+        if key is None:
+            return
+        try:
+            reconcile(str(key))
+        finally:
+            queue.done(key)
+
+
+def _walk(controller: Controller, members: list[dict[str, Any]], key: str, job: JobStatus) -> Walk:
+    queue = WorkQueue()
+    watches = SchedulerWatches(controller.caches, controller.jobs, controller.assumed, queue)
+    controller.jobs.on_change = watches.on_job
+    with _following(key) as (calls, reentries):
+        for pod in members:
+            watches.on_pod(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None, pod)
+        _drain(queue, controller.reconcile)  # the submit
+        report(controller.jobs, job)  # the job's script started: the stream says so
+        _drain(queue, controller.reconcile)  # the bind
+    return Walk(key, tuple(calls), tuple(reentries))
+
+
+def pod_alone() -> Walk:
+    from tandem.scheduler.caches import Caches
+    from tests.unit.test_controller import FakePodCache, _controller
+
+    pods = FakePodCache()
+    pods.synced = True
+    pod = _pod()
+    pods.pods = {POD.key: pod}
+    controller, slurm, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001"}))
+    assert isinstance(controller.caches, Caches)
+    slurm.submit_job.return_value = 7
+    name = placeholder.job_name(POD, SCHEDULER)
+    job = JobStatus(
+        Job(job_id=7, name=name, admin_comment=name, state="RUNNING", nodes=("cpu-001",)), started=True
+    )
+    return _walk(controller, [pod], POD.key, job)
+
+
+def gang() -> Walk:
+    members = [_member(0), _member(1)]
+    controller, _, _ = _gang(*members)
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    name = placeholder.job_name(ref, SCHEDULER)
+    job = JobStatus(
+        Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=("cpu-001", "cpu-002")),
+        started=True,
+    )
+    return _walk(controller, members, f"{POD.namespace}/pg:train", job)
+
+
+if __name__ == "__main__":
+    for walk in (pod_alone(), gang()):
+        print(f"# {walk.key}: {walk.functions} functions, {walk.returns} returns into a module left")
+        for i, call in enumerate(walk.calls, 1):
+            print(f"{i:3} {call}")
+        print("# returns:", ", ".join(walk.reentries))
