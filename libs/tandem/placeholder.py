@@ -18,7 +18,7 @@ name holds a ':'), its uid the PodGroup's uid or the LWS group's key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,10 +32,12 @@ class PodRef:
     namespace: str
     name: str
     uid: str
+    # `namespace/name`: the Pod's key, or its group's placement key (read as a value, not computed
+    # at each read: it is what the scheduler queues and looks up by).
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
 
     @property
     def is_group(self) -> bool:

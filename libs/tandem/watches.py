@@ -33,10 +33,6 @@ class Change:
     new: JSON | None
 
 
-def _never(event: object) -> bool:
-    return False
-
-
 @dataclass(frozen=True)
 class Watch(Generic[E]):
     """One source's events into `queue`: an event any predicate says False to is dropped; the keys
@@ -47,12 +43,12 @@ class Watch(Generic[E]):
     queue: Queue
     handler: Callable[[E], Iterable[Key]]
     predicates: tuple[Callable[[E], bool], ...] = ()
-    urgent: Callable[[E], bool] = _never
+    urgent: Callable[[E], bool] | None = None
 
     def __call__(self, event: E) -> None:
         if not all(passes(event) for passes in self.predicates):
             return
-        urgent = self.urgent(event)
+        urgent = self.urgent is not None and self.urgent(event)
         for key in self.handler(event):
             if urgent:
                 self.queue.add(key, urgent=True)

@@ -35,6 +35,7 @@ class Walk:
     # The calls that came back into a module deeper down the same call: module A calls B, and B
     # (or what B calls) calls A again with the key.
     reentries: tuple[str, ...]
+    bound: tuple[str, ...]  # the Pods the walk ended by binding
 
     @property
     def functions(self) -> int:
@@ -112,7 +113,7 @@ def _drain(queue: WorkQueue, reconcile: Callable[[str], Any]) -> None:
             queue.done(key)
 
 
-def _walk(controller: Controller, members: list[dict[str, Any]], key: str, job: JobStatus) -> Walk:
+def _walk(controller: Controller, kube: Any, members: list[dict[str, Any]], key: str, job: JobStatus) -> Walk:
     queue = WorkQueue()
     watches = SchedulerWatches(controller.caches, controller.jobs, controller.assumed, queue)
     controller.jobs.on_change = watches.on_job
@@ -122,7 +123,10 @@ def _walk(controller: Controller, members: list[dict[str, Any]], key: str, job: 
         _drain(queue, controller.reconcile)  # the submit
         report(controller.jobs, job)  # the job's script started: the stream says so
         _drain(queue, controller.reconcile)  # the bind
-    return Walk(key, tuple(calls), tuple(reentries))
+    bound = tuple(
+        c.args[0].split("/")[-2] for c in kube.post.call_args_list if c.args[0].endswith("/binding")
+    )
+    return Walk(key, tuple(calls), tuple(reentries), bound)
 
 
 def pod_alone() -> Walk:
@@ -133,31 +137,32 @@ def pod_alone() -> Walk:
     pods.synced = True
     pod = _pod()
     pods.pods = {POD.key: pod}
-    controller, slurm, _ = _controller(pods, _tracker(hosts={"cpu-001": "node-001"}))
+    controller, slurm, kube = _controller(pods, _tracker(hosts={"cpu-001": "node-001"}))
     assert isinstance(controller.caches, Caches)
     slurm.submit_job.return_value = 7
     name = placeholder.job_name(POD, SCHEDULER)
     job = JobStatus(
         Job(job_id=7, name=name, admin_comment=name, state="RUNNING", nodes=("cpu-001",)), started=True
     )
-    return _walk(controller, [pod], POD.key, job)
+    return _walk(controller, kube, [pod], POD.key, job)
 
 
 def gang() -> Walk:
     members = [_member(0), _member(1)]
-    controller, _, _ = _gang(*members)
+    controller, _, kube = _gang(*members)
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
     name = placeholder.job_name(ref, SCHEDULER)
     job = JobStatus(
         Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=("cpu-001", "cpu-002")),
         started=True,
     )
-    return _walk(controller, members, f"{POD.namespace}/pg:train", job)
+    return _walk(controller, kube, members, f"{POD.namespace}/pg:train", job)
 
 
 if __name__ == "__main__":
     for walk in (pod_alone(), gang()):
-        print(f"# {walk.key}: {walk.functions} functions, {walk.returns} returns into a module left")
+        counts = f"{walk.functions} functions, {walk.returns} returns into a module left"
+        print(f"# {walk.key}: {counts}; bound {', '.join(walk.bound)}")
         for i, call in enumerate(walk.calls, 1):
             print(f"{i:3} {call}")
         print("# returns:", ", ".join(walk.reentries))

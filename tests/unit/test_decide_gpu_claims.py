@@ -94,9 +94,11 @@ def seen(
         fits=kw.pop("fits", None),
         kill_wait=30,
         policy=POLICY,
-        gpus={REF.uid: pod_gpus(p, claims, {}, CFG)},
-        claims=claims,
-        devices=kw.pop("devices", {"node-000": DEVICES}),
+        gpu=actions.GpuFacts(
+            gpus={REF.uid: pod_gpus(p, claims, {}, CFG)},
+            claims=claims,
+            devices=kw.pop("devices", {"node-000": DEVICES}),
+        ),
         **kw,
     )
 
@@ -181,7 +183,8 @@ def replace_claim_status(status: dict[str, Any]) -> dict[str, Any]:
 def test_a_pod_without_claims_is_as_before() -> None:
     p = pod()
     del p["spec"]["resourceClaims"]
-    observed = replace(seen(p), gpus={})
+    before = seen(p)
+    observed = replace(before, gpu=replace(before.gpu, gpus={}))
     action = d.decide(observed)
     assert isinstance(action, actions.Submit) and keys.GPU_RESOURCE not in action.validations[0].requests
 

@@ -186,10 +186,12 @@ def seen(p: dict[str, Any], claim: dict[str, Any] | None, served: bool = True, *
         fits=None,
         kill_wait=30,
         policy=policy.parse("default: {defaultUser: 1001}"),
-        devices={"node-000": DEVICES},
-        extended_class=CLASS,
-        dra_served=frozenset({"node-000"}) if served else frozenset(),
-        extended_claims={REF.uid: claim} if claim is not None else {},
+        gpu=actions.GpuFacts(
+            devices={"node-000": DEVICES},
+            extended_class=CLASS,
+            dra_served=frozenset({"node-000"}) if served else frozenset(),
+            extended_claims={REF.uid: claim} if claim is not None else {},
+        ),
         **kw,
     )
 

@@ -23,8 +23,9 @@ def test_a_group_key_reads_as_what_it_names_and_back(
     typed = GroupKey.parse(key)
     assert typed == GroupKey("team-a", kind, name, index)
     assert str(typed) == key
-    assert typed.object_key == object_key
-    assert typed.title == title
+    placed = groups.target(key)
+    assert (placed.podgroup or placed.composite) == object_key
+    assert placed.title == typed.title == title
 
 
 @pytest.mark.parametrize("key", ["team-a/web-0", "team-a/x:y", "", "team-a/"])

@@ -29,6 +29,28 @@ NO_GPUS = PodGpus()
 
 
 @dataclass(frozen=True)
+class GpuFacts:
+    """What the decision reads of the members' GPUs (tandem.dra): plain values, keyed by member uid
+    or Node, none of them the group's key."""
+
+    # Member uid -> what its ResourceClaims ask Slurm for (tandem.dra.claims); absent for a
+    # member that claims nothing.
+    gpus: Mapping[str, PodGpus] = field(default_factory=dict)
+    # What a claim's allocation is written from before the bind: the claims the members name, by
+    # name; the job's Nodes' devices (Kubernetes Node -> its GPUs, or why its ResourceSlices cannot
+    # be read); each DeviceClass's spec.config.
+    claims: Mapping[str, JSON] = field(default_factory=dict)
+    devices: Mapping[str, NodeDevices | str] = field(default_factory=dict)
+    class_config: Mapping[str, tuple[JSON, ...]] = field(default_factory=dict)
+    # nvidia.com/gpu through DRA (tandem.dra.extended): the DeviceClass that maps it ("" none), the
+    # job's Nodes that serve it so (no device plugin offers it), and the claim made for a member
+    # (member uid -> the claim).
+    extended_class: str = ""
+    dra_served: frozenset[str] = frozenset()
+    extended_claims: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Observed:
     key: str
     # What the key names: a group, or a Pod alone (a group of one); None when the Pods naming this
@@ -73,21 +95,8 @@ class Observed:
     job_phase_age: float = float("inf")
     # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
     policy: Policy = BUILTIN
-    # Member uid -> what its ResourceClaims ask Slurm for (tandem.dra.claims); absent for a
-    # member that claims nothing.
-    gpus: Mapping[str, PodGpus] = field(default_factory=dict)
-    # What a claim's allocation is written from before the bind: the claims the members name, by
-    # name; the job's Nodes' devices (Kubernetes Node -> its GPUs, or why its ResourceSlices cannot
-    # be read); each DeviceClass's spec.config.
-    claims: Mapping[str, JSON] = field(default_factory=dict)
-    devices: Mapping[str, NodeDevices | str] = field(default_factory=dict)
-    class_config: Mapping[str, tuple[JSON, ...]] = field(default_factory=dict)
-    # nvidia.com/gpu through DRA (tandem.dra.extended): the DeviceClass that maps it ("" none), the
-    # job's Nodes that serve it so (no device plugin offers it), and the claim made for a member
-    # (member uid -> the claim).
-    extended_class: str = ""
-    dra_served: frozenset[str] = frozenset()
-    extended_claims: Mapping[str, JSON] = field(default_factory=dict)
+    # The members' GPUs as their ResourceClaims ask for them and the job's Nodes publish them.
+    gpu: GpuFacts = field(default_factory=lambda: GpuFacts())
     # Slurm's topology as tandem-syncer publishes it, or why there is none (tandem.scheduler.domains).
     topology: topology.Topology | str = "the scheduler reads no topology (--topology-configmap)"
 

@@ -6,9 +6,11 @@ job of components) with a node per member."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from tandem import keys, reasons
+from tandem.dra.claims import PodGpus
 from tandem.kube import JSON
 from tandem.scheduler import domains, groups, matching, podstate, validation
 from tandem.scheduler.actions import (
@@ -16,6 +18,7 @@ from tandem.scheduler.actions import (
     NOT_JUDGED,
     Action,
     Judge,
+    NotJudged,
     Observed,
     Pend,
     Refuse,
@@ -61,9 +64,9 @@ def unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Act
     """Reject members whose GPU claims Slurm cannot allocate as asked (tandem.dra.claims says
     which field); a bound member only hears of it, as for any rule."""
     unmappable = [
-        (m, o.gpus[podstate.uid(m)])
+        (m, o.gpu.gpus[podstate.uid(m)])
         for m in live
-        if podstate.uid(m) in o.gpus and o.gpus[podstate.uid(m)].refusals
+        if podstate.uid(m) in o.gpu.gpus and o.gpu.gpus[podstate.uid(m)].refusals
     ]
     if not unmappable:
         return None
@@ -79,9 +82,11 @@ def unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Act
     return Reject(live, message, problems)
 
 
-def with_claimed_gpus(o: Observed, pod: JSON, result: validation.Validation) -> validation.Validation:
+def with_claimed_gpus(
+    claimed: Mapping[str, PodGpus], pod: JSON, result: validation.Validation
+) -> validation.Validation:
     """The job asks Slurm for the GPUs the member's claims ask for, as GRES of their type."""
-    gpus = o.gpus.get(podstate.uid(pod))
+    gpus = claimed.get(podstate.uid(pod))
     if gpus is None or not gpus.requests:
         return result
     return replace(
@@ -126,14 +131,17 @@ def new_job(
     valid = tuple(results[i] for i in chosen)
     if o.fits is NOT_JUDGED:
         return Judge()
-    fits = member_fits(o, members)
-    unfit = job_unfit(group, fits)
-    unschedulable = unschedulable_pend(group, members, fits, unfit) or required_unfit(
+    fits = member_fits(o.fits, members)
+    unfit = job_unfit(group.min_count, bool(group.components), fits)
+    named = None if group.alone else group.title
+    unschedulable = unschedulable_pend(named, group.min_count, members, fits, unfit) or required_unfit(
         members, valid[0], fits, unfit
     )
     if unschedulable is not None:
         return unschedulable
-    typed = _typed_whole_gpus(o, group, members, valid, fits)
+    typed = _typed_whole_gpus(
+        o.gpu.gpus, "the Pod's" if group.alone else f"{group.title}'s", members, valid, fits
+    )
     if isinstance(typed, Pend):
         return typed
     one_domain = _one_domain(o, group, members, valid[0], frozenset(unfit))
@@ -178,8 +186,8 @@ def _one_domain(
 
 
 def _typed_whole_gpus(
-    o: Observed,
-    group: groups.Group,
+    claimed: Mapping[str, PodGpus],
+    whose: str,
     members: tuple[JSON, ...],
     valid: tuple[validation.Validation, ...],
     fits: list[Eligibility],
@@ -188,14 +196,14 @@ def _typed_whole_gpus(
     Nodes that would take them publish. Untyped, `gpu:2` may be given as MIG slices on a node of
     both (its slices are `gpu` GRES too), which no whole-GPU claim can hold. Several types: one
     Slurm job names one, so the member waits (a product selector or a nodeSelector settles it)."""
-    needing = [i for i, m in enumerate(members) if o.gpus.get(podstate.uid(m), NO_GPUS).needs_whole_type]
+    needing = [i for i, m in enumerate(members) if claimed.get(podstate.uid(m), NO_GPUS).needs_whole_type]
     judged = [f.whole_gpu_types for f in fits if f.whole_gpu_types is not None]
     if not needing or not judged:
         return valid
     types = sorted(frozenset().union(*judged))
     if len(types) == 1:
         return tuple(replace(v, gpu_type=types[0]) if i in needing else v for i, v in enumerate(valid))
-    who = "the Pod's" if group.alone else f"{group.title}'s"
+    who = whose
     if not types:
         message = (
             f"{who} ResourceClaims ask for whole GPUs (DeviceClass gpu.nvidia.com), and no Node that"
@@ -237,13 +245,15 @@ def _chosen(group: groups.Group, live: tuple[JSON, ...]) -> list[int]:
     return chosen
 
 
-def member_fits(o: Observed, members: tuple[JSON, ...]) -> list[Eligibility]:
-    if o.fits is None or o.fits is NOT_JUDGED:
+def member_fits(
+    judged: Mapping[str, Eligibility] | NotJudged | None, members: tuple[JSON, ...]
+) -> list[Eligibility]:
+    if judged is None or judged is NOT_JUDGED:
         return []
-    return [f for m in members if (f := o.fits.get(podstate.uid(m))) is not None]
+    return [f for m in members if (f := judged.get(podstate.uid(m))) is not None]
 
 
-def job_unfit(group: groups.Group, fits: list[Eligibility]) -> tuple[str, ...]:
+def job_unfit(min_count: int, het: bool, fits: list[Eligibility]) -> tuple[str, ...]:
     """The Slurm nodes the job must not be given: every node some member would not take, so that
     Slurm chooses among the ones every member would. Members pinned apart, each to Nodes of its
     own (Kueue's TAS writes each Pod's Node into its nodeSelector), leave fewer such nodes than
@@ -251,11 +261,11 @@ def job_unfit(group: groups.Group, fits: list[Eligibility]) -> tuple[str, ...]:
     order), which Slurm takes whole or waits for; the bind matches the members to them again."""
     every = tuple(sorted({s for f in fits for s in f.excluded}))
     total = fits[0].total if fits else 0
-    plain = not total or total - len(every) >= group.min_count
-    if plain or group.components or len(fits) < group.min_count or not fits[0].nodes:
+    plain = not total or total - len(every) >= min_count
+    if plain or het or len(fits) < min_count or not fits[0].nodes:
         return every
     takes = []
-    for fit in fits[: group.min_count]:
+    for fit in fits[:min_count]:
         out = set(fit.excluded)
         takes.append([s for s in fit.nodes if s not in out])
     matched = matching.distinct(takes)
@@ -266,24 +276,29 @@ def job_unfit(group: groups.Group, fits: list[Eligibility]) -> tuple[str, ...]:
 
 
 def unschedulable_pend(
-    group: groups.Group, members: tuple[JSON, ...], fits: list[Eligibility], unfit: tuple[str, ...]
+    title: str | None,
+    min_count: int,
+    members: tuple[JSON, ...],
+    fits: list[Eligibility],
+    unfit: tuple[str, ...],
 ) -> Pend | None:
-    """Fewer Slurm nodes whose Nodes would take every member than members: kube-scheduler's reason."""
+    """Fewer Slurm nodes whose Nodes would take every member than members: kube-scheduler's reason.
+    `title`: the group's, None for a Pod alone (the fit's own words then)."""
     total = fits[0].total if fits else 0
-    if not total or total - len(unfit) >= group.min_count:
+    if not total or total - len(unfit) >= min_count:
         return None
-    if group.alone:
+    if title is None:
         message = fits[0].message()
     else:
         worst = min(fits, key=lambda f: f.available)
         message = (
-            f"{group.title} needs {group.min_count} nodes, one per member, and "
+            f"{title} needs {min_count} nodes, one per member, and "
             f"{total - len(unfit)}/{total} would take every member; {worst.message()}"
         )
         if len({f.excluded for f in fits}) > 1 and all(f.available for f in fits):
             # Each would take some node, not one of its own each: pinned apart (_job_unfit) badly.
             message = (
-                f"{group.title} needs {group.min_count} nodes, one per member, and the nodes its members"
+                f"{title} needs {min_count} nodes, one per member, and the nodes its members"
                 " would take leave no node of its own for each (two members pinned to one Node, as"
                 f" Kueue's TAS may pin them, cannot share it); {worst.message()}"
             )

@@ -19,7 +19,17 @@ from tandem.scheduler import (
     podstate,
     validation,
 )
-from tandem.scheduler.actions import Action, Bind, MakeClaims, Observed, Pend, Placement, Refuse, Wait
+from tandem.scheduler.actions import (
+    Action,
+    Bind,
+    GpuFacts,
+    MakeClaims,
+    Observed,
+    Pend,
+    Placement,
+    Refuse,
+    Wait,
+)
 from tandem.scheduler.eligibility import affinity_matches, shape_of
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.slurm.models import JobStatus
@@ -103,7 +113,7 @@ def bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...
     new: list[tuple[JSON, dict[str, Any]]] = []
     stale: list[tuple[JSON, str]] = []
     for p in placements:
-        match _gpu_writes(o, job, p):
+        match _gpu_writes(o.gpu, job, p):
             case None:
                 continue
             case gpuclaims.NotSeen(why=why):
@@ -111,7 +121,7 @@ def bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...
             case gpuclaims.Mismatch(why=why):
                 what = (
                     "the Pod's ResourceClaims"
-                    if podstate.uid(p.pod) in o.gpus
+                    if podstate.uid(p.pod) in o.gpu.gpus
                     else f"the Pod's {keys.GPU_RESOURCE}"
                 )
                 return Refuse(
@@ -136,7 +146,7 @@ def bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...
 
 
 def _gpu_writes(
-    o: Observed, job: JobStatus, p: Placement
+    gpu: GpuFacts, job: JobStatus, p: Placement
 ) -> (
     tuple[ClaimWrite, ...]
     | gpuclaims.ExtendedWrite
@@ -148,26 +158,28 @@ def _gpu_writes(
 ):
     """What gives the member the GPUs Slurm chose before its bind: its claims' allocations, or the
     claim its nvidia.com/gpu needs on a Node serving it through DRA; None when it needs neither."""
-    gpus = o.gpus.get(podstate.uid(p.pod))
-    devices = o.devices.get(p.kube_node)
+    gpus = gpu.gpus.get(podstate.uid(p.pod))
+    devices = gpu.devices.get(p.kube_node)
     if gpus is not None and gpus.requests:
-        return gpuclaims.claim_writes(p.pod, gpus, job.job, p.slurm_node, devices, o.claims, o.class_config)
-    if _gpus_by_dra(o, p):
+        return gpuclaims.claim_writes(
+            p.pod, gpus, job.job, p.slurm_node, devices, gpu.claims, gpu.class_config
+        )
+    if _gpus_by_dra(gpu, p):
         return gpuclaims.extended_writes(
             p.pod,
             job.job,
             p.slurm_node,
             devices,
-            o.extended_class,
-            o.extended_claims.get(podstate.uid(p.pod)),
-            o.class_config.get(o.extended_class, ()),
+            gpu.extended_class,
+            gpu.extended_claims.get(podstate.uid(p.pod)),
+            gpu.class_config.get(gpu.extended_class, ()),
         )
     return None
 
 
-def _gpus_by_dra(o: Observed, p: Placement) -> bool:
+def _gpus_by_dra(gpu: GpuFacts, p: Placement) -> bool:
     """The member asks nvidia.com/gpu and its Node serves it through DRA."""
-    if not o.extended_class or p.kube_node not in o.dra_served:
+    if not gpu.extended_class or p.kube_node not in gpu.dra_served:
         return False
     try:
         return podmemo.requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0

@@ -137,8 +137,17 @@ class Caches:
     dra: DraCaches | None = None
 
     def placement_key(self, gkey: str) -> str:
-        """The key that places a group (a child PodGroup's: its CompositePodGroup's)."""
-        return groups.placement_key(gkey, self.podgroups.get, self.composites.get)
+        """The key that places a group: a PodGroup's own, or its CompositePodGroup's when it has a
+        gang parent (or one not there yet: its members wait for it)."""
+        placed = groups.target(gkey)
+        parent = groups.parent_of(self.podgroups.get(placed.podgroup)) if placed.podgroup else ""
+        if not parent:
+            return gkey
+        namespace = placed.namespace
+        composite = self.composites.get(f"{namespace}/{parent}")
+        if composite is not None and not groups.is_gang(composite):
+            return gkey  # a basic composite: each child is placed as a group of its own
+        return groups.composite_key_of(namespace, parent)
 
     def key_of(self, pod: JSON) -> str:
         """The key a Pod is placed under: its group's, or its own when alone."""

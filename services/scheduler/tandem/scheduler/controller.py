@@ -86,7 +86,10 @@ class Controller:
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
             raise NotYet("Slurm's KillWait is not known yet")
         self._forget_what_the_caches_show(placed)
-        self._count_reconcile(key)
+        with self._counting:
+            self._reconciles[key] = self._reconciles.pop(key, 0) + 1
+            while len(self._reconciles) > COUNTED_KEYS:
+                self._reconciles.popitem(last=False)
         observed, action = self.decision(placed, kill_wait)
         DECISIONS.inc(action=type(action).__name__)
         return act(self.hands, self.settings.placeholder, observed, action, self._bound_after)
@@ -129,12 +132,6 @@ class Controller:
             excluded = frozenset(job.job.excluded_nodes)
             if excluded and self.assumed.excludes.get(str(job.job_id)) == excluded:
                 self.assumed.excludes.forget(str(job.job_id))
-
-    def _count_reconcile(self, key: str) -> None:
-        with self._counting:
-            self._reconciles[key] = self._reconciles.pop(key, 0) + 1
-            while len(self._reconciles) > COUNTED_KEYS:
-                self._reconciles.popitem(last=False)
 
     def _bound_after(self, key: str) -> None:
         """The key's members are all bound: how many reconciles it took."""

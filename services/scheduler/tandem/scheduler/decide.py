@@ -78,6 +78,8 @@ rows included, and runs a Pod alone's rows as a group of one):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tandem import reasons
 from tandem.kube import JSON
 from tandem.scheduler import (
@@ -142,7 +144,7 @@ def decide(o: Observed) -> Action:
             group.podgroup,
         )
     job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
-    if job_live and job is not None and group is not None and _podgroup_deleted(group):
+    if job_live and job is not None and group is not None and not alone and _podgroup_deleted(group):
         return Cancel((job.job_id,), CancelCause.PODGROUP_DELETED, "its PodGroup was deleted")
     extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
     if extra:
@@ -157,10 +159,12 @@ def decide(o: Observed) -> Action:
     replaced: int | None = None
     if job is not None:
         carrying = tuple(m for m in live if o.recorded.get(podstate.uid(m)) == job.job_id)
-        stopped = _stopped_under(o, job, carrying)
+        # Cancelled before it ran because minCount grew past it: a new job follows (not a Pod alone's).
+        outgrown = job.ended and not alone and growth.outgrown_before_it_ran(group, job)
+        stopped = _stopped_under(o.hosts, outgrown, job, carrying)
         if stopped is not None:
             return stopped
-        if job.ended and not alone and (not carrying or growth.outgrown_before_it_ran(group, job)):
+        if job.ended and not alone and (not carrying or outgrown):
             # Over, and no live member was part of it (they were replaced), or cancelled before it
             # ran because minCount grew past it: a new job. A Pod alone's jobs are all its own
             # (found by its uid): it records this one, then goes.
@@ -194,16 +198,18 @@ def decide(o: Observed) -> Action:
         return invalid
     if not unbound:
         return Nothing()
-    job_id = job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o, live, replaced)
+    job_id = (
+        job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o.recorded, live, replaced)
+    )
     if job_id is None:
-        waiting = [w for m in live for w in o.gpus.get(podstate.uid(m), NO_GPUS).waiting]
+        waiting = [w for m in live for w in o.gpu.gpus.get(podstate.uid(m), NO_GPUS).waiting]
         if waiting:
             return Wait(f"waiting for {', '.join(waiting)}")
         return admission.new_job(
             o,
             group,
             live,
-            tuple(admission.with_claimed_gpus(o, m, r) for m, r in zip(live, results, strict=True)),
+            tuple(admission.with_claimed_gpus(o.gpu.gpus, m, r) for m, r in zip(live, results, strict=True)),
         )
     if (
         job is not None
@@ -250,9 +256,12 @@ def _gone(o: Observed) -> tuple[CancelCause, str]:
     return CancelCause.MEMBERS_GONE, "Pod finished"
 
 
-def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> Delete | None:
+def _stopped_under(
+    hosts: Mapping[str, str], outgrown: bool, job: JobStatus, carrying: tuple[JSON, ...]
+) -> Delete | None:
     """The members that must go because their job stopped: a bound one lives exactly as long as
-    its job, on its job's nodes; one not bound yet goes once its job ended."""
+    its job, on its job's nodes; one not bound yet goes once its job ended (but for a job cancelled
+    before it ran because the group outgrew it: `outgrown`)."""
     bound = [m for m in carrying if podstate.bound(m)]
     why = ""
     if job.terminating:
@@ -266,10 +275,8 @@ def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> D
             tuple(bound), "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod"
         )
     if job.running and job.started and job.job.nodes:
-        hosts = [o.hosts.get(s) for s in job.job.nodes]
-        moved = tuple(
-            m for m in bound if None not in hosts and (m.get("spec") or {}).get("nodeName") not in hosts
-        )
+        on = [hosts.get(s) for s in job.job.nodes]
+        moved = tuple(m for m in bound if None not in on and (m.get("spec") or {}).get("nodeName") not in on)
         if moved:
             return Delete(
                 moved,
@@ -279,7 +286,7 @@ def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> D
                 "deleting the Pod",
             )
     unbound = tuple(m for m in carrying if not podstate.bound(m) and not podstate.refused(m))
-    if unbound and job.ended and not (o.group is not None and growth.outgrown_before_it_ran(o.group, job)):
+    if unbound and job.ended and not outgrown:
         return Delete(
             unbound,
             "Warning",
@@ -289,11 +296,13 @@ def _stopped_under(o: Observed, job: JobStatus, carrying: tuple[JSON, ...]) -> D
     return None
 
 
-def _recorded_by_all(o: Observed, live: tuple[JSON, ...], replaced: int | None = None) -> int | None:
+def _recorded_by_all(
+    recorded: Mapping[str, int], live: tuple[JSON, ...], replaced: int | None = None
+) -> int | None:
     """The job id the members carry (a previous life submitted and recorded it), but the one a new
     job replaces."""
     ids = {
-        job_id for m in live if (job_id := o.recorded.get(podstate.uid(m))) is not None and job_id != replaced
+        job_id for m in live if (job_id := recorded.get(podstate.uid(m))) is not None and job_id != replaced
     }
     return max(ids) if ids else None
 
@@ -344,17 +353,18 @@ def _pending(
         return Nominate(nominated)  # back to pending (requeued before its script started)
     if o.fits is NOT_JUDGED:
         return Judge()
-    fits = admission.member_fits(o, unbound)
+    fits = admission.member_fits(o.fits, unbound)
     if fits:
-        unfit = admission.job_unfit(group, fits)
+        unfit = admission.job_unfit(group.min_count, bool(group.components), fits)
         # Slurm refuses a job that both requires and excludes a node: a required node that stopped
         # fitting stays allowed, and the Pod is told why it waits.
         wanted = admission.excluded_nodes(result, unfit) - admission.required_nodes(result)
         if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
             return Exclude(job.job_id, compress(sorted(wanted)), tuple(c.job_id for c in job.job.components))
-        unschedulable = admission.unschedulable_pend(group, unbound, fits, unfit) or admission.required_unfit(
-            unbound, result, fits, unfit
-        )
+        named = None if group.alone else group.title
+        unschedulable = admission.unschedulable_pend(
+            named, group.min_count, unbound, fits, unfit
+        ) or admission.required_unfit(unbound, result, fits, unfit)
         if unschedulable is not None:
             return unschedulable
     if job.job.state_reason in ("", "None"):

@@ -16,7 +16,7 @@ A group's key is `<namespace>/pg:<PodGroup>`, `<namespace>/cpg:<CompositePodGrou
 (tandem.placeholder), so a restarted scheduler finds the job, and it is the work queue's key. Read
 as a `Target` (`target`: parsed once per distinct key, remembered) at the top of a reconcile and
 passed down; nothing else takes a key apart. A Pod names its PodGroup only: the controller finds
-the composite a PodGroup belongs to (`placement_key`).
+the composite a PodGroup belongs to (tandem.scheduler.caches.Caches.placement_key).
 """
 
 from __future__ import annotations
@@ -50,25 +50,24 @@ class GroupKey:
     @staticmethod
     def parse(key: str) -> GroupKey | None:
         """The group `key` names, or None for a Pod's own key (a Pod placed alone)."""
-        return _parse(key)
+        return target(key).group
 
     def __str__(self) -> str:
         tail = f"{GROUP_SEPARATOR}{self.index}" if self.kind == _LWS else ""
         return f"{self.namespace}/{self.kind}{GROUP_SEPARATOR}{self.name}{tail}"
 
     @property
-    def object_key(self) -> str | None:
-        """`ns/name` of the PodGroup or CompositePodGroup it is; None for a LeaderWorkerSet group."""
-        return None if self.kind == _LWS else f"{self.namespace}/{self.name}"
-
-    @property
     def title(self) -> str:
         """How Events and conditions name it."""
-        if self.kind == _PODGROUP:
-            return f"PodGroup {self.namespace}/{self.name}"
-        if self.kind == _COMPOSITE:
-            return f"CompositePodGroup {self.namespace}/{self.name}"
-        return f"LeaderWorkerSet {self.namespace}/{self.name} group {self.index}"
+        return _title(self.kind, self.namespace, self.name, self.index)
+
+
+def _title(kind: str, namespace: str, name: str, index: str) -> str:
+    if kind == _PODGROUP:
+        return f"PodGroup {namespace}/{name}"
+    if kind == _COMPOSITE:
+        return f"CompositePodGroup {namespace}/{name}"
+    return f"LeaderWorkerSet {namespace}/{name} group {index}"
 
 
 @dataclass(frozen=True)
@@ -82,41 +81,29 @@ class Target:
     alone: bool
     podgroup: str | None  # `ns/name` of the PodGroup it is; None for any other kind
     composite: str | None  # `ns/name` of the CompositePodGroup it is; None for any other kind
-
-    @property
-    def title(self) -> str:
-        """How Events and conditions name it."""
-        return f"Pod {self.key}" if self.group is None else self.group.title
+    title: str  # how Events and conditions name it
 
 
 @functools.lru_cache(maxsize=8192)
 def target(key: str) -> Target:
-    """What `key` places: the one place a key is taken apart (with `_parse`)."""
+    """What `key` places: the one place a key is taken apart."""
     namespace, _, name = key.partition("/")
-    group = _parse(key)
-    kind = group.kind if group is not None else ""
-    object_key = group.object_key if group is not None else None
+    kind, separator, rest = name.partition(GROUP_SEPARATOR)
+    if not separator or kind not in _KINDS:
+        return Target(key, namespace, name, None, True, None, None, f"Pod {key}")
+    lws, _, index = rest.partition(GROUP_SEPARATOR)
+    group = GroupKey(namespace, kind, lws, index) if kind == _LWS else GroupKey(namespace, kind, rest)
+    own = f"{group.namespace}/{group.name}"
     return Target(
         key,
         namespace,
         name,
         group,
-        group is None,
-        object_key if kind == _PODGROUP else None,
-        object_key if kind == _COMPOSITE else None,
+        False,
+        own if kind == _PODGROUP else None,
+        own if kind == _COMPOSITE else None,
+        _title(kind, group.namespace, group.name, group.index),
     )
-
-
-@functools.lru_cache(maxsize=8192)
-def _parse(key: str) -> GroupKey | None:
-    namespace, _, name = key.partition("/")
-    kind, separator, rest = name.partition(GROUP_SEPARATOR)
-    if not separator or kind not in _KINDS:
-        return None
-    if kind == _LWS:
-        lws, _, index = rest.partition(GROUP_SEPARATOR)
-        return GroupKey(namespace, kind, lws, index)
-    return GroupKey(namespace, kind, rest)
 
 
 def group_name(pod: JSON) -> str | None:
@@ -158,20 +145,14 @@ def parent_index(podgroup: JSON) -> list[str]:
     return [f"{(podgroup.get('metadata') or {}).get('namespace')}/{parent}"] if parent else []
 
 
-def placement_key(
-    key: str, podgroup_of: Callable[[str], JSON | None], composite_of: Callable[[str], JSON | None]
-) -> str:
-    """The key that places a group: a PodGroup's own, or its CompositePodGroup's when it has a
-    gang parent (or one not there yet: its members wait for it)."""
-    resolved = target(key)
-    parent = parent_of(podgroup_of(resolved.podgroup)) if resolved.podgroup else ""
-    if not parent:
-        return key
-    namespace = resolved.namespace
-    composite = composite_of(f"{namespace}/{parent}")
-    if composite is not None and _gang(composite) is None:
-        return key  # a basic composite: each child is placed as a group of its own
-    return str(GroupKey(namespace, _COMPOSITE, parent))
+def composite_key_of(namespace: str, name: str) -> str:
+    """The placement key of the CompositePodGroup `namespace/name`."""
+    return str(GroupKey(namespace, _COMPOSITE, name))
+
+
+def is_gang(obj: JSON) -> bool:
+    """A PodGroup or CompositePodGroup with a gang policy (any other is placed member by member)."""
+    return _gang(obj) is not None
 
 
 @dataclass(frozen=True)
@@ -208,17 +189,14 @@ class Group:
     key: str = field(init=False)
     # A Pod placed alone (a group of one, named and keyed as the Pod).
     alone: bool = field(init=False)
+    title: str = field(init=False)  # how Events and conditions name it
 
     def __post_init__(self) -> None:
         resolved = target(f"{self.ref.namespace}/{self.ref.name}")
         object.__setattr__(self, "target", resolved)
         object.__setattr__(self, "key", resolved.key)
         object.__setattr__(self, "alone", resolved.alone)
-
-    @property
-    def title(self) -> str:
-        """How Events and conditions name it."""
-        return self.target.title
+        object.__setattr__(self, "title", resolved.title)
 
     def component_of(self, pod: JSON) -> int:
         """Which component a member belongs to (-1: none of them); 0 for a homogeneous group."""

@@ -151,13 +151,9 @@ class Observer:
             reject_static_cpu=self.settings.reject_static_cpu,
             policy=self.settings.policy(),
             job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
-            gpus=gpus,
-            claims=claims,
-            devices=devices,
-            class_config=class_config,
-            extended_class=extended_class,
-            dra_served=dra_served,
-            extended_claims=extended_claims,
+            gpu=actions.GpuFacts(
+                gpus, claims, devices, class_config, extended_class, dra_served, extended_claims
+            ),
             topology=self.settings.topology(),
         )
 
