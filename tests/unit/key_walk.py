@@ -10,12 +10,14 @@ back into a module it had left (consecutive calls in one module count once)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+from unittest import mock
 
 from tandem import placeholder
 from tandem.scheduler.controller import Controller
@@ -45,6 +47,11 @@ class Walk:
     def returns(self) -> int:
         return len(self.reentries)
 
+    def apart(self, prefix: str) -> Walk:
+        """The calls marked with `prefix` (a lock call's node pass: "pass "), or (prefix "") the others."""
+        mine = tuple(c for c in self.calls if c.startswith("pass ") == bool(prefix))
+        return Walk(self.key, mine, tuple(r for r in self.reentries if r in mine), self.bound)
+
 
 def _carries(value: object, key: str, depth: int = 0) -> bool:
     if isinstance(value, str):
@@ -57,9 +64,10 @@ def _carries(value: object, key: str, depth: int = 0) -> bool:
         if str(value) == key:
             return True
         own = getattr(value, "key", None)
+        node = getattr(value, "slurm_node", None)
     except AttributeError:
         return False  # an object being made (its __post_init__): its fields come next
-    return isinstance(own, str) and own == key
+    return key in (own, node)
 
 
 def _module(path: Path) -> str:
@@ -70,10 +78,17 @@ def _module(path: Path) -> str:
 def _following(key: str) -> Iterator[tuple[list[str], list[str]]]:
     calls: list[str] = []
     reentries: list[str] = []
-    # The product frames now running, innermost last, and whether each carries the key.
-    stack: list[tuple[FrameType, str, bool]] = []
+    lock = threading.Lock()
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:
+    def each_thread(frame: FrameType, event: str, arg: object) -> None:
+        # Every thread's own stack (the node sync's workers, the call's steps), one list of calls.
+        mine = local.__dict__.setdefault("stack", [])
+        with lock:
+            _profile(frame, event, mine)
+
+    local = threading.local()
+
+    def _profile(frame: FrameType, event: str, stack: list[tuple[FrameType, str, bool]]) -> None:
         if event == "return":
             if stack and stack[-1][0] is frame:
                 stack.pop()
@@ -89,17 +104,23 @@ def _following(key: str) -> Iterator[tuple[list[str], list[str]]]:
         carries = any(_carries(a, key) for a in args)
         if carries:
             call = f"{module}:{code.co_qualname}"
+            # The node sync's passes run on its runner's workers: marked, so that a lock call's
+            # own walk (the call until it waits) reads apart from the pass it waits for.
+            if threading.current_thread().name.startswith("node-sync"):
+                call = "pass " + call
             calls.append(call)
             carrying = [m for _, m, c in stack if c]
             if carrying and carrying[-1] != module and module in carrying:
                 reentries.append(call)
         stack.append((frame, module, carries))
 
-    sys.setprofile(profile)
+    sys.setprofile(each_thread)
+    threading.setprofile(each_thread)
     try:
         yield calls, reentries
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)
 
 
 def _drain(queue: WorkQueue, reconcile: Callable[[str], Any]) -> None:
@@ -159,8 +180,34 @@ def gang() -> Walk:
     return _walk(controller, kube, members, f"{POD.namespace}/pg:train", job)
 
 
+def lock_call() -> Walk:
+    """A prolog's AcquireNodeLock for cpu-001, from the call to the lock written (the syncer)."""
+    from tandem.v1 import syncer_pb2
+    from tests.unit.servicer_calls import call
+    from tests.unit.syncer_world import Stack, World, _mirror, _slurmd, node_token_for
+
+    world = World()
+    world.add_pod(_slurmd("cpu-001", "node-001"))
+    world.add_node("node-001")
+    context = mock.Mock()
+    context.time_remaining.return_value = 10.0
+    with _following("cpu-001") as (calls, reentries):
+        stack = Stack(world, _mirror(synced=True))
+        answer = call(
+            stack.servicer.AcquireNodeLock,
+            syncer_pb2.AcquireNodeLockRequest(
+                slurm_node="cpu-001", job_id=42, strict=True, node_token=node_token_for("cpu-001")
+            ),
+            context,
+        )
+        stack.close()
+    locked = ("cpu-001",) if world.lock_of("cpu-001") == "locked_strict" and answer is not None else ()
+    return Walk("cpu-001", tuple(calls), tuple(reentries), locked)
+
+
 if __name__ == "__main__":
-    for walk in (pod_alone(), gang()):
+    lock = lock_call()
+    for walk in (pod_alone(), gang(), lock.apart(""), lock.apart("pass ")):
         counts = f"{walk.functions} functions, {walk.returns} returns into a module left"
         print(f"# {walk.key}: {counts}; bound {', '.join(walk.bound)}")
         for i, call in enumerate(walk.calls, 1):
