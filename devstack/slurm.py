@@ -15,7 +15,7 @@ from pathlib import Path
 from devstack import config, files, slurm_root
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
-from tandem.hooks import scripts
+from tandem import scripts
 from tandem.slurm import hostlist, jwt
 from tandem.slurm.rest import SlurmRestClient, TokenSource
 

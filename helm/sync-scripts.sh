@@ -2,10 +2,10 @@
 # Copy the Slurm hook scripts (the single source of truth lives with the hooks service) into the
 # umbrella chart, which ships them to the slurmd Pods in the <fullname>-slurm-hooks ConfigMap.
 # `make` runs this before anything packages, lints or renders the chart; run it by hand after
-# editing services/hooks/tandem/hooks/scripts/*.sh. `--check` only reports drift (exit 1).
+# editing libs/tandem/scripts/*.sh. `--check` only reports drift (exit 1).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-src="$here/../services/hooks/tandem/hooks/scripts"
+src="$here/../libs/tandem/scripts"
 dst="$here/tandem/files"
 mode=${1:-copy}
 status=0
@@ -14,7 +14,7 @@ for f in "$src"/*.sh; do
   name=$(basename "$f")
   if [ "$mode" = "--check" ]; then
     if ! cmp -s "$f" "$dst/$name"; then
-      echo "helm/tandem/files/$name differs from services/hooks/tandem/hooks/scripts/$name (run helm/sync-scripts.sh)" >&2
+      echo "helm/tandem/files/$name differs from libs/tandem/scripts/$name (run helm/sync-scripts.sh)" >&2
       status=1
     fi
   else

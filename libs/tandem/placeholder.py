@@ -19,7 +19,9 @@ name holds a ':'), its uid the PodGroup's uid or the LWS group's key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tandem import keys
 
 if TYPE_CHECKING:
     from tandem.slurm.models import Job
@@ -46,6 +48,22 @@ class PodRef:
 
 # Never in a Kubernetes name: what tells a group's job from a Pod's.
 GROUP_SEPARATOR = ":"
+# The kinds of group a placement key names: `<ns>/pg:<PodGroup>`, `<ns>/cpg:<CompositePodGroup>`,
+# `<ns>/lws:<LeaderWorkerSet>:<group index>` (tandem.scheduler.groups reads them).
+PODGROUP_KIND, COMPOSITE_KIND, LWS_KIND = "pg", "cpg", "lws"
+
+
+def group_name(pod: dict[str, Any]) -> str | None:
+    """The group a Pod names (`pg:<name>` or `lws:<name>:<index>`), whatever its policy."""
+    spec = pod.get("spec") or {}
+    podgroup = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    if podgroup:
+        return f"{PODGROUP_KIND}{GROUP_SEPARATOR}{podgroup}"
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    lws, index = labels.get(keys.LWS_NAME_LABEL), labels.get(keys.LWS_GROUP_INDEX_LABEL)
+    if lws and index is not None:
+        return f"{LWS_KIND}{GROUP_SEPARATOR}{lws}{GROUP_SEPARATOR}{index}"
+    return None
 
 
 def job_name(pod: PodRef, scheduler: str) -> str:

@@ -20,7 +20,7 @@ from devstack.kube import delete_delay
 from devstack.procs import Daemon
 from devstack.slurm import slurm_env
 from tandem import jobtoken, placeholder
-from tandem.hooks.scripts import placeholder_batch_script
+from tandem.scripts import placeholder_batch_script
 from tandem.slurm.models import JobSpec
 from tests.integration import helpers as h
 

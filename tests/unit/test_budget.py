@@ -8,11 +8,11 @@ from unittest import mock
 
 import pytest
 
-from tandem import budget
-from tandem.hooks import gateway, scripts
+from tandem import budget, scripts
+from tandem.hooks import gateway
 from tandem.hooks.routes import SyncerRoutes
 
-REPO = scripts.DIR.parents[4]
+REPO = scripts.DIR.parents[2]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from unittest import mock
 import pytest
 
 from tandem import keys
+from tandem.dra import gpuhealth
 from tandem.dra.claims import DraConfig
 from tandem.dra.slices import NodeDevices, SlicedDevice, node_devices
 from tandem.dra.taints import DeviceTaint, taint_rule
@@ -102,7 +103,7 @@ def test_a_cordon_says_more_than_a_gpu_taint() -> None:
     ],
 )
 def test_the_gpus_a_slurm_drain_reason_names(reason: str, named: tuple[int, ...]) -> None:
-    assert gputaints.gpus_named(reason) == named
+    assert gpuhealth.gpus_named(reason) == named
 
 
 def test_a_slurm_drain_naming_gpus_taints_those_devices_and_resume_untaints_them() -> None:
@@ -216,7 +217,7 @@ def test_device_taint_rules_reach_the_devices_they_select() -> None:
         [r for r in rules if r is not None],
     )
     assert isinstance(found, NodeDevices)
-    assert [(g.index, [str(t) for t in g.taints]) for g in gputaints.tainted_gpus(found)] == [
+    assert [(g.index, [str(t) for t in g.taints]) for g in gpuhealth.tainted_gpus(found)] == [
         (2, ["k:NoExecute"])
     ]
     assert rules[3] is None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tandem.hooks import scripts
+from tandem import scripts
 from tests.unit.node_credentials import node_token
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'

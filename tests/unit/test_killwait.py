@@ -249,6 +249,6 @@ def test_the_store_keeps_a_deadline_until_each_node_settled_it() -> None:
 def test_a_new_leaders_store_holds_no_deadline() -> None:
     """Crash row: the leader died while answering; its deadlines died with it, so no pass of the
     new one drains for them. The call failed, and the placeholder's script, given no answer,
-    drains its own node (services/hooks/tandem/hooks/scripts/placeholder.sh)."""
+    drains its own node (libs/tandem/scripts/placeholder.sh)."""
     assert HoldStore().memory("cpu-001").killwaits == ()
     assert HoldStore().killwait_of(7) is None

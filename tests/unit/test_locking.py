@@ -624,7 +624,7 @@ def test_a_new_leader_drains_nothing_at_killwait() -> None:
     """Crash row: the leader answering JobTerminating died; the new one's store is empty, so no
     node's facts carry the deadline and nothing is drained, though the Pod still runs at KillWait.
     The call failed, so the placeholder's script drains its own node itself
-    (services/hooks/tandem/hooks/scripts/placeholder.sh: no answer -> DrainNode, then scontrol)."""
+    (libs/tandem/scripts/placeholder.sh: no answer -> DrainNode, then scontrol)."""
     assert HoldStore().memory("cpu-001").killwaits == ()
     plan = nodesync.decide(facts(pods=(WEB,)), NOW + 100)
     assert plan.drain == "" and plan.killwait == killwait.KillWaitPlan()

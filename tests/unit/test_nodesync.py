@@ -7,8 +7,7 @@ from unittest import mock
 
 import pytest
 
-from tandem import keys
-from tandem.hooks import scripts
+from tandem import keys, scripts
 from tandem.slurm.models import Node
 from tandem.syncer import health
 from tandem.syncer import nodesync as ns

@@ -58,7 +58,7 @@ def test_the_wheel_holds_the_generated_stubs_and_the_scripts(wheel: Path) -> Non
         assert f"tandem/v1/{proto}_pb2.py" in names
         assert f"tandem/v1/{proto}_pb2_grpc.py" in names
     for script in ("common.sh", "prolog.sh", "epilog.sh", "placeholder.sh"):
-        assert f"tandem/hooks/scripts/{script}" in names
+        assert f"tandem/scripts/{script}" in names
 
 
 def test_each_service_starts_from_the_installed_wheel_alone(wheel: Path, tmp_path: Path) -> None:

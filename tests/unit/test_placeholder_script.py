@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.hooks import scripts
+from tandem import scripts
 
 
 class Gateway:

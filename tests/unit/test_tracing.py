@@ -15,9 +15,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tandem import serving, tracing
+from tandem import scripts, serving, tracing
 from tandem.aioserving import AioGrpcServer
-from tandem.hooks import scripts
 from tandem.hooks.gateway import HooksGateway
 from tandem.scheduler import jobspec
 from tandem.slurm.models import JobSpec

@@ -8,15 +8,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tandem import keys, reasons, topology
+from tandem import keys, placeholder, reasons, topology
 from tandem.cli import kueue
 from tandem.cli.facts import Facts
+from tandem.dra import gpuhealth, gres
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, parse_rfc3339, pod_finished
-from tandem.scheduler import gpuclaims, groups
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
-from tandem.syncer import gputaints
 from tandem.topology import Domain, Topology
 
 REFUSED = frozenset(reasons.REFUSED_REASONS)
@@ -154,7 +153,7 @@ def pod_row(facts: Facts, pod: JSON, now: dt.datetime) -> dict[str, str]:
     return {
         "NAMESPACE": str(meta.get("namespace", "")),
         "POD": str(meta.get("name", "")),
-        "GROUP": groups.group_name(pod) or "",
+        "GROUP": placeholder.group_name(pod) or "",
         "JOB": "" if job is None else str(job),
         "JOB STATE": job_state(pod, status),
         "REASON": reason(pod),
@@ -266,8 +265,8 @@ def node_view(facts: Facts, name: str) -> NodeView:
     devices = facts.gpus.get(name)
     unhealthy: dict[int, list[str]] = {}
     if isinstance(devices, NodeDevices):
-        unhealthy = {g.index: ["k8s"] for g in gputaints.tainted_gpus(devices)}
-        for index in gputaints.gpus_named(_slurm_drain(facts, name, slurm_node)):
+        unhealthy = {g.index: ["k8s"] for g in gpuhealth.tainted_gpus(devices)}
+        for index in gpuhealth.gpus_named(_slurm_drain(facts, name, slurm_node)):
             unhealthy.setdefault(index, []).append("slurm")
     return NodeView(
         name=name,
@@ -355,7 +354,7 @@ def _held(facts: Facts, slurm_node: str) -> tuple[tuple[tuple[int, ...], int], .
     held = []
     for status in facts.slurm.jobs.values():
         if slurm_node in status.job.nodes and status.holds_nodes and status.job.gres_detail:
-            indices = gpuclaims.job_gpu_indices(status.job, slurm_node)
+            indices = gres.job_gpu_indices(status.job, slurm_node)
             if isinstance(indices, tuple) and indices:
                 held.append((indices, status.job_id))
     return tuple(sorted(held))
@@ -467,7 +466,7 @@ def _job_line(facts: Facts, v: NodeView, job: int) -> dict[str, str]:
 def _gpu_health_lines(v: NodeView, devices: NodeDevices) -> list[dict[str, str]]:
     """Each GPU (and MIG slice) of the Node by Slurm index: its device, the job holding it, its
     health and who says so."""
-    tainted = {g.index: g.taints for g in gputaints.tainted_gpus(devices)}
+    tainted = {g.index: g.taints for g in gpuhealth.tainted_gpus(devices)}
     by_index = devices.by_index()
     lines = []
     for index in sorted(set(by_index) | set(v.unhealthy)):
@@ -585,8 +584,8 @@ def group_slurm_nodes(facts: Facts, pod: JSON, status: JobStatus | None) -> list
     """The Slurm nodes of the Pod's group: its job's, else those of the members bound so far."""
     if status is not None and status.job.nodes:
         return list(status.job.nodes)
-    group = groups.group_name(pod)
-    members = [p for p in facts.pods if group is not None and groups.group_name(p) == group] or [pod]
+    group = placeholder.group_name(pod)
+    members = [p for p in facts.pods if group is not None and placeholder.group_name(p) == group] or [pod]
     return [n for p in members if (n := facts.slurm_node_of.get(node_of(p) or ""))]
 
 

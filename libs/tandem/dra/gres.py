@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tandem.slurm.models import Job
+
 # Far beyond what one node's GRES string holds (8 GPUs x 7 MIG slices plus shards is ~200).
 MAX_TEXT = 4096
 MAX_ITEMS = 64
@@ -290,3 +292,39 @@ def _label(gres: Gres) -> str:
 
 def _quote(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+@dataclass(frozen=True)
+class NotSeen:
+    """Something the allocation needs is not in the caches yet (Slurm's indices, a claim made from a
+    template): it comes with an event or a retry."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """What Slurm chose cannot be given to the claims: never will, on this job."""
+
+    why: str
+
+
+def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mismatch:
+    """The GPU indices (whole GPUs and MIG slices alike: Slurm numbers both in one bitmap) the
+    job holds on `slurm_node`, from its gres_detail."""
+    if slurm_node not in job.nodes:
+        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
+    if not job.gres_detail:
+        return NotSeen(f"Slurm has not said yet which GPUs job {job.job_id} holds on {slurm_node}")
+    try:
+        held = parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
+    except GresError as e:
+        return Mismatch(f"Slurm job {job.job_id}'s GPUs on {slurm_node}: {e}")
+    indices: list[int] = []
+    for g in held:
+        if g.name != "gpu":
+            continue
+        if g.indices is None:
+            return Mismatch(f"Slurm printed no GPU indices for job {job.job_id} on {slurm_node} ({g})")
+        indices.extend(g.indices)
+    return tuple(sorted(indices))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tandem import keys, reasons
+from tandem.dra import gres
 from tandem.kube import JSON
 from tandem.scheduler import (
     domains,
@@ -116,9 +117,9 @@ def bind(o: Observed, group: groups.Group, job: JobStatus, live: tuple[JSON, ...
         match _gpu_writes(o.gpu, job, p):
             case None:
                 continue
-            case gpuclaims.NotSeen(why=why):
+            case gres.NotSeen(why=why):
                 return Wait(why)
-            case gpuclaims.Mismatch(why=why):
+            case gres.Mismatch(why=why):
                 what = (
                     "the Pod's ResourceClaims"
                     if podstate.uid(p.pod) in o.gpu.gpus
@@ -152,8 +153,8 @@ def _gpu_writes(
     | gpuclaims.ExtendedWrite
     | gpuclaims.NewClaim
     | gpuclaims.StaleClaim
-    | gpuclaims.NotSeen
-    | gpuclaims.Mismatch
+    | gres.NotSeen
+    | gres.Mismatch
     | None
 ):
     """What gives the member the GPUs Slurm chose before its bind: its claims' allocations, or the

@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.dra import extended, gres
+from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, claim_status_of, split_indices
 from tandem.dra.claims import PodGpus
+from tandem.dra.gres import Mismatch, NotSeen, job_gpu_indices
 from tandem.dra.shape import at, items
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON
@@ -41,42 +42,6 @@ class ClaimWrite:
     @property
     def needs_finalizer(self) -> bool:
         return FINALIZER not in [str(f) for f in items(at(self.claim, "metadata", "finalizers"))]
-
-
-@dataclass(frozen=True)
-class NotSeen:
-    """Something the allocation needs is not in the caches yet (Slurm's indices, a claim made from a
-    template): it comes with an event or a retry."""
-
-    why: str
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """What Slurm chose cannot be given to the claims: never will, on this job."""
-
-    why: str
-
-
-def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mismatch:
-    """The GPU indices (whole GPUs and MIG slices alike: Slurm numbers both in one bitmap) the
-    job holds on `slurm_node`, from its gres_detail."""
-    if slurm_node not in job.nodes:
-        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
-    if not job.gres_detail:
-        return NotSeen(f"Slurm has not said yet which GPUs job {job.job_id} holds on {slurm_node}")
-    try:
-        held = gres.parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
-    except gres.GresError as e:
-        return Mismatch(f"Slurm job {job.job_id}'s GPUs on {slurm_node}: {e}")
-    indices: list[int] = []
-    for g in held:
-        if g.name != "gpu":
-            continue
-        if g.indices is None:
-            return Mismatch(f"Slurm printed no GPU indices for job {job.job_id} on {slurm_node} ({g})")
-        indices.extend(g.indices)
-    return tuple(sorted(indices))
 
 
 def claim_writes(

@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 
 from tandem import keys
 from tandem.kube import JSON
-from tandem.placeholder import GROUP_SEPARATOR, PodRef
+from tandem.placeholder import COMPOSITE_KIND, GROUP_SEPARATOR, LWS_KIND, PODGROUP_KIND, PodRef, group_name
 from tandem.scheduler import podmemo
 
-_PODGROUP = "pg"
-_COMPOSITE = "cpg"
-_LWS = "lws"
+_PODGROUP, _COMPOSITE, _LWS = PODGROUP_KIND, COMPOSITE_KIND, LWS_KIND
 # The components of a LeaderWorkerSet group whose leader differs from its workers.
 LEADER, WORKERS = "leader", "workers"
 _KINDS = (_PODGROUP, _COMPOSITE, _LWS)
@@ -104,19 +102,6 @@ def target(key: str) -> Target:
         own if kind == _COMPOSITE else None,
         _title(kind, group.namespace, group.name, group.index),
     )
-
-
-def group_name(pod: JSON) -> str | None:
-    """The group a Pod names (`pg:<name>` or `lws:<name>:<index>`), whatever its policy."""
-    spec = pod.get("spec") or {}
-    podgroup = (spec.get("schedulingGroup") or {}).get("podGroupName")
-    if podgroup:
-        return f"{_PODGROUP}{GROUP_SEPARATOR}{podgroup}"
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    lws, index = labels.get(keys.LWS_NAME_LABEL), labels.get(keys.LWS_GROUP_INDEX_LABEL)
-    if lws and index is not None:
-        return f"{_LWS}{GROUP_SEPARATOR}{lws}{GROUP_SEPARATOR}{index}"
-    return None
 
 
 def group_key(pod: JSON) -> str | None:

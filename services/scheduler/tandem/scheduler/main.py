@@ -13,7 +13,7 @@ from tandem.dra import claims as dra_claims
 from tandem.dra import extended
 from tandem.dra.slices import slim_slice
 from tandem.events import EventRecorder
-from tandem.hooks.scripts import placeholder_batch_script
+from tandem.scripts import placeholder_batch_script
 from tandem.informer import Informer
 from tandem.kube import KubeClient, object_key
 from tandem.manager import Election, Manager

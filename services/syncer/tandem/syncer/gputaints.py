@@ -15,8 +15,9 @@ taint (below) never drains: it mirrors a Slurm drain already there.
 Slurm -> Kubernetes: a Slurm node drained (or down) with a reason that names GPUs, as an admin or a
 HealthCheckProgram writes it, gets a DeviceTaintRule per named GPU, effect NoSchedule, so that
 kube-scheduler's own DRA Pods avoid those devices too; the rules go when Slurm resumes the node or
-its reason names them no longer. The format (`gpus_named`): the word GPU or GPUs, then Slurm GPU
-indices and ranges, optionally after ':', '#' or '=': `GPU 3`, `GPUs 3,5`, `gpu:2-3`, `GPU#7 xid 79`.
+its reason names them no longer. The format (tandem.dra.gpuhealth.gpus_named): the word GPU or
+GPUs, then Slurm GPU indices and ranges, optionally after ':', '#' or '=': `GPU 3`, `GPUs 3,5`,
+`gpu:2-3`, `GPU#7 xid 79`.
 A reason of the syncer's own (`k8s: ...`) is never mirrored back.
 
 Pure: tandem.syncer.nodefacts reads the devices (with their taints) and the rules from the caches,
@@ -25,53 +26,21 @@ tandem.syncer.nodesync decides, tandem.syncer.nodeapply writes (tests/unit/test_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tandem import keys
 from tandem.dra.claims import DRIVER
+from tandem.dra.gpuhealth import TaintedGpu, gpus_named
 from tandem.dra.slices import NodeDevices
-from tandem.dra.taints import NO_EXECUTE, DeviceTaint
 from tandem.kube import JSON
 from tandem.slurm.models import Node
 from tandem.syncer import health
 from tandem.syncer.locking import RunningJob
 
-# `GPU 3`, `GPUs 3,5`, `gpu:2-3`, `GPU#7`: a list of indices and ranges after the word.
-_NAMED = re.compile(r"\bGPUs?\s*[:#=]?\s*([0-9]{1,4}(?:\s*[-,]\s*[0-9]{1,4})*)\b", re.IGNORECASE)
-# A node has a few dozen GPU indices at most (tandem.dra.gres.MAX_INDEX bounds the bitmap).
-MAX_NAMED = 64
 # A DNS subdomain is at most 253 characters.
 _NAME_MAX = 253
-
-
-@dataclass(frozen=True)
-class TaintedGpu:
-    """One GPU of the node that Kubernetes keeps from claims: Slurm's index, its device, and the
-    taints that do it (NoSchedule or NoExecute)."""
-
-    index: int
-    device: str
-    taints: tuple[DeviceTaint, ...]
-
-    @property
-    def evicts(self) -> bool:
-        return any(t.effect == NO_EXECUTE for t in self.taints)
-
-
-def tainted_gpus(devices: NodeDevices | str | None) -> tuple[TaintedGpu, ...]:
-    """The node's GPUs and MIG slices whose taints keep them from claims, by Slurm index; the
-    syncer's own mirror of a Slurm drain is not one (it would drain the node for its own drain)."""
-    if not isinstance(devices, NodeDevices):
-        return ()
-    found = []
-    for d in devices.devices:
-        taints = tuple(t for t in d.taints if t.effective and t.key != keys.SLURM_GPU_TAINT_KEY)
-        if taints:
-            found.append(TaintedGpu(d.index, d.name, taints))
-    return tuple(found)
 
 
 def cause(kube_node: str, tainted: Sequence[TaintedGpu]) -> str:
@@ -97,24 +66,6 @@ def evicted_jobs(tainted: Sequence[TaintedGpu], jobs: Sequence[RunningJob]) -> t
         if hit and not job.placeholder:
             found.append((job.job_id, hit[0]))
     return tuple(found)
-
-
-def gpus_named(reason: str) -> tuple[int, ...]:
-    """The GPU indices a drain reason names (the module's format); () when it names none. A
-    reason the syncer wrote itself (`k8s: ...`) names none: it is Kubernetes' side already."""
-    if reason.startswith("k8s:"):
-        return ()
-    named: set[int] = set()
-    for m in _NAMED.finditer(reason[: health.REASON_MAX * 4]):
-        for part in m.group(1).replace(" ", "").split(","):
-            first, _, last = part.partition("-")
-            lo, hi = int(first), int(last or first)
-            if hi < lo or hi - lo >= MAX_NAMED:
-                continue
-            named.update(range(lo, hi + 1))
-            if len(named) > MAX_NAMED:
-                return tuple(sorted(named)[:MAX_NAMED])
-    return tuple(sorted(named))
 
 
 def rule_name(kube_node: str, index: int) -> str:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tandem import keys, placeholder, slurmd
-from tandem.dra import gres, slices
+from tandem.dra import gpuhealth, gres, slices
 from tandem.dra.claims import DraConfig
 from tandem.dra.slices import NodeDevices
 from tandem.dra.taints import taint_rule
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
-from tandem.syncer import devicehealth, gpucheck, gputaints, killwait
+from tandem.syncer import devicehealth, gpucheck, killwait
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.killwait import NodeKillWait
@@ -85,7 +85,7 @@ class CacheFacts:
         sharers, undetermined = self._judge(pods, name)
         node_slices = self.cluster.slices_on(name) if name else []
         devices = self._devices(name, node_slices)
-        evicting = any(g.evicts for g in gputaints.tainted_gpus(devices))
+        evicting = any(g.evicts for g in gpuhealth.tainted_gpus(devices))
         return NodeFacts(
             slurm_node,
             slurm,

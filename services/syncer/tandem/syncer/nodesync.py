@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from tandem import keys
+from tandem.dra import gpuhealth
 from tandem.dra.slices import NodeDevices
 from tandem.keys import LockState
 from tandem.kube import JSON, pod_finished
@@ -144,7 +145,7 @@ def cause(f: NodeFacts) -> str:
     # Last: a cordon or NotReady says more about the whole Node than one device's condition, and a
     # condition a health checker sets more than one device's taint.
     return health.cause(name, status.get("health") or {}, f.health_conditions) or gputaints.cause(
-        name, gputaints.tainted_gpus(f.devices)
+        name, gpuhealth.tainted_gpus(f.devices)
     )
 
 
@@ -160,7 +161,7 @@ def decide(f: NodeFacts, now: float = 0.0) -> Plan:
     gpus = _gpus_shown(f)
     wanted = gputaints.wanted_rules(f.slurm, f.slurm_node, f.kube_node_name, f.devices)
     rules = gputaints.plan_rules(wanted if f.rules_served else None, f.gpu_rules)
-    evict = gputaints.evicted_jobs(gputaints.tainted_gpus(f.devices), f.jobs)
+    evict = gputaints.evicted_jobs(gpuhealth.tainted_gpus(f.devices), f.jobs)
     if lock.drain and not others:
         show = _shown(f, f.slurm, lock.drain, False) if f.slurm else None
         return Plan(lock.drain, False, show, lock, kw, gpus, rules, evict)
