@@ -384,6 +384,19 @@ def pod_finished(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
+def slim_identity(obj: JSON) -> JSON:
+    """What every slim copy an informer caches keeps of an object's metadata: who it is, which
+    version, its labels (the rest of each copy is its reader's own)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+        "labels": meta.get("labels") or {},
+    }
+
+
 def object_key(obj: JSON) -> str:
     """namespace/name (name alone for cluster objects): how caches and work queues name an object."""
     meta = obj.get("metadata") or {}

@@ -33,7 +33,7 @@ from typing import Any
 from tandem import keys
 from tandem.dra import extended
 from tandem.dra.claims import DEVICE_CLASSES
-from tandem.kube import JSON, pod_finished
+from tandem.kube import JSON, pod_finished, slim_identity
 from tandem.quantity import parse_quantity
 from tandem.scheduler.validation import effective_requests
 
@@ -81,19 +81,13 @@ def same_node(cached: JSON, new: JSON) -> bool:
 
 def slim_bound_pod(pod: JSON) -> JSON:
     """What the scheduler keeps of a Pod bound to a Node: where, its labels, what it requests."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    spec = pod.get("spec") or {}
     try:
         requests = effective_requests(pod)
     except ValueError:
         requests = {}
     return {
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": meta.get("labels") or {},
-        },
+        "metadata": slim_identity(pod),
         "spec": {"nodeName": spec.get("nodeName")},
         "status": {"phase": (pod.get("status") or {}).get("phase")},
         "requests": requests,

@@ -13,7 +13,7 @@ from typing import Any
 
 from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, claim_status_of, split_indices
-from tandem.dra.claims import PodGpus
+from tandem.dra.claims import ClaimRequest, PodGpus
 from tandem.dra.gres import Mismatch, NotSeen, job_gpu_indices
 from tandem.dra.shape import at, items
 from tandem.dra.slices import NodeDevices
@@ -44,6 +44,24 @@ class ClaimWrite:
         return FINALIZER not in [str(f) for f in items(at(self.claim, "metadata", "finalizers"))]
 
 
+def _shares_on(
+    job: Job, slurm_node: str, devices: NodeDevices | str | None, requests: Sequence[ClaimRequest]
+) -> tuple[NodeDevices, dict[str, tuple[int, ...]]] | NotSeen | Mismatch:
+    """The Node's devices and the GPU indices Slurm gave the job there, shared out over the Pod's
+    claim requests; or what is not seen yet, or why they cannot be given."""
+    indices = job_gpu_indices(job, slurm_node)
+    if not isinstance(indices, tuple):
+        return indices
+    if devices is None:
+        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
+    if isinstance(devices, str):
+        return Mismatch(devices)
+    shares = split_indices(requests, indices)
+    if isinstance(shares, str):
+        return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
+    return devices, shares
+
+
 def claim_writes(
     pod: JSON,
     gpus: PodGpus,
@@ -55,16 +73,10 @@ def claim_writes(
 ) -> tuple[ClaimWrite, ...] | NotSeen | Mismatch:
     """The writes that give the Pod's claims the devices Slurm chose for its job on `slurm_node`
     (`devices`: that Node's, from its ResourceSlices; `claims`: the Pod's namespace's by name)."""
-    indices = job_gpu_indices(job, slurm_node)
-    if not isinstance(indices, tuple):
-        return indices
-    if devices is None:
-        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
-    if isinstance(devices, str):
-        return Mismatch(devices)
-    shares = split_indices(gpus.requests, indices)
-    if isinstance(shares, str):
-        return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
+    found = _shares_on(job, slurm_node, devices, gpus.requests)
+    if not isinstance(found, tuple):
+        return found
+    devices, shares = found
     consumer = PodConsumer(str(at(pod, "metadata", "name") or ""), str(at(pod, "metadata", "uid") or ""))
     writes: list[ClaimWrite] = []
     for request in gpus.requests:
@@ -133,16 +145,10 @@ def extended_writes(
     requests = extended.claim_requests(claim, gpus, device_class, "")
     if isinstance(requests, str):
         return StaleClaim(claim, requests)
-    indices = job_gpu_indices(job, slurm_node)
-    if not isinstance(indices, tuple):
-        return indices
-    if devices is None:
-        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
-    if isinstance(devices, str):
-        return Mismatch(devices)
-    shares = split_indices(requests, indices)
-    if isinstance(shares, str):
-        return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
+    found = _shares_on(job, slurm_node, devices, requests)
+    if not isinstance(found, tuple):
+        return found
+    devices, shares = found
     consumer = PodConsumer(str(at(pod, "metadata", "name") or ""), str(at(pod, "metadata", "uid") or ""))
     status = claim_status_of(
         claim, [(r, shares[r.pod_claim]) for r in requests], devices, consumer, class_config

@@ -13,7 +13,6 @@ from tandem.dra import claims as dra_claims
 from tandem.dra import extended
 from tandem.dra.slices import slim_slice
 from tandem.events import EventRecorder
-from tandem.scripts import placeholder_batch_script
 from tandem.informer import Informer
 from tandem.kube import KubeClient, object_key
 from tandem.manager import Election, Manager
@@ -45,6 +44,7 @@ from tandem.scheduler.policy_source import PolicySource
 from tandem.scheduler.service import SchedulerServicer
 from tandem.scheduler.settings import SchedulerSettings
 from tandem.scheduler.topology_source import TopologySource
+from tandem.scripts import placeholder_batch_script
 from tandem.slurm.rest import SlurmRestClient
 from tandem.v1 import scheduler_pb2, scheduler_pb2_grpc, syncer_pb2_grpc
 from tandem.workqueue import WorkQueue

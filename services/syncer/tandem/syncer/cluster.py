@@ -17,7 +17,7 @@ from tandem.dra.claims import DRIVER
 from tandem.dra.slices import slim_slice
 from tandem.dra.taints import slim_rule
 from tandem.informer import Informer
-from tandem.kube import JSON, KubeClient, pod_finished
+from tandem.kube import JSON, KubeClient, pod_finished, slim_identity
 from tandem.syncer import devicehealth, health
 from tandem.syncer.locking import daemonset_ref_of
 from tandem.syncer.waiters import Key, Waiters, job_key, node_key, pod_key
@@ -38,11 +38,7 @@ def slim_pod(pod: JSON) -> JSON:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "labels": meta.get("labels") or {},
+            **slim_identity(pod),
             "annotations": annotations,
             # Its controller only (a strict lock spares a DaemonSet's Pod in a sharing namespace).
             "ownerReferences": [
