@@ -20,6 +20,7 @@ from typing import Any
 from unittest import mock
 
 from tandem import placeholder
+from tandem.scheduler import groups
 from tandem.scheduler.controller import Controller
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
@@ -138,6 +139,7 @@ def _walk(controller: Controller, kube: Any, members: list[dict[str, Any]], key:
     queue = WorkQueue()
     watches = SchedulerWatches(controller.caches, controller.jobs, controller.assumed, queue)
     controller.jobs.on_change = watches.on_job
+    groups.target.cache_clear()  # a key seen for the first time: its resolution is on the walk
     with _following(key) as (calls, reentries):
         for pod in members:
             watches.on_pod(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None, pod)

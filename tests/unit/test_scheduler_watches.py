@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from tandem import placeholder
+from tandem import keys, placeholder
 from tandem.informer import Informer
 from tandem.scheduler.assumed import Assumed
 from tandem.scheduler.caches import POD_INDEXES, Caches
@@ -14,6 +14,7 @@ from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.policy import parse
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
+from tandem.watches import Change
 from tandem.workqueue import WorkQueue
 from tests.unit.test_controller import report
 
@@ -145,3 +146,24 @@ def test_the_jobs_on_a_slurm_node_follow_where_slurm_put_them() -> None:
     assert jobs.on_node("cpu-002") == [] and [j.job_id for j in jobs.on_node("cpu-003")] == [1]
     report(jobs, _job(1, ref, ("cpu-003",), "COMPLETED"))
     assert jobs.on_node("cpu-003") == []
+
+
+def test_a_predicate_only_reads_the_memory_which_forgets_once_the_pod_shows_the_write() -> None:
+    """The echo of the job id this process wrote drops the change, however often the predicate is
+    asked; the memory forgets the write once the Pod's change has gone by (controller-runtime's
+    predicates are pure: what one says may not depend on how often it was called)."""
+    old = _pod("team-a", "web")
+    new = {
+        **old,
+        "metadata": {**old["metadata"], "resourceVersion": "2", "annotations": {keys.JOB_ID_ANNOTATION: "7"}},
+    }
+    queue = WorkQueue()
+    watches = _watches(_informer(new), queue=queue)
+    watches.assumed.recorded.assume("uid-web", 7, "2")
+    echo = Change("team-a/web", old, new)
+    assert watches._not_own_write_echo(echo) is False
+    assert watches._not_own_write_echo(echo) is False  # asked again: the same answer
+    assert watches.assumed.recorded.get("uid-web") == 7
+    watches.on_pod("team-a/web", old, new)
+    assert watches.assumed.recorded.get("uid-web") is None
+    assert _queued(queue) == []

@@ -187,13 +187,10 @@ def cancel(h: Hands, key: str, group: groups.Group | None, action: actions.Cance
         log.info("cancelling job", extra={"pod": key, "job": job_id, "why": action.why})
         h.writers.slurm.cancel_job(job_id)
         h.assumed.cancelled.assume(str(job_id), True)
-    if group is None or not group.alone:  # a group's key (None: its Pods placed one by one)
-        h.assumed.submitted.forget(key)
-    elif action.cause is actions.CancelCause.POD_DELETED:
-        for job in h.jobs.for_pod_key(key):
-            ref = placeholder.pod_of(job.job)
-            if ref is not None:
-                h.assumed.submitted.forget(ref.uid)  # deleted before its annotation was seen
-                h.assumed.recorded.forget(ref.uid)
+    alone = group is not None and group.alone  # None: a group's Pods placed one by one
+    deleted: tuple[str, ...] = ()
+    if alone and action.cause is actions.CancelCause.POD_DELETED:
+        deleted = tuple(ref.uid for job in h.jobs.for_pod_key(key) if (ref := placeholder.pod_of(job.job)))
+    h.assumed.cancel_sent(key, alone, deleted)
     for target in (*action.pods, *((action.subject,) if action.subject is not None else ())):
         h.announce.event(target, "Normal", action.event_reason, action.message)

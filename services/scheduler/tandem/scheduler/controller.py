@@ -9,7 +9,6 @@ import dataclasses
 import threading
 from collections import OrderedDict
 
-from tandem import keys
 from tandem.kube import pod_finished
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet, Requeue
@@ -23,7 +22,7 @@ from tandem.scheduler.controller_settings import ControllerSettings
 from tandem.scheduler.hands import Hands, Writers
 from tandem.scheduler.jobs import JobTracker
 from tandem.scheduler.killwait_source import KillWait
-from tandem.scheduler.observe import Observer, gated, owner, version
+from tandem.scheduler.observe import Observer, gated, owner
 
 DECISIONS = REGISTRY.counter(
     "tandem_scheduler_decisions_total",
@@ -53,7 +52,7 @@ class Controller:
         self.settings = settings
         # What this process wrote that its caches do not show yet (shared with the watches, which
         # forget the echoes no reconcile comes for).
-        self.assumed = assumed if assumed is not None else Assumed()
+        self.assumed = assumed if assumed is not None else Assumed(conditions=writers.pods.written)
         self.observer = Observer(caches, jobs, self.assumed, settings)
         self.hands = Hands(writers, self.assumed, jobs, Announcer(writers.events, writers.pods))
         # Key -> reconciles so far, until its bind (RECONCILES_TO_BIND).
@@ -85,7 +84,16 @@ class Controller:
             # Not read from Slurm yet (slurmrestd unreachable so far: the source logs why). A Pod
             # refused for a guessed KillWait would stay refused, so nothing is decided until then.
             raise NotYet("Slurm's KillWait is not known yet")
-        self._forget_what_the_caches_show(placed)
+        # What this process wrote that the caches show now is forgotten (Assumed.reconciled): by a
+        # reconcile only, since observing (which the placement view does too) forgets nothing.
+        members, _, jobs = self.observer.members_and_jobs(placed)
+        dra = self.caches.dra
+        self.assumed.reconciled(
+            owner(placed, members),
+            members,
+            jobs,
+            lambda pod: dra is not None and dra.extended_claim(pod) is not None,
+        )
         with self._counting:
             self._reconciles[key] = self._reconciles.pop(key, 0) + 1
             while len(self._reconciles) > COUNTED_KEYS:
@@ -105,33 +113,6 @@ class Controller:
             observed = dataclasses.replace(observed, fits=self.observer.fits(observed.members, observed.job))
             action = d.decide(observed)
         return observed, action
-
-    def _forget_what_the_caches_show(self, placed: groups.Target) -> None:
-        """What this process wrote that the caches show now: a job id a cached member carries (a
-        write the API answered without a resourceVersion is seen only so), a submit or the excluded
-        nodes the stream shows. Done by a reconcile only: observing (which the placement view does
-        too) forgets nothing."""
-        members, _, jobs = self.observer.members_and_jobs(placed)
-        carried = set()
-        for pod in members:
-            if (pod.get("spec") or {}).get("nodeName"):
-                self.assumed.bound.forget(str(pod["metadata"]["uid"]))
-            if self.caches.dra is not None and self.caches.dra.extended_claim(pod) is not None:
-                self.assumed.made_claims.forget(str(pod["metadata"]["uid"]))  # the informer shows it
-            uid, annotated = str(pod["metadata"]["uid"]), keys.recorded_job_id(pod)
-            if annotated is None:
-                continue
-            carried.add(annotated)
-            if self.assumed.recorded.get(uid, version(pod)) == annotated:
-                self.assumed.recorded.forget(uid)
-        whose = owner(placed, members)
-        submitted = self.assumed.submitted.get(whose)
-        if submitted is not None and (submitted in carried or any(j.job_id == submitted for j in jobs)):
-            self.assumed.submitted.forget(whose)
-        for job in jobs:
-            excluded = frozenset(job.job.excluded_nodes)
-            if excluded and self.assumed.excludes.get(str(job.job_id)) == excluded:
-                self.assumed.excludes.forget(str(job.job_id))
 
     def _bound_after(self, key: str) -> None:
         """The key's members are all bound: how many reconciles it took."""

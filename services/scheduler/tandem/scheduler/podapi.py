@@ -17,12 +17,11 @@ def _path(pod: JSON) -> str:
 
 
 class PodApi:
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeClient, written: AssumeCache[tuple[str, str]] | None = None) -> None:
         self.kube = kube
-        # Pod (or "podgroup/") uid -> (reason, message) of the condition this process last wrote,
-        # until the informer shows it: a reconcile in that window must not write (and announce)
-        # the same condition again.
-        self._written: AssumeCache[tuple[str, str]] = AssumeCache()
+        # The conditions this process wrote that the informer does not show yet: the memory's
+        # (tandem.scheduler.assumed.Assumed.conditions), which forgets them.
+        self.written: AssumeCache[tuple[str, str]] = written if written is not None else AssumeCache()
 
     def record_job(self, pod: JSON, job_id: int) -> JSON:
         """Write the job id and, in the same call, the toleration that keeps every lock from
@@ -50,7 +49,7 @@ class PodApi:
                 and (c.get("status"), c.get("reason"), c.get("message")) == wanted
             ):
                 return False
-        if self._written.get(uid, _version(podgroup)) == (status + reason, message):
+        if self.written.get(uid, _version(podgroup)) == (status + reason, message):
             return False
         written = {
             "type": keys.PODGROUP_SCHEDULED,
@@ -68,7 +67,7 @@ class PodApi:
             f"/apis/{podgroup['apiVersion']}/namespaces/{meta['namespace']}/{resource}/{meta['name']}/status"
         )
         answer = self.kube.strategic_patch(path, {"status": {"conditions": [written]}})
-        self._written.assume(uid, (status + reason, message), version_of(answer))
+        self.written.assume(uid, (status + reason, message), version_of(answer))
         return True
 
     def nominate(self, pod: JSON, node: str) -> None:
@@ -84,9 +83,8 @@ class PodApi:
         """PodScheduled=False with reason and message; no write when already so. True if written."""
         uid = str(pod["metadata"].get("uid", ""))
         scheduled = condition(pod, "PodScheduled") or {}
-        if scheduled.get("status") == "True":
-            self._written.forget(uid)  # bound since: what we wrote before no longer holds
-        elif self._written.get(uid, _version(pod)) == (reason, message):
+        # Bound since: what was written before no longer holds (the memory forgets it).
+        if scheduled.get("status") != "True" and self.written.get(uid, _version(pod)) == (reason, message):
             return False
         for c in (pod.get("status") or {}).get("conditions") or []:
             if (
@@ -105,7 +103,7 @@ class PodApi:
             "lastProbeTime": None,
         }
         answer = self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})
-        self._written.assume(uid, (reason, message), version_of(answer))
+        self.written.assume(uid, (reason, message), version_of(answer))
         return True
 
     def bind(self, pod: JSON, node: str) -> None:

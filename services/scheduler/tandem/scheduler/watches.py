@@ -97,7 +97,8 @@ class SchedulerWatches:
             self._pod_keys,
             (_not_running_report, self._not_own_write_echo, self._not_gone_with_its_jobs),
         )
-        self.on_pod = on_change(self._own_pod_held, pod)
+        # The memory forgets what the change shows after the predicates read it: they stay pure.
+        self.on_pod = on_change(self._own_pod_held, pod, self._memory_sees)
         self.on_node = on_change(Watch(queue, self._unbound_keys_for("node"), (_not_heartbeat,)))
         self.on_bound_pod = on_change(
             self._count_room, Watch(queue, self._unschedulable_keys, (_room_freed,))
@@ -114,8 +115,7 @@ class SchedulerWatches:
     # -- what the stream and the sources without objects call ------------------------------------
 
     def on_job(self, pod: placeholder.PodRef, job: JobStatus) -> None:
-        if job.ended:
-            self.assumed.cancelled.forget(str(job.job_id))  # the stream shows the cancel done
+        self.assumed.job_changed(job)
         self._job(JobChange(pod, job))
 
     def on_topology_changed(self) -> None:
@@ -139,6 +139,9 @@ class SchedulerWatches:
             node = (pod or {}).get("spec", {}).get("nodeName")
             if node:
                 cluster.rooms.changed(str(node))
+
+    def _memory_sees(self, change: Change) -> None:
+        self.assumed.pod_changed(change.old, change.new)
 
     def _own_pod_held(self, change: Change) -> None:
         """One of this scheduler's Pods as a Pod a Node holds (the bound-Pod informer leaves them
@@ -265,8 +268,8 @@ class SchedulerWatches:
     def _not_own_write_echo(self, change: Change) -> bool:
         """The update only shows what this process wrote and the reconcile that wrote it already
         acted on (it assumed the write): the job id recorded (with its toleration), or the bind.
-        The assumption is forgotten here, since no reconcile comes to forget it. A third of a
-        Pod's reconciles decided nothing for this reason (issue 40)."""
+        The memory forgets the assumption after (Assumed.pod_changed), since no reconcile comes to
+        forget it. A third of a Pod's reconciles decided nothing for this reason (issue 40)."""
         old, new = change.old, change.new
         if old is None or new is None:
             return True
@@ -281,7 +284,6 @@ class SchedulerWatches:
             and keys.recorded_job_id(new) == recorded != keys.recorded_job_id(old)
             and _without_record(before) == _without_record(after)
         ):
-            self.assumed.recorded.forget(uid)
             SKIPPED.inc(why="own write shown")
             return False
         if (
@@ -290,7 +292,6 @@ class SchedulerWatches:
             and not _node_name(old)
             and _without_bind(before) == _without_bind(after)
         ):
-            self.assumed.bound.forget(uid)
             SKIPPED.inc(why="own write shown")
             return False
         return True
