@@ -42,59 +42,74 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(validation, "validate", validate)
     monkeypatch.setattr(validation, "effective_requests", requests)
-    monkeypatch.setattr(podmemo, "_REQUESTS", podmemo._Memo())
-    monkeypatch.setattr(podmemo, "_VALIDATIONS", podmemo._Memo())
     return calls
 
 
-def test_one_version_of_a_pod_is_validated_once(counted: dict[str, int]) -> None:
-    first = podmemo.validate(_pod(), 30.0, False, BUILTIN, "flag")
-    again = podmemo.validate(_pod(), 30.0, False, BUILTIN, "flag")
+@pytest.fixture
+def memo() -> podmemo.PodMemo:
+    return podmemo.PodMemo()
+
+
+def test_one_version_of_a_pod_is_validated_once(counted: dict[str, int], memo: podmemo.PodMemo) -> None:
+    first = memo.validate(_pod(), 30.0, False, BUILTIN, "flag")
+    again = memo.validate(_pod(), 30.0, False, BUILTIN, "flag")
     assert again is first and counted["validate"] == 1
 
 
-def test_a_new_version_a_new_policy_or_another_kill_wait_is_validated_again(counted: dict[str, int]) -> None:
-    podmemo.validate(_pod(), 30.0, False, BUILTIN, "flag")
-    podmemo.validate(_pod(version="2"), 30.0, False, BUILTIN, "flag")
-    podmemo.validate(_pod(version="2"), 30.0, False, Policy(), "flag")
-    podmemo.validate(_pod(version="2"), 60.0, False, Policy(), "flag")
+def test_a_new_version_a_new_policy_or_another_kill_wait_is_validated_again(
+    counted: dict[str, int], memo: podmemo.PodMemo
+) -> None:
+    memo.validate(_pod(), 30.0, False, BUILTIN, "flag")
+    memo.validate(_pod(version="2"), 30.0, False, BUILTIN, "flag")
+    memo.validate(_pod(version="2"), 30.0, False, Policy(), "flag")
+    memo.validate(_pod(version="2"), 60.0, False, Policy(), "flag")
     assert counted["validate"] == 4
 
 
-def test_what_changed_with_the_version_is_seen() -> None:
-    assert podmemo.requests(_pod(cpu="2"))["cpu"] == 2000
-    assert podmemo.requests(_pod(version="2", cpu="3"))["cpu"] == 3000
+def test_what_changed_with_the_version_is_seen(memo: podmemo.PodMemo) -> None:
+    assert memo.requests(_pod(cpu="2"))["cpu"] == 2000
+    assert memo.requests(_pod(version="2", cpu="3"))["cpu"] == 3000
     bad = _pod(version="3", annotations={keys.PRIORITY: "x"})
-    fields = [p.field for p in podmemo.validate(bad, 30.0, False, BUILTIN, "flag").errors]
+    fields = [p.field for p in memo.validate(bad, 30.0, False, BUILTIN, "flag").errors]
     assert f"metadata.annotations[{keys.PRIORITY}]" in fields
 
 
-def test_requests_that_do_not_parse_raise_each_time(counted: dict[str, int]) -> None:
+def test_requests_that_do_not_parse_raise_each_time(counted: dict[str, int], memo: podmemo.PodMemo) -> None:
     for _ in range(2):
         with pytest.raises(ValueError):
-            podmemo.requests(_pod(cpu="lots"))
+            memo.requests(_pod(cpu="lots"))
     assert counted["requests"] == 1
 
 
-def test_a_pod_without_a_version_is_worked_out_every_time(counted: dict[str, int]) -> None:
+def test_a_pod_without_a_version_is_worked_out_every_time(
+    counted: dict[str, int], memo: podmemo.PodMemo
+) -> None:
     pod = _pod()
     del pod["metadata"]["resourceVersion"]
-    podmemo.requests(pod)
-    podmemo.requests(pod)
+    memo.requests(pod)
+    memo.requests(pod)
     assert counted["requests"] == 2
 
 
 def test_the_oldest_pods_are_forgotten_first() -> None:
-    memo: podmemo._Memo[int] = podmemo._Memo(capacity=2)
+    entries: podmemo._Memo[int] = podmemo._Memo(capacity=2)
     for uid in ("a", "b", "c"):
-        memo.get(_pod(uid=uid), None, None, lambda: 1)
-    assert len(memo) == 2
-    assert memo.get(_pod(uid="a"), None, None, lambda: 2) == 2  # forgotten: worked out anew
+        entries.get(_pod(uid=uid), None, None, lambda: 1)
+    assert len(entries) == 2
+    assert entries.get(_pod(uid="a"), None, None, lambda: 2) == 2  # forgotten: worked out anew
 
 
-def test_a_pod_is_remembered_once_whatever_its_versions(counted: dict[str, int]) -> None:
+def test_two_schedulers_in_one_process_share_no_memo(counted: dict[str, int]) -> None:
+    podmemo.PodMemo().validate(_pod(), 30.0, False, BUILTIN, "flag")
+    podmemo.PodMemo().validate(_pod(), 30.0, False, BUILTIN, "flag")
+    assert counted["validate"] == 2
+
+
+def test_a_pod_is_remembered_once_whatever_its_versions(
+    counted: dict[str, int], memo: podmemo.PodMemo
+) -> None:
     for version in range(1, 9):  # a Pod's life: created, job id, conditions, bound, ...
-        podmemo.requests(_pod(version=str(version)))
-    assert len(podmemo._REQUESTS) == 1
-    podmemo.requests(_pod(version="8"))
+        memo.requests(_pod(version=str(version)))
+    assert len(memo._requests) == 1
+    memo.requests(_pod(version="8"))
     assert counted["requests"] == 8  # the latest version is still remembered

@@ -95,6 +95,10 @@ class Observed:
     job_phase_age: float = float("inf")
     # What the members' namespace may ask of Slurm (tandem.scheduler.policy).
     policy: Policy = BUILTIN
+    # Member uid -> its validation against the KillWait, --reject-static-cpu and policy above,
+    # worked out once per Pod version by the observer (tandem.scheduler.podmemo); a member not
+    # here is validated by decide itself.
+    validations: Mapping[str, validation.Validation] = field(default_factory=dict)
     # The members' GPUs as their ResourceClaims ask for them and the job's Nodes publish them.
     gpu: GpuFacts = field(default_factory=lambda: GpuFacts())
     # Slurm's topology as tandem-syncer publishes it, or why there is none (tandem.scheduler.domains).

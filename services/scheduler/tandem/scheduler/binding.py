@@ -16,7 +16,6 @@ from tandem.scheduler import (
     groups,
     growth,
     matching,
-    podmemo,
     podstate,
     validation,
 )
@@ -183,6 +182,6 @@ def _gpus_by_dra(gpu: GpuFacts, p: Placement) -> bool:
     if not gpu.extended_class or p.kube_node not in gpu.dra_served:
         return False
     try:
-        return podmemo.requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0
+        return validation.effective_requests(p.pod).get(keys.GPU_RESOURCE, 0) > 0
     except ValueError:
         return False

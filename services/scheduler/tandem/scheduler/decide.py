@@ -87,7 +87,6 @@ from tandem.scheduler import (
     binding,
     groups,
     growth,
-    podmemo,
     podstate,
     validation,
 )
@@ -191,7 +190,9 @@ def decide(o: Observed) -> Action:
             return Nothing()
         return Pend(unbound, reasons.REASON_WAITING_FOR_GROUP, f"waiting for {group.waiting_for}")
     results = tuple(
-        podmemo.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source) for m in live
+        o.validations.get(podstate.uid(m))
+        or validation.validate(m, o.kill_wait, o.reject_static_cpu, o.policy, o.kill_wait_source)
+        for m in live
     )
     invalid = admission.invalid(group, live, results) or admission.unclaimable(o, group, live)
     if invalid is not None:

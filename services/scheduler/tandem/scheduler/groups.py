@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from tandem import keys
 from tandem.kube import JSON
 from tandem.placeholder import COMPOSITE_KIND, GROUP_SEPARATOR, LWS_KIND, PODGROUP_KIND, PodRef, group_name
-from tandem.scheduler import podmemo
+from tandem.scheduler.validation import effective_requests
 
 _PODGROUP, _COMPOSITE, _LWS = PODGROUP_KIND, COMPOSITE_KIND, LWS_KIND
 # The components of a LeaderWorkerSet group whose leader differs from its workers.
@@ -293,7 +293,7 @@ def _leader_differs(members: list[JSON]) -> bool:
     if not leaders or not workers:
         return False
     try:
-        return podmemo.requests(leaders[0]) != podmemo.requests(workers[0])
+        return effective_requests(leaders[0]) != effective_requests(workers[0])
     except ValueError:
         return False  # validation refuses the group, and says why
 

@@ -34,6 +34,8 @@ class Observer:
         self.jobs = jobs
         self.assumed = assumed
         self.settings = settings
+        # Each Pod's requests and validation, once per version (this observer's own).
+        self.memo = podmemo.PodMemo()
 
     def in_gang(self, pod: JSON) -> bool:
         gkey = groups.group_key(pod)
@@ -87,6 +89,7 @@ class Observer:
         them: Judge). `kill_wait`: the one a reconcile read; else the current one, or (only shown,
         by the placement view) Slurm's default while none is known."""
         kill_wait = kill_wait or self.settings.kill_wait() or UNKNOWN_KILL_WAIT
+        policy = self.settings.policy()
         members, group, jobs = self.members_and_jobs(placed)
         members = tuple(self._as_bound(pod) for pod in members)
         recorded: dict[str, int] = {}
@@ -117,7 +120,7 @@ class Observer:
                 found = self.caches.dra.pod_gpus(pod)
                 if found is not None:
                     gpus[str(pod["metadata"]["uid"])] = found
-            if job is not None and job.job.nodes and any(_asks_gpus(m) for m in members):
+            if job is not None and job.job.nodes and any(self._asks_gpus(m) for m in members):
                 extended_class = self.caches.dra.extended_class()
                 if extended_class:
                     dra_served = frozenset(h for h in hosts.values() if self._serves_gpus_by_dra(h))
@@ -149,13 +152,26 @@ class Observer:
             kill_wait=kill_wait.seconds,
             kill_wait_source=kill_wait.source,
             reject_static_cpu=self.settings.reject_static_cpu,
-            policy=self.settings.policy(),
+            policy=policy,
+            validations={
+                str(pod["metadata"]["uid"]): self.memo.validate(
+                    pod, kill_wait.seconds, self.settings.reject_static_cpu, policy, kill_wait.source
+                )
+                for pod in members
+                if podstate.is_live(pod)
+            },
             job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
             gpu=actions.GpuFacts(
                 gpus, claims, devices, class_config, extended_class, dra_served, extended_claims
             ),
             topology=self.settings.topology(),
         )
+
+    def _asks_gpus(self, pod: JSON) -> bool:
+        try:
+            return self.memo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
+        except ValueError:
+            return False
 
     def _node_labels(self, kube_nodes: Iterable[str]) -> dict[str, Mapping[str, str]]:
         """The labels of the job's Nodes the Node informer holds (none when no Node is watched)."""
@@ -198,7 +214,7 @@ class Observer:
             if not _may_need_a_fit(pod, job):
                 continue
             try:
-                requests = podmemo.requests(pod)
+                requests = self.memo.requests(pod)
             except ValueError:
                 continue  # validation reports it
             if hosts is None:
@@ -278,10 +294,3 @@ def _job_of(candidates: list[JobStatus], recorded: set[int]) -> JobStatus | None
         if j.job_id in recorded:
             return j
     return candidates[-1] if candidates else None
-
-
-def _asks_gpus(pod: JSON) -> bool:
-    try:
-        return podmemo.requests(pod).get(keys.GPU_RESOURCE, 0) > 0
-    except ValueError:
-        return False

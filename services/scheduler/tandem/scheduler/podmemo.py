@@ -6,7 +6,10 @@ a burst (issue 40).
 A Pod's uid and resourceVersion name one content; a validation also depends on the KillWait,
 --reject-static-cpu and the tenant policy it was checked against (the policy source hands out one
 object per policy read, so a new policy is a new object). A Pod without a uid or resourceVersion
-(a test's) is worked out every time."""
+(a test's) is worked out every time.
+
+The memo is an object (`PodMemo`), made by each scheduler's observer: two schedulers in one
+process, or two tests, share nothing. `decide` reads the validations the observation carries."""
 
 from __future__ import annotations
 
@@ -59,33 +62,38 @@ class _Memo(Generic[T]):
         return len(self._entries)
 
 
-_REQUESTS: _Memo[dict[str, int] | str] = _Memo()
-_VALIDATIONS: _Memo[Validation] = _Memo()
+class PodMemo:
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._requests: _Memo[dict[str, int] | str] = _Memo(capacity)
+        self._validations: _Memo[Validation] = _Memo(capacity)
 
+    def requests(self, pod: Pod) -> dict[str, int]:
+        """validation.effective_requests, once per version of the Pod (a copy: callers may change
+        it). Raises ValueError as it does."""
 
-def requests(pod: Pod) -> dict[str, int]:
-    """validation.effective_requests, once per version of the Pod (a copy: callers may change it).
-    Raises ValueError as it does."""
+        def work_out() -> dict[str, int] | str:
+            try:
+                return validation.effective_requests(pod)
+            except ValueError as e:
+                return str(e)
 
-    def work_out() -> dict[str, int] | str:
-        try:
-            return validation.effective_requests(pod)
-        except ValueError as e:
-            return str(e)
+        found = self._requests.get(pod, None, None, work_out)
+        if isinstance(found, str):
+            raise ValueError(found)
+        return dict(found)
 
-    found = _REQUESTS.get(pod, None, None, work_out)
-    if isinstance(found, str):
-        raise ValueError(found)
-    return dict(found)
-
-
-def validate(
-    pod: Pod, kill_wait_seconds: float, reject_static_cpu: bool, policy: Policy | None, kill_wait_source: str
-) -> Validation:
-    """validation.validate, once per version of the Pod and what it is checked against."""
-    return _VALIDATIONS.get(
-        pod,
-        (kill_wait_seconds, reject_static_cpu, kill_wait_source),
-        policy,
-        lambda: validation.validate(pod, kill_wait_seconds, reject_static_cpu, policy, kill_wait_source),
-    )
+    def validate(
+        self,
+        pod: Pod,
+        kill_wait_seconds: float,
+        reject_static_cpu: bool,
+        policy: Policy | None,
+        kill_wait_source: str,
+    ) -> Validation:
+        """validation.validate, once per version of the Pod and what it is checked against."""
+        return self._validations.get(
+            pod,
+            (kill_wait_seconds, reject_static_cpu, kill_wait_source),
+            policy,
+            lambda: validation.validate(pod, kill_wait_seconds, reject_static_cpu, policy, kill_wait_source),
+        )
