@@ -18,7 +18,7 @@ from tandem.dra.taints import DeviceTaint, taint_rule
 from tandem.slurm.models import Node
 from tandem.syncer import gputaints
 from tandem.syncer import nodesync as ns
-from tandem.syncer.locking import RunningJob
+from tandem.syncer.facts import NodeFacts, RunningJob
 from tandem.syncer.nodeapply import NodeSync
 from tests.unit.test_nodesync import drained, facts, kube_node
 
@@ -40,7 +40,7 @@ def devices(*taints: tuple[int, DeviceTaint]) -> NodeDevices:
     )
 
 
-def with_gpus(f: ns.NodeFacts, d: NodeDevices, rules: tuple[dict[str, Any], ...] = ()) -> ns.NodeFacts:
+def with_gpus(f: NodeFacts, d: NodeDevices, rules: tuple[dict[str, Any], ...] = ()) -> NodeFacts:
     return replace(f, devices=d, gpu_rules=rules, rules_served="resource.k8s.io/v1")
 
 
@@ -61,7 +61,7 @@ ROWS = [
 
 
 @pytest.mark.parametrize(("why", "f", "reason"), ROWS, ids=[r[0] for r in ROWS])
-def test_the_drain_reason_of_a_tainted_gpu(why: str, f: ns.NodeFacts, reason: str) -> None:
+def test_the_drain_reason_of_a_tainted_gpu(why: str, f: NodeFacts, reason: str) -> None:
     plan = ns.decide(f)
     assert plan.drain == reason, why
     assert not plan.resume

@@ -17,6 +17,7 @@ from tandem.kube import JSON
 from tandem.placeholder import PodRef
 from tandem.slurm.models import Job, JobStatus, Node
 from tandem.syncer import killwait, nodesync
+from tandem.syncer.facts import NodeFacts, RunningJob
 from tandem.syncer.holds import (
     HOLD_GRACE_SECONDS,
     Asked,
@@ -26,16 +27,7 @@ from tandem.syncer.holds import (
     KillWait,
     NodeMemory,
 )
-from tandem.syncer.locking import (
-    Event,
-    Eviction,
-    LockPlan,
-    OrphanFacts,
-    RunningJob,
-    decide_lock,
-    decide_orphan,
-    node_ref,
-)
+from tandem.syncer.locking import Event, Eviction, LockPlan, OrphanFacts, decide_lock, decide_orphan, node_ref
 from tandem.syncer.waiters import Key, node_key
 
 NOW = 1000.0
@@ -105,8 +97,8 @@ def facts(
     kube_node_name: str = "node-001",
     kube_node: JSON | None = NODE,
     ended: frozenset[int] = frozenset(),
-) -> nodesync.NodeFacts:
-    return nodesync.NodeFacts(
+) -> NodeFacts:
+    return NodeFacts(
         "cpu-001",
         slurm,
         kube_node_name,
@@ -155,7 +147,7 @@ GRACE_LEFT = HOLD_GRACE_SECONDS - 1
 PLACEHOLDER = RunningJob(7, placeholder=True)
 PLAIN = RunningJob(7)
 
-ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
+ROWS: list[tuple[str, NodeFacts, LockPlan]] = [
     # -- normal: a plain lock takes the taint, then pending while Pods must leave, then locked --
     (
         "normal: an empty Node locks in one pass, back when the hold's grace ends (Slurm lists no job 7)",
@@ -444,7 +436,7 @@ ROWS: list[tuple[str, nodesync.NodeFacts, LockPlan]] = [
 
 
 @pytest.mark.parametrize(("f", "plan"), [(f, p) for _, f, p in ROWS], ids=[r[0] for r in ROWS])
-def test_the_lock_plan(f: nodesync.NodeFacts, plan: LockPlan) -> None:
+def test_the_lock_plan(f: NodeFacts, plan: LockPlan) -> None:
     assert decide_lock(f, NOW) == plan
 
 

@@ -12,6 +12,7 @@ from tandem.slurm.models import Node
 from tandem.syncer import health
 from tandem.syncer import nodesync as ns
 from tandem.syncer.cluster import ClusterView, slim_node
+from tandem.syncer.facts import NodeFacts
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
 from tandem.syncer.nodefacts import CacheFacts
@@ -72,8 +73,8 @@ def facts(
     stuck: dict[str, Any] | None = None,
     health_conditions: tuple[str, ...] = (),
     own_user: str = SYNCER,
-) -> ns.NodeFacts:
-    return ns.NodeFacts(
+) -> NodeFacts:
+    return NodeFacts(
         "cpu-001",
         slurm,
         name,
@@ -211,7 +212,7 @@ ROWS = [
 
 
 @pytest.mark.parametrize(("why", "f", "plan"), ROWS, ids=[r[0] for r in ROWS])
-def test_each_case(why: str, f: ns.NodeFacts, plan: ns.Plan) -> None:
+def test_each_case(why: str, f: NodeFacts, plan: ns.Plan) -> None:
     assert ns.decide(f) == plan, why
 
 
@@ -420,7 +421,7 @@ HEALTH_ROWS = [
 
 
 @pytest.mark.parametrize(("why", "f", "plan"), HEALTH_ROWS, ids=[r[0] for r in HEALTH_ROWS])
-def test_health_conditions(why: str, f: ns.NodeFacts, plan: ns.Plan) -> None:
+def test_health_conditions(why: str, f: NodeFacts, plan: ns.Plan) -> None:
     assert ns.decide(f) == plan, why
 
 
@@ -484,7 +485,7 @@ def test_a_listed_condition_reaches_the_pass_from_the_caches() -> None:
 
 
 def test_a_deleted_node_drains_its_slurm_node() -> None:
-    f = ns.NodeFacts("cpu-001", IDLE, "node-001", None, slurmd())
+    f = NodeFacts("cpu-001", IDLE, "node-001", None, slurmd())
     assert ns.decide(f).drain == "k8s: Node node-001 was deleted"
 
 
@@ -499,7 +500,7 @@ def test_a_resume_by_hand_between_two_polls_is_seen_and_drained_again() -> None:
     changed: list[str] = []
     mirror.state.on_node_changed(changed.append)
     facts = mock.Mock()
-    facts.facts.side_effect = lambda name: ns.NodeFacts(
+    facts.facts.side_effect = lambda name: NodeFacts(
         name, mirror.state.node(name), "node-001", kube_node(cordoned=True, shown="x"), slurmd()
     )
     sync = NodeSync(mock.Mock(), slurm, facts, mirror.expect_node)

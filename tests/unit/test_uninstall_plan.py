@@ -12,7 +12,7 @@ import pytest
 from tandem import keys, placeholder
 from tandem.slurm.models import Job, Node
 from tandem.syncer import uninstall_plan as plan
-from tandem.syncer.nodesync import NodeFacts
+from tandem.syncer.facts import NodeFacts
 
 SCHEDULER = "slurm-slurm"  # this release's scheduler name
 OTHER = "team-b-tandem"  # another release's, on the same Slurm

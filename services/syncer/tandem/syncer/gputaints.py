@@ -37,7 +37,7 @@ from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON
 from tandem.slurm.models import Node
 from tandem.syncer import health
-from tandem.syncer.locking import RunningJob
+from tandem.syncer.facts import RunningJob
 
 # A DNS subdomain is at most 253 characters.
 _NAME_MAX = 253

@@ -21,16 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from tandem import keys, placeholder, slurmd
 from tandem.keys import LockState
 from tandem.kube import JSON, tolerates
 from tandem.slurm.models import JobStatus
+from tandem.syncer.facts import NodeFacts
 from tandem.syncer.holds import HOLD_GRACE_SECONDS, Asked, Failure, Hold
-
-if TYPE_CHECKING:
-    from tandem.syncer.nodesync import NodeFacts
 
 # How long a Node keeps a lock taint while no slurmd Pod is on it before the taint is removed: a
 # slurmd Pod being re-created on the same Node is on no Node for a moment.
@@ -38,16 +35,6 @@ ORPHAN_GRACE_SECONDS = 4.0
 # A Pod whose eviction was refused (its PodDisruptionBudget allows no disruption now) is asked
 # again this much later, not on every pass: the budget changes on the scale of seconds.
 EVICTION_RETRY_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    """A job Slurm has on the node; `placeholder`: Tandem's (its AdminComment says so)."""
-
-    job_id: int
-    placeholder: bool = False
-    # The GPU indices it holds on the node; read only when a GPU there is tainted NoExecute.
-    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from tandem.runner import Requeue
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer import gputaints, killwait
+from tandem.syncer.facts import NodeFacts
 from tandem.syncer.holds import Asked, HoldStore
 from tandem.syncer.killwait import NodeKillWait
 from tandem.syncer.locking import (
@@ -33,7 +34,7 @@ from tandem.syncer.locking import (
     node_ref,
 )
 from tandem.syncer.nodefacts import NODE_KEY_PREFIX
-from tandem.syncer.nodesync import CONDITION, NodeFacts, Plan, decide
+from tandem.syncer.nodesync import CONDITION, Plan, decide
 from tandem.syncer.writes import LockWrites
 from tandem.transient import unreachable
 

@@ -1,4 +1,4 @@
-"""The facts of one Slurm node, as the node sync decides on them (tandem.syncer.nodesync.NodeFacts):
+"""The facts of one Slurm node, as the node sync decides on them (tandem.syncer.NodeFacts):
 read from the syncer's caches (the informers, the Slurm mirror) and the hold store, with this
 syncer's own writes the caches do not show yet (tandem.assume). No API call: a Pod whose job must
 be read from Slurm before it is judged is named for the pass to look up.
@@ -18,14 +18,10 @@ from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import JobStatus
 from tandem.syncer import devicehealth, gpucheck, killwait
 from tandem.syncer.cluster import ClusterView
+from tandem.syncer.facts import NodeFacts, RunningJob
 from tandem.syncer.holds import HoldStore, KillWait
 from tandem.syncer.killwait import NodeKillWait
-from tandem.syncer.locking import (
-    OrphanFacts,
-    RunningJob,
-    may_share_strict_lock,
-)
-from tandem.syncer.nodesync import NodeFacts
+from tandem.syncer.locking import OrphanFacts, may_share_strict_lock
 from tandem.syncer.slurmstate import SlurmState
 from tandem.syncer.writes import LockWrites
 

@@ -36,7 +36,8 @@ from tandem.slurm.models import Job
 from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 from tandem.syncer import uninstall_plan as plan
 from tandem.syncer.cluster import slim_node, slim_pod
-from tandem.syncer.nodesync import CONDITION, NodeFacts
+from tandem.syncer.facts import NodeFacts
+from tandem.syncer.nodesync import CONDITION
 from tandem.syncer.settings import UninstallSettings
 from tandem.syncer.uninstall_report import Report
 from tandem.syncer.writes import LockWrites

@@ -16,14 +16,8 @@ from dataclasses import dataclass
 from tandem import keys, placeholder, slurmd
 from tandem.kube import JSON, pod_finished
 from tandem.slurm.models import FINISHED_STATES, Job
-from tandem.syncer.nodesync import (
-    CAUSE_PREFIXES,
-    CONDITION,
-    NodeFacts,
-    cause,
-    drained_by_us,
-    killwait_pod_left,
-)
+from tandem.syncer.facts import NodeFacts
+from tandem.syncer.nodesync import CAUSE_PREFIXES, CONDITION, cause, drained_by_us, killwait_pod_left
 
 
 def placeholder_jobs(jobs: Iterable[Job], scheduler: str) -> list[Job]:
