@@ -328,8 +328,7 @@ class Stack:
         self.slurm = slurm if slurm is not None else mock.Mock()
         self.events = events
         cluster = world.cluster
-        self.holds = HoldStore()
-        self.holds.on_change = cluster.wake
+        self.holds = HoldStore(on_change=cluster.wake)
         self.writes = LockWrites(world.kube, SLURMD_NS, cluster.node)  # type: ignore[arg-type]
         self.facts = CacheFacts(cluster, mirror.state, "tandem", self.holds, self.writes, scheduler_name)
         self.queue = WorkQueue(backoff_base=0.05, backoff_cap=0.5)

@@ -122,7 +122,11 @@ class NodeMemory:
 
 
 class HoldStore:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[..., None] = lambda *changed: None,
+    ) -> None:
         self.clock = clock
         self._lock = threading.Lock()
         self._holds: defaultdict[str, dict[int, Hold]] = defaultdict(dict)
@@ -150,8 +154,8 @@ class HoldStore:
         # When `passed` last dropped expired lookups and KillWait entries.
         self._pruned_at = float("-inf")
         # Told what changed (a Slurm node's holds, a job's KillWait) after every change, outside
-        # the store's lock: wakes the hook calls waiting on it.
-        self.on_change: Callable[..., None] = lambda *changed: None
+        # the store's lock: wakes the hook calls waiting on it (tandem.syncer.cluster's waiters).
+        self.on_change = on_change
 
     # -- what the hook calls record --------------------------------------------------------------
 

@@ -19,21 +19,20 @@ from tandem.mtls import TlsFiles
 from tandem.nodetoken import TOKEN_REVIEWS, ReviewUnavailable, TokenReviewer, review_body
 from tandem.runner import NotYet, Runner
 from tandem.slurm.rest import SlurmRestClient
+from tandem.syncer import watches
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.holds import HoldStore
 from tandem.syncer.lockcalls import NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.nodeapply import NodeSync
-from tandem.syncer.nodefacts import NODE_KEY_PREFIX, CacheFacts, resync_keys
-from tandem.syncer.nodesync import drained_for
+from tandem.syncer.nodefacts import CacheFacts, resync_keys
 from tandem.syncer.service import SyncerServicer
 from tandem.syncer.settings import SyncerSettings
 from tandem.syncer.slurmstate import SlurmState
-from tandem.syncer.topologysync import DEBOUNCE_SECONDS, TopologyConfig, TopologySync
 from tandem.syncer.topologysync import KEY as TOPOLOGY_KEY
+from tandem.syncer.topologysync import TopologyConfig, TopologySync
 from tandem.syncer.writes import LockWrites
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
-from tandem.watches import Watch, itself
 from tandem.workqueue import WorkQueue
 
 log = logging.getLogger("tandem.syncer")
@@ -99,19 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             reads_yaml=lambda: slurm.dialect.version >= "v0.0.43",  # Slurm 25.05's data parser
             features=lambda: {n.name: n.features for n in mirror.state.nodes()},
         )
-        cluster.on_topology_changed = lambda: topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
-        known = dict[str, tuple[str, ...]]()
-
-        def slurm_node_changed(name: str) -> None:
-            node = mirror.state.node(name)
-            features = node.features if node is not None else ()
-            # A Slurm node new to the topology (its state is no matter), or its features changed
-            # (a reconfigure dropped its domains).
-            if known.get(name) != features:
-                known[name] = features
-                topology_queue.add_after(TOPOLOGY_KEY, DEBOUNCE_SECONDS)
-
-        mirror.state.on_node_changed(slurm_node_changed)
+        watches.register_topology(topology_queue, cluster, mirror.state)
         manager.add_controller(
             Runner("topology", topology_queue, sync.reconcile),
             on_started=lambda: topology_queue.add(TOPOLOGY_KEY),
@@ -146,8 +133,7 @@ def _lock_and_sync(
     periodic resync. The hook calls record in `holds`, enqueue the node and wait for the caches to
     show the outcome."""
     events = EventRecorder(kube, "tandem-syncer")
-    holds = HoldStore()
-    holds.on_change = cluster.wake
+    holds = HoldStore(on_change=cluster.wake)
     writes = LockWrites(kube, cfg.slurmd_namespace, cluster.node)
     try:
         dra = dra_config(cfg.gpu_products)
@@ -184,12 +170,7 @@ def _lock_and_sync(
         TokenReviewer(token_review(kube)),
         accept_unbound_tokens=cfg.accept_unbound_job_tokens,
     )
-    # What each change of Kubernetes or Slurm queues (tandem.watches): the Slurm nodes it concerns.
-    cluster.on_slurm_node_changed = Watch(node_queue, itself)
-    mirror.state.on_node_changed(Watch(node_queue, itself))
-    cluster.on_node_pods_changed = Watch(node_queue, facts.waiting_on)
-    cluster.on_pod_gone = Watch[JSON](node_queue, lambda pod: drained_for(mirror.state.nodes(), pod))
-    cluster.on_node_without_slurmd = Watch[str](node_queue, lambda kube_node: [NODE_KEY_PREFIX + kube_node])
+    watches.register_node_sync(node_queue, cluster, mirror.state, facts)
     return servicer, facts, node_sync
 
 
