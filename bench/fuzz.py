@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/fuzz.py --cases 10000
 
-Runs tests/unit/test_fuzz_gateway.py (raw HTTP requests against the hooks API),
-tests/unit/test_fuzz_validation.py (random Pods through validation, the decision and job building)
-and tests/unit/test_fuzz_slurm_answers.py (garbled slurmrestd answers to every call) with
+Runs tests/unit/hooks/test_fuzz_gateway.py (raw HTTP requests against the hooks API),
+tests/unit/scheduler/test_fuzz_validation.py (random Pods through validation, the decision and job building)
+and tests/unit/libs/test_fuzz_slurm_answers.py (garbled slurmrestd answers to every call) with
 FUZZ_EXAMPLES=N. Prints a table, then one JSON line: {"cases", "<target>": "passed"|"failed", ...}.
 """
 
@@ -22,9 +22,9 @@ from devstack.table import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {
-    "hooks_api": "tests/unit/test_fuzz_gateway.py",
-    "pod_validation": "tests/unit/test_fuzz_validation.py",
-    "slurm_answers": "tests/unit/test_fuzz_slurm_answers.py",
+    "hooks_api": "tests/unit/hooks/test_fuzz_gateway.py",
+    "pod_validation": "tests/unit/scheduler/test_fuzz_validation.py",
+    "slurm_answers": "tests/unit/libs/test_fuzz_slurm_answers.py",
 }
 
 

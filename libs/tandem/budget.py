@@ -9,7 +9,7 @@ an optional cap below that.
 
 from __future__ import annotations
 
-# prolog.sh's default budget (tests/unit/test_budget.py pins the script to it). Keep it below
+# prolog.sh's default budget (tests/unit/hooks/test_budget.py pins the script to it). Keep it below
 # Slurm's PrologEpilogTimeout, or Slurm kills the prolog first.
 LOCK_SECONDS = 55.0
 # Each hop answers this much before its caller stops waiting.

@@ -20,7 +20,7 @@ Label values are hostile input: Slurm reads switch and block lists as hostlists 
 `<level>-<the value, lower case, [a-z0-9-] only>-<5 letters of a hash of the exact path>`: no
 bracket, comma or range, never two domains under one name (values differing in case or in a '.'
 or '_' differ in their hash), and always ending in a letter. Node names are Slurm's own.
-Pure: tests/unit/test_topology.py.
+Pure: tests/unit/libs/test_topology.py.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def test_a_lock_may_not_ask_to_hold_its_slot_longer_than_the_lock_budget(
 ) -> None:
     """Issue 50: a lock's `timeout` could be 600 s whatever the prologs wait, so one credential held
     its gateway slots ten times longer than a prolog. Now it is refused before the syncer sees it:
-    nothing is locked. (How many slots one credential gets: tests/unit/test_gateway_limits.py.)"""
+    nothing is locked. (How many slots one credential gets: tests/unit/hooks/test_gateway_limits.py.)"""
     node = "cpu-003"
     too_long = httpx.post(
         f"{stack_cfg.hooks_url}/v1/lock",

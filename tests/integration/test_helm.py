@@ -5,7 +5,7 @@ installs. Issue 18: its PKI hook, job key and NetworkPolicies are accepted, and 
 generated is found and kept by the next render against the cluster (an upgrade); a new job key
 restarts the scheduler and not the gateway. Issue 39: the PKI hook, run with its own rights, makes
 certificates that name each identity in its URI SAN, keeps them, and removes them.
-(What the chart renders for TLS and NetworkPolicies, without a cluster: tests/unit/test_helm_chart.py.)"""
+(What the chart renders for TLS and NetworkPolicies, without a cluster: tests/unit/lab/test_helm_chart.py.)"""
 
 from __future__ import annotations
 

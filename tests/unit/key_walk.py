@@ -25,7 +25,7 @@ from tandem.scheduler.controller import Controller
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
 from tandem.workqueue import WorkQueue
-from tests.unit.test_controller import POD, SCHEDULER, _gang, _member, _pod, _tracker, report
+from tests.unit.scheduler.test_controller import POD, SCHEDULER, _gang, _member, _pod, _tracker, report
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = (ROOT / "services", ROOT / "libs")
@@ -154,7 +154,7 @@ def _walk(controller: Controller, kube: Any, members: list[dict[str, Any]], key:
 
 def pod_alone() -> Walk:
     from tandem.scheduler.caches import Caches
-    from tests.unit.test_controller import FakePodCache, _controller
+    from tests.unit.scheduler.test_controller import FakePodCache, _controller
 
     pods = FakePodCache()
     pods.synced = True

@@ -8,7 +8,7 @@ Slurm node -> Node mapping, which Nodes would take each member once decide asks 
 action out. Members are never placed one by one: the job asks Slurm for one node per member and
 the members are bound only when the job runs on all of them (every prolog passed, the script
 started). The controller carries the action out; a crash at any line of that leaves the world in a
-state `decide` maps to the remaining step (tests/unit/test_decide.py has one row per line, crash
+state `decide` maps to the remaining step (tests/unit/scheduler/test_decide.py has one row per line, crash
 rows included, and runs a Pod alone's rows as a group of one):
 
     no live member (deleted, deleting, finished)  -> cancel every live job of the group (an Event on

@@ -21,7 +21,7 @@ GPUs, then Slurm GPU indices and ranges, optionally after ':', '#' or '=': `GPU 
 A reason of the syncer's own (`k8s: ...`) is never mirrored back.
 
 Pure: tandem.syncer.nodefacts reads the devices (with their taints) and the rules from the caches,
-tandem.syncer.nodesync decides, tandem.syncer.nodeapply writes (tests/unit/test_gputaints.py).
+tandem.syncer.nodesync decides, tandem.syncer.nodeapply writes (tests/unit/syncer/test_gputaints.py).
 """
 
 from __future__ import annotations

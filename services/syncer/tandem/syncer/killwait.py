@@ -6,7 +6,7 @@ before Slurm's KillWait) and waits for the job's Pods to go. Whatever still runs
 its Slurm node drained, so Slurm gives that node to no other job while the Pod is on it (the node
 sync resumes the drain once the Pod is gone). The drain is the node's pass's (`decide`), one drain
 path with the others. These functions are pure: the job, its Pods and the Slurm node -> Node
-mapping in; the Pods to wait for, the nodes to drain and when, out (tests/unit/test_killwait.py).
+mapping in; the Pods to wait for, the nodes to drain and when, out (tests/unit/syncer/test_killwait.py).
 
 A new leader's store is empty: it drains nothing for a call the old leader was answering. That
 call fails, and the placeholder's script (services/hooks/.../placeholder.sh), given no answer,

@@ -13,7 +13,7 @@ Writes go in an order any crash leaves repairable: locking, the taint first, the
 evictions, then `locked`; unlocking, the taint first, then `false`. Whoever reads `false` finds the
 Node untainted. The taint is the Node's: every Slurm node hosted there shares it.
 
-`decide_lock` is pure (tests/unit/test_locking.py); `tandem.syncer.nodesync` gathers its facts and
+`decide_lock` is pure (tests/unit/syncer/test_locking.py); `tandem.syncer.nodesync` gathers its facts and
 carries its plan out.
 """
 

@@ -16,7 +16,7 @@ The same pass plans the node's lock (tandem.syncer.locking) and the drain at Kil
 job whose Pod still runs here (tandem.syncer.killwait); one drain a pass: a lock that timed out
 first, then KillWait, then a Kubernetes cause. The pass comes back at the next of its deadlines.
 
-`decide` is pure (tests/unit/test_nodesync.py, test_locking.py); tandem.syncer.nodefacts reads its
+`decide` is pure (tests/unit/syncer/test_nodesync.py, test_locking.py); tandem.syncer.nodefacts reads its
 facts from the caches and tandem.syncer.nodeapply carries its plan out.
 """
 

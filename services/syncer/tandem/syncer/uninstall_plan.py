@@ -5,7 +5,7 @@ from each Node and slurmd Pod, and which drains it resumes.
 The same trust rules as the services: a job is a placeholder by its AdminComment, never by its name;
 a slurmd Pod by its namespace and label; a drain is Tandem's only if Slurm records the syncer's own
 user as the one who set it, with a reason Tandem writes. Pure; tables in
-tests/unit/test_uninstall_plan.py.
+tests/unit/syncer/test_uninstall_plan.py.
 """
 
 from __future__ import annotations

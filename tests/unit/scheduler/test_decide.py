@@ -1,7 +1,7 @@
 """The scheduler's decision for a Pod alone as a table: one row per line of the reconcile table in
 tandem.scheduler.decide, crash rows included (a previous life that died between two writes). Each
 row is a group of one (groups.alone) through the one decide that places gangs too
-(tests/unit/test_decide_group.py)."""
+(tests/unit/scheduler/test_decide_group.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 
 from tandem.cli import kueue
 from tandem.kube import JSON
-from tests.unit.test_cli import cli, facts, pod
+from tests.unit.cli.test_cli import cli, facts, pod
 
 
 def workload(name: str, owner_uid: str, **conditions: str) -> JSON:

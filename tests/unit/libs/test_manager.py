@@ -17,7 +17,7 @@ from tandem.kube import KubeError, rfc3339
 from tandem.manager import Election, Manager
 from tandem.runner import Runner
 from tandem.workqueue import WorkQueue
-from tests.unit.test_defect_leader import FakeLeaseApi
+from tests.unit.syncer.test_defect_leader import FakeLeaseApi
 
 SOLO = Election(enabled=False, namespace="", lease="test-manager")
 

@@ -16,8 +16,8 @@ import pytest
 from tandem.hooks.gateway import HooksGateway
 from tandem.sakeys import ServiceAccountKeys, Verdict, parse_jwks
 from tests.unit.future_stub import FutureStub
+from tests.unit.hooks.test_gateway_limits import Syncer
 from tests.unit.node_credentials import SigningKey, node_token
-from tests.unit.test_gateway_limits import Syncer
 
 
 class Jwks:

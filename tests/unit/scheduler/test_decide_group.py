@@ -1,6 +1,6 @@
 """The decision for a gang as a table: one row per line of tandem.scheduler.decide's table, crash
 rows included (a previous life that died between two writes of a group's action). The same decide
-places a Pod alone as a group of one: every row of tests/unit/test_decide.py runs through it too,
+places a Pod alone as a group of one: every row of tests/unit/scheduler/test_decide.py runs through it too,
 and the rows marked (issue 19) are the single-Pod checks groups lacked before."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tandem.scheduler import actions, groups, placements, policy
 from tandem.scheduler import decide as d
 from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.models import Job, JobStatus
-from tests.unit import test_decide as single
+from tests.unit.scheduler import test_decide as single
 
 SCHEDULER = "tandem-test"
 KEY = "default/pg:train"

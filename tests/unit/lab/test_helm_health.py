@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_helm_chart import HELM, _helm_template, container, deployment, render
-from tests.unit.test_helm_uninstall import hook_job
+from tests.unit.lab.test_helm_chart import HELM, _helm_template, container, deployment, render
+from tests.unit.lab.test_helm_uninstall import hook_job
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: `make tools` builds it")
 

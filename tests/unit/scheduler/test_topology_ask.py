@@ -13,7 +13,7 @@ from tandem import keys, reasons, topology
 from tandem.scheduler import actions, domains, groups, jobspec, validation
 from tandem.scheduler import decide as d
 from tandem.slurm.dialects import Dialect
-from tests.unit import test_decide_group as g
+from tests.unit.scheduler import test_decide_group as g
 
 ZONE, RACK = "topology.kubernetes.io/zone", "topology.kubernetes.io/rack"
 # Zone z1: rack a (cpu-001..003), rack b (cpu-004, cpu-005); zone z2: rack a (cpu-006); cpu-007 unlabelled.

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_helm_chart import FULLNAME, HELM, NS, Doc, _helm_template, container, deployment, render
+from tests.unit.lab.test_helm_chart import (
+    FULLNAME,
+    HELM,
+    NS,
+    Doc,
+    _helm_template,
+    container,
+    deployment,
+    render,
+)
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="no helm: `make tools` builds it")
 

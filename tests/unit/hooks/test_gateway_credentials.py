@@ -16,8 +16,8 @@ import pytest
 from tandem import jobtoken
 from tandem.hooks.gateway import HooksGateway
 from tests.unit.future_stub import FutureStub
+from tests.unit.hooks.test_gateway_limits import Refusal, Syncer
 from tests.unit.node_credentials import node_token
-from tests.unit.test_gateway_limits import Refusal, Syncer
 
 TOKEN = node_token("gpu-001", uid="uid-gpu-001")
 KEY = b"k" * 32
@@ -93,7 +93,7 @@ def test_the_gateway_holds_no_job_key_and_the_syncer_is_the_one_to_verify(
 ) -> None:
     """Issue 50: the gateway held the job key ring, so whoever took it could mint any placeholder's
     token. It screens the form only; a token of the right form under another job's reference or
-    an unknown key reaches the syncer, which verifies it (tests/unit/test_job_tokens.py) and
+    an unknown key reaches the syncer, which verifies it (tests/unit/syncer/test_job_tokens.py) and
     answers 403."""
     g, syncer = gateway
     syncer.refusal = Refusal(grpc.StatusCode.PERMISSION_DENIED, "not one of placeholder")

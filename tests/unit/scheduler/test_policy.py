@@ -326,7 +326,7 @@ def test_with_no_policy_at_all_a_pod_without_user_is_refused_in_words_that_say_h
 
 def test_the_charts_default_policy_is_the_builtin_one() -> None:
     # A chart install without a policy of its own behaves as a scheduler with none at all.
-    values = Path(__file__).parents[2] / "helm" / "tandem" / "charts" / "scheduler" / "values.yaml"
+    values = Path(__file__).parents[3] / "helm" / "tandem" / "charts" / "scheduler" / "values.yaml"
     chart = yaml.safe_load(values.read_text())["policy"]
     assert p.parse(yaml.safe_dump(chart)) == p.BUILTIN
     assert chart["default"]["maxPriority"] == p.DEFAULT_MAX_PRIORITY

@@ -20,7 +20,7 @@ from tandem.syncer import gputaints
 from tandem.syncer import nodesync as ns
 from tandem.syncer.facts import NodeFacts, RunningJob
 from tandem.syncer.nodeapply import NodeSync
-from tests.unit.test_nodesync import drained, facts, kube_node
+from tests.unit.syncer.test_nodesync import drained, facts, kube_node
 
 XID = DeviceTaint("example.com/xid", "79", "NoSchedule")
 EVICT = DeviceTaint("example.com/ecc", "", "NoExecute")

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tandem.metrics import REGISTRY, Registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Every module that defines metrics when imported; the computed gauges come with their owners'
 # objects (a lock manager, a controller, a policy source), which the chart test below covers.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = sorted((Path(__file__).parents[2] / "libs/tandem/scripts").glob("*.sh"))
+SCRIPTS = sorted((Path(__file__).parents[3] / "libs/tandem/scripts").glob("*.sh"))
 
 
 def _calls(tool: str) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from tandem.slurm.models import Node
 from tandem.syncer import gpucheck
 from tandem.syncer import nodesync as ns
 from tandem.syncer.cluster import slim_node
-from tests.unit.test_nodesync import facts, kube_node
+from tests.unit.syncer.test_nodesync import facts, kube_node
 
 CFG = DraConfig(product_types={"NVIDIA H100 80GB HBM3": "h100"})
 GPU_NODE = Node("gpu-000", "IDLE", gres="gpu:h100:8(S:0-1)")
