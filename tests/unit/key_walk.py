@@ -25,7 +25,17 @@ from tandem.scheduler.controller import Controller
 from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
 from tandem.workqueue import WorkQueue
-from tests.unit.scheduler.test_controller import POD, SCHEDULER, _gang, _member, _pod, _tracker, report
+from tests.unit.scheduler.scheduler_world import (
+    POD,
+    SCHEDULER,
+    FakePodCache,
+    make_controller,
+    make_gang,
+    make_member,
+    make_pod,
+    make_tracker,
+    report,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = (ROOT / "services", ROOT / "libs")
@@ -154,13 +164,12 @@ def _walk(controller: Controller, kube: Any, members: list[dict[str, Any]], key:
 
 def pod_alone() -> Walk:
     from tandem.scheduler.caches import Caches
-    from tests.unit.scheduler.test_controller import FakePodCache, _controller
 
     pods = FakePodCache()
     pods.synced = True
-    pod = _pod()
+    pod = make_pod()
     pods.pods = {POD.key: pod}
-    controller, slurm, kube = _controller(pods, _tracker(hosts={"cpu-001": "node-001"}))
+    controller, slurm, kube = make_controller(pods, make_tracker(hosts={"cpu-001": "node-001"}))
     assert isinstance(controller.caches, Caches)
     slurm.submit_job.return_value = 7
     name = placeholder.job_name(POD, SCHEDULER)
@@ -171,8 +180,8 @@ def pod_alone() -> Walk:
 
 
 def gang() -> Walk:
-    members = [_member(0), _member(1)]
-    controller, _, kube = _gang(*members)
+    members = [make_member(0), make_member(1)]
+    controller, _, kube = make_gang(*members)
     ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
     name = placeholder.job_name(ref, SCHEDULER)
     job = JobStatus(

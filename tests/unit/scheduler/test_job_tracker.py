@@ -16,7 +16,7 @@ from tandem.scheduler.jobs import JobTracker
 from tandem.slurm.models import JobStatus
 from tandem.slurm.wire import job_from_proto
 from tandem.v1 import slurm_pb2, syncer_pb2
-from tests.unit.scheduler.test_controller import report
+from tests.unit.scheduler.scheduler_world import report
 
 SCHEDULER = "tandem-test"
 

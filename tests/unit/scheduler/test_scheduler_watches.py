@@ -16,7 +16,7 @@ from tandem.scheduler.watches import SchedulerWatches
 from tandem.slurm.models import Job, JobStatus
 from tandem.watches import Change
 from tandem.workqueue import WorkQueue
-from tests.unit.scheduler.test_controller import report
+from tests.unit.scheduler.scheduler_world import report
 
 SCHEDULER = "tandem-test"
 
