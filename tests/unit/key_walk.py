@@ -204,6 +204,7 @@ def lock_call() -> Walk:
     context.time_remaining.return_value = 10.0
     with _following("cpu-001") as (calls, reentries):
         stack = Stack(world, _mirror(synced=True))
+        begin = len(calls)  # what the stack's start did is not the call's
         answer = call(
             stack.servicer.AcquireNodeLock,
             syncer_pb2.AcquireNodeLockRequest(
@@ -213,7 +214,8 @@ def lock_call() -> Walk:
         )
         stack.close()
     locked = ("cpu-001",) if world.lock_of("cpu-001") == "locked_strict" and answer is not None else ()
-    return Walk("cpu-001", tuple(calls), tuple(reentries), locked)
+    made = calls[begin:]
+    return Walk("cpu-001", tuple(made), tuple(r for r in reentries if r in made), locked)
 
 
 if __name__ == "__main__":

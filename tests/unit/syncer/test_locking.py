@@ -485,7 +485,7 @@ def test_the_hold_store_remembers_what_the_hook_calls_said() -> None:
     assert not mem.holds and mem.released == {7}
     store.hold("cpu-001", 8, strict=False, deadline=NOW + 50)
     store.fail("cpu-001", 8, Failure("timed out"))
-    assert store.failure("cpu-001", 8) == Failure("timed out")
+    assert store.outcome("cpu-001", 8, since=0).failure == Failure("timed out")
     assert not store.memory("cpu-001").holds
     # Each change wakes the calls waiting on that node.
     assert woken == [(node_key("cpu-001"),)] * 4

@@ -106,6 +106,19 @@ class Trouble:
 
 
 @dataclass(frozen=True)
+class HoldOutcome:
+    """What a hook call waiting on a node reads of the store, in one read: how the passes since its
+    record (`since`) dealt with its job."""
+
+    failure: Failure | None  # the node sync failed the job's hold
+    ended: bool  # a pass dropped the hold because the job ended
+    unreachable: str  # a pass since the record could not reach the API server: why ("" none)
+    trouble: str  # the last pass's error, whenever it was ("" none)
+    settled: bool  # a pass that had read the record was carried out
+    holds: tuple[int, ...]  # the jobs holding the node now
+
+
+@dataclass(frozen=True)
 class NodeMemory:
     """One Slurm node's part of the store, as the reconciler reads it (a copy)."""
 
@@ -115,7 +128,7 @@ class NodeMemory:
     asked: Mapping[str, Asked] = field(default_factory=lambda: MappingProxyType({}))
     # The job the node was last locked for (named in the unlock Event).
     locked_for: int | None = None
-    # How many hook calls the store had recorded when this was read (see HoldStore.settled).
+    # How many hook calls the store had recorded when this was read (see HoldStore.outcome).
     seq: int = 0
     # The KillWait deadlines of jobs on this node not settled here yet.
     killwaits: tuple[KillWait, ...] = ()
@@ -160,7 +173,7 @@ class HoldStore:
     # -- what the hook calls record --------------------------------------------------------------
 
     def hold(self, slurm_node: str, job_id: int, strict: bool, deadline: float) -> int:
-        """Record a prolog's hold; returns its number (see `settled`)."""
+        """Record a prolog's hold; returns its number (see `outcome`)."""
         now = self.clock()
         with self._lock:
             self._holds[slurm_node][job_id] = Hold(job_id, strict, now, deadline)
@@ -173,7 +186,7 @@ class HoldStore:
         return seq
 
     def release(self, slurm_node: str, job_id: int) -> int:
-        """Record an epilog's release; returns its number (see `settled`)."""
+        """Record an epilog's release; returns its number (see `outcome`)."""
         with self._lock:
             self._holds[slurm_node].pop(job_id, None)
             self._released[slurm_node][job_id] = self.clock()
@@ -351,30 +364,22 @@ class HoldStore:
                 ),
             )
 
-    def failure(self, slurm_node: str, job_id: int) -> Failure | None:
+    def outcome(self, slurm_node: str, job_id: int, since: int) -> HoldOutcome:
+        """How the passes since record `since` dealt with the node and `job_id`'s hold."""
         with self._lock:
-            found = self._failed[slurm_node].get(job_id)
-            return found[0] if found is not None else None
-
-    def ended(self, slurm_node: str, job_id: int) -> bool:
-        """Whether a pass dropped the job's hold because the job ended."""
-        with self._lock:
-            return job_id in self._ended[slurm_node]
+            failed = self._failed[slurm_node].get(job_id)
+            trouble = self._trouble.get(slurm_node)
+            return HoldOutcome(
+                failed[0] if failed is not None else None,
+                job_id in self._ended[slurm_node],
+                trouble.message
+                if trouble is not None and trouble.seq >= since and trouble.unreachable
+                else "",
+                trouble.message if trouble is not None else "",
+                self._settled.get(slurm_node, 0) >= since,
+                tuple(sorted(self._holds[slurm_node])),
+            )
 
     def holds_of(self, slurm_node: str) -> list[int]:
         with self._lock:
             return sorted(self._holds[slurm_node])
-
-    def settled(self, slurm_node: str) -> int:
-        """The number of the last record a pass over the node had read and carried out."""
-        with self._lock:
-            return self._settled.get(slurm_node, 0)
-
-    def trouble(self, slurm_node: str, since: int = 0, unreachable: bool = False) -> str:
-        """The last pass's error ("" when it had none), if that pass had read record `since`
-        (and, with `unreachable`, only if the API server could not be reached)."""
-        with self._lock:
-            found = self._trouble.get(slurm_node)
-            if found is None or found.seq < since or (unreachable and not found.unreachable):
-                return ""
-            return found.message

@@ -104,11 +104,12 @@ class NodeLocks:
         self.queue.add(slurm_node, urgent=True)
 
         def settled() -> bool:
-            if self.store.failure(slurm_node, job_id) is not None or self.store.ended(slurm_node, job_id):
+            now = self.store.outcome(slurm_node, job_id, seq)
+            if now.failure is not None or now.ended:
                 return True
-            if self.store.trouble(slurm_node, since=seq, unreachable=True):
+            if now.unreachable:
                 return True  # answered at once, as the API's own outage: the prolog asks again
-            if self.store.settled(slurm_node) < seq:
+            if not now.settled:
                 # A pass that read this hold, not one that began before it (and may unlock a
                 # node that looks locked now), says whether the lock is the job's.
                 return False
@@ -117,20 +118,19 @@ class NodeLocks:
             return bool(host) and satisfies(self.facts.lock_of(pod), want) and self.facts.tainted(host)
 
         done = yield Wait((node_key(slurm_node),), settled, max(0.0, timeout) + SETTLE_SECONDS)
-        failure = self.store.failure(slurm_node, job_id)
-        if failure is not None:
-            raise LockFailed(failure.message, failure.unavailable)
-        if self.store.ended(slurm_node, job_id):
+        outcome = self.store.outcome(slurm_node, job_id, seq)
+        if outcome.failure is not None:
+            raise LockFailed(outcome.failure.message, outcome.failure.unavailable)
+        if outcome.ended:
             return self._ended_while_locking(slurm_node, job_id)
-        unreachable = self.store.trouble(slurm_node, since=seq, unreachable=True)
-        if unreachable or not done:
-            trouble = unreachable or self.store.trouble(slurm_node)
+        if outcome.unreachable or not done:
+            trouble = outcome.unreachable or outcome.trouble
             raise LockFailed(
                 f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not locked within {timeout:.0f}s",
                 unavailable=True,
             )
         LOCK_WAIT_SECONDS.observe(self.clock() - began, strict=str(strict).lower())
-        return self._settled_view(slurm_node)
+        return self._view_now(slurm_node, outcome.holds)
 
     def _ended_while_locking(self, slurm_node: str, job_id: int) -> NodeLockView:
         """The job was cancelled while its prolog waited (for a Pod its budget kept, say). Its
@@ -144,7 +144,7 @@ class NodeLocks:
         if status is not None and not status.ended:
             raise LockFailed(f"job {job_id} is running again; lock again", unavailable=True)
         log.info("hold ended: its job ended while locking", extra={"node": slurm_node, "job": job_id})
-        return self._settled_view(slurm_node)
+        return self._view_now(slurm_node, tuple(self.store.holds_of(slurm_node)))
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
         """`release_steps`, waiting on this thread."""
@@ -171,24 +171,26 @@ class NodeLocks:
         self.queue.add(slurm_node, urgent=True)
 
         def settled() -> bool:
-            return self.store.settled(slurm_node) >= seq or bool(
-                self.store.trouble(slurm_node, since=seq, unreachable=True)
-            )
+            now = self.store.outcome(slurm_node, job_id, seq)
+            return now.settled or bool(now.unreachable)
 
         done = yield Wait((node_key(slurm_node),), settled, min(timeout, RELEASE_WAIT_SECONDS))
-        if not done or self.store.settled(slurm_node) < seq:
-            trouble = self.store.trouble(slurm_node)
+        outcome = self.store.outcome(slurm_node, job_id, seq)
+        if not done or not outcome.settled:
             raise LockFailed(
-                f"Kubernetes API: {trouble}" if trouble else f"{slurm_node} not unlocked in time",
+                f"Kubernetes API: {outcome.trouble}"
+                if outcome.trouble
+                else f"{slurm_node} not unlocked in time",
                 unavailable=True,
             )
-        return self._settled_view(slurm_node)
+        return self._view_now(slurm_node, outcome.holds)
 
-    def _settled_view(self, slurm_node: str) -> NodeLockView:
-        try:
-            return self.get(slurm_node)
-        except LookupError as e:  # no slurmd Pod (any more): nothing to lock or unlock
-            raise LockFailed(str(e)) from e
+    def _view_now(self, slurm_node: str, holds: tuple[int, ...]) -> NodeLockView:
+        """The node's lock once a call settled (`holds`: the store's, read with its outcome)."""
+        pod = self.cluster.slurmd_pod(slurm_node)
+        if pod is None:  # no slurmd Pod (any more): nothing to lock or unlock
+            raise LockFailed(self._no_slurmd(slurm_node))
+        return self._view(slurm_node, pod, holds)
 
     def killwait_steps(
         self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float
@@ -238,20 +240,22 @@ class NodeLocks:
     def get(self, slurm_node: str) -> NodeLockView:
         pod = self.cluster.slurmd_pod(slurm_node)
         if pod is None:
-            raise LookupError(
-                f"no slurmd Pod {self.cluster.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
-            )
-        return self._view(slurm_node, pod)
+            raise LookupError(self._no_slurmd(slurm_node))
+        return self._view(slurm_node, pod, tuple(self.store.holds_of(slurm_node)))
 
     def list(self) -> list[NodeLockView]:
         """Every Slurm node's lock; one whose slurmd Pod is on no Node yet shows no Node."""
-        pods = sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"]))
-        return [self._view(str(p["metadata"]["name"]), p) for p in pods]
+        views = []
+        for pod in sorted(self.cluster.slurmd_pods(), key=lambda p: str(p["metadata"]["name"])):
+            name = str(pod["metadata"]["name"])
+            views.append(self._view(name, pod, tuple(self.store.holds_of(name))))
+        return views
 
-    def _view(self, slurm_node: str, pod: slurmd.Pod) -> NodeLockView:
-        held = set(self.store.holds_of(slurm_node)) | {
-            s.job_id for s in self.mirror.state.jobs_on(slurm_node)
-        }
+    def _no_slurmd(self, slurm_node: str) -> str:
+        return f"no slurmd Pod {self.cluster.slurmd_namespace}/{slurm_node} for Slurm node {slurm_node}"
+
+    def _view(self, slurm_node: str, pod: slurmd.Pod, holds: tuple[int, ...]) -> NodeLockView:
+        held = set(holds) | {s.job_id for s in self.mirror.state.jobs_on(slurm_node)}
         return NodeLockView(slurm_node, slurmd.host_of(pod), self.facts.lock_of(dict(pod)), sorted(held))
 
     def _count_states(self) -> dict[tuple[str, ...], float]:
