@@ -66,6 +66,17 @@ def waits_for_topology(e: SlurmApiError) -> bool:
     return any(error in TOPOLOGY_NOT_AVAILABLE for error in e.errors)
 
 
+# Slurm refuses a job naming a feature no node has so (measured on 24.11: HTTP 500, this text).
+# A job whose only features are the topology domains Tandem gives nodes meets it while Slurm has
+# not taken them yet: its reconfigure drops every feature set at run time until they are set again.
+INVALID_FEATURE = frozenset({"Invalid feature specification", "ESLURM_INVALID_FEATURE"})
+
+
+def refused_its_features(e: SlurmApiError) -> bool:
+    """Whether Slurm refused a job because no node has a feature it names (INVALID_FEATURE)."""
+    return any(error in INVALID_FEATURE for error in e.errors)
+
+
 # The status of an answer that is not what slurmrestd sends (garbled, truncated, half a body): as a
 # bad gateway, transient; the caller asks again.
 MALFORMED = 502

@@ -11,13 +11,18 @@ import pytest
 
 from tandem import keys, placeholder, reasons
 from tandem.runner import NotYet
-from tandem.scheduler import actions, decide, groups, podstate
+from tandem.scheduler import actions, decide, groups, podstate, submitting, validation
 from tandem.scheduler.act import act
+from tandem.scheduler.announce import Announcer
+from tandem.scheduler.assumed import Assumed
+from tandem.scheduler.hands import Hands, Writers
+from tandem.scheduler.jobspec import PlaceholderConfig
 from tandem.slurm.models import HetComponent, Job, JobStatus
 from tandem.slurm.rest import SlurmApiError
 from tandem.v1 import slurm_pb2
 from tests.unit.scheduler.scheduler_world import (
     POD,
+    PODGROUP,
     SCHEDULER,
     SERVE,
     FakePodCache,
@@ -419,3 +424,51 @@ def test_a_job_just_pending_writes_nothing_and_comes_back_when_its_reason_would_
         assert controller.reconcile(POD.key) is None
     (path, patch), _ = kube.strategic_patch.call_args
     assert path.endswith("/status") and patch["status"]["conditions"][0]["reason"] == reasons.REASON_PENDING
+
+
+def _submit_refused_for_features(own_constraints: str) -> tuple[mock.Mock, BaseException | None]:
+    """A gang asking for one rack, submitted while Slurm does not have the racks' features."""
+    members = (make_member(0), make_member(1))
+    group = groups.resolve(
+        groups.target(f"{POD.namespace}/pg:train"), members, {"default/train": PODGROUP}.get
+    )
+    assert group is not None
+    annotations = {keys.USER_ID: "1001", **({keys.CONSTRAINTS: own_constraints} if own_constraints else {})}
+    valid = validation.Validation(
+        (), (), requests={"cpu": 1000, "memory": 1 << 30}, job_annotations=annotations
+    )
+    slurm, pods = mock.Mock(), mock.Mock()
+    slurm.submit_job.side_effect = SlurmApiError(
+        "POST job/submit: HTTP 500: Batch job submission failed: Invalid feature specification",
+        500,
+        errors=("Invalid feature specification",),
+    )
+    hands = Hands(
+        Writers(slurm, pods, mock.Mock(), mock.Mock()),
+        Assumed(),
+        make_tracker(),
+        Announcer(mock.Mock(), pods),
+    )
+    cfg = PlaceholderConfig(script="#!/bin/sh\n", environment={}, gpu_types={}, scheduler_name=SCHEDULER)
+    action = actions.Submit(members, (valid, valid), domains=("[l1-rack-a-abcde|l1-rack-b-fghij]",))
+    try:
+        submitting.submit(hands, cfg, group, action, 30.0)
+    except (NotYet, SlurmApiError) as e:
+        return pods, e
+    return pods, None
+
+
+def test_a_gang_naming_racks_slurm_does_not_have_yet_waits_and_is_tried_again() -> None:
+    """Seen in the lab (issue 53): racks labelled, and a gang created right after them named rack
+    features Slurm did not have yet (its reconfigure had dropped them): "Invalid feature
+    specification", refused for good, Pending with no job for ever. It waits and is tried again."""
+    pods, raised = _submit_refused_for_features("")
+    assert isinstance(raised, NotYet)
+    reason, message = pods.set_unscheduled.call_args.args[1:]
+    assert reason == reasons.REASON_UNSCHEDULABLE and "topology domains" in message and "retrying" in message
+
+
+def test_a_gang_whose_own_constraints_name_an_unknown_feature_is_refused_as_before() -> None:
+    pods, raised = _submit_refused_for_features("nvlink")
+    assert raised is None
+    assert pods.set_unscheduled.call_args.args[1] == reasons.REASON_SUBMIT_FAILED

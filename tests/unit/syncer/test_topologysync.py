@@ -162,3 +162,41 @@ def test_a_node_slurm_refuses_features_for_does_not_stop_the_others_and_is_retri
     with pytest.raises(SlurmApiError, match="not set on 1 node"):
         s.reconcile("topology")
     assert [c.args[0] for c in slurm.set_node_features.call_args_list] == ["cpu-001", "cpu-002"]
+
+
+def test_the_topology_is_published_only_once_slurm_has_its_domains_as_features(tmp_path: Path) -> None:
+    """Seen in the lab (issue 53): racks labelled, the topology published, and a gang created at once
+    named domains Slurm did not have yet (its reconfigure had dropped the features): refused for
+    good. Slurm has them first now; the scheduler reads them after."""
+    order: list[str] = []
+    kube = mock.Mock()
+    kube.request.side_effect = lambda *args, **kwargs: order.append("published")
+    slurm = mock.Mock()
+    slurm.ping.return_value = True
+    slurm.reconfigure.side_effect = lambda: order.append("reconfigured")
+    slurm.set_node_features.side_effect = lambda node, features: order.append(f"features {node}")
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE", features=("cpu",))]
+    cfg = TopologyConfig((RACK,), topology.TREE, str(tmp_path / "topology.conf"), "tandem/tandem-topology")
+    s = TopologySync(cfg, lambda: {"cpu-001": {RACK: "a"}}, slurm, kube, clock=Clock(), sleep=lambda s: None)
+    s.reconcile("topology")
+    assert order == ["reconfigured", "features cpu-001", "published"]
+
+
+def test_a_topology_whose_features_slurm_refused_is_not_published_yet(tmp_path: Path) -> None:
+    kube = mock.Mock()
+    slurm = mock.Mock()
+    slurm.set_node_features.side_effect = SlurmApiError("POST node/cpu-001: HTTP 500", 500)
+    seen = {"cpu-001": ("cpu",)}
+    cfg = TopologyConfig((RACK,), topology.TREE, "", "tandem/tandem-topology")
+    clock = Clock()
+    labels = {"cpu-001": {RACK: "a"}}
+    s = TopologySync(
+        cfg, lambda: labels, slurm, kube, features=lambda: seen, clock=clock, sleep=lambda s: None
+    )
+    with pytest.raises(SlurmApiError, match="not set on 1 node"):
+        s.reconcile("topology")
+    kube.request.assert_not_called()
+    slurm.set_node_features.side_effect = None
+    clock.now += MIN_INTERVAL_SECONDS
+    s.reconcile("topology")  # the runner's retry
+    assert kube.request.call_count == 1

@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import time
 
-from tandem import reasons, tracing
+from tandem import keys, reasons, tracing
 from tandem.kube import JSON
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet
@@ -17,7 +17,7 @@ from tandem.scheduler.hands import Hands
 from tandem.scheduler.observe import owner
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
-from tandem.slurm.rest import SlurmApiError, waits_for_topology
+from tandem.slurm.rest import SlurmApiError, refused_its_features, waits_for_topology
 from tandem.transient import unreachable
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def submit(
             # all apply.
             job_id = h.writers.slurm.submit_job(spec)
         except (SlurmApiError, UnsupportedBySlurm) as e:
-            _not_submitted(h, group, action.members, e)
+            _not_submitted(h, group, action, e)
             return
         JOBS_SUBMITTED.inc(result="ok")
         for _ in action.members:
@@ -87,9 +87,10 @@ def job_spec(
 
 
 def _not_submitted(
-    h: Hands, group: groups.Group, members: tuple[JSON, ...], e: SlurmApiError | UnsupportedBySlurm
+    h: Hands, group: groups.Group, action: actions.Submit, e: SlurmApiError | UnsupportedBySlurm
 ) -> None:
     """Retried (raises for the runner's backoff) or refused for good."""
+    members = action.members
     what = "the placeholder job" if group.alone else "the group's job"
     if isinstance(e, UnsupportedBySlurm):
         JOBS_SUBMITTED.inc(result="refused")
@@ -118,9 +119,29 @@ def _not_submitted(
             "FailedScheduling",
         )
         raise NotYet(f"Slurm's topology does not join {what}'s nodes yet") from e
+    if refused_its_features(e) and _only_domain_features(action):
+        # The features are the topology domains the syncer gives nodes, published before Slurm had
+        # them all (its reconfigure drops them until they are set again): not the Pod's fault. A
+        # feature of the Pod's own constraints may be a typo, and is refused as before (issue 53).
+        JOBS_SUBMITTED.inc(result="error")
+        h.announce.pend(
+            group,
+            members,
+            reasons.REASON_UNSCHEDULABLE,
+            f"Slurm does not know the topology domains {what} asks for yet (its nodes' features are"
+            f" being set again), retrying: {e.summary}",
+            "FailedScheduling",
+        )
+        raise NotYet(f"Slurm does not know {what}'s topology domains yet") from e
     JOBS_SUBMITTED.inc(result="refused")
     refused = "the placeholder job" if group.alone else f"the job of {group.title}"
     h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
+
+
+def _only_domain_features(action: actions.Submit) -> bool:
+    """The job names topology domains and no feature of the Pods' own (their constraints)."""
+    own = action.validations[0].job_annotations.get(keys.CONSTRAINTS, "") if action.validations else ""
+    return any(action.domains) and not own
 
 
 def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: JobSpec, job_id: int) -> None:

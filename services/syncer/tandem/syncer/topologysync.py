@@ -3,9 +3,10 @@
 The syncer owns the topology as it owns the Slurm node -> Node mapping: it renders it
 (tandem.topology) from the labels of each Slurm node's Node, writes it where slurmctld reads it
 (`--topology-file`: `topology.conf` for 24.11, `topology.yaml` for 25.05 and later, by its suffix)
-and publishes it in a ConfigMap (`--topology-configmap`: the file for a Slurm side that mounts it,
-and `topology.json`, which `kubectl tandem topology` and the scheduler read), then makes Slurm take
-it (slurmrestd's `reconfigure`).
+makes Slurm take it (slurmrestd's `reconfigure`), gives each node its domains as features (below),
+and only then publishes it in a ConfigMap (`--topology-configmap`: the file for a Slurm side that
+mounts it, and `topology.json`, which `kubectl tandem topology` and the scheduler read): a gang the
+scheduler places in a domain names features Slurm already has.
 
 A topology never takes slurmctld down: it is checked before anything is written
 (tandem.topology.problems), written whole (a temporary file renamed over the old one), and after
@@ -139,8 +140,12 @@ class TopologySync:
             self._last_write = self.clock()
             if changed_file:
                 self._write_file(text)
+            # Slurm has the domains as node features before the scheduler reads them: a gang
+            # submitted in between names features Slurm would refuse (issue 53).
+            self._set_features(t, reconfigured=changed_file)
             self._publish(file_key, text, wanted_json)
-        self._set_features(t, reconfigured=changed_file)
+            return None
+        self._set_features(t, reconfigured=False)
         return None
 
     def _set_features(self, t: topology.Topology, reconfigured: bool) -> None:
