@@ -161,20 +161,46 @@ def test_the_topology_is_published_for_the_scheduler_and_kubectl(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
 ) -> None:
     _label(core, config.kube_node_name(1), {ZONE: "z1", RACK: "r9"})
-    namespace, name = config.TOPOLOGY_CONFIGMAP.split("/")
 
     def published() -> topology.Topology | None:
-        try:
-            data = core.read_namespaced_config_map(name, namespace).data or {}
-        except k8s.ApiException:
-            return None
-        t = topology.from_json(data.get("topology.json", "{}")) if data.get("topology.json") else None
+        t = _published(core)
         return t if t is not None and any(d.value == "r9" for d in t.domains) else None
 
     t = h.wait_until("the ConfigMap", published, 60)
     r9 = next(d for d in t.domains if d.value == "r9")
     assert r9.nodes == (config.slurm_node_name(1),) and r9.key == RACK
     assert set(t.nodes) == {config.slurm_node_name(i) for i in range(stack_cfg.nodes)}
+
+
+def _published(core: k8s.CoreV1Api) -> topology.Topology | None:
+    namespace, name = config.TOPOLOGY_CONFIGMAP.split("/")
+    try:
+        data = core.read_namespaced_config_map(name, namespace).data or {}
+    except k8s.ApiException:
+        return None
+    return topology.from_json(data["topology.json"]) if data.get("topology.json") else None
+
+
+def test_a_gang_created_as_soon_as_its_racks_are_published_reaches_slurm(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    """Issue 53: racks labelled, and a gang created the moment the topology showed them got no Slurm
+    job for ever (Slurm refused its rack features, which it did not have yet). The topology is
+    published once Slurm has them, and a gang created at once is placed in one rack."""
+    half = stack_cfg.nodes // 2
+    for i in range(stack_cfg.nodes):
+        _label(core, config.kube_node_name(i), {ZONE: "z2", RACK: "rack-c" if i < half else "rack-d"})
+
+    def both_racks() -> bool:
+        t = _published(core)
+        return t is not None and {d.value for d in t.domains if d.key == RACK} == {"rack-c", "rack-d"}
+
+    h.wait_until("the racks published", both_racks, 60, every=0.05)
+    members = _lws_gang(stack_cfg, core, h.unique("fresh"), 2, {h.PREFIX + "topology": RACK})
+    h.wait_until("the gang's job", lambda: h.job_id_of(core, members[0]), 30)
+    placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
+    nodes = [config.slurm_node_name(i) for i in range(stack_cfg.nodes)]
+    assert placed <= set(nodes[:half]) or placed <= set(nodes[half:]), placed
 
 
 # --- a gang's topology constraint reaches its Slurm job (step 2) -------------------------------------
