@@ -200,3 +200,27 @@ def test_a_topology_whose_features_slurm_refused_is_not_published_yet(tmp_path: 
     clock.now += MIN_INTERVAL_SECONDS
     s.reconcile("topology")  # the runner's retry
     assert kube.request.call_count == 1
+
+
+def test_a_retry_after_our_reconfigure_asks_slurm_for_the_features_not_the_older_poll(tmp_path: Path) -> None:
+    """Our reconfigure dropped every node's domains, and setting them failed once: the retry must
+    not believe the poll's older view (which still shows them) and publish a topology whose
+    features Slurm lacks."""
+    labels = {"cpu-001": {RACK: "a"}}
+    rack = topology.build((RACK,), topology.TREE, labels).at_level(0)[0].name
+    kube, slurm = mock.Mock(), mock.Mock()
+    slurm.ping.return_value = True
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE", features=("cpu",))]
+    slurm.set_node_features.side_effect = [SlurmApiError("POST node/cpu-001: HTTP 500", 500), None]
+    older = {"cpu-001": ("cpu", rack)}  # what the poll saw before the reconfigure
+    clock = Clock()
+    cfg = TopologyConfig((RACK,), topology.TREE, str(tmp_path / "topology.conf"), "tandem/tandem-topology")
+    s = TopologySync(
+        cfg, lambda: labels, slurm, kube, clock=clock, sleep=lambda s: None, features=lambda: older
+    )
+    with pytest.raises(SlurmApiError):
+        s.reconcile("topology")
+    clock.now += MIN_INTERVAL_SECONDS
+    s.reconcile("topology")
+    assert slurm.set_node_features.call_count == 2
+    assert kube.request.call_count == 1

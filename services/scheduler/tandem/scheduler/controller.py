@@ -45,14 +45,14 @@ class Controller:
         jobs: JobTracker,
         writers: Writers,
         settings: ControllerSettings,
-        assumed: Assumed | None = None,
     ) -> None:
         self.caches = caches
         self.jobs = jobs
         self.settings = settings
         # What this process wrote that its caches do not show yet (shared with the watches, which
-        # forget the echoes no reconcile comes for).
-        self.assumed = assumed if assumed is not None else Assumed(conditions=writers.pods.written)
+        # forget the echoes no reconcile comes for); the conditions the Pod writer remembers are
+        # part of it.
+        self.assumed = Assumed(conditions=writers.pods.written)
         self.observer = Observer(caches, jobs, self.assumed, settings)
         self.hands = Hands(writers, self.assumed, jobs, Announcer(writers.events, writers.pods))
         # Key -> reconciles so far, until its bind (RECONCILES_TO_BIND).

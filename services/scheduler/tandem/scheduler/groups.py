@@ -177,7 +177,7 @@ class Group:
     title: str = field(init=False)  # how Events and conditions name it
 
     def __post_init__(self) -> None:
-        resolved = target(f"{self.ref.namespace}/{self.ref.name}")
+        resolved = target(self.ref.key)
         object.__setattr__(self, "target", resolved)
         object.__setattr__(self, "key", resolved.key)
         object.__setattr__(self, "alone", resolved.alone)

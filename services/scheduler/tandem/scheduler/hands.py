@@ -39,12 +39,8 @@ class Writers:
     events: EventRecorder
 
     @classmethod
-    def of(
-        cls, kube: KubeClient, slurm: JobSubmitter, events: EventRecorder, memory: Assumed | None = None
-    ) -> Writers:
-        """`memory`: the scheduler's (the conditions the Pod writer skips are remembered there)."""
-        conditions = memory.conditions if memory is not None else None
-        return cls(slurm, PodApi(kube, conditions), ClaimApi(kube), events)
+    def of(cls, kube: KubeClient, slurm: JobSubmitter, events: EventRecorder) -> Writers:
+        return cls(slurm, PodApi(kube), ClaimApi(kube), events)
 
 
 @dataclass(frozen=True)

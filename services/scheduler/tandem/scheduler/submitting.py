@@ -107,41 +107,39 @@ def _not_submitted(
             reasons.REASON_SLURM_UNAVAILABLE,
         )
         raise e
-    if waits_for_topology(e):
-        # Not the Pod's fault: Slurm's topology does not join its nodes now (being rewritten, say).
-        # Refused for good, it would stay Pending with no job for ever.
+    waiting = _topology_not_ready(e, action, what)
+    if waiting:
+        # Not the Pod's fault, and over with the next topology change: refused for good, it would
+        # stay Pending with no job for ever.
         JOBS_SUBMITTED.inc(result="error")
         h.announce.pend(
             group,
             members,
             reasons.REASON_UNSCHEDULABLE,
-            f"Slurm cannot place {what} on its topology as it is now, retrying: {e.summary}",
+            f"{waiting}, retrying: {e.summary}",
             "FailedScheduling",
         )
-        raise NotYet(f"Slurm's topology does not join {what}'s nodes yet") from e
-    if refused_its_features(e) and _only_domain_features(action):
-        # The features are the topology domains the syncer gives nodes, published before Slurm had
-        # them all (its reconfigure drops them until they are set again): not the Pod's fault. A
-        # feature of the Pod's own constraints may be a typo, and is refused as before (issue 53).
-        JOBS_SUBMITTED.inc(result="error")
-        h.announce.pend(
-            group,
-            members,
-            reasons.REASON_UNSCHEDULABLE,
-            f"Slurm does not know the topology domains {what} asks for yet (its nodes' features are"
-            f" being set again), retrying: {e.summary}",
-            "FailedScheduling",
-        )
-        raise NotYet(f"Slurm does not know {what}'s topology domains yet") from e
+        raise NotYet(waiting) from e
     JOBS_SUBMITTED.inc(result="refused")
     refused = "the placeholder job" if group.alone else f"the job of {group.title}"
     h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
 
 
-def _only_domain_features(action: actions.Submit) -> bool:
-    """The job names topology domains and no feature of the Pods' own (their constraints)."""
+def _topology_not_ready(e: SlurmApiError, action: actions.Submit, what: str) -> str:
+    """Why Slurm refused the job for its topology as it is now ("" when it refused it otherwise):
+    its topology does not join the nodes (being rewritten, say), or the job names only the domain
+    features the syncer gives nodes and Slurm has not taken them yet (its reconfigure drops them
+    until they are set again, issue 53). A feature of the Pods' own constraints may be a typo: that
+    refusal stands."""
+    if waits_for_topology(e):
+        return f"Slurm cannot place {what} on its topology as it is now"
     own = action.validations[0].job_annotations.get(keys.CONSTRAINTS, "") if action.validations else ""
-    return any(action.domains) and not own
+    if refused_its_features(e) and any(action.domains) and not own:
+        return (
+            f"Slurm does not know the topology domains {what} asks for yet (its nodes' features are"
+            " being set again)"
+        )
+    return ""
 
 
 def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: JobSpec, job_id: int) -> None:

@@ -114,6 +114,9 @@ class TopologySync:
         self.clock, self.sleep = clock, sleep
         self._last_write = float("-inf")
         self._published = ""
+        # A reconfigure of ours whose features are not all set again yet: Slurm is asked for them
+        # (the poll's view is older than Slurm's, which dropped them) until they are.
+        self._reconfigured = False
 
     def render(self) -> tuple[topology.Topology, str, str]:
         """The topology, its file's text and the file's name (topology.conf or topology.yaml)."""
@@ -140,20 +143,23 @@ class TopologySync:
             self._last_write = self.clock()
             if changed_file:
                 self._write_file(text)
+                self._reconfigured = True
             # Slurm has the domains as node features before the scheduler reads them: a gang
             # submitted in between names features Slurm would refuse (issue 53).
-            self._set_features(t, reconfigured=changed_file)
+            self._set_features(t)
             self._publish(file_key, text, wanted_json)
             return None
-        self._set_features(t, reconfigured=False)
+        self._set_features(t)
         return None
 
-    def _set_features(self, t: topology.Topology, reconfigured: bool) -> None:
+    def _set_features(self, t: topology.Topology) -> None:
         """Each Slurm node's features: its own (slurm.conf's) and its domains. Every node is tried;
         a failure is raised after (the runner tries again). Right after this reconfigure, the
         poll's view is older than Slurm's (which dropped them): Slurm is asked."""
         seen = (
-            {n.name: n.features for n in self.slurm.list_nodes() or []} if reconfigured else self.features()
+            {n.name: n.features for n in self.slurm.list_nodes() or []}
+            if self._reconfigured
+            else self.features()
         )
         failed: list[str] = []
         for node, domains in topology.node_domains(t).items():
@@ -173,6 +179,7 @@ class TopologySync:
             raise SlurmApiError(
                 f"topology features not set on {len(failed)} node(s): {'; '.join(failed[:3])}"
             )
+        self._reconfigured = False
 
     def _write_file(self, text: str) -> None:
         path = Path(self.cfg.file)
