@@ -27,8 +27,13 @@ QUEUE_SECONDS = REGISTRY.histogram(
 )
 
 
+BACKOFF_CAP = 30.0
+"""The longest a failing key waits before its next try (client-go's default is 1000 s; ours is
+short because a failed key is usually a lock or bind someone waits on)."""
+
+
 class WorkQueue:
-    def __init__(self, backoff_base: float = 0.25, backoff_cap: float = 30.0, name: str = "") -> None:
+    def __init__(self, backoff_base: float = 0.25, backoff_cap: float = BACKOFF_CAP, name: str = "") -> None:
         """`backoff_*`: the per-key exponential delay of `add_rate_limited` (client-go's
         ItemExponentialFailureRateLimiter): base * 2^(failures so far), at most cap. `name`: the
         controller's, the `controller` label of the queue's metrics."""

@@ -16,6 +16,7 @@ from devstack import config, identities, kube, services, slurm, stack
 from devstack.config import StackConfig
 from devstack.procs import Daemon
 from tandem import keys
+from tandem.workqueue import BACKOFF_CAP
 from tests.integration import helpers as h
 from tests.integration import promapi
 
@@ -138,8 +139,11 @@ def test_a_lock_held_past_its_budget_fires_tandem_node_locked_while_idle(
             f"validatingadmissionpolicybinding/{POLICY}",
             f"validatingadmissionpolicy/{POLICY}",
         )
-    # Once it may, the syncer releases the lock on its own (the `clean` fixture waits for that).
-    h.wait_until("the lock released", lambda: h.lock_annotation(core, STUCK_NODE) == "false", 30)
+    # Once it may, the syncer releases the lock on its own (the `clean` fixture waits for that): at
+    # its next try, which its failures so far may have put up to the queue's backoff cap away.
+    h.wait_until(
+        "the lock released", lambda: h.lock_annotation(core, STUCK_NODE) == "false", BACKOFF_CAP + 15
+    )
 
 
 def test_a_slurm_token_about_to_expire_fires_tandem_slurm_token_expiring(stack_cfg: StackConfig) -> None:
