@@ -287,47 +287,9 @@ def refusal(
     return grpc.StatusCode.PERMISSION_DENIED, f"{who} may not call {method}"
 
 
-class AuthorizationInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    """Refuses, before any work, a call whose certified caller may not make it."""
-
-    def __init__(self, access: Mapping[str, frozenset[str]] = ACCESS) -> None:
-        self.access = access
-
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None:
-            return None
-        method: str = details.method
-
-        def guard(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            def checked(request: Any, context: grpc.ServicerContext) -> Any:
-                refused = refusal(method, context, self.access)
-                if refused is not None:
-                    context.abort(*refused)
-                return behavior(request, context)
-
-            return checked
-
-        kinds = {
-            "unary_unary": grpc.unary_unary_rpc_method_handler,
-            "unary_stream": grpc.unary_stream_rpc_method_handler,
-            "stream_unary": grpc.stream_unary_rpc_method_handler,
-            "stream_stream": grpc.stream_stream_rpc_method_handler,
-        }
-        for kind, make in kinds.items():
-            behavior = getattr(handler, kind)
-            if behavior is not None:
-                return make(
-                    guard(behavior),
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer,
-                )
-        return handler
-
-
-class AioAuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """AuthorizationInterceptor for a grpc.aio server: the same check, before any work, whether the
-    call is a coroutine on the loop or a plain method on the pool (tandem.rpcwrap)."""
+class AuthorizationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses, before any work, a call whose certified caller may not make it, whether the call
+    is a coroutine on the loop or a plain method on the pool (tandem.rpcwrap)."""
 
     def __init__(self, access: Mapping[str, frozenset[str]] = ACCESS) -> None:
         self.access = access

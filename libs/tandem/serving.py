@@ -4,15 +4,17 @@ and a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent import futures
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -24,6 +26,7 @@ from tandem.settings import split_host_port
 log = logging.getLogger(__name__)
 
 Registrar = Callable[[grpc.Server], None]
+T = TypeVar("T")
 
 
 # Reconnect within a second or two of a peer's restart; gRPC's default backoff grows to 120 s,
@@ -44,10 +47,24 @@ def channel(address: str, tls: mtls.TlsFiles | None) -> grpc.Channel:
     return tracing.intercept_channel(mtls.ReloadingChannel(address, tls, CHANNEL_OPTIONS))
 
 
+# How long a thread waits for the loop to start, stop or set the health status: it does each
+# in well under a second unless the loop is wedged, which this then reports.
+LOOP_CALL_SECONDS = 30.0
+
+
 class GrpcServer:
-    """A gRPC server whose health service reports SERVING once `set_serving(True)` is called.
-    With `tls`, every caller presents a certificate from Tandem's CA and may make only the calls
-    `mtls.ACCESS` grants its identity; `tls=None` (plaintext, anyone) is for tests only."""
+    """A gRPC server on grpc.aio whose health service reports SERVING once `set_serving(True)` is
+    called. With `tls`, every caller presents a certificate from Tandem's CA and may make only the
+    calls `mtls.ACCESS` grants its identity (checked before any work); `tls=None` (plaintext,
+    anyone) is for tests only. Each unary call gets a SERVER span (tandem.tracing).
+
+    A call written as a coroutine holds no thread while it waits (issue 40: every prolog's lock
+    call waits in the syncer while its Node empties, and hundreds wait at once); a plain method
+    runs on the bounded thread pool. The event loop runs on a thread of its own; the rest of the
+    process stays threaded and calls this server's methods from any thread but that one.
+
+    `max_workers` bounds the threads: plain methods run there, and so do the steps of coroutines
+    that may block (`asyncio.to_thread` uses this pool too, as the loop's default executor)."""
 
     def __init__(
         self,
@@ -55,51 +72,102 @@ class GrpcServer:
         registrars: Iterable[Registrar],
         service_names: Iterable[str],
         tls: mtls.TlsFiles | None,
-        max_workers: int = 64,
+        max_workers: int = 32,
         interceptors: Iterable[Any] = (),
     ) -> None:
+        self.service_names = list(service_names)
+        self._stopped = False
+        self._pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(self._pool)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="grpc-aio", daemon=True)
+        self._thread.start()
+        try:
+            # grpc.aio binds a server to the loop it is made on: made there, then.
+            self.server, self.health, self.port = self._on_loop(
+                self._build(address, list(registrars), tls, list(interceptors))
+            )
+            self.set_serving(False)
+        except BaseException:
+            self._close_loop()
+            raise
+
+    async def _build(
+        self, address: str, registrars: list[Registrar], tls: mtls.TlsFiles | None, interceptors: list[Any]
+    ) -> tuple[Any, Any, int]:
         guard = [mtls.AuthorizationInterceptor()] if tls is not None else []
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        server = grpc.aio.server(
+            migration_thread_pool=self._pool,
             interceptors=[*guard, tracing.ServerInterceptor(), *interceptors],
             options=[("grpc.so_reuseport", 0)],
         )
-        self.health = health.HealthServicer(experimental_non_blocking=True)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.service_names = list(service_names)
+        status = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(status, server)
         for register in registrars:
-            register(self.server)
+            register(server)
         reflection.enable_server_reflection(
             [
                 *self.service_names,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ],
-            self.server,
+            server,
         )
         host, port = split_host_port(address)
         bind = f"{host or '[::]'}:{port}"
         if tls is None:
-            self.port = self.server.add_insecure_port(bind)
+            bound = server.add_insecure_port(bind)
         else:
-            self.port = self.server.add_secure_port(bind, mtls.server_credentials(tls))
-        if self.port == 0:
+            bound = server.add_secure_port(bind, mtls.server_credentials(tls))
+        if bound == 0:
             raise OSError(f"cannot listen for gRPC on {address}")
-        self.set_serving(False)
+        return server, status, bound
 
     def start(self) -> None:
-        self.server.start()
+        self._on_loop(self.server.start())
 
     def set_serving(self, serving: bool) -> None:
+        """From any thread but the loop's. Once stopped, the status stays NOT_SERVING."""
+        if self._stopped:
+            return
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
+        self._on_loop(self._set_all(status))
+
+    async def _set_all(self, status: Any) -> None:
         for name in ["", *self.service_names]:
-            self.health.set(name, status)
+            await self.health.set(name, status)
 
     def stop(self, grace: float = 5.0) -> None:
-        self.health.enter_graceful_shutdown()
-        self.server.stop(grace).wait()
+        """Calls in progress get `grace` seconds, then are cancelled: a waiting lock call lets go
+        of its waiter (its client sees the call end, as with the threaded server)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._on_loop(self._stop(grace), timeout=grace + LOOP_CALL_SECONDS)
+        finally:
+            self._close_loop()
+
+    async def _stop(self, grace: float) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+    def _on_loop(self, work: Coroutine[Any, Any, T], timeout: float = LOOP_CALL_SECONDS) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
+
+    def _close_loop(self) -> None:
+        self._stopped = True
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=LOOP_CALL_SECONDS)
+        # A step still running on the pool finishes there; its caller is gone (cancelled), so
+        # nothing waits for it, and its answer is dropped (tandem.syncer.steps).
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if not self._thread.is_alive():
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
 
 # The health port serves probes and a scrape now and then: a few connections, answered at once.

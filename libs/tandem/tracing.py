@@ -145,32 +145,10 @@ class ClientInterceptor(
         return continuation(self._details(details), request)
 
 
-class ServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    """A SERVER span around each unary call, child of the caller's context from the metadata.
-    Streams are left alone: a WatchSlurm stream lives for hours and is no one request."""
-
-    def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None or handler.unary_unary is None or not enabled():
-            return handler
-        method = details.method.rsplit("/", 1)[-1]
-        parent = {k: v for k, v in (details.invocation_metadata or ()) if k == TRACEPARENT}
-        inner = handler.unary_unary
-
-        def traced(request: Any, servicer_context: grpc.ServicerContext) -> Any:
-            with span(method, parent=parent, kind=SpanKind.SERVER, attributes={"rpc.method": method}):
-                return inner(request, servicer_context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            traced,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-
-class AioServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """ServerInterceptor for a grpc.aio server: the same SERVER span around each unary call, a
-    coroutine's (its awaits included) or a plain method's."""
+class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """A SERVER span around each unary call, child of the caller's context from the metadata, a
+    coroutine's (its awaits included) or a plain method's. Streams are left alone: a WatchSlurm
+    stream lives for hours and is no one request."""
 
     async def intercept_service(self, continuation: Callable[..., Any], details: Any) -> Any:
         handler = await continuation(details)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tandem import scripts, serving, tracing
-from tandem.aioserving import AioGrpcServer
 from tandem.hooks.gateway import HooksGateway
 from tandem.scheduler import jobspec
 from tandem.slurm.models import JobSpec
@@ -58,20 +57,15 @@ class WaitingFakeSyncer(FakeSyncer):
         return super().AcquireNodeLock(request, context)
 
 
-SERVERS: dict[str, tuple[Callable[..., serving.GrpcServer | AioGrpcServer], type[FakeSyncer]]] = {
-    "threads": (serving.GrpcServer, FakeSyncer),
-    "aio, a plain method": (AioGrpcServer, FakeSyncer),
-    "aio, a coroutine": (AioGrpcServer, WaitingFakeSyncer),
-}
+FAKES: dict[str, type[FakeSyncer]] = {"a plain method": FakeSyncer, "a coroutine": WaitingFakeSyncer}
 
 
-@pytest.fixture(params=sorted(SERVERS))
+@pytest.fixture(params=sorted(FAKES))
 def gateway_to_fake_syncer(
     exporter: InMemorySpanExporter, request: pytest.FixtureRequest
 ) -> Iterator[tuple[HooksGateway, FakeSyncer]]:
-    make_server, make_fake = SERVERS[request.param]
-    fake = make_fake()
-    server = make_server(
+    fake = FAKES[request.param]()
+    server = serving.GrpcServer(
         "127.0.0.1:0", [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(fake, s)], [], None
     )
     server.start()

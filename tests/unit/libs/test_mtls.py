@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from devstack import pki
 from tandem import mtls, serving
-from tandem.aioserving import AioGrpcServer
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 
@@ -56,7 +55,7 @@ class Recorder(syncer_pb2_grpc.SyncerServiceServicer):
 
 
 class WaitingRecorder(Recorder):
-    """With a lock call that is a coroutine, as the syncer's (served by grpc.aio only)."""
+    """With a lock call that is a coroutine, as the syncer's."""
 
     async def AcquireNodeLock(self, request: Any, context: Any) -> Any:
         await asyncio.sleep(0)
@@ -64,24 +63,20 @@ class WaitingRecorder(Recorder):
         return syncer_pb2.AcquireNodeLockResponse()
 
 
-# The syncer serves with grpc.aio (its waiting calls are coroutines), the scheduler with threads:
-# each guarantee holds on both.
-SERVERS: dict[str, tuple[Callable[..., serving.GrpcServer | AioGrpcServer], type[Recorder]]] = {
-    "threads": (serving.GrpcServer, Recorder),
-    "aio": (AioGrpcServer, WaitingRecorder),
-}
+# Every service serves on one server (grpc.aio): each guarantee holds for a plain method (the
+# scheduler's calls, the syncer's reads) and for a coroutine (the syncer's waiting calls).
+RECORDERS: dict[str, type[Recorder]] = {"a plain method": Recorder, "a coroutine": WaitingRecorder}
 
 
-@pytest.fixture(params=sorted(SERVERS))
+@pytest.fixture(params=sorted(RECORDERS))
 def syncer(
     ours: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, Recorder, Path]]:
     monkeypatch.setattr(mtls, "RELOAD_CHECK_SECONDS", 0.0)
     served = tmp_path / "served"
     shutil.copytree(ours, served)
-    make_server, make_recorder = SERVERS[request.param]
-    recorder = make_recorder()
-    server = make_server(
+    recorder = RECORDERS[request.param]()
+    server = serving.GrpcServer(
         "127.0.0.1:0",
         [lambda s: syncer_pb2_grpc.add_SyncerServiceServicer_to_server(recorder, s)],
         ["tandem.v1.SyncerService"],
@@ -154,12 +149,12 @@ def test_the_gateway_may_not_watch_slurm_and_an_operator_may(
     assert replies[-1].snapshot_done and recorder.calls == ["watch"]
 
 
-def test_under_grpc_aio_a_call_that_is_a_coroutine_is_checked_as_well(
+def test_a_call_that_is_a_coroutine_is_checked_as_well(
     syncer: tuple[str, Recorder, Path], ours: Path
 ) -> None:
     address, recorder, _ = syncer
     if not isinstance(recorder, WaitingRecorder):
-        pytest.skip("a threaded server serves no coroutine")
+        pytest.skip("this recorder's calls are plain methods")
     request = syncer_pb2.AcquireNodeLockRequest(slurm_node="gpu-010", job_id=7)
     with serving.channel(address, _files(ours, mtls.SCHEDULER)) as channel, pytest.raises(grpc.RpcError) as e:
         syncer_pb2_grpc.SyncerServiceStub(channel).AcquireNodeLock(request, timeout=5)

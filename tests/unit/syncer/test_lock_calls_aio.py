@@ -16,7 +16,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tandem import serving
-from tandem.aioserving import AioGrpcServer
 from tandem.keys import LockState
 from tandem.kube import KubeError
 from tandem.slurm.models import Job, JobStatus
@@ -40,7 +39,7 @@ class Served:
         self.world.add_node("node-001")
         self.refuse_evictions()
         self.stack = Stack(self.world, _mirror(synced=True))
-        self.server: AioGrpcServer = grpc_service("127.0.0.1:0", None, self.stack.servicer)
+        self.server: serving.GrpcServer = grpc_service("127.0.0.1:0", None, self.stack.servicer)
         self.server.start()
         serve_as_leader(self.stack.servicer, self.server)(True)
         self.channel = serving.channel(f"127.0.0.1:{self.server.port}", None)
@@ -85,7 +84,7 @@ def _until(what: str, ok: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def _pool_threads() -> int:
-    """The gRPC server's worker threads (tandem.aioserving names them grpc_<n>)."""
+    """The gRPC server's worker threads (tandem.serving names them grpc_<n>)."""
     return sum(1 for t in threading.enumerate() if t.name.startswith("grpc_"))
 
 

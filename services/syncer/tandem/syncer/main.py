@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
-from tandem import aioserving, jobtoken, logs, serving, settings, topology, tracing
+from tandem import jobtoken, logs, serving, settings, topology, tracing
 from tandem.dra.claims import dra_config
 from tandem.events import EventRecorder
 from tandem.kube import JSON, KubeClient, KubeError, pod_path
@@ -227,7 +227,7 @@ def resync(
     return run
 
 
-def grpc_service(address: str, tls: TlsFiles | None, servicer: SyncerServicer) -> aioserving.AioGrpcServer:
+def grpc_service(address: str, tls: TlsFiles | None, servicer: SyncerServicer) -> serving.GrpcServer:
     """Every prolog holds a lock call while its Node empties, hundreds at once under load: served
     by grpc.aio, each waits as a coroutine, not on a thread (`tls=None`: plaintext, for tests)."""
     name = syncer_pb2.DESCRIPTOR.services_by_name["SyncerService"].full_name
@@ -235,12 +235,10 @@ def grpc_service(address: str, tls: TlsFiles | None, servicer: SyncerServicer) -
     def register(server: grpc.Server) -> None:
         syncer_pb2_grpc.add_SyncerServiceServicer_to_server(servicer, server)
 
-    return aioserving.AioGrpcServer(address, [register], [name], tls, max_workers=GRPC_WORKERS)
+    return serving.GrpcServer(address, [register], [name], tls, max_workers=GRPC_WORKERS)
 
 
-def serve_as_leader(
-    servicer: SyncerServicer, grpc_server: aioserving.AioGrpcServer
-) -> Callable[[bool], None]:
+def serve_as_leader(servicer: SyncerServicer, grpc_server: serving.GrpcServer) -> Callable[[bool], None]:
     def serve(active: bool) -> None:
         servicer.active = active
         grpc_server.set_serving(active)

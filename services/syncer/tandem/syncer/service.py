@@ -1,4 +1,4 @@
-"""The syncer's gRPC API (proto/tandem/v1/syncer.proto), served by grpc.aio (tandem.aioserving).
+"""The syncer's gRPC API (proto/tandem/v1/syncer.proto), served by grpc.aio (tandem.serving).
 
 The calls that wait (a prolog's lock, an epilog's unlock, a placeholder's end) and the WatchSlurm
 stream are coroutines: while they wait they hold no thread, however many prologs wait at once
