@@ -1,7 +1,8 @@
 """The hook calls the node sync answers: a prolog's acquire, an epilog's release and a placeholder's
-end (its KillWait deadline) record what they ask in the hold store, put the Slurm node at the front of the
-node sync's queue, and wait on the caches for the outcome. They write nothing themselves: the node
-sync (tandem.syncer.nodesync) takes and releases every lock, drains, and retries what fails.
+end (its KillWait deadline, or its own drain at KillWait) record what they ask in the hold store,
+put the Slurm node at the front of the node sync's queue, and wait on the caches for the outcome.
+They write nothing themselves: the node sync (tandem.syncer.nodesync) takes and releases every
+lock, drains, and retries what fails.
 
 Each call is written as steps around its wait (tandem.syncer.steps): the gRPC service waits on the
 event loop, holding no thread; `acquire` and `release` wait on the caller's thread.
@@ -223,6 +224,34 @@ class NodeLocks:
         if pod_gone:
             return True, []
         return False, [n for n in entry.nodes if found is not None and n in found.drained]
+
+    def drain_steps(self, status: JobStatus, ref: PodRef, slurm_node: str, timeout: float) -> Steps[bool]:
+        """A placeholder's own drain of its node at KillWait (its script's call when its
+        JobTerminating got no answer): a KillWait deadline due now, drained by the node's pass as
+        every KillWait drain is; whether the node is drained for the job. Raises LockFailed
+        (unavailable) when the pass could not drain it in time: the script then drains it itself."""
+        if self.drained_by_others(slurm_node):
+            log.info(
+                "not draining: the node is drained by someone else, whose reason stays",
+                extra={"job": status.job_id, "slurm_node": slurm_node},
+            )
+            return True
+        if not self.occupied(status, ref, slurm_node):
+            log.info(
+                "not draining: no Pod of the job runs on the node",
+                extra={"job": status.job_id, "slurm_node": slurm_node},
+            )
+            return False
+        pod_gone, drained = yield from self.killwait_steps(status, ref, slurm_node, 0.0, timeout)
+        if pod_gone:
+            return False
+        if slurm_node not in drained:
+            raise LockFailed(
+                f"{slurm_node} not drained within {timeout:.0f}s (Slurm refused or was not read); the"
+                f" syncer tries again while a Pod of job {status.job_id} runs there",
+                unavailable=True,
+            )
+        return True
 
     def occupied(self, status: JobStatus, ref: PodRef, slurm_node: str) -> bool:
         """Whether a Pod of the ended job is bound to `slurm_node`'s Node and runs there: the one

@@ -1,6 +1,6 @@
 """The syncer's gRPC API (proto/tandem/v1/syncer.proto), served by grpc.aio (tandem.serving).
 
-The calls that wait (a prolog's lock, an epilog's unlock, a placeholder's end) and the WatchSlurm
+The calls that wait (a prolog's lock, an epilog's unlock, a placeholder's end or its drain) and the WatchSlurm
 stream are coroutines: while they wait they hold no thread, however many prologs wait at once
 (issue 40). What such a call does besides waiting runs in steps on the server's thread pool
 (tandem.syncer.steps), as does every other call, a plain method.
@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from tandem import budget, keys, placeholder
+from tandem import budget, placeholder
 from tandem.nodetoken import TokenReviewer
 from tandem.slurm.models import STARTED_MARKER, Job
 from tandem.slurm.names import valid_node_name
@@ -30,7 +30,6 @@ from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
 from tandem.syncer.steps import Steps, run_async
 from tandem.syncer.stream import stream_messages
-from tandem.transient import unreachable
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -53,9 +52,8 @@ T = TypeVar("T")
 
 
 class SlurmWriter(Protocol):
-    """What the syncer's API changes in Slurm (tandem.slurm.rest.SlurmRestClient is one)."""
-
-    def drain_node(self, node: str, reason: str) -> None: ...
+    """What the syncer's API changes in Slurm itself (tandem.slurm.rest.SlurmRestClient is one):
+    a job's started marker, the call's own record (every node write is the node pass's)."""
 
     def update_job(self, job_id: int, **fields: str) -> None: ...
 
@@ -244,9 +242,14 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         finally:
             sub.close()
 
-    def DrainNode(
-        self, request: syncer_pb2.DrainNodeRequest, context: grpc.ServicerContext
+    async def DrainNode(
+        self, request: syncer_pb2.DrainNodeRequest, context: Any
     ) -> syncer_pb2.DrainNodeResponse:
+        return await self._waiting(self._drain(request, StepContext(context)), context)
+
+    def _drain(
+        self, request: syncer_pb2.DrainNodeRequest, context: CallContext
+    ) -> Steps[syncer_pb2.DrainNodeResponse]:
         self._require_active(context)
         require(context, valid_node_name(request.slurm_node), ONE_NODE)
         # Only a placeholder's drain of its own node at KillWait, with words the syncer writes.
@@ -263,26 +266,13 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 f"not draining {request.slurm_node}: Slurm job {status.job_id} has not ended "
                 f"({status.state_name}); a placeholder drains its node only at KillWait",
             )
-        if self.locks.drained_by_others(request.slurm_node):
-            log.info(
-                "not draining: the node is drained by someone else, whose reason stays",
-                extra={"job": status.job_id, "slurm_node": request.slurm_node},
-            )
-            return syncer_pb2.DrainNodeResponse(drained=True)
-        # The same rule as the node sync's KillWait drain: only a Pod that runs on this node keeps it.
-        if not self.locks.occupied(status, ref, request.slurm_node):
-            log.info(
-                "not draining: no Pod of the job runs on the node",
-                extra={"job": status.job_id, "slurm_node": request.slurm_node},
-            )
-            return syncer_pb2.DrainNodeResponse(drained=False)
-        reason = keys.killwait_drain_reason(ref.namespace, ref.name, status.job_id)
         try:
-            self.slurm.drain_node(request.slurm_node, reason)
-        except SlurmApiError as e:
-            code = grpc.StatusCode.UNAVAILABLE if unreachable(e.status) else grpc.StatusCode.INTERNAL
-            context.abort(code, f"cannot drain {request.slurm_node}: slurmrestd said {e}")
-        return syncer_pb2.DrainNodeResponse(drained=True)
+            drained = yield from self.locks.drain_steps(
+                status, ref, request.slurm_node, timeout=time_left(context) - 0.5
+            )
+        except LockFailed as e:
+            abort(context, grpc.StatusCode.UNAVAILABLE, f"cannot drain {request.slurm_node}: {e}")
+        return syncer_pb2.DrainNodeResponse(drained=drained)
 
     def PlaceholderSubmitted(
         self, request: syncer_pb2.PlaceholderSubmittedRequest, context: grpc.ServicerContext
