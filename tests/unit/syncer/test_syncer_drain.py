@@ -51,7 +51,7 @@ def _stack(
 
 
 def _context() -> mock.Mock:
-    context = call_context(5.0)
+    context: mock.Mock = call_context(5.0)
 
     async def abort(code: grpc.StatusCode, details: str) -> None:
         raise Aborted(code, details)

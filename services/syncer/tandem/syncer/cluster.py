@@ -287,15 +287,6 @@ class ClusterView:
     def daemonset(self, namespace: str, name: str) -> JSON | None:
         return self.daemonsets.get(f"{namespace}/{name}")
 
-    def wait_for(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
-        """Until `ready()` holds, re-checked after each change to one of `keys` (a Slurm node's
-        slurmd Pod or Node, a job's or a Pod's Pods, or what `wake` is told), or `timeout` seconds."""
-        return self.waiters.wait_for(keys, ready, timeout)
-
-    async def wait_async(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
-        """`wait_for` on the event loop, holding no thread (tandem.syncer.waiters)."""
-        return await self.waiters.wait_async(keys, ready, timeout)
-
     def wake(self, *keys: Key) -> None:
         """Have the calls waiting on these keys look again: something they read besides the
         caches changed (the hold store)."""

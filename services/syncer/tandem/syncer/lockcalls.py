@@ -91,7 +91,7 @@ class NodeLocks:
 
     def acquire(self, slurm_node: str, job_id: int, strict: bool, timeout: float) -> NodeLockView:
         """`acquire_steps`, waiting on this thread."""
-        return run(self.acquire_steps(slurm_node, job_id, strict, timeout), self.cluster.wait_for)
+        return run(self.acquire_steps(slurm_node, job_id, strict, timeout), self.cluster.waiters.wait_for)
 
     def acquire_steps(
         self, slurm_node: str, job_id: int, strict: bool, timeout: float
@@ -149,7 +149,7 @@ class NodeLocks:
 
     def release(self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS) -> NodeLockView:
         """`release_steps`, waiting on this thread."""
-        return run(self.release_steps(slurm_node, job_id, timeout), self.cluster.wait_for)
+        return run(self.release_steps(slurm_node, job_id, timeout), self.cluster.waiters.wait_for)
 
     def release_steps(
         self, slurm_node: str, job_id: int, timeout: float = RELEASE_WAIT_SECONDS

@@ -124,7 +124,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
     async def _waiting(self, steps: Steps[T], context: Any) -> T:
         """Run a waiting call's steps (tandem.syncer.steps); a refusal in one ends the call so."""
         try:
-            return await run_async(steps, self.cluster.wait_async)
+            return await run_async(steps, self.cluster.waiters.wait_async)
         except Refused as e:
             await context.abort(e.code, e.details)
             raise AssertionError("context.abort returned") from e

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Protocol
 
 # A Slurm node (its hold, its slurmd Pod, the Node hosting it), a job (its KillWait entry, the
@@ -71,8 +71,7 @@ class Waiters:
         seconds. `ready` runs on the caller's thread, under no lock of this class."""
         woken = threading.Event()
         deadline = self._clock() + timeout
-        self._register(keys, woken)
-        try:
+        with self._registered(keys, woken):
             while True:
                 woken.clear()  # before the check: a wake during it is not lost
                 if ready():
@@ -81,8 +80,6 @@ class Waiters:
                 if left <= 0:
                     return False
                 woken.wait(min(left, self._recheck))
-        finally:
-            self._unregister(keys, woken)
 
     async def wait_async(self, keys: Collection[Key], ready: Callable[[], bool], timeout: float) -> bool:
         """`wait_for` as a coroutine: it holds no thread while it waits. `ready` runs on the event
@@ -91,8 +88,7 @@ class Waiters:
         loop = asyncio.get_running_loop()
         woken = _LoopWake(loop)
         deadline = self._clock() + timeout
-        self._register(keys, woken)
-        try:
+        with self._registered(keys, woken):
             while True:
                 # Before the check: a wake during it is queued on the loop and lands after it.
                 woken.event.clear()
@@ -107,22 +103,24 @@ class Waiters:
                     await woken.event.wait()
                 finally:
                     timer.cancel()
-        finally:
-            self._unregister(keys, woken)
 
-    def _register(self, keys: Collection[Key], woken: Wakeable) -> None:
+    @contextlib.contextmanager
+    def _registered(self, keys: Collection[Key], woken: Wakeable) -> Iterator[None]:
+        """`woken` is woken by a change to any of `keys` while the block runs, and is left
+        registered nowhere after it, however it ends (a cancelled coroutine included)."""
         with self._lock:
             for key in keys:
                 self._by_key.setdefault(key, set()).add(woken)
-
-    def _unregister(self, keys: Collection[Key], woken: Wakeable) -> None:
-        with self._lock:
-            for key in keys:
-                waiting = self._by_key.get(key)
-                if waiting is not None:
-                    waiting.discard(woken)
-                    if not waiting:
-                        del self._by_key[key]
+        try:
+            yield
+        finally:
+            with self._lock:
+                for key in keys:
+                    waiting = self._by_key.get(key)
+                    if waiting is not None:
+                        waiting.discard(woken)
+                        if not waiting:
+                            del self._by_key[key]
 
     def wake(self, *keys: Key) -> None:
         with self._lock:
