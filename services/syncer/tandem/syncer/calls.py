@@ -1,11 +1,19 @@
 """A call's context as its checks and steps see it, on whichever thread they run: refusing it
-(grpc.aio's `abort` is a coroutine a worker thread cannot await) and the time it has left."""
+(grpc.aio's `abort` is a coroutine a worker thread cannot await) and the time it has left; and
+`waiting_call`, which serves a call written as steps around its waits (tandem.syncer.steps)."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, Protocol
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
+
+from tandem.syncer.steps import Steps, WaitAsync, run_async
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
 
 
 class CallContext(Protocol):
@@ -52,3 +60,28 @@ def require(context: CallContext, ok: object, message: str) -> None:
 def time_left(context: CallContext) -> float:
     left = context.time_remaining()
     return float(left) if left is not None else 3600.0
+
+
+class Waits(Protocol):
+    """A servicer whose calls wait on the caches (the waiters' `wait_async`)."""
+
+    @property
+    def wait_async(self) -> WaitAsync: ...
+
+
+def waiting_call(
+    steps_of: Callable[[Any, Request, CallContext], Steps[Response]],
+) -> Callable[[Any, Request, Any], Awaitable[Response]]:
+    """The gRPC method for a call written as steps: a coroutine on grpc.aio's loop that runs each
+    step on the server's pool and each wait on the loop (tandem.syncer.steps.run_async), holding no
+    thread while it waits; a refusal in a step (`Refused`) ends the call with its status."""
+
+    @functools.wraps(steps_of)
+    async def call(servicer: Waits, request: Request, context: Any) -> Response:
+        try:
+            return await run_async(steps_of(servicer, request, StepContext(context)), servicer.wait_async)
+        except Refused as e:
+            await context.abort(e.code, e.details)
+            raise AssertionError("context.abort returned") from e
+
+    return call

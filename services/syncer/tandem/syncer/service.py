@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import grpc
 
@@ -24,11 +24,11 @@ from tandem.slurm.wire import job_to_proto
 from tandem.syncer import convert
 from tandem.syncer.broker import Batch
 from tandem.syncer.callers import Callers
-from tandem.syncer.calls import CallContext, Refused, StepContext, abort, require, time_left
+from tandem.syncer.calls import CallContext, abort, require, time_left, waiting_call
 from tandem.syncer.cluster import ClusterView
 from tandem.syncer.lockcalls import LockFailed, NodeLocks
 from tandem.syncer.mirror import SlurmMirror
-from tandem.syncer.steps import Steps, run_async
+from tandem.syncer.steps import Steps, WaitAsync
 from tandem.syncer.stream import stream_messages
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
@@ -47,8 +47,6 @@ DRAIN_ALLOWANCE_SECONDS = 1.5
 # A batch of more changes than this is made into messages off the event loop (a poll that saw
 # thousands of jobs change); a smaller one, most of them, on it.
 CONVERT_ON_LOOP = 64
-
-T = TypeVar("T")
 
 
 class SlurmWriter(Protocol):
@@ -75,16 +73,13 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         self.locks = locks
         self.slurm = slurm
         self.cluster = cluster
+        self.wait_async: WaitAsync = cluster.waiters.wait_async  # what `waiting_call`s wait with
         self.terminating_timeout = terminating_timeout
         # False on a standby replica: it answers UNAVAILABLE until it leads.
         self.active = False
 
-    async def AcquireNodeLock(
-        self, request: syncer_pb2.AcquireNodeLockRequest, context: Any
-    ) -> syncer_pb2.AcquireNodeLockResponse:
-        return await self._waiting(self._acquire(request, StepContext(context)), context)
-
-    def _acquire(
+    @waiting_call
+    def AcquireNodeLock(
         self, request: syncer_pb2.AcquireNodeLockRequest, context: CallContext
     ) -> Steps[syncer_pb2.AcquireNodeLockResponse]:
         self._require_active(context)
@@ -101,12 +96,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             context.abort(code, str(e))
         return syncer_pb2.AcquireNodeLockResponse(lock=convert.lock(view))
 
-    async def ReleaseNodeLock(
-        self, request: syncer_pb2.ReleaseNodeLockRequest, context: Any
-    ) -> syncer_pb2.ReleaseNodeLockResponse:
-        return await self._waiting(self._release(request, StepContext(context)), context)
-
-    def _release(
+    @waiting_call
+    def ReleaseNodeLock(
         self, request: syncer_pb2.ReleaseNodeLockRequest, context: CallContext
     ) -> Steps[syncer_pb2.ReleaseNodeLockResponse]:
         self._require_active(context)
@@ -120,14 +111,6 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             code = grpc.StatusCode.UNAVAILABLE if e.unavailable else grpc.StatusCode.FAILED_PRECONDITION
             context.abort(code, str(e))
         return syncer_pb2.ReleaseNodeLockResponse(lock=convert.lock(view))
-
-    async def _waiting(self, steps: Steps[T], context: Any) -> T:
-        """Run a waiting call's steps (tandem.syncer.steps); a refusal in one ends the call so."""
-        try:
-            return await run_async(steps, self.cluster.waiters.wait_async)
-        except Refused as e:
-            await context.abort(e.code, e.details)
-            raise AssertionError("context.abort returned") from e
 
     def GetNodeLock(
         self, request: syncer_pb2.GetNodeLockRequest, context: grpc.ServicerContext
@@ -176,12 +159,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
             return False
         return True
 
-    async def JobTerminating(
-        self, request: syncer_pb2.JobTerminatingRequest, context: Any
-    ) -> syncer_pb2.JobTerminatingResponse:
-        return await self._waiting(self._terminating(request, StepContext(context)), context)
-
-    def _terminating(
+    @waiting_call
+    def JobTerminating(
         self, request: syncer_pb2.JobTerminatingRequest, context: CallContext
     ) -> Steps[syncer_pb2.JobTerminatingResponse]:
         self._require_active(context)
@@ -242,12 +221,8 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         finally:
             sub.close()
 
-    async def DrainNode(
-        self, request: syncer_pb2.DrainNodeRequest, context: Any
-    ) -> syncer_pb2.DrainNodeResponse:
-        return await self._waiting(self._drain(request, StepContext(context)), context)
-
-    def _drain(
+    @waiting_call
+    def DrainNode(
         self, request: syncer_pb2.DrainNodeRequest, context: CallContext
     ) -> Steps[syncer_pb2.DrainNodeResponse]:
         self._require_active(context)
