@@ -203,6 +203,38 @@ def test_a_gang_created_as_soon_as_its_racks_are_published_reaches_slurm(
     assert placed <= set(nodes[:half]) or placed <= set(nodes[half:]), placed
 
 
+def test_a_rack_labelled_while_a_gang_waits_is_added_to_its_job_and_the_gang_runs_there(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    """Issue 53: a pending gang's job kept the domains of its submit, so a rack labelled while it
+    waited was never tried. Now the job's constraint follows the published topology."""
+    nodes = [config.slurm_node_name(i) for i in range(stack_cfg.nodes)]
+    for i in range(stack_cfg.nodes):  # rack-e: the first two nodes; every other node alone
+        _label(
+            core,
+            config.kube_node_name(i),
+            {ZONE: "z3", RACK: "rack-e"} if i < 2 else {ZONE: None, RACK: None},
+        )
+
+    def racks_published(*wanted: str) -> bool:
+        t = _published(core)
+        return t is not None and {d.value for d in t.domains if d.key == RACK} >= set(wanted)
+
+    h.wait_until("rack-e published", lambda: racks_published("rack-e"), 60)
+    busy = [h.sbatch(stack_cfg, "-N1", "--exclusive", f"--nodelist={n}") for n in nodes[:2]]
+    members = _lws_gang(stack_cfg, core, h.unique("waits"), 2, {h.PREFIX + "topology": RACK})
+    job_id = h.wait_until("the gang's job", lambda: h.job_id_of(core, members[0]), 30)
+    before = str(h.rest_job(stack_cfg, job_id).get("features"))
+    assert "l1-rack-e-" in before and "|" not in before, before  # rack-e alone, busy
+    for i in (2, 3):
+        _label(core, config.kube_node_name(i), {ZONE: "z3", RACK: "rack-f"})
+    placed = h.wait_until("the gang bound in the new rack", lambda: _bound_slurm_nodes(core, members), 90)
+    assert placed == set(nodes[2:4]), placed
+    after = str(h.rest_job(stack_cfg, job_id).get("features"))
+    assert "l1-rack-e-" in after and "l1-rack-f-" in after, after
+    h.scancel(stack_cfg, *busy)
+
+
 # --- a gang's topology constraint reaches its Slurm job (step 2) -------------------------------------
 
 

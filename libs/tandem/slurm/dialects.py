@@ -158,6 +158,7 @@ class Dialect:
             het_job_ids=_id_set(raw.get("het_job_id_set")),
             tres_per_node=str(raw.get("tres_per_node") or ""),
             gres_detail=_strings(raw.get("gres_detail")),
+            features=str(raw.get("features") or ""),
         )
 
     def parse_node(self, raw: dict[str, Any]) -> Node:

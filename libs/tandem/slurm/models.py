@@ -71,6 +71,8 @@ class Job:
     # Once allocated: the GRES it holds on each of `nodes`, in the same order (`gpu:h100:2(IDX:0-1)`,
     # tandem.dra.gres); empty until Slurm says, and for a job without GRES.
     gres_detail: tuple[str, ...] = ()
+    # The job's constraint as Slurm holds it (Slurm's `features`); "" for none.
+    features: str = ""
 
     @property
     def asks_gres(self) -> bool:

@@ -419,14 +419,18 @@ class SlurmRestClient:
 
     def update_job(self, job_id: int, **fields: str) -> None:
         """Change a job's string fields (e.g. `extra`, `comment`) as its owner or an operator may."""
-        with _answer_of("POST job"):
-            problem = _errors(self._request("POST", f"job/{job_id}", json=fields).json())
-        if problem:
-            raise SlurmApiError(f"POST job/{job_id}: {problem}", 200)
+        self._post_job(job_id, dict(fields))
 
     def set_excluded_nodes(self, job_id: int, hostlist: str) -> None:
         """Change the nodes a pending job must not be given (an empty hostlist: none)."""
-        body = {"excluded_nodes": split_items(hostlist) if hostlist else []}
+        self._post_job(job_id, {"excluded_nodes": split_items(hostlist) if hostlist else []})
+
+    def set_constraints(self, job_id: int, constraints: str) -> None:
+        """Change a pending job's constraint (its features; "" for none). Slurm refuses a feature it
+        does not know ("Invalid feature specification") and a job no longer pending."""
+        self._post_job(job_id, {"constraints": constraints})
+
+    def _post_job(self, job_id: int, body: dict[str, Any]) -> None:
         with _answer_of("POST job"):
             problem = _errors(self._request("POST", f"job/{job_id}", json=body).json())
         if problem:

@@ -40,6 +40,7 @@ def job_to_proto(status: JobStatus) -> slurm_pb2.SlurmJob:
         queue_length=status.queue_length,
         tres_per_node=j.tres_per_node,
         gres_detail=list(j.gres_detail),
+        features=j.features,
     )
 
 
@@ -64,6 +65,7 @@ def job_from_proto(msg: slurm_pb2.SlurmJob) -> JobStatus:
         components=tuple(HetComponent(c.job_id, c.node_count, tuple(c.nodes)) for c in msg.components),
         tres_per_node=msg.tres_per_node,
         gres_detail=tuple(msg.gres_detail),
+        features=msg.features,
     )
     return JobStatus(
         job,

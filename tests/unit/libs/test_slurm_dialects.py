@@ -134,6 +134,14 @@ def test_job_fields() -> None:
     assert job.script_started
 
 
+@pytest.mark.parametrize("version", ["v0.0.40", "v0.0.42", "v0.0.45"])
+def test_a_jobs_constraint_is_read_from_its_features(version: str) -> None:
+    """As the lab's Slurm 24.11 printed a pending job's --constraint (v0.0.42): `features`, a string."""
+    raw = {**V40_JOB, "features": "[l0-node-cpu-001-qjrkq|l0-node-cpu-003-hsguu]"}
+    assert Dialect(version).parse_job(raw).features == "[l0-node-cpu-001-qjrkq|l0-node-cpu-003-hsguu]"
+    assert Dialect(version).parse_job({**V40_JOB, "features": None}).features == ""
+
+
 @pytest.mark.parametrize("version", sorted(RECORDED_JOBS))
 def test_a_job_as_the_lab_slurm_printed_it(version: str) -> None:
     assert Dialect(version).parse_job(RECORDED_JOBS[version]) == Job(

@@ -553,3 +553,26 @@ def test_drain_node_error_raises(make_client: MakeClient) -> None:
     )
     with pytest.raises(SlurmApiError, match="Failure to update node gpu-000"):
         client.drain_node("gpu-000", "r")
+
+
+# --- set_constraints -----------------------------------------------------------------------------
+
+
+def test_a_pending_jobs_constraint_is_posted_and_a_refusal_keeps_slurms_words(
+    make_client: MakeClient,
+) -> None:
+    """As the lab's Slurm 24.11 answered (v0.0.42): the new features, or error 2029."""
+    client, slurm = make_client(lambda request: answer_ok())
+    client.set_constraints(12, "[l1-a-abcde|l1-b-fghij]")
+    (request,) = slurm.requests
+    assert (request.method, request.url.path) == ("POST", "/slurm/v0.0.40/job/12")
+    assert json.loads(request.content) == {"constraints": "[l1-a-abcde|l1-b-fghij]"}
+    refused = {
+        "description": "Job update requested failed",
+        "error_number": 2029,
+        "error": "Invalid feature specification",
+    }
+    client, _ = make_client(lambda request: answer_error(500, refused))
+    with pytest.raises(SlurmApiError) as err:
+        client.set_constraints(12, "[nosuch-a|nosuch-b]")
+    assert "Invalid feature specification" in str(err.value)

@@ -26,6 +26,7 @@ JOB = Job(
     priority=4242,
     expected_start=1795430530,
     node_count=3,
+    features="(cpu)&[l1-a-abcde|l1-b-fghij]",
 )
 
 

@@ -3,12 +3,14 @@ process's own writes the caches do not show yet, and which Nodes would take a me
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
 from tandem import keys, placeholder
+from tandem.scheduler import actions, groups
 from tandem.scheduler import caches as ctl
-from tandem.scheduler import groups
+from tandem.scheduler.act import act
 from tandem.scheduler.placements import placement
 from tandem.slurm.models import Job, JobStatus
 from tandem.v1 import scheduler_pb2, slurm_pb2
@@ -102,6 +104,25 @@ def test_excluded_nodes_set_are_remembered_until_slurm_reports_them() -> None:
     report(controller.jobs, reported)
     controller.reconcile(POD.key)
     assert len(controller.assumed.excludes) == 0
+
+
+def test_a_constraint_set_is_acted_on_once_and_remembered_until_slurm_reports_it() -> None:
+    """Issue 53: a pending gang's job given the domains that can hold it now; the next reconcile,
+    before the job stream shows it, does not set it again."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = make_pod("7")
+    pending = make_status("PENDING")
+    controller, slurm, _ = make_controller(pods, make_tracker(pending))
+    o = controller.observer.observe(groups.target(POD.key))
+    act(controller.hands, controller.settings.placeholder, o, actions.Constrain(7, "[l1-a-abcde|l1-b-fghij]"))
+    slurm.set_constraints.assert_called_once_with(7, "[l1-a-abcde|l1-b-fghij]")
+    assert controller.observer.observe(groups.target(POD.key)).job_constraint == "[l1-a-abcde|l1-b-fghij]"
+    reported = JobStatus(replace(pending.job, features="[l1-a-abcde|l1-b-fghij]"))
+    report(controller.jobs, reported)
+    controller.reconcile(POD.key)
+    assert len(controller.assumed.constraints) == 0
+    assert controller.observer.observe(groups.target(POD.key)).job_constraint is None
 
 
 def _cordoned_second_node() -> ctl.ClusterCaches:

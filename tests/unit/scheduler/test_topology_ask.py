@@ -5,6 +5,8 @@ relaxes, combined with the Pods' own constraint; and where the job landed, for a
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from tandem import keys, reasons, topology
 from tandem.scheduler import actions, domains, groups, jobspec, validation
 from tandem.scheduler import decide as d
+from tandem.scheduler.eligibility import Eligibility
 from tandem.slurm.dialects import Dialect
 from tests.unit.scheduler import test_decide_group as g
 
@@ -218,3 +221,63 @@ def test_where_the_job_landed_is_said_by_label_value_and_slurm_name() -> None:
     assert domains.landed(T, ask, ("cpu-003", "cpu-004")).startswith(f"in 2 {RACK} domains")
     assert domains.landed(T, domains.Asked(), ("cpu-004",)) == ""
     assert domains.landed("no topology", ask, ("cpu-004",)) == ""
+
+
+# --- a waiting gang follows its domains (issue 53) ------------------------------------------------
+
+
+def _pending_job(features: str, size: int = 2) -> Any:
+    pending = g.job(state="PENDING", reason="Resources", node_count=size)
+    return replace(pending, job=replace(pending.job, features=features))
+
+
+def _waiting(
+    group: groups.Group, features: str, topo: topology.Topology | str = T, own: str = "", **kw: Any
+) -> actions.Action:
+    """The decision for the group's pending job 7 holding `features`, every node taking every
+    member; `own`: the members' own constraint."""
+    annotations = {keys.CONSTRAINTS: own} if own else {}
+    members = [g.member(i, 7, annotations=annotations) for i in range(group.min_count)]
+    fits = {f"uid-{i}": Eligibility(len(LABELS), (), Counter()) for i in range(group.min_count)}
+    pending = _pending_job(features, group.min_count)
+    return d.decide(g.seen(members, pending, group=group, fits=fits, topology=topo, **kw))
+
+
+BOTH_RACKS = f"[{_rack('z1', 'a').name}|{_rack('z1', 'b').name}]"
+WITHOUT_B = topology.build((ZONE, RACK), topology.TREE, {**LABELS, "cpu-004": {}, "cpu-005": {}})
+
+
+def test_a_pending_gang_keeps_its_job_while_its_domains_are_the_same() -> None:
+    action = _waiting(_group(2, RACK), BOTH_RACKS)
+    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_PENDING
+
+
+def test_a_rack_labelled_while_the_gang_waits_is_added_to_its_pending_job() -> None:
+    """Before: the job kept the domains of its submit; a rack labelled later was never tried."""
+    labels = {**LABELS, "cpu-007": {ZONE: "z1", RACK: "c"}, "cpu-008": {ZONE: "z1", RACK: "c"}}
+    grown = topology.build((ZONE, RACK), topology.TREE, labels)
+    action = _waiting(_group(2, RACK), BOTH_RACKS, grown)
+    assert isinstance(action, actions.Constrain) and action.job_id == 7
+    assert {d.value for d in grown.at_level(1) if d.name in action.constraints} == {"a", "b", "c"}
+    # Told once: until the job shows it, what this process set stands for it.
+    again = _waiting(_group(2, RACK), BOTH_RACKS, grown, job_constraint=action.constraints)
+    assert not isinstance(again, actions.Constrain)
+
+
+def test_a_rack_emptied_of_its_labels_is_taken_out_of_the_pending_job() -> None:
+    action = _waiting(_group(2, RACK), BOTH_RACKS, WITHOUT_B)
+    assert action == actions.Constrain(7, _rack("z1", "a").name)
+
+
+def test_a_pending_job_is_left_as_it_is_when_no_domain_has_room_or_the_topology_is_unknown() -> None:
+    bare = topology.build((ZONE, RACK), topology.TREE, {n: {} for n in LABELS})
+    assert not isinstance(_waiting(_group(2, RACK), BOTH_RACKS, bare), actions.Constrain)
+    unknown = _waiting(_group(2, RACK), BOTH_RACKS, "ConfigMap tandem/tandem-topology is not there")
+    assert not isinstance(unknown, actions.Constrain)
+
+
+def test_the_pods_own_constraint_stays_in_the_updated_one() -> None:
+    held = f"(cpu)&{BOTH_RACKS}"
+    assert not isinstance(_waiting(_group(2, RACK), held, own="cpu"), actions.Constrain)
+    action = _waiting(_group(2, RACK), held, WITHOUT_B, own="cpu")
+    assert action == actions.Constrain(7, f"(cpu)&{_rack('z1', 'a').name}")

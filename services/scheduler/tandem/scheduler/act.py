@@ -70,6 +70,12 @@ def act(
                 h.writers.pods.nominate(placement.pod, placement.kube_node)
         case actions.Exclude():
             exclude(h, o.key, action)
+        case actions.Constrain(job_id=job_id, constraints=constraints):
+            h.writers.slurm.set_constraints(job_id, constraints)
+            h.assumed.constraints.assume(str(job_id), constraints)
+            log.info(
+                "job constraint updated", extra={"pod": o.key, "job": job_id, "constraints": constraints}
+            )
         case actions.MakeClaims():
             make_claims(h, action)
         case actions.Bind():
@@ -99,6 +105,14 @@ def exclude(h: Hands, key: str, action: actions.Exclude) -> None:
         h.writers.slurm.set_excluded_nodes(each, action.hostlist)
     h.remember_excludes(action.job_id, action.hostlist)
     log.info("excluded nodes updated", extra={"pod": key, "job": action.job_id, "excluded": action.hostlist})
+
+
+def constrain(h: Hands, key: str, action: actions.Constrain) -> None:
+    h.writers.slurm.set_constraints(action.job_id, action.constraints)
+    h.assumed.constraints.assume(str(action.job_id), action.constraints)
+    log.info(
+        "job constraint updated", extra={"pod": key, "job": action.job_id, "constraints": action.constraints}
+    )
 
 
 def make_claims(h: Hands, action: actions.MakeClaims) -> None:

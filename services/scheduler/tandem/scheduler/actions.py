@@ -84,6 +84,9 @@ class Observed:
     fits: Mapping[str, Eligibility] | NotJudged | None = None
     # The nodes the job excludes now: as Slurm reports them, else as this process last set them.
     job_excludes: frozenset[str] | None = None
+    # The constraint this process last set on the pending job, until the job shows it (None: the
+    # job's own `features` are what Slurm holds).
+    job_constraint: str | None = None
     # Slurm's KillWait now (it may change: tandem.scheduler.killwait_source) and where it came
     # from, which a refusal for a grace period cites.
     kill_wait: float = 0.0
@@ -244,6 +247,15 @@ class Exclude:
 
 
 @dataclass(frozen=True)
+class Constrain:
+    """Set a pending job's constraint: the topology domains that can hold its group changed (a
+    rack labelled, relabelled or emptied, Nodes that stopped or started taking its members)."""
+
+    job_id: int
+    constraints: str
+
+
+@dataclass(frozen=True)
 class Bind:
     job: JobStatus
     placements: tuple[Placement, ...]
@@ -288,6 +300,7 @@ Action = (
     | Pend
     | Nominate
     | Exclude
+    | Constrain
     | Bind
     | MakeClaims
     | Delete

@@ -185,6 +185,22 @@ def _one_domain(
     return found
 
 
+def pending_constraint(
+    o: Observed, group: groups.Group, valid: validation.Validation, unfit: frozenset[str]
+) -> str | None:
+    """The constraint a pending job of the group carries now that Slurm's topology and the Nodes are
+    what they are: the Pods' own and the domains that can hold the group (as at its submit, judged
+    again). None when there is nothing to follow: no domain asked, a heterogeneous job (each
+    component keeps the domain chosen at its submit), Slurm's topology not known, or no domain with
+    room now (the job waits as it is, for one to come back)."""
+    ask = domains.asked(group, valid.job_annotations)
+    user = valid.job_annotations.get(keys.CONSTRAINTS, "")
+    if not ask or group.components or "[" in user or isinstance(o.topology, str):
+        return None
+    found = domains.constraints(o.topology, group, ask, unfit, user)
+    return None if isinstance(found, str) else domains.combined(user, found[0])
+
+
 def _typed_whole_gpus(
     claimed: Mapping[str, PodGpus],
     whose: str,

@@ -35,6 +35,8 @@ class Assumed:
     made_claims: AssumeCache[JSON] = field(default_factory=AssumeCache)
     # Job id -> the nodes this process last told Slurm to exclude (Slurm's own report wins).
     excludes: AssumeCache[frozenset[str]] = field(default_factory=AssumeCache)
+    # Job id -> the constraint this process last set on it, until the job stream shows it.
+    constraints: AssumeCache[str] = field(default_factory=AssumeCache)
     # Pod uid (or "podgroup/" + uid) -> (reason, message) of the condition this process last
     # wrote, until the informer shows it: a reconcile in that window must not write (and announce)
     # the same condition again (tandem.scheduler.podapi).
@@ -73,6 +75,8 @@ class Assumed:
             excluded = frozenset(job.job.excluded_nodes)
             if excluded and self.excludes.get(str(job.job_id)) == excluded:
                 self.excludes.forget(str(job.job_id))
+            if self.constraints.get(str(job.job_id)) == job.job.features:
+                self.constraints.forget(str(job.job_id))
 
     def pod_changed(self, old: JSON | None, new: JSON | None) -> None:
         """The informer shows a Pod: the job id or the bind this process wrote, once the Pod shows

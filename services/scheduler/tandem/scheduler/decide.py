@@ -69,6 +69,9 @@ rows included, and runs a Pod alone's rows as a group of one):
     job pending, a member nominated               -> clear the nomination (requeued before its start)
     job pending, the fit changed                  -> update the job's excluded nodes (never a
                                                      node it requires)
+    job pending, one domain asked, the domains    -> update the job's constraint to the domains
+      that can hold it changed (labels, fit)         that can hold it now (not a het job's; none
+                                                     with room: left as it is)
     job pending, too few Nodes would take them    -> Unschedulable
       or a node it requires would not
     job pending                                   -> Slurm's reason on every member (and the PodGroup),
@@ -96,6 +99,7 @@ from tandem.scheduler.actions import (
     Action,
     Cancel,
     CancelCause,
+    Constrain,
     Delete,
     Exclude,
     Judge,
@@ -362,6 +366,11 @@ def _pending(
         wanted = admission.excluded_nodes(result, unfit) - admission.required_nodes(result)
         if wanted != (o.job_excludes if o.job_excludes is not None else frozenset(job.job.excluded_nodes)):
             return Exclude(job.job_id, compress(sorted(wanted)), tuple(c.job_id for c in job.job.components))
+        # A rack labelled, relabelled or emptied while the gang waits reaches its job (issue 53).
+        constraint = admission.pending_constraint(o, group, result, frozenset(unfit))
+        held = o.job_constraint if o.job_constraint is not None else job.job.features
+        if constraint is not None and constraint != held:
+            return Constrain(job.job_id, constraint)
         named = None if group.alone else group.title
         unschedulable = admission.unschedulable_pend(
             named, group.min_count, unbound, fits, unfit

@@ -28,6 +28,8 @@ class JobSubmitter(Protocol):
 
     def set_excluded_nodes(self, job_id: int, hostlist: str) -> None: ...
 
+    def set_constraints(self, job_id: int, constraints: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class Writers:

@@ -149,6 +149,7 @@ class Observer:
             slurm_nodes=self.jobs.slurm_node_count(),
             fits=actions.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
+            job_constraint=self.assumed.constraints.get(str(job.job_id)) if job is not None else None,
             kill_wait=kill_wait.seconds,
             kill_wait_source=kill_wait.source,
             reject_static_cpu=self.settings.reject_static_cpu,
