@@ -263,8 +263,9 @@ def write_env(cfg: StackConfig) -> None:
         "TANDEM_STATE_DIR": str(cfg.state_dir),
         "TANDEM_SCHEDULER_ADDR": addr["tandem-scheduler"],
         "TANDEM_SYNCER_ADDR": addr["tandem-syncer"],
-        # What kubectl tandem reads (--syncer-address, --syncer-server-name).
+        # What kubectl tandem reads (--syncer-address, --scheduler-address, their server names).
         "TANDEM_SYNCER_ADDRESS": addr["tandem-syncer"],
+        "TANDEM_SCHEDULER_ADDRESS": addr["tandem-scheduler"],
         **_server_names(cfg),
         "TANDEM_HOOKS_URL": cfg.hooks_url,
         # Each Slurm node's own hook credential, one file per node, as its prolog reads it.

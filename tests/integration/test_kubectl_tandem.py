@@ -122,6 +122,40 @@ def test_describe_tells_why_a_pod_waits_and_why_one_was_refused(
     assert "NodeLocked: Locked (" in holder  # the lock history of its Node
 
 
+def _block(text: str, heading: str) -> list[str]:
+    """A describe section's lines: its heading's and those indented under it."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{heading}:"))
+    under = next((i for i, line in enumerate(lines[at + 1 :]) if not line.startswith(" ")), len(lines))
+    return lines[at : at + 1 + under]
+
+
+def test_describe_shows_where_the_scheduler_placed_each_pod(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, scene: dict[str, str]
+) -> None:
+    """--scheduler-address: the scheduler's own word (GetPlacement) on the running holder, bound
+    with its job on cpu-001, and on the refused Pod, invalid and why."""
+    job = h.job_id_of(core, scene["holder"])
+    scheduler = services.grpc_addresses(stack_cfg)["tandem-scheduler"]
+    # DEPLOY=chart: the host dials the Service's ClusterIP, its certificate names the Service.
+    name = installed.load(stack_cfg.state_dir).server_name(scheduler) if stack_cfg.deploy == "chart" else None
+    flags = ["--scheduler-address", scheduler, *(["--scheduler-server-name", name] if name else [])]
+    holder = kubectl_tandem(stack_cfg, *flags, "describe", scene["holder"], "-n", "default")
+    print(holder)
+    assert _block(holder, "Placement") == [
+        "Placement:",
+        "  state:          BOUND",
+        f"  slurm job:      {job}",
+        "  slurm node:     cpu-001",
+        "  node:           node-001",
+    ]
+    refused = kubectl_tandem(stack_cfg, *flags, "describe", scene["invalid"], "-n", "default")
+    invalid = _block(refused, "Placement")
+    print("\n".join(invalid))
+    assert invalid[1:3] == ["  state:          INVALID", "  slurm job:      (none)"]
+    assert invalid[-1].startswith("  reason:") and "exclusive" in invalid[-1]
+
+
 def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, scene: dict[str, str]
 ) -> None:

@@ -205,17 +205,8 @@ def read_syncer(address: str, tls: TlsFiles | None, server_name: str = "") -> Sl
     """The syncer's snapshot of Slurm (every job, every node), asked as an operator. `server_name`
     is the name the syncer's certificate carries when `address` is not it (a port-forward, a
     ClusterIP)."""
-    if tls is None:
-        raise Unreachable(
-            f"the syncer at {address} answers only certified callers: pass --grpc-ca, --grpc-cert and "
-            "--grpc-key (or set TANDEM_GRPC_CA, TANDEM_GRPC_CERT, TANDEM_GRPC_KEY) to an operator "
-            "certificate from Tandem's CA (the chart's Secret <fullname>-operator-tls)"
-        )
+    credentials = operator_credentials("syncer", address, tls)
     view = SlurmView()
-    try:
-        credentials = channel_credentials(tls)
-    except OSError as e:
-        raise Unreachable(f"cannot read the operator certificate: {e}") from e
     try:
         options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         with grpc.secure_channel(address, credentials, options) as channel:
@@ -234,16 +225,38 @@ def read_syncer(address: str, tls: TlsFiles | None, server_name: str = "") -> Sl
                     stream.cancel()
                     break
     except grpc.RpcError as e:
-        hint = ""
-        if "Hostname Verification" in (e.details() or "") and not server_name:
-            hint = (
-                f" ({address} is not a name the syncer's certificate carries: pass --syncer-server-name"
-                " <fullname>-syncer.<namespace>.svc, or set TANDEM_SYNCER_SERVER_NAME)"
-            )
+        hint = server_name_hint("syncer", address, server_name, e)
         raise Unreachable(
             f"cannot read Slurm from the syncer at {address}: {e.code().name}: {e.details()}{hint}"
         ) from e
     return view
+
+
+def operator_credentials(service: str, address: str, tls: TlsFiles | None) -> grpc.ChannelCredentials:
+    """The operator's certificate for dialling `service` ("syncer", "scheduler"): both answer only
+    callers Tandem's CA certified, so without one the message says which flags give it."""
+    if tls is None:
+        raise Unreachable(
+            f"the {service} at {address} answers only certified callers: pass --grpc-ca, --grpc-cert and "
+            "--grpc-key (or set TANDEM_GRPC_CA, TANDEM_GRPC_CERT, TANDEM_GRPC_KEY) to an operator "
+            "certificate from Tandem's CA (the chart's Secret <fullname>-operator-tls)"
+        )
+    try:
+        return channel_credentials(tls)
+    except OSError as e:
+        raise Unreachable(f"cannot read the operator certificate: {e}") from e
+
+
+def server_name_hint(service: str, address: str, server_name: str, error: grpc.RpcError) -> str:
+    """Which flag is missing when `address` (a port-forward, a ClusterIP) is not a name the
+    service's certificate carries: gRPC's own words for it name neither."""
+    if server_name or "Hostname Verification" not in (error.details() or ""):
+        return ""
+    flag, env = f"--{service}-server-name", f"TANDEM_{service.upper()}_SERVER_NAME"
+    return (
+        f" ({address} is not a name the {service}'s certificate carries: pass {flag}"
+        f" <fullname>-{service}.<namespace>.svc, or set {env})"
+    )
 
 
 def _items(kube: KubeClient, path: str, params: dict[str, str] | None = None) -> list[JSON]:

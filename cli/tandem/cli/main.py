@@ -14,7 +14,10 @@
     kubectl tandem topology             Slurm's topology as the syncer wrote it from Node labels,
                                         each domain's free and busy nodes
 
-Only the kubeconfig is needed; --syncer-address adds Slurm's own view (job and node states).
+Only the kubeconfig is needed; --syncer-address adds Slurm's own view (job and node states), and
+--scheduler-address adds to `describe POD` what the scheduler says of the Pod: its placement state
+(PENDING, STARTED, BOUND, INVALID, TERMINATING), Slurm job, Slurm node and reason. Both services
+answer only an operator's certificate (--grpc-ca, --grpc-cert, --grpc-key).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import httpx
 from kubernetes import config as k8s_config
 
 from tandem.cli import facts as f
-from tandem.cli import output, views
+from tandem.cli import output, placement, views
 from tandem.kube import KubeClient, KubeError
 from tandem.mtls import TlsFiles
 
@@ -47,7 +50,20 @@ def parser() -> argparse.ArgumentParser:
         help="the name the syncer's certificate carries, when --syncer-address is not it (a port-forward, "
         "a ClusterIP): <fullname>-syncer.<namespace>.svc (env TANDEM_SYNCER_SERVER_NAME)",
     )
-    # The syncer serves only certified callers: an operator's certificate from Tandem's CA.
+    p.add_argument(
+        "--scheduler-address",
+        default=os.environ.get("TANDEM_SCHEDULER_ADDRESS", ""),
+        help="host:port: `describe POD` adds where the scheduler placed the Pod "
+        "(env TANDEM_SCHEDULER_ADDRESS)",
+    )
+    p.add_argument(
+        "--scheduler-server-name",
+        default=os.environ.get("TANDEM_SCHEDULER_SERVER_NAME", ""),
+        help="the name the scheduler's certificate carries, when --scheduler-address is not it: "
+        "<fullname>-scheduler.<namespace>.svc (env TANDEM_SCHEDULER_SERVER_NAME)",
+    )
+    # The syncer and the scheduler serve only certified callers: an operator's certificate from
+    # Tandem's CA.
     for name, what in (("ca", "CA certificate"), ("cert", "operator certificate"), ("key", "its key")):
         env = f"TANDEM_GRPC_{name.upper()}"
         p.add_argument(f"--grpc-{name}", default=os.environ.get(env, ""), help=f"{what} (PEM; env {env})")
@@ -207,8 +223,19 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
     domain = views.topology_section(
         asked, f.topology_of(kube, args.topology_configmap) if asked else None, slurm_nodes
     )
-    story = views.describe(facts, pod, f.events_of(kube, "Pod", name, namespace), node_events, now, domain)
+    events = f.events_of(kube, "Pod", name, namespace)
+    placed = _placement(args, namespace, name)
+    story = views.describe(facts, pod, events, node_events, now, domain, placed)
     return output.story(story) if args.output in output.TABLES else output.structured(story, args.output)
+
+
+def _placement(args: argparse.Namespace, namespace: str, name: str) -> dict[str, str] | str | None:
+    """What the scheduler says of the Pod; None when not asked (no --scheduler-address)."""
+    if not args.scheduler_address:
+        return None
+    return placement.describe_placement(
+        args.scheduler_address, _grpc_tls(args), namespace, name, args.scheduler_server_name
+    )
 
 
 def _describe_node(args: argparse.Namespace, kube: KubeClient, name: str, now: dt.datetime) -> str:

@@ -516,9 +516,11 @@ def describe(
     node_events: list[JSON],
     now: dt.datetime,
     domain: dict[str, str] | None = None,
+    placement: dict[str, str] | str | None = None,
 ) -> dict[str, Any]:
     """The whole story of one Pod, as sections (rendered as text, JSON or YAML). `domain`: its
-    group's topology ask and where it landed (`topology_section`)."""
+    group's topology ask and where it landed (`topology_section`). `placement`: what the scheduler
+    says of it, or why it could not be asked (tandem.cli.placement); None: it was not."""
     row = pod_row(facts, pod, now)
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -533,6 +535,8 @@ def describe(
         "Group": row["GROUP"] or "(none: a job of its own)",
         "Validation": f"refused: {cond.get('message', '')}" if refused else "passed",
         "Scheduled": _condition_line(cond),
+        # The scheduler's own word beside the condition it wrote, before the job both refer to.
+        **({"Placement": placement} if placement is not None else {}),
         "Slurm job": {
             "id": row["JOB"] or "(not submitted)",
             "state": row["JOB STATE"] or "(unknown)",
