@@ -3,8 +3,13 @@
 The levels are Node label keys from the widest domain to the narrowest (a zone, a spine, a rack, an
 NVLink clique). Each level's domains are the Nodes that agree on every label down to it: a rack
 `r1` under zone `a` and a rack `r1` under zone `b` are two domains (a tree has one parent), which
-is no looser than Kubernetes' "same value of this label". A Node without a level's label is a
-domain of its own from that level down.
+is no looser than Kubernetes' "same value of this label". A Node without a level's label:
+- labelled at a narrower level (racks labelled, zones not: most on-premises clusters), it is in
+  that level's one *unlabelled* domain, shared by every Node so missing it under the same wider
+  domains; racks-only labelling thus gives one implicit zone and the racks as labelled (issue 53);
+- labelled at no narrower level, it is a domain of its own from that level down (a Node with no
+  label at all is its own rack: nothing says which Nodes share one).
+`unlabelled` lists the Nodes missing each level's label, for the person told about it.
 
 Two of Slurm's plugins, as `TopologyPlugin=` (24.11's `topology.conf`) or `topology.yaml` (25.05 and
 later) says them:
@@ -43,6 +48,9 @@ _SAFE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,80}[a-z]$")
 # What domain_name makes, and nothing an operator would name a feature by chance.
 _DOMAIN_NAME = re.compile(r"^l[0-9]+-[a-z0-9][a-z0-9-]*-[a-z]{5}$")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
+# In a node's path, where a level's label is missing but a narrower one is there (no label value
+# can hold it).
+_UNLABELLED = "\x01"
 # A label key (prefix/name) as Kubernetes allows it.
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -67,11 +75,14 @@ class Domain:
     name: str
     level: int
     key: str
-    # The label's value ("" for a Node without the label: the domain is that node's own).
+    # The label's value ("" for Nodes without the label: the domain is that node's own, or the
+    # level's unlabelled domain when `unlabelled`).
     value: str
     nodes: tuple[str, ...]
     children: tuple[str, ...] = ()
     parent: str = ""
+    # The Nodes without this level's label that carry a narrower one, as one domain.
+    unlabelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,14 +134,18 @@ def build(levels: Sequence[str], plugin: str, labels: Mapping[str, Mapping[str, 
             unplaced.append(node)
             continue
         path: list[str] = []
+        narrowest = max((i for i, key in enumerate(levels) if found.get(key)), default=-1)
         for level, key in enumerate(levels):
-            value = str(found.get(key) or "") if path[-1:] != ["\0" + node] else ""
-            # Missing: the node's own domain from here down (the marker cannot be a label value).
-            path.append(value if value else "\0" + node)
+            own = path[-1:] == ["\0" + node]
+            value = str(found.get(key) or "") if not own else ""
+            # Missing: the level's unlabelled domain while a narrower label says where the node
+            # is, else the node's own domain from here down (no marker can be a label value).
+            path.append(value or (_UNLABELLED if level < narrowest and not own else "\0" + node))
             paths.setdefault((level, tuple(path)), []).append(node)
     domains: dict[tuple[int, tuple[str, ...]], Domain] = {}
     for (level, where), nodes in sorted(paths.items()):
-        value = "" if where[-1].startswith("\0") else where[-1]
+        unlabelled = where[-1] == _UNLABELLED
+        value = "" if unlabelled or where[-1].startswith("\0") else where[-1]
         parent = domains[(level - 1, where[:-1])].name if level else ""
         domains[(level, where)] = Domain(
             name=domain_name(level, where),
@@ -139,6 +154,7 @@ def build(levels: Sequence[str], plugin: str, labels: Mapping[str, Mapping[str, 
             value=value,
             nodes=tuple(nodes),
             parent=parent,
+            unlabelled=unlabelled,
         )
     return _linked(tuple(levels), plugin, list(domains.values()), tuple(unplaced), tuple(labels))
 
@@ -165,7 +181,7 @@ def domain_name(level: int, path: Sequence[str]) -> str:
     """The Slurm name of a domain: its level, its value made safe, a hash of the exact path."""
     last = path[-1]
     own = last.startswith("\0")
-    shown = ("node-" + last[1:]) if own else last
+    shown = "unlabelled" if last == _UNLABELLED else ("node-" + last[1:]) if own else last
     safe = _UNSAFE.sub("-", shown.lower()).strip("-")[:_VALUE_CHARS].strip("-") or "x"
     digest = hashlib.sha256("\x1f".join(path).encode()).digest()
     tag = "".join(chr(ord("a") + b % 26) for b in digest[:5])
@@ -223,10 +239,11 @@ def one_domain(t: Topology, keys: Sequence[str], size: int) -> OneDomain | str:
     largest = max(at, key=lambda d: len(d.nodes), default=None)
     if largest is None:
         return f"Slurm's topology has no {t.levels[level]} domain with a node in it"
+    alone = sum(1 for d in at if _own(d))
     return (
         f"the largest {t.levels[level]} domain has {len(largest.nodes)} nodes "
         f"({_shown_value(largest)}, Slurm's {largest.name})"
-    )
+    ) + (f"; {alone} nodes have no {t.levels[level]} label, each a domain of its own" if alone else "")
 
 
 def where(t: Topology, keys: Sequence[str], nodes: Sequence[str]) -> str:
@@ -245,12 +262,29 @@ def where(t: Topology, keys: Sequence[str], nodes: Sequence[str]) -> str:
 
 def shown(d: Domain) -> str:
     """A domain as a person reads it: its label and value, and its Slurm name."""
-    value = f"{d.key}={d.value}" if d.value else f"node {d.nodes[0]}'s own"
-    return f"{value} (Slurm feature {d.name})"
+    return f"{_shown_value(d)} (Slurm feature {d.name})"
 
 
 def _shown_value(d: Domain) -> str:
-    return f"{d.key}={d.value}" if d.value else f"node {d.nodes[0]}, unlabelled"
+    if d.unlabelled:
+        return f"the {len(d.nodes)} nodes without a {d.key} label"
+    return f"{d.key}={d.value}" if d.value else f"node {d.nodes[0]}, without a {d.key} label"
+
+
+def _own(d: Domain) -> bool:
+    """A Node's own domain (no label at its level or below), not a label's nor the unlabelled."""
+    return not d.value and not d.unlabelled
+
+
+def unlabelled(t: Topology) -> dict[str, tuple[str, ...]]:
+    """Each level's key -> the Slurm nodes whose Node misses its label (in one unlabelled domain
+    or each in its own), in Slurm's order; a level every Node carries is left out."""
+    missing: dict[str, tuple[str, ...]] = {}
+    for level, key in enumerate(t.levels):
+        found = {n for d in t.at_level(level) if not d.value for n in d.nodes}
+        if found:
+            missing[key] = tuple(n for n in t.order if n in found)
+    return missing
 
 
 def problems(t: Topology) -> list[str]:
@@ -280,7 +314,7 @@ def switches(t: Topology) -> list[tuple[str, str, tuple[str, ...]]]:
     """The tree's switches, leaves first, each defined before a switch names it: (name, "nodes" or
     "switches", what it links). A Node's own domains below its first are one switch, not a chain
     (Slurm counts a switch's level from its leaves); the root reaches every node."""
-    chained = {d.name for d in t.domains if not d.value and d.parent and not t.by_name[d.parent].value}
+    chained = {d.name for d in t.domains if _own(d) and d.parent and _own(t.by_name[d.parent])}
     found: list[tuple[str, str, tuple[str, ...]]] = []
     for d in sorted(t.domains, key=lambda d: (-d.level, *t.rank(d)[1:])):
         if d.name in chained:
@@ -342,6 +376,7 @@ def to_json(t: Topology) -> str:
                     "value": d.value,
                     "nodes": list(d.nodes),
                     "parent": d.parent,
+                    "unlabelled": d.unlabelled,
                 }
                 for d in t.domains
             ],
@@ -363,6 +398,7 @@ def from_json(text: str) -> Topology:
                 tuple(map(str, d["nodes"])),
                 (),
                 str(d["parent"]),
+                bool(d.get("unlabelled", False)),
             )
             for d in raw["domains"]
         ]

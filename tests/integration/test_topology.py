@@ -235,6 +235,28 @@ def test_a_rack_labelled_while_a_gang_waits_is_added_to_its_job_and_the_gang_run
     h.scancel(stack_cfg, *busy)
 
 
+def test_racks_labelled_without_a_zone_are_racks_in_slurm_and_the_user_is_told(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, labelled: None
+) -> None:
+    """Issue 53: most on-premises clusters label racks only. Before, each such Node was its own zone
+    and so its own rack, and a gang asking for a rack was refused ("the largest rack domain has 1
+    node"); nothing said the missing zone label was why."""
+    nodes = [config.slurm_node_name(i) for i in range(stack_cfg.nodes)]
+    for i in range(stack_cfg.nodes):
+        rack = "rack-g" if i < 2 else "rack-h" if i < 4 else None
+        _label(core, config.kube_node_name(i), {ZONE: None, RACK: rack})
+    want = sorted(
+        [frozenset(nodes[:2]), frozenset(nodes[2:4]), *(frozenset({n}) for n in nodes[4:])], key=sorted
+    )
+    h.wait_until("Slurm's racks as labelled, with no zone", lambda: _racks(stack_cfg) == want, 60)
+    shown = kubectl_tandem(stack_cfg, "topology")
+    assert f"{stack_cfg.nodes} Node(s) without a {ZONE} label" in shown, shown
+    assert f"{stack_cfg.nodes - 4} Node(s) without a {RACK} label" in shown, shown
+    members = _lws_gang(stack_cfg, core, h.unique("racks"), 2, {h.PREFIX + "topology": RACK})
+    placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
+    assert placed in (set(nodes[:2]), set(nodes[2:4])), placed
+
+
 # --- a gang's topology constraint reaches its Slurm job (step 2) -------------------------------------
 
 

@@ -193,7 +193,8 @@ def run(args: argparse.Namespace, kube: KubeClient, default_ns: str) -> str:
         rows = views.topology_rows(facts, published)
         if args.output not in output.TABLES:
             return output.structured(rows, args.output)
-        return output.table(views.TOPOLOGY_COLUMNS, rows)
+        notes = views.missing_labels(facts, published)
+        return "\n".join([output.table(views.TOPOLOGY_COLUMNS, rows), *(["", *notes] if notes else [])])
     if args.command == "nodes":
         facts = _gather(args, kube, None)
         if args.output not in output.TABLES:

@@ -49,7 +49,8 @@ def topology_rows(facts: Facts, t: Topology) -> list[dict[str, str]]:
         free, busy, down = _states(facts, d.nodes)
         rows.append(
             {
-                "DOMAIN": "  " * depth + (d.value or f"({d.nodes[0]} alone)"),
+                "DOMAIN": "  " * depth
+                + (d.value or ("(no label)" if d.unlabelled else f"({d.nodes[0]} alone)")),
                 "LABEL": d.key,
                 "NODES": str(len(d.nodes)),
                 "FREE": ",".join(free),
@@ -64,6 +65,25 @@ def topology_rows(facts: Facts, t: Topology) -> list[dict[str, str]]:
     for top in t.at_level(0):
         add(top, 0)
     return rows
+
+
+def missing_labels(facts: Facts, t: Topology) -> list[str]:
+    """One line per level some Nodes carry no label of, naming them and what Slurm makes of it:
+    what a person labelling racks only (no zone) must be told, since nothing else shows it."""
+    kube_node_of = {slurm: kube for kube, slurm in facts.slurm_node_of.items()}
+    lines = []
+    for key, slurm_nodes in topology.unlabelled(t).items():
+        level = t.levels.index(key)
+        shared = {n for d in t.at_level(level) if d.unlabelled for n in d.nodes}
+        named = ", ".join(kube_node_of.get(n, n) for n in slurm_nodes)
+        if shared >= set(slurm_nodes):
+            meaning = f"one {key} domain for them all (a narrower label places each)"
+        elif not shared:
+            meaning = f"each its own {key} domain (no narrower label says which share one)"
+        else:
+            meaning = f"one {key} domain for those with a narrower label, each its own for those with none"
+        lines.append(f"{len(slurm_nodes)} Node(s) without a {key} label: {named}: {meaning}.")
+    return lines
 
 
 def _states(facts: Facts, nodes: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:

@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from devstack import pki
-from tandem import keys, mtls, serving
+from tandem import keys, mtls, serving, topology
 from tandem.cli import facts as f
 from tandem.cli import main, output, views
 from tandem.dra.slices import NodeDevices, SlicedDevice
@@ -671,3 +671,21 @@ def test_describe_of_an_unknown_type_says_so_before_asking_the_cluster(
     assert capsys.readouterr().err == (
         'error: cannot describe "deployment": a pod (POD, pod POD, pod/POD) or a node (node NODE)\n'
     )
+
+
+def test_topology_tells_which_nodes_miss_a_levels_label_and_what_slurm_makes_of_it() -> None:
+    """Issue 53: racks labelled without a zone are racks in Slurm, and the user is told why."""
+    zone, rack = "topology.kubernetes.io/zone", "topology.kubernetes.io/rack"
+    t = topology.build(
+        (zone, rack), topology.TREE, {"cpu-001": {rack: "r1"}, "cpu-002": {rack: "r1"}, "cpu-003": {}}
+    )
+    facts = f.Facts([], {}, {"node-001": "cpu-001", "node-002": "cpu-002", "node-003": "cpu-003"}, {})
+    rows = views.topology_rows(facts, t)
+    assert [r["DOMAIN"].strip() for r in rows if r["LABEL"] == zone] == ["(no label)", "(cpu-003 alone)"]
+    assert views.missing_labels(facts, t) == [
+        "3 Node(s) without a topology.kubernetes.io/zone label: node-001, node-002, node-003: one"
+        " topology.kubernetes.io/zone domain for those with a narrower label, each its own for those"
+        " with none.",
+        "1 Node(s) without a topology.kubernetes.io/rack label: node-003: each its own"
+        " topology.kubernetes.io/rack domain (no narrower label says which share one).",
+    ]

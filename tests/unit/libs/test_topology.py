@@ -169,3 +169,56 @@ def test_switches_are_listed_in_slurms_node_order_not_by_name() -> None:
         ("cpu-001",),
     ]
     assert t.nodes == ("gpu-000", "gpu-002", "cpu-001")
+
+
+# --- racks labelled without their zone (issue 53) --------------------------------------------------
+
+RACKS_ONLY = {
+    "cpu-001": {RACK: "r1"},
+    "cpu-002": {RACK: "r1"},
+    "cpu-003": {RACK: "r2"},
+    "cpu-004": {RACK: "r2"},
+    "cpu-005": {},  # no label at all
+}
+
+
+def test_racks_labelled_without_a_zone_are_racks_in_slurm() -> None:
+    """Before: every Node its own zone and so its own rack; a gang asking for a rack was refused
+    with "the largest rack domain has 1 node"."""
+    t = topo.build(LEVELS, topo.TREE, RACKS_ONLY)
+    racks = {d.value: d.nodes for d in t.at_level(1) if d.value}
+    assert racks == {"r1": ("cpu-001", "cpu-002"), "r2": ("cpu-003", "cpu-004")}
+    (shared,) = [d for d in t.at_level(0) if d.unlabelled]
+    assert shared.nodes == ("cpu-001", "cpu-002", "cpu-003", "cpu-004") and shared.value == ""
+    assert {t.by_name[d.parent].name for d in t.at_level(1) if d.value} == {shared.name}
+    assert t.domain_of("cpu-005", 1) is not None and t.domain_of("cpu-005", 1).nodes == ("cpu-005",)  # type: ignore[union-attr]
+    found = topo.one_domain(t, (RACK,), 2)
+    assert isinstance(found, topo.OneDomain) and {d.value for d in found.domains} == {"r1", "r2"}
+    assert not topo.problems(t)
+
+
+def test_the_unlabelled_zone_is_one_switch_above_its_racks_in_slurms_file() -> None:
+    t = topo.build(LEVELS, topo.TREE, RACKS_ONLY)
+    conf = dict(re.findall(r"^SwitchName=(\S+) (.*)$", topo.render_conf(t), re.MULTILINE))
+    (shared,) = [d for d in t.at_level(0) if d.unlabelled]
+    assert shared.name.startswith("l0-unlabelled-")
+    racks = {d.name for d in t.at_level(1) if d.value}
+    assert set(conf[shared.name].removeprefix("Switches=").split(",")) == racks
+
+
+def test_the_nodes_missing_each_levels_label_are_named_and_say_so_in_a_refusal() -> None:
+    t = topo.build(LEVELS, topo.TREE, RACKS_ONLY)
+    assert topo.unlabelled(t) == {
+        ZONE: ("cpu-001", "cpu-002", "cpu-003", "cpu-004", "cpu-005"),
+        RACK: ("cpu-005",),
+    }
+    assert topo.unlabelled(topo.build(LEVELS, topo.TREE, {"a": {ZONE: "z", RACK: "r"}})) == {}
+    flat = topo.build(LEVELS, topo.TREE, {f"cpu-00{i}": {} for i in range(3)})
+    why = topo.one_domain(flat, (RACK,), 2)
+    assert isinstance(why, str) and "3 nodes have no topology.kubernetes.io/rack label" in why, why
+
+
+def test_the_published_topology_keeps_its_unlabelled_domain() -> None:
+    t = topo.build(LEVELS, topo.TREE, RACKS_ONLY)
+    again = topo.from_json(topo.to_json(t))
+    assert again == t and any(d.unlabelled for d in again.domains)

@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 
 from tandem import topology
+from tandem.metrics import REGISTRY
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
 from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS, TopologyConfig, TopologySync
@@ -224,3 +225,20 @@ def test_a_retry_after_our_reconfigure_asks_slurm_for_the_features_not_the_older
     s.reconcile("topology")
     assert slurm.set_node_features.call_count == 2
     assert kube.request.call_count == 1
+
+
+def test_nodes_without_a_levels_label_are_counted_for_the_user(tmp_path: Path) -> None:
+    """Issue 53: racks labelled, zones not: the user is told (a metric per level; kubectl tandem
+    topology names the Nodes)."""
+    zone = "topology.kubernetes.io/zone"
+    slurm = mock.Mock()
+    slurm.ping.return_value = True
+    slurm.list_nodes.return_value = []
+    labels = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "a"}, "cpu-003": {}}
+    cfg = TopologyConfig((zone, RACK), topology.TREE, str(tmp_path / "topology.conf"))
+    TopologySync(cfg, lambda: labels, slurm, clock=Clock(), sleep=lambda s: None).reconcile("topology")
+    shown = [x for x in REGISTRY.render().splitlines() if x.startswith("tandem_topology_nodes_unlabelled{")]
+    assert sorted(shown) == [
+        'tandem_topology_nodes_unlabelled{level="topology.kubernetes.io/rack"} 1.0',
+        'tandem_topology_nodes_unlabelled{level="topology.kubernetes.io/zone"} 3.0',
+    ]

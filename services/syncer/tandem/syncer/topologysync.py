@@ -117,6 +117,15 @@ class TopologySync:
         # A reconfigure of ours whose features are not all set again yet: Slurm is asked for them
         # (the poll's view is older than Slurm's, which dropped them) until they are.
         self._reconfigured = False
+        # Level key -> how many Nodes miss its label, as last rendered (what the user is told).
+        self._unlabelled: dict[str, int] = {}
+        REGISTRY.gauge(
+            "tandem_topology_nodes_unlabelled",
+            "Nodes without a topology level's label (each its own domain at that level, or, when a"
+            " narrower label places them, in the level's one unlabelled domain)",
+            ["level"],
+            collect=lambda: {(key,): float(n) for key, n in self._unlabelled.items()},
+        )
 
     def render(self) -> tuple[topology.Topology, str, str]:
         """The topology, its file's text and the file's name (topology.conf or topology.yaml)."""
@@ -129,6 +138,8 @@ class TopologySync:
         if not self.cfg.enabled:
             return None
         t, text, file_key = self.render()
+        missing = topology.unlabelled(t)
+        self._unlabelled = {key: len(missing.get(key, ())) for key in t.levels}
         wanted_json = topology.to_json(t)
         changed_file = bool(self.cfg.file) and _read(self.cfg.file) != text
         if changed_file or self._published != wanted_json:
