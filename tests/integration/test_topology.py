@@ -249,9 +249,16 @@ def test_racks_labelled_without_a_zone_are_racks_in_slurm_and_the_user_is_told(
         [frozenset(nodes[:2]), frozenset(nodes[2:4]), *(frozenset({n}) for n in nodes[4:])], key=sorted
     )
     h.wait_until("Slurm's racks as labelled, with no zone", lambda: _racks(stack_cfg) == want, 60)
-    shown = kubectl_tandem(stack_cfg, "topology")
+    # Published for the scheduler and kubectl once Slurm has the racks as node features too.
+    told = f"{stack_cfg.nodes - 4} Node(s) without a {RACK} label"
+
+    def shown_once_published() -> str | None:
+        shown = kubectl_tandem(stack_cfg, "topology")
+        return shown if told in shown else None
+
+    shown = h.wait_until("kubectl tandem topology", shown_once_published, 60)
     assert f"{stack_cfg.nodes} Node(s) without a {ZONE} label" in shown, shown
-    assert f"{stack_cfg.nodes - 4} Node(s) without a {RACK} label" in shown, shown
+    assert "(no label)" in shown and "rack-g" in shown and "rack-h" in shown, shown
     members = _lws_gang(stack_cfg, core, h.unique("racks"), 2, {h.PREFIX + "topology": RACK})
     placed = h.wait_until("the gang bound", lambda: _bound_slurm_nodes(core, members), 60)
     assert placed in (set(nodes[:2]), set(nodes[2:4])), placed
