@@ -421,9 +421,22 @@ def gpu_gres(index: int) -> tuple[GpuGres, ...]:
     return (GpuGres(GPU_GRES_TYPE, GPUS_PER_NODE, "nvidia"),)
 
 
+# A GPU node whose whole GPUs Slurm may also share out as `gres/shard` (issue 54): SHARDS_PER_GPU
+# shards over each of them.
+SHARD_NODE = 4
+SHARDS_PER_GPU = 8
+
+
+def shards(index: int) -> int:
+    """How many shards the node's gres.conf declares (0: none)."""
+    return SHARDS_PER_GPU * GPUS_PER_NODE if index == SHARD_NODE and is_gpu_node(index) else 0
+
+
 def gres_string(index: int) -> str:
-    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`."""
-    return ",".join(f"gpu:{g.gres_type}:{g.count}" for g in gpu_gres(index))
+    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`, `...,shard:64`."""
+    # Slurm types a node's shards after its GPUs (sinfo prints `shard:h100:64` either way).
+    shared = [f"shard:{GPU_GRES_TYPE}:{shards(index)}"] if shards(index) else []
+    return ",".join([*(f"gpu:{g.gres_type}:{g.count}" for g in gpu_gres(index)), *shared])
 
 
 def slurm_node_name(index: int) -> str:

@@ -179,7 +179,7 @@ def slurm_conf(cfg: StackConfig) -> str:
         "MpiDefault=none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU_Memory",
-        "GresTypes=gpu",
+        "GresTypes=gpu,shard",
         "SchedulerType=sched/backfill",
         # Low latency on a small machine (lab/SLURM.md).
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=250000,default_queue_depth=500,"
@@ -269,6 +269,8 @@ def gres_conf(cfg: StackConfig) -> str:
                 f"NodeName={name} Name=gpu Type={g.gres_type} "
                 f"File={paths(cfg)['dev']}/{name}/{g.file}[{g.first}-{g.first + g.count - 1}]"
             )
+        if config.shards(i):
+            lines.append(f"NodeName={name} Name=shard Type={config.GPU_GRES_TYPE} Count={config.shards(i)}")
     return "\n".join(lines) + "\n"
 
 

@@ -409,14 +409,19 @@ def test_two_rotations_and_a_gateway_restart_keep_a_running_jobs_killwait_path(
         lambda: str(h.rest_job(stack_cfg, job_id)["job_state"]) in ("CANCELLED", "COMPLETED"),
         60,
     )
-    answers = [
-        line
-        for line in (stack_cfg.log_dir / "tandem-hooks.log").read_text().splitlines()
-        if line.startswith("{")
-        and (entry := json.loads(line)).get("route") == "/v1/terminating"
-        and entry.get("job") == job_id
-    ]
-    assert answers and all(json.loads(line)["status"] == 200 for line in answers), answers
+
+    def answers() -> list[str]:
+        return [
+            line
+            for line in (stack_cfg.log_dir / "tandem-hooks.log").read_text().splitlines()
+            if line.startswith("{")
+            and (entry := json.loads(line)).get("route") == "/v1/terminating"
+            and entry.get("job") == job_id
+        ]
+
+    # Slurm says CANCELLED at the scancel, before the script (sent SIGTERM then) asks terminating.
+    answered = h.wait_until("the script's terminating call answered", answers, 30)
+    assert all(json.loads(line)["status"] == 200 for line in answered), answered
     state, reason = h.node_state(stack_cfg, node)
     assert "drain" not in state.lower(), (state, reason)
 
