@@ -243,7 +243,7 @@ def one_domain(t: Topology, keys: Sequence[str], size: int) -> OneDomain | str:
     return (
         f"the largest {t.levels[level]} domain has {len(largest.nodes)} nodes "
         f"({_shown_value(largest)}, Slurm's {largest.name})"
-    ) + (f"; {alone} nodes have no {t.levels[level]} label, each a domain of its own" if alone else "")
+    ) + (f"; {alone} node(s) have no {t.levels[level]} label, each a domain of its own" if alone else "")
 
 
 def where(t: Topology, keys: Sequence[str], nodes: Sequence[str]) -> str:

@@ -215,7 +215,7 @@ def test_the_nodes_missing_each_levels_label_are_named_and_say_so_in_a_refusal()
     assert topo.unlabelled(topo.build(LEVELS, topo.TREE, {"a": {ZONE: "z", RACK: "r"}})) == {}
     flat = topo.build(LEVELS, topo.TREE, {f"cpu-00{i}": {} for i in range(3)})
     why = topo.one_domain(flat, (RACK,), 2)
-    assert isinstance(why, str) and "3 nodes have no topology.kubernetes.io/rack label" in why, why
+    assert isinstance(why, str) and "3 node(s) have no topology.kubernetes.io/rack label" in why, why
 
 
 def test_the_published_topology_keeps_its_unlabelled_domain() -> None:

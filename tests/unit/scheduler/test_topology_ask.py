@@ -81,7 +81,10 @@ def test_one_domain_lists_only_the_domains_with_room_at_the_narrowest_level_aske
 
 def test_no_domain_with_room_names_the_key_and_the_largest() -> None:
     why = topology.one_domain(T, (RACK,), 4)
-    assert why == (f"the largest {RACK} domain has 3 nodes ({RACK}=a, Slurm's {_rack('z1', 'a').name})")
+    assert why == (
+        f"the largest {RACK} domain has 3 nodes ({RACK}=a, Slurm's {_rack('z1', 'a').name});"
+        f" 1 node(s) have no {RACK} label, each a domain of its own"  # cpu-007
+    )
     unknown = topology.one_domain(T, ("nvidia.com/gpu.clique",), 2)
     assert unknown == f"Slurm's topology has no level nvidia.com/gpu.clique (its levels: {ZONE}, {RACK})"
 
@@ -141,7 +144,8 @@ def test_a_gang_too_large_for_every_rack_waits_unschedulable_naming_the_key_and_
     assert action.event == "FailedScheduling"
     assert action.message == (
         f"PodGroup default/train needs its 4 nodes in one domain of {RACK}, and the largest {RACK} "
-        f"domain has 3 nodes ({RACK}=a, Slurm's {_rack('z1', 'a').name})"
+        f"domain has 3 nodes ({RACK}=a, Slurm's {_rack('z1', 'a').name}); 1 node(s) have no {RACK} label,"
+        " each a domain of its own"
     )
 
 
