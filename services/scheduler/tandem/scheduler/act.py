@@ -70,12 +70,8 @@ def act(
                 h.writers.pods.nominate(placement.pod, placement.kube_node)
         case actions.Exclude():
             exclude(h, o.key, action)
-        case actions.Constrain(job_id=job_id, constraints=constraints):
-            h.writers.slurm.set_constraints(job_id, constraints)
-            h.assumed.constraints.assume(str(job_id), constraints)
-            log.info(
-                "job constraint updated", extra={"pod": o.key, "job": job_id, "constraints": constraints}
-            )
+        case actions.Constrain():
+            constrain(h, o.key, action)
         case actions.MakeClaims():
             make_claims(h, action)
         case actions.Bind():

@@ -227,9 +227,12 @@ class NodeLocks:
 
     def drain_steps(self, status: JobStatus, ref: PodRef, slurm_node: str, timeout: float) -> Steps[bool]:
         """A placeholder's own drain of its node at KillWait (its script's call when its
-        JobTerminating got no answer): a KillWait deadline due now, drained by the node's pass as
-        every KillWait drain is; whether the node is drained for the job. Raises LockFailed
-        (unavailable) when the pass could not drain it in time: the script then drains it itself."""
+        JobTerminating got no answer): a KillWait deadline due now, drained by the nodes' passes as
+        every KillWait drain is. Like JobTerminating's deadline it covers each node of the job where
+        a Pod of it still runs: it replaces any deadline a JobTerminating still waiting recorded,
+        and one narrowed to this node would drop that call's other nodes. Returns whether this
+        node is drained for the job; raises LockFailed (unavailable) when its pass could not drain
+        it in time: the script then drains it itself."""
         if self.drained_by_others(slurm_node):
             log.info(
                 "not draining: the node is drained by someone else, whose reason stays",
