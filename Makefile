@@ -65,16 +65,20 @@ lint: lint-tools
 unit: install
 	$(BIN)/pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
+# The integration tests against one stack: those marked `parallel` side by side on
+# TANDEM_INTEGRATION_WORKERS workers, then the rest one at a time (tests/integration/run.py, issue 51).
+INTEGRATION := $(BIN)/python -m tests.integration.run
+
 # Everything on Slurm 24.11 with the Kubernetes controllers: the unit tests first (about a minute,
 # no stack), so a broken one fails before the lab starts (issue 51).
 test: lint
 	$(BIN)/pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(INTEGRATION) $(PYTEST_ARGS)
 
 # CI's second leg: on Slurm $(NEXT_SLURM) and Kubernetes $(PREVIOUS_KUBERNETES), the integration tests that
 # reach code whose behaviour depends on the release (tests/integration/next_leg.txt, marked next_leg).
 test-next-slurm: install
-	$(NEXT_STACK) $(BIN)/pytest tests/integration -m next_leg $(PYTEST_ARGS)
+	$(NEXT_STACK) $(INTEGRATION) --marks next_leg $(PYTEST_ARGS)
 
 # Which tests those are, measured: the candidates run on both release pairs with each service under
 # coverage (devstack/coverage_by_test.py), and the list names the fewest that run all the code whose
@@ -92,7 +96,7 @@ next-leg-tests: install
 
 # The seed flows again on Tandem as `helm install` puts it on the lab's real Node (CI's third leg).
 test-chart: install
-	DEPLOY=chart $(BIN)/pytest tests/integration -m 'chart and not slurm_timer' $(PYTEST_ARGS)
+	DEPLOY=chart $(INTEGRATION) --marks 'chart and not slurm_timer' $(PYTEST_ARGS)
 
 up: install
 	$(BIN)/python -m devstack up

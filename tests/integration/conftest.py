@@ -24,6 +24,15 @@ def stack_cfg() -> Iterator[StackConfig]:
     )
     if was_up and coverage_by_test.directory() is not None:
         pytest.exit(f"{coverage_by_test.ENV} measures the services a session starts: `make down` first")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker beside others (tests/integration/run.py started the stack): none starts or stops it.
+        if not was_up:
+            pytest.exit(
+                f"the stack in {cfg.state_dir} is not up: run the tests through tests/integration/run.py"
+            )
+        os.environ["SLURM_CONF"] = str(cfg.slurm_conf)
+        yield cfg
+        return
     try:
         # On a fresh machine the session starts before Kueue and LWS are built (CI builds them in
         # the background); the tests that use them ask for `late_controllers` and run last.
@@ -50,32 +59,26 @@ def core(stack_cfg: StackConfig) -> k8s.CoreV1Api:
     return k8s.CoreV1Api(kube.api(stack_cfg))
 
 
+@pytest.fixture(autouse=True)
+def made_by_test() -> None:
+    """Each test starts having made nothing (what helpers.create and helpers.sbatch record)."""
+    from tests.integration import helpers
+
+    helpers.made.pods.clear()
+    helpers.made.jobs.clear()
+
+
 @pytest.fixture
-def clean(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
-    """Each scheduling test starts and ends with no test Pod, no Slurm job and no lock."""
+def clean(request: pytest.FixtureRequest, stack_cfg: StackConfig, core: k8s.CoreV1Api) -> Iterator[None]:
+    """Each scheduling test ends leaving no test Pod, no Slurm job and no lock; one marked
+    `parallel` runs beside others, so it takes away only the Pods and jobs it made."""
     yield
     from tests.integration import helpers
 
-    # A test's tenant Pods are in default; its node agents in the namespace that may share held Nodes.
-    namespaces = ("default", config.OPS_NAMESPACE)
-    for ns in namespaces:
-        for pod in core.list_namespaced_pod(ns).items:
-            helpers.delete_pod(core, pod.metadata.name, ns, grace=0)
-    jobs = helpers.squeue_ids(stack_cfg)
-    if jobs:
-        helpers.scancel(stack_cfg, *jobs)
-    helpers.wait_until(
-        "no test Pods", lambda: not any(core.list_namespaced_pod(ns).items for ns in namespaces), 30
-    )
-    helpers.wait_until("no Slurm jobs", lambda: not helpers.squeue_ids(stack_cfg), 60)
-    for line in helpers.scontrol(stack_cfg, "show", "reservation", "-o").splitlines():
-        if line.startswith("ReservationName="):
-            helpers.scontrol(stack_cfg, "delete", line.split()[0].lower())
-    helpers.wait_until(
-        "every lock released",
-        lambda: all(helpers.lock_annotation(core, n) == "false" for n in stack_cfg.slurm_node_names()),
-        30,
-    )
+    if request.node.get_closest_marker("parallel") is not None:
+        helpers.clean_own(stack_cfg, core)
+    else:
+        helpers.clean_all(stack_cfg, core)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +104,9 @@ def kill_wait(request: pytest.FixtureRequest) -> None:
     now = slurm.kill_wait(StackConfig.from_env())
     if now is None or now == want:
         return
+    if request.node.get_closest_marker("parallel") is not None:
+        # A restart of slurmctld would pull Slurm from under the tests beside it.
+        pytest.fail(f"Slurm runs KillWait {now}s, not {want}s: tests/integration/run.py puts it back first")
     cfg: StackConfig = request.getfixturevalue("stack_cfg")
     slurm.set_kill_wait(cfg, want)
     helpers.wait_for_kill_wait(cfg, request.getfixturevalue("core"), want)
@@ -116,6 +122,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     coverage_by_test.took(report.nodeid, report.duration)
+
+
+# Marks whose tests change what is shared, or rely on their place in the order: never `parallel`;
+# nor a test that starts the late controllers (each worker would start its own).
+ALONE_MARKS = ("soak", "last", "short_kill_wait")
+ALONE_FIXTURES = ("late_controllers",)
+
+
+def runs_alone_for(marks: set[str], fixtures: set[str]) -> list[str]:
+    """Why a test marked `parallel` may not run beside others (nothing: it may, or it is not marked)."""
+    if "parallel" not in marks:
+        return []
+    return [m for m in ALONE_MARKS if m in marks] + [f for f in ALONE_FIXTURES if f in fixtures]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -134,6 +153,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
         config.hook.pytest_deselected(items=[i for i in items if not runs(i)])
         items[:] = [i for i in items if runs(i)]
+    # What a test beside others may not do: change the KillWait, start controllers, take the stack
+    # away, or rely on being sorted after the others.
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        if alone := runs_alone_for(marks, set(getattr(item, "fixturenames", ()))):
+            raise pytest.UsageError(f"{item.nodeid} is marked parallel and {', '.join(alone)}: it runs alone")
     # CI's second leg runs the tests that reach release-specific code, as measured (issue 51).
     second_leg = next_leg_tests.listed()
     for item in items:
@@ -145,5 +170,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("last") is not None,
             item.get_closest_marker("short_kill_wait") is not None,
             "late_controllers" in getattr(item, "fixturenames", ()),
+            # Beside others, the tests that wait a Slurm timer out start first, the rest around them.
+            item.get_closest_marker("parallel") is not None
+            and item.get_closest_marker("slurm_timer") is None,
         )
     )

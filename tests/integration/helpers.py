@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,7 +139,20 @@ def tandem_pod(
     }
 
 
+@dataclass
+class Made:
+    """What the running test made on the shared stack, so that a test run beside others (marked
+    `parallel`) cleans up its own objects only (issue 51)."""
+
+    pods: set[tuple[str, str]] = field(default_factory=set)  # (namespace, name)
+    jobs: set[int] = field(default_factory=set)  # Slurm jobs it submitted itself
+
+
+made = Made()
+
+
 def create(core: k8s.CoreV1Api, pod: dict[str, Any]) -> None:
+    made.pods.add((pod["metadata"]["namespace"], pod["metadata"]["name"]))
     core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
 
 
@@ -215,6 +229,58 @@ def squeue_ids(cfg: StackConfig) -> set[int]:
     return {int(x.partition("+")[0]) for x in out.split()}
 
 
+def squeue_names(cfg: StackConfig) -> dict[int, str]:
+    """Every job in Slurm's queue by id, with its name (a het job once, by its own id)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%j"], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=True
+    ).stdout
+    return {int(i.partition("+")[0]): n for i, _, n in (line.partition("|") for line in out.splitlines())}
+
+
+def own_jobs(cfg: StackConfig) -> set[int]:
+    """The jobs in Slurm's queue the running test made: those it submitted itself and the
+    placeholders of its Pods (named `tandem:<scheduler>/<namespace>/<name>/<uid>`)."""
+    ours = {f"/{ns}/{name}/" for ns, name in made.pods}
+    return {
+        job
+        for job, name in squeue_names(cfg).items()
+        if job in made.jobs or (name.startswith("tandem:") and any(o in name for o in ours))
+    }
+
+
+def clean_own(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    """A test run beside others leaves none of its Pods and jobs behind, and touches nobody else's."""
+    for ns, name in made.pods:
+        delete_pod(core, name, ns, grace=0)
+    jobs = own_jobs(cfg)
+    if jobs:
+        scancel(cfg, *jobs)
+    wait_until("the test's Pods gone", lambda: all(get_pod(core, n, ns) is None for ns, n in made.pods), 30)
+    wait_until("the test's Slurm jobs gone", lambda: not own_jobs(cfg), 60)
+
+
+def clean_all(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
+    """No test Pod, no Slurm job, no reservation and no lock left, whoever made them."""
+    # A test's tenant Pods are in default; its node agents in the namespace that may share held Nodes.
+    namespaces = ("default", config.OPS_NAMESPACE)
+    for ns in namespaces:
+        for pod in core.list_namespaced_pod(ns).items:
+            delete_pod(core, pod.metadata.name, ns, grace=0)
+    jobs = squeue_ids(cfg)
+    if jobs:
+        scancel(cfg, *jobs)
+    wait_until("no test Pods", lambda: not any(core.list_namespaced_pod(ns).items for ns in namespaces), 30)
+    wait_until("no Slurm jobs", lambda: not squeue_ids(cfg), 60)
+    for line in scontrol(cfg, "show", "reservation", "-o").splitlines():
+        if line.startswith("ReservationName="):
+            scontrol(cfg, "delete", line.split()[0].lower())
+    wait_until(
+        "every lock released",
+        lambda: all(lock_annotation(core, n) == "false" for n in cfg.slurm_node_names()),
+        30,
+    )
+
+
 def scontrol(cfg: StackConfig, *args: str, check: bool = True) -> str:
     return subprocess.run(
         ["scontrol", *args], env=slurm.slurm_env(cfg), capture_output=True, text=True, check=check
@@ -264,7 +330,9 @@ def sbatch(cfg: StackConfig, *args: str, script: str = "#!/bin/sh\nsleep 300\n")
         text=True,
         check=True,
     ).stdout
-    return int(out.strip().split(";")[0])
+    job_id = int(out.strip().split(";")[0])
+    made.jobs.add(job_id)
+    return job_id
 
 
 @contextmanager

@@ -44,6 +44,7 @@ def _running(core: k8s.CoreV1Api, name: str) -> k8s.V1Pod | None:
     return pod if pod and pod.spec.node_name and pod.status.phase == "Running" else None
 
 
+@pytest.mark.parallel
 def test_a_pods_account_and_qos_are_its_jobs(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("qos-high")
     h.create(
@@ -60,6 +61,7 @@ def test_a_pods_account_and_qos_are_its_jobs(stack_cfg: StackConfig, core: k8s.C
     assert (account.strip(), qos.strip(), user.strip()) == ("k8s", "high", "tandem-pods")
 
 
+@pytest.mark.parallel
 def test_a_qos_slurm_refuses_is_one_clear_event_and_no_retry(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -78,11 +80,12 @@ def test_a_qos_slurm_refuses_is_one_clear_event_and_no_retry(
     warnings = [e for e in h.events_for(core, name) if e.type == "Warning"]
     assert len(warnings) == 1 and (warnings[0].count or 1) == 1, [e.message for e in warnings]
     assert "Invalid qos specification" in warnings[0].message
-    assert not h.squeue_ids(stack_cfg)
+    assert not h.own_jobs(stack_cfg)
     pod = h.get_pod(core, name)
     assert pod is not None and not pod.spec.node_name
 
 
+@pytest.mark.parallel
 def test_an_account_the_user_has_no_association_with_is_refused(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

@@ -15,7 +15,7 @@ from devstack import kube, services
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.parallel]
 
 HUGE = "gpu-[0-99999999]"
 

@@ -15,7 +15,7 @@ from devstack.config import StackConfig
 from tandem import placeholder
 from tests.integration import helpers as h
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.parallel]
 
 _, UID, GID = slurm.POD_USER
 

@@ -84,6 +84,7 @@ def test_the_syncer_refuses_callers_that_are_not_tandem(stack_cfg: StackConfig, 
     assert not h.node_has_lock_taint(core, h.kube_node_of(NODE))
 
 
+@pytest.mark.parallel
 def test_the_scheduler_refuses_callers_that_are_not_the_syncer_or_an_operator(stack_cfg: StackConfig) -> None:
     scheduler = services.grpc_addresses(stack_cfg)["tandem-scheduler"]
     assert _refused(grpc.insecure_channel(scheduler), _placements) == grpc.StatusCode.UNAVAILABLE
@@ -92,6 +93,7 @@ def test_the_scheduler_refuses_callers_that_are_not_the_syncer_or_an_operator(st
         _placements(channel)
 
 
+@pytest.mark.parallel
 def test_an_operator_lists_the_services_with_grpcurl(stack_cfg: StackConfig) -> None:
     env = services.operator_tls_env(stack_cfg)
     for address in services.grpc_addresses(stack_cfg).values():
@@ -137,6 +139,7 @@ def _syncer(cfg: StackConfig, files: mtls.TlsFiles) -> tuple[grpc.Channel, synce
     return channel, syncer_pb2_grpc.SyncerServiceStub(channel)
 
 
+@pytest.mark.parallel
 def test_a_certificate_from_the_labs_ca_with_the_hooks_cn_but_not_its_san_is_refused(
     stack_cfg: StackConfig, tmp_path: Path
 ) -> None:
@@ -160,6 +163,7 @@ def test_a_certificate_from_the_labs_ca_with_the_hooks_cn_but_not_its_san_is_ref
     assert "drain" not in state.lower() and "impostor" not in (reason or ""), (state, reason)
 
 
+@pytest.mark.parallel
 def test_the_hooks_san_names_the_gateway_whatever_the_cn(stack_cfg: StackConfig, tmp_path: Path) -> None:
     """The same CA, the SAN and a tenant's CN: the syncer serves it as the gateway (its call then
     fails on the node's credential it lacks, past the identity check)."""

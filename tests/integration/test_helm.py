@@ -26,7 +26,7 @@ from devstack.config import StackConfig
 from tandem import mtls
 from tandem.kube import KubeClient, KubeError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 CHART = "helm/tandem"
 MONITORING = (
     "monitoring.podMonitors.enabled=true",

@@ -49,6 +49,7 @@ def _reference(stack_cfg: StackConfig, pod: k8s.V1Pod) -> str:
     return placeholder.job_name(ref, stack_cfg.scheduler_name)
 
 
+@pytest.mark.parallel
 def test_a_slurm_user_cannot_read_a_nodes_credential(stack_cfg: StackConfig) -> None:
     token_file = nodetokens.path(stack_cfg, stack_cfg.slurm_node_names()[0])
     assert token_file.read_text().strip()  # root reads it (the prolog)
@@ -151,6 +152,7 @@ def test_one_nodes_credential_cannot_lock_or_unlock_another_node(
         assert "drain" not in state.lower(), (node, state, reason)
 
 
+@pytest.mark.parallel
 def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -196,6 +198,7 @@ def test_a_slurm_user_cannot_end_another_pod_lock_or_drain_its_node(
     assert h.lock_annotation(core, victim_node) == "locked_strict"
 
 
+@pytest.mark.parallel
 def test_a_nodes_own_credential_cannot_unlock_it_under_its_running_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -234,6 +237,7 @@ def _as(reference: str, token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", jobtoken.PLACEHOLDER_HEADER: reference}
 
 
+@pytest.mark.parallel
 def test_a_job_token_replayed_on_the_placeholders_next_job_is_refused(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -277,6 +281,7 @@ def test_a_job_token_replayed_on_the_placeholders_next_job_is_refused(
         h.scancel(stack_cfg, nxt)
 
 
+@pytest.mark.parallel
 def test_a_job_token_used_after_its_job_ended_is_refused(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     pod, job_id, node = _running(stack_cfg, core, "ended")
     reference = _reference(stack_cfg, pod)
@@ -301,6 +306,7 @@ def test_a_job_token_used_after_its_job_ended_is_refused(stack_cfg: StackConfig,
     assert "drain" not in state.lower()
 
 
+@pytest.mark.parallel
 def test_a_revoked_job_token_and_an_unbound_one_are_refused(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -456,6 +462,7 @@ def test_a_key_ring_that_does_not_read_is_counted_and_the_last_one_stays(
     assert "job key ring's new version is refused" in (stack_cfg.log_dir / "tandem-syncer.log").read_text()
 
 
+@pytest.mark.parallel
 def test_the_gateway_holds_no_job_key(stack_cfg: StackConfig) -> None:
     """Issue 50: whoever took the gateway could mint any placeholder's token with the ring it
     held. The lab's gateway, as it runs: no flag, variable or open file names the ring, and no

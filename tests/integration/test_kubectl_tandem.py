@@ -178,6 +178,7 @@ def test_nodes_maps_each_node_to_its_slurm_node_and_lock(
     )
 
 
+@pytest.mark.parallel
 def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None:
     env = {
         **os.environ,
@@ -195,6 +196,7 @@ def test_an_unreachable_syncer_is_one_clear_line(stack_cfg: StackConfig) -> None
     assert out.stderr.startswith("error: cannot read Slurm from the syncer at 127.0.0.1:1: UNAVAILABLE")
 
 
+@pytest.mark.parallel
 def test_without_an_operator_certificate_the_cli_says_how_to_get_one(stack_cfg: StackConfig) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TANDEM_GRPC_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
@@ -211,6 +213,7 @@ def test_without_an_operator_certificate_the_cli_says_how_to_get_one(stack_cfg: 
 
 
 @pytest.mark.chart
+@pytest.mark.parallel
 def test_nodes_reads_the_syncer_where_the_address_is_not_the_certificates_name(
     stack_cfg: StackConfig,
 ) -> None:

@@ -62,6 +62,7 @@ def _bound_to(core: k8s.CoreV1Api, name: str) -> str | None:
     return pod.spec.node_name if pod is not None and pod.spec.node_name else None
 
 
+@pytest.mark.parallel
 def test_a_pod_whose_selector_matches_one_node_lands_there(
     stack_cfg: StackConfig, nodes: k8s.CoreV1Api
 ) -> None:
@@ -235,6 +236,7 @@ def test_an_admins_drain_in_tandems_words_is_not_resumed(
     h.wait_until("the Node cleared once resumed", lambda: _node_shows(nodes, target) == (None, None), 15)
 
 
+@pytest.mark.parallel
 def test_a_guaranteed_pod_with_whole_cpus_is_warned_about(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

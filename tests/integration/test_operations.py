@@ -37,6 +37,7 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     return total
 
 
+@pytest.mark.parallel
 def test_metrics_show_what_happened(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("metrics")
     h.create(core, h.tandem_pod(stack_cfg, name))
@@ -65,6 +66,7 @@ def test_metrics_show_what_happened(stack_cfg: StackConfig, core: k8s.CoreV1Api)
 MAY_BE_ZERO = {"tandem_evictions_total", "tandem_slurm_api_errors_total"}
 
 
+@pytest.mark.parallel
 def test_after_make_demo_each_service_shows_its_metrics(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     try:
         assert demo.run(stack_cfg) == 0
@@ -147,6 +149,7 @@ def _leader_pid(core: k8s.CoreV1Api) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@pytest.mark.parallel
 def test_killing_the_leader_hands_over_and_no_pod_gets_two_jobs(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, two_schedulers: list[subprocess.Popen[bytes]]
 ) -> None:

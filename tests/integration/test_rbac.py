@@ -11,7 +11,7 @@ from devstack import identities, kube, services
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 MAIN = identities.MAIN
 

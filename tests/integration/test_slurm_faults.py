@@ -15,7 +15,7 @@ from devstack.config import StackConfig
 from tests.integration import helpers as h
 from tests.integration.faultproxy import FaultProxy
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean"), pytest.mark.parallel]
 
 FAULTY = identities.Release("faulty", values=("scheduler.name=faulty-tandem",))
 SCHEDULER = "faulty-tandem"

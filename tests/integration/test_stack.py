@@ -16,6 +16,7 @@ from tests.integration import helpers as h
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 
+@pytest.mark.parallel
 def test_apiserver_answers_with_its_version(stack_cfg: StackConfig) -> None:
     out = kube.kubectl(stack_cfg, "version", "-o", "json")
     assert f'"gitVersion": "{stack_cfg.kubernetes_version}"' in out
@@ -63,6 +64,7 @@ def test_sinfo_shows_every_node_idle_with_gpus_on_gpu_nodes(stack_cfg: StackConf
         assert gres == (config.gres_string(i) or "(null)")
 
 
+@pytest.mark.parallel
 def test_a_job_submitted_through_slurmrestd_runs_on_a_node(stack_cfg: StackConfig) -> None:
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm.rest_token(stack_cfg, lifespan=300)}
     marker = stack_cfg.state_dir / "job-ran-marker"
@@ -95,10 +97,12 @@ def test_a_job_submitted_through_slurmrestd_runs_on_a_node(stack_cfg: StackConfi
 
 
 @pytest.mark.parametrize("name", services.SERVICES)
+@pytest.mark.parallel
 def test_each_service_reports_serving(stack_cfg: StackConfig, name: str) -> None:
     assert services.serving(stack_cfg, name)
 
 
+@pytest.mark.parallel
 def test_hooks_gateway_refuses_calls_without_the_token(stack_cfg: StackConfig) -> None:
     assert httpx.get(f"{stack_cfg.hooks_url}/healthz", timeout=5).status_code == 200
     r = httpx.post(f"{stack_cfg.hooks_url}/v1/lock", json={}, timeout=5)

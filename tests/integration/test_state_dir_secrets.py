@@ -15,7 +15,7 @@ import pytest
 from devstack import nodetokens, services, slurm
 from devstack.config import StackConfig
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.parallel]
 
 _, UID, GID = slurm.POD_USER
 # Run as the Pod user with the system's Python (the venv's lies under root's home): walk the

@@ -67,6 +67,7 @@ def test_a_deleted_pod_holds_its_node_until_it_is_gone(stack_cfg: StackConfig, c
     assert t_job_gone - t_pod_gone < 5
 
 
+@pytest.mark.parallel
 def test_a_pod_that_finishes_ends_its_job_and_stays(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("batch-like")
     h.create(core, h.tandem_pod(stack_cfg, name))
@@ -92,6 +93,7 @@ def test_deleting_a_pending_pod_cancels_its_job(stack_cfg: StackConfig, core: k8
     h.scancel(stack_cfg, blocker)
 
 
+@pytest.mark.parallel
 def test_scancel_deletes_the_pod_within_its_grace_period(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("scancelled")
     h.create(core, h.tandem_pod(stack_cfg, name, grace=5))
@@ -110,6 +112,7 @@ def test_scancel_deletes_the_pod_within_its_grace_period(stack_cfg: StackConfig,
     assert any(e.reason == "SlurmJobEnded" for e in h.events_for(core, name))
 
 
+@pytest.mark.parallel
 def test_a_requeued_job_takes_its_pod_with_it_and_leaves_no_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:
@@ -123,6 +126,7 @@ def test_a_requeued_job_takes_its_pod_with_it_and_leaves_no_job(
 
 
 @pytest.mark.slurm_timer
+@pytest.mark.parallel
 def test_the_time_limit_ends_the_pod(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     name = h.unique("timed")
     h.create(core, h.tandem_pod(stack_cfg, name, {h.PREFIX + "timeout": "1"}))

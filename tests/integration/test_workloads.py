@@ -157,6 +157,7 @@ def _slurm_node_of(cfg: StackConfig, pod: k8s.V1Pod) -> str:
     return str(h.rest_job(cfg, int(pod.metadata.annotations[h.PREFIX + "job-id"]))["nodes"])
 
 
+@pytest.mark.parallel
 def test_a_statefulset_pod_deleted_comes_back_with_a_new_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, apps: k8s.AppsV1Api
 ) -> None:
@@ -193,6 +194,7 @@ def test_a_statefulset_pod_deleted_comes_back_with_a_new_job(
         apps.delete_namespaced_stateful_set(name, NAMESPACE)
 
 
+@pytest.mark.parallel
 def test_a_job_whose_pods_finish_ends_its_slurm_jobs_and_keeps_the_pods(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
 ) -> None:
@@ -453,6 +455,7 @@ def test_a_prolog_stuck_behind_a_budget_does_not_delay_unlocking_another_node(
         h.resume_if_drained(stack_cfg, blocked)
 
 
+@pytest.mark.parallel
 def test_a_namespace_with_tandem_pods_deletes_completely(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     ns = h.unique("team")
     core.create_namespace({"metadata": {"name": ns}})
