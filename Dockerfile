@@ -15,6 +15,10 @@ COPY proto proto
 COPY libs libs
 COPY services services
 COPY cli cli
+# Which commit this is, for tandem_build_info (the context has no .git):
+#   --build-arg TANDEM_COMMIT=$(git rev-parse HEAD) --build-arg TANDEM_DIRTY=false
+ARG TANDEM_COMMIT=
+ARG TANDEM_DIRTY=unknown
 # Only Tandem's own wheel here: its dependencies come from the lock below, hashes checked.
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 

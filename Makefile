@@ -61,6 +61,7 @@ lint: lint-tools
 	.tandem/bin/buf lint
 	bash helm/sync-scripts.sh --check
 	.tandem/bin/helm lint helm/tandem
+	$(BIN)/python bench/report.py --check
 
 unit: install
 	$(BIN)/pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)

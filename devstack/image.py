@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from devstack import build_lock, config, oci, progress, slurm_root
+from tandem import buildinfo
 
 DOCKERFILE = config.REPO_ROOT / "Dockerfile"
 REPOSITORY = "tandem.local/tandem"
@@ -177,6 +178,7 @@ def dockerfile_config() -> oci.ImageConfig:
 def _build_wheel(work: Path) -> Path:
     """Tandem's wheel from a copy of what a clone has, as `COPY` then `pip wheel` in the Dockerfile."""
     src = work / "src"
+    commit = buildinfo.from_git(config.REPO_ROOT) or buildinfo.BuildInfo(buildinfo.UNKNOWN, buildinfo.UNKNOWN)
     for name in input_files():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(config.REPO_ROOT / name, src / name)
@@ -196,6 +198,9 @@ def _build_wheel(work: Path) -> Path:
         ],
         check=True,
         timeout=600,
+        # The Dockerfile's build args: the copy has no .git to ask. An image is keyed by its inputs,
+        # so a later commit with the same inputs runs this one's code, and says so.
+        env={**os.environ, "TANDEM_COMMIT": commit.commit, "TANDEM_DIRTY": commit.dirty},
     )
     (wheel,) = wheels.glob("tandem-*.whl")
     return wheel

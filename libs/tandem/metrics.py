@@ -13,6 +13,8 @@ import prometheus_client as prom
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tandem import buildinfo
+
 LabelValues = tuple[str, ...]
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The text format every Prometheus reads; prometheus_client's newer default (1.0.0) only matters for
@@ -109,6 +111,13 @@ class Registry:
         prom.GCCollector(registry=self.collectors)
         self._metrics: dict[str, Counter | Gauge | Histogram] = {}
         self._lock = threading.Lock()
+        # Which code answers: a benchmark's manifest and an operator's dashboard read it (issue 55).
+        self.gauge(
+            "tandem_build_info",
+            "1, labelled with the commit this process's code was built from and whether it had changes",
+            ["commit", "dirty", "python"],
+            collect=lambda: {buildinfo.current().labels: 1.0},
+        )
 
     def _add(self, name: str, kind: type[_Metric], make: Callable[[], _Metric]) -> _Metric:
         with self._lock:

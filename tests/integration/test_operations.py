@@ -16,7 +16,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from devstack import demo, identities, services
+from devstack import config, demo, identities, services
 from devstack.config import StackConfig
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 from tests.integration import helpers as h
@@ -60,6 +60,12 @@ def test_metrics_show_what_happened(stack_cfg: StackConfig, core: k8s.CoreV1Api)
     assert "tandem_slurm_api_seconds_count" in syncer
     assert _metric(hooks, "tandem_hook_calls_total", 'route="/v1/lock",code="200"') >= 1
     assert _metric(hooks, "tandem_hook_calls_total", 'route="/v1/started",code="200"') >= 1
+    # Which code answered: the lab's processes run this checkout (a benchmark's manifest reads it).
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=config.REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for text in (scheduler, syncer, hooks):
+        assert f'tandem_build_info{{commit="{head}",' in text
 
 
 # Counters that are rightly zero after a demo where nothing went wrong.

@@ -4,6 +4,7 @@ scripts the chart and the scheduler ship."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVICES = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
+BUILT_FROM = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(src),
         ],
         check=True,
+        # What an image's build is told (Dockerfile ARGs): its context has no .git.
+        env={**os.environ, "TANDEM_COMMIT": BUILT_FROM, "TANDEM_DIRTY": "false"},
     )
     (built,) = work.glob("tandem-*.whl")
     return built
@@ -59,6 +63,7 @@ def test_the_wheel_holds_the_generated_stubs_and_the_scripts(wheel: Path) -> Non
         assert f"tandem/v1/{proto}_pb2_grpc.py" in names
     for script in ("common.sh", "prolog.sh", "epilog.sh", "placeholder.sh"):
         assert f"tandem/scripts/{script}" in names
+    assert "tandem/_build.json" in names
 
 
 def test_each_service_starts_from_the_installed_wheel_alone(wheel: Path, tmp_path: Path) -> None:
@@ -87,6 +92,15 @@ def test_each_service_starts_from_the_installed_wheel_alone(wheel: Path, tmp_pat
         check=True,
     ).stdout
     assert where.startswith(str(site))
+    # Which code it runs, as /metrics says: the commit the wheel was built from.
+    metrics = subprocess.run(
+        [str(python), "-c", "from tandem.metrics import REGISTRY; print(REGISTRY.render())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    assert f'tandem_build_info{{commit="{BUILT_FROM}",dirty="false",' in metrics
     for service in (*SERVICES, "kubectl-tandem"):
         out = subprocess.run(
             [str(python), str(site / "bin" / service), "--help"], capture_output=True, text=True, timeout=60
