@@ -72,8 +72,9 @@ def settle(cfg: StackConfig) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # No abbreviations: the rest are pytest's (`--ma` is not `--marks`).
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("--marks", help="a pytest -m expression both phases are limited to")
     known, rest = parser.parse_known_args(argv)

@@ -124,3 +124,12 @@ def test_the_suite_as_marked_collects_and_some_tests_run_side_by_side() -> None:
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "test_the_time_limit_ends_the_pod" in out.stdout
+
+
+def test_pytests_own_options_pass_through_even_where_they_look_like_ours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, sessions = _world(monkeypatch, {})
+    monkeypatch.setenv("TANDEM_INTEGRATION_WORKERS", "0")
+    integration_run.main(["--maxfail=1", "--ma", "x"])
+    assert sessions == [["--maxfail=1", "--ma", "x"]]

@@ -36,6 +36,7 @@ DEFINING = (
 # name -> type, as the hand-written exposition showed them before prometheus_client (and the two
 # work queue metrics added with it, and the scheduler's decisions by action since).
 IMPORTED = {
+    "tandem_build_info": "gauge",
     "tandem_kube_requests_total": "counter",
     "tandem_leader": "gauge",
     "tandem_reconcile_total": "counter",
