@@ -178,7 +178,7 @@ def dockerfile_config() -> oci.ImageConfig:
 def _build_wheel(work: Path) -> Path:
     """Tandem's wheel from a copy of what a clone has, as `COPY` then `pip wheel` in the Dockerfile."""
     src = work / "src"
-    commit = buildinfo.from_git(config.REPO_ROOT) or buildinfo.BuildInfo(buildinfo.UNKNOWN, buildinfo.UNKNOWN)
+    commit = buildinfo.for_build(config.REPO_ROOT / "libs" / "tandem")
     for name in input_files():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(config.REPO_ROOT / name, src / name)

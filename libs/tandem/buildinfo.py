@@ -34,7 +34,8 @@ class BuildInfo:
 
 def from_git(where: Path) -> BuildInfo | None:
     """HEAD of the work tree holding `where`, and whether a tracked file differs from it; None
-    outside a work tree, or when git cannot say."""
+    outside a work tree, when this module is not one of the tree's own files (a wheel installed
+    into a virtualenv inside someone else's checkout), or when git cannot say."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -47,6 +48,7 @@ def from_git(where: Path) -> BuildInfo | None:
         ).stdout.strip()
 
     try:
+        git("ls-files", "--error-unmatch", "--", str(where / Path(__file__).name))
         commit = git("rev-parse", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):

@@ -22,16 +22,29 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def test_a_checkout_says_its_head_and_whether_a_tracked_file_changed(tmp_path: Path) -> None:
+def _repo(tmp_path: Path, *tracked: str) -> str:
     _git(tmp_path, "init", "-q")
-    (tmp_path / "code.py").write_text("x = 1\n")
-    _git(tmp_path, "add", "code.py")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    head = _git(tmp_path, "rev-parse", "HEAD")
+    for name in tracked:
+        (tmp_path / name).write_text("x = 1\n")
+        _git(tmp_path, "add", name)
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    return _git(tmp_path, "rev-parse", "HEAD")
+
+
+def test_a_checkout_says_its_head_and_whether_a_tracked_file_changed(tmp_path: Path) -> None:
+    head = _repo(tmp_path, "buildinfo.py", "code.py")
     (tmp_path / "untracked.txt").write_text("not code\n")
     assert buildinfo.from_git(tmp_path) == buildinfo.BuildInfo(head, "false")
     (tmp_path / "code.py").write_text("x = 2\n")
     assert buildinfo.from_git(tmp_path) == buildinfo.BuildInfo(head, "true")
+
+
+def test_a_wheel_installed_inside_another_projects_checkout_does_not_take_its_commit(tmp_path: Path) -> None:
+    _repo(tmp_path, "their_code.py")
+    site = tmp_path / ".venv" / "lib" / "tandem"
+    site.mkdir(parents=True)
+    (site / "buildinfo.py").write_text("# installed, not tracked\n")
+    assert buildinfo.from_git(site) is None
 
 
 def test_outside_a_checkout_git_has_no_word(tmp_path: Path) -> None:
