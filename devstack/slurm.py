@@ -181,9 +181,11 @@ def slurm_conf(cfg: StackConfig) -> str:
         "SelectTypeParameters=CR_CPU_Memory",
         "GresTypes=gpu,shard",
         "SchedulerType=sched/backfill",
-        # Low latency on a small machine (lab/SLURM.md).
+        # Low latency on a small machine (lab/SLURM.md). sched_interval: a requeued job (a prolog
+        # that failed) is started by the main scheduler's periodic pass only, not by backfill; at
+        # the default 60 s it waited 42 s past its eligible time for the next pass (issue 51).
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=250000,default_queue_depth=500,"
-        "bf_interval=5,bf_continue,nohold_on_prolog_fail",
+        "bf_interval=5,bf_continue,nohold_on_prolog_fail,sched_interval=5",
         *(["TopologyPlugin=topology/tree"] if uses_topology_conf(cfg) else []),
         f"PreemptType=preempt/{cfg.preempt}",
         "PreemptMode=CANCEL",

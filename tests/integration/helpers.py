@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -255,8 +257,10 @@ def clean_own(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     jobs = own_jobs(cfg)
     if jobs:
         scancel(cfg, *jobs)
-    wait_until("the test's Pods gone", lambda: all(get_pod(core, n, ns) is None for ns, n in made.pods), 30)
-    wait_until("the test's Slurm jobs gone", lambda: not own_jobs(cfg), 60)
+    clean_wait(
+        cfg, "the test's Pods gone", lambda: all(get_pod(core, n, ns) is None for ns, n in made.pods), 30
+    )
+    jobs_gone(cfg, "the test's Slurm jobs gone", lambda: own_jobs(cfg))
 
 
 def clean_all(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
@@ -269,15 +273,106 @@ def clean_all(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     jobs = squeue_ids(cfg)
     if jobs:
         scancel(cfg, *jobs)
-    wait_until("no test Pods", lambda: not any(core.list_namespaced_pod(ns).items for ns in namespaces), 30)
-    wait_until("no Slurm jobs", lambda: not squeue_ids(cfg), 60)
+    clean_wait(
+        cfg, "no test Pods", lambda: not any(core.list_namespaced_pod(ns).items for ns in namespaces), 30
+    )
+    jobs_gone(cfg, "no Slurm jobs", lambda: squeue_ids(cfg))
     for line in scontrol(cfg, "show", "reservation", "-o").splitlines():
         if line.startswith("ReservationName="):
             scontrol(cfg, "delete", line.split()[0].lower())
-    wait_until(
+    clean_wait(
+        cfg,
         "every lock released",
         lambda: all(lock_annotation(core, n) == "false" for n in cfg.slurm_node_names()),
         30,
+    )
+
+
+# A cancelled job's script gets SIGTERM and is gone in about 4 s. Now and then (1 or 2 tests a
+# run, each a job cancelled about when its script started) a job stayed COMPLETING for KillWait
+# and 3 s more: its script outlived the SIGTERM and ran until Slurm's SIGKILL (issue 51). Past
+# this, the clean-up kills what is left of such a script itself, and writes down that it did.
+SIGTERM_OUTLIVED_S = 6.0
+
+
+def jobs_gone(cfg: StackConfig, what: str, left: Callable[[], set[int]]) -> None:
+    """Wait for the cancelled jobs `left()` names to leave Slurm's queue, killing the scripts of
+    those that outlive their SIGTERM (on this machine: the lab's slurmd all run here)."""
+    try:
+        wait_until(what, lambda: not left(), SIGTERM_OUTLIVED_S)
+        return
+    except AssertionError:
+        pass
+    killed = kill_job_scripts(cfg, left())
+    if killed:
+        record_slow_clean(cfg, f"{what}: killed the scripts that outlived their SIGTERM: {killed}")
+    clean_wait(cfg, what, lambda: not left(), 60 - SIGTERM_OUTLIVED_S)
+
+
+def kill_job_scripts(cfg: StackConfig, jobs: set[int]) -> dict[int, int]:
+    """SIGKILL to the process group of each job's batch script still running here (proctrack/pgid
+    makes the script its group's leader): {job: the script's pid}."""
+    spool = str(slurm.paths(cfg)["spool"])
+    wanted = {f"job{j:05d}/slurm_script": j for j in jobs}
+    killed: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone meanwhile
+        script = next((a for a in argv if a.startswith(spool) and a.endswith("/slurm_script")), None)
+        job = wanted.get("/".join(script.split("/")[-2:])) if script else None
+        if job is None:
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+                killed[job] = pid
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+# A clean-up wait longer than this is written down with what Slurm showed meanwhile: one or two
+# tests a run took a KillWait longer to clean up than the rest, cause unknown (issue 51).
+SLOW_CLEAN_S = 8.0
+
+
+def clean_wait(cfg: StackConfig, what: str, check: Callable[[], object], timeout: float) -> None:
+    """wait_until, and if it takes past SLOW_CLEAN_S, Slurm's jobs and nodes as they were then in
+    the lab's slow-clean.log (and on stderr), with the test that was cleaning up."""
+    began = time.monotonic()
+    try:
+        wait_until(what, check, min(SLOW_CLEAN_S, timeout))
+        return
+    except AssertionError:
+        pass
+    seen = _slurm_snapshot(cfg)
+    wait_until(what, check, timeout - SLOW_CLEAN_S)
+    took = time.monotonic() - began
+    record_slow_clean(cfg, f"{what!r} took {took:.1f}s; at {SLOW_CLEAN_S:.0f}s:\n{seen}")
+
+
+def record_slow_clean(cfg: StackConfig, what: str) -> None:
+    """In the lab's slow-clean.log and on stderr, with the test that was cleaning up."""
+    line = f"[slow clean] {os.environ.get('PYTEST_CURRENT_TEST', '?')}: {what}"
+    with (cfg.log_dir / "slow-clean.log").open("a") as log:
+        log.write(line + "\n")
+    print(line, file=sys.__stderr__, flush=True)
+
+
+def _slurm_snapshot(cfg: StackConfig) -> str:
+    env = slurm.slurm_env(cfg)
+    commands = (
+        ["squeue", "-h", "-o", "%i %j %T %r %N %M"],
+        ["sinfo", "-h", "-N", "-o", "%N %T %E"],
+    )
+    return "".join(
+        subprocess.run(c, env=env, capture_output=True, text=True, timeout=10, check=False).stdout
+        for c in commands
     )
 
 
