@@ -119,6 +119,20 @@ def test_update_then_cancel(stack_cfg: StackConfig, client: SlurmRestClient) -> 
     client.cancel_job(999_999)  # and so is one Slurm never had
 
 
+def test_a_job_linked_to_another_waits_for_it_and_carries_its_nice(
+    stack_cfg: StackConfig, client: SlurmRestClient
+) -> None:
+    held = h.sbatch(stack_cfg, "--hold")
+    linked = client.submit_job(_spec(dependency=f"after:{held}", nice=1000))
+    job = h.wait_until(
+        "the linked job waiting on the other",
+        lambda: (j := h.rest_job(stack_cfg, linked))["state_reason"] == "Dependency" and j,
+        10,
+    )
+    assert job["job_state"] == "PENDING" and job["dependency"].startswith(f"after:{held}")
+    assert job["nice"] == 1000
+
+
 def test_drain_and_resume_a_node(stack_cfg: StackConfig, client: SlurmRestClient) -> None:
     node = "cpu-007"
     client.drain_node(node, "k8s: Node node-007 cordoned")

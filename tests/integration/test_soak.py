@@ -16,7 +16,7 @@ from tests.integration import helpers as h
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 NAMESPACE = "soak"
-MINUTES = 2.5
+MINUTES = 2.0
 SETTLE_S = 90
 
 

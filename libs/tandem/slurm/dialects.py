@@ -105,6 +105,7 @@ def _common_submit(spec: JobSpec) -> dict[str, Any]:
         ("comment", spec.comment),
         ("admin_comment", spec.admin_comment),
         ("constraints", spec.constraints),
+        ("dependency", spec.dependency),
         ("partition", spec.partition),
         ("prefer", spec.prefer),
         ("qos", spec.qos),
@@ -239,6 +240,8 @@ class Dialect:
             job["shared"] = [self._sharing[spec.exclusive]]
         if spec.priority is not None:
             job["priority"] = _set(spec.priority)
+        if spec.nice is not None:
+            job["nice"] = spec.nice
         if spec.time_limit_minutes is not None:
             job["time_limit"] = _set(spec.time_limit_minutes)
         # A root token submits on behalf of the Pod's user and group (SUNK's user-id / group-id).

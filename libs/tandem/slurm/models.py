@@ -178,6 +178,11 @@ class JobSpec:
     partition: str = ""
     prefer: str = ""
     priority: int | None = None
+    # Slurm's nice (its priority lowered by this much): what makes Slurm take a job back before
+    # the others of its group, whatever the site's priority factors (issue 53's extra members).
+    nice: int | None = None
+    # Slurm's dependency expression (e.g. `after:41`): what links a job to another in squeue.
+    dependency: str = ""
     qos: str = ""
     reservation: str = ""
     time_limit_minutes: int | None = None

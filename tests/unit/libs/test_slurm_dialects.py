@@ -374,6 +374,8 @@ def _full_spec(**changes: Any) -> JobSpec:
         partition="gpu",
         prefer="nvlink",
         priority=500,
+        nice=1000,
+        dependency="after:41",
         qos="high",
         reservation="maint",
         time_limit_minutes=90,
@@ -404,6 +406,7 @@ def test_a_submit_body_with_every_field_is_the_same_in_every_version(version: st
         "account": "research",
         "comment": "tandem pod default/abc",
         "constraints": "ib&h100",
+        "dependency": "after:41",
         "partition": "gpu",
         "prefer": "nvlink",
         "qos": "high",
@@ -416,6 +419,8 @@ def test_a_submit_body_with_every_field_is_the_same_in_every_version(version: st
         # v0.0.42 dropped the `exclusive` list; `shared: ["none"]` is a whole node in all six.
         "shared": ["none"],
         "priority": {"set": True, "infinite": False, "number": 500},
+        # A plain number in every version (slurmrestd's job_desc `nice`, int32).
+        "nice": 1000,
         "time_limit": {"set": True, "infinite": False, "number": 90},
         # A root token submits on the user's behalf; slurmrestd takes the ids as strings.
         "user_id": "1001",
@@ -468,10 +473,22 @@ def test_priority_and_time_limit_zero_are_still_sent() -> None:
 
 
 def test_unset_priority_time_limit_and_user_are_left_to_slurm() -> None:
-    spec = _full_spec(priority=None, time_limit_minutes=None, user_id=None, group_id=None, extra="")
+    spec = _full_spec(
+        priority=None,
+        nice=None,
+        dependency="",
+        time_limit_minutes=None,
+        user_id=None,
+        group_id=None,
+        extra="",
+    )
     job = Dialect().submit_body(spec)["job"]
-    for key in ("priority", "time_limit", "user_id", "group_id", "extra"):
+    for key in ("priority", "nice", "dependency", "time_limit", "user_id", "group_id", "extra"):
         assert key not in job
+
+
+def test_a_nice_of_zero_is_still_sent() -> None:
+    assert Dialect().submit_body(_full_spec(nice=0))["job"]["nice"] == 0
 
 
 def test_root_is_sent_as_uid_0_not_left_out() -> None:
