@@ -14,7 +14,8 @@ import json
 import statistics
 import time
 
-from bench.schedule import percentile, slurm_client
+from bench.schedule import slurm_client
+from bench.stats import percentile
 from devstack import config
 from devstack.table import format_table
 from tandem.kube import KubeClient

@@ -50,12 +50,12 @@ from bench.schedule import (
     clean_tandem,
     ensure_namespace,
     offer,
-    percentile,
     pod_manifest,
     slurm_client,
     wait_for_no_jobs,
     wait_until_quiet,
 )
+from bench.stats import percentile
 from devstack import config
 from devstack.config import StackConfig
 from devstack.table import format_table

@@ -38,7 +38,8 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s
 
-from bench import cpu
+from bench import cpu, openloop
+from bench.stats import percentile
 from devstack import config, kube, services, stack
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
@@ -51,12 +52,6 @@ from tandem.v1 import lock_pb2, syncer_pb2, syncer_pb2_grpc
 NAMESPACE = "bench"
 FLOOR_SCHEDULER = "bench-floor"  # no scheduler serves it: the benchmark binds these Pods itself
 TANDEM_SERVICES = ("tandem-scheduler", "tandem-syncer", "tandem-hooks")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def slurm_client(cfg: StackConfig) -> SlurmRestClient:
@@ -107,17 +102,8 @@ def offer(count: int, act: Callable[[int], None], parallel: int, rate: float | N
         with ThreadPoolExecutor(parallel) as pool:
             list(pool.map(act, range(count)))
         return
-    start = time.monotonic()
-
-    def paced(i: int) -> None:
-        delay = start + i / rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        act(i)
-
     # Enough clients that a slow call never holds back the schedule.
-    with ThreadPoolExecutor(max(parallel, int(rate * 2) + 4)) as pool:
-        list(pool.map(paced, range(count)))
+    openloop.offer([i / rate for i in range(count)], act, workers=max(parallel, int(rate * 2) + 4))
 
 
 def kube_requests(cfg: StackConfig) -> float | None:

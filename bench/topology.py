@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.gang import PODS, _wait_for_no_pods, podgroups
-from bench.schedule import ensure_namespace, percentile, slurm_client
+from bench.schedule import ensure_namespace, slurm_client
+from bench.stats import percentile
 from devstack import config
 from devstack import kube as devkube
 from devstack import slurm as devstack_slurm
