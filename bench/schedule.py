@@ -2,7 +2,9 @@
 stack, in one run.
 
 (a) bare Slurm: N placeholder-like jobs straight to slurmrestd; a job counts as running when its
-    script starts (it writes the time). Rate = N / (last start - first submit).
+    script starts (it writes the time). Rate = N / (last start - first submit). Twice: truly bare
+    (slurm.conf without Tandem's prolog and epilog, as a site without Tandem runs it), then in a
+    Tandem cluster (every job's prolog locks its Node through Tandem, as Slurm's users meet it).
 (b) Tandem: N Pods; a Pod counts when it is bound (spec.nodeName seen on the watch).
 (c) the Kubernetes floor: N Pods the benchmark creates and binds itself (no Tandem, no Slurm):
     what the API server, etcd and kwok cost per Pod on this machine. With (a) it bounds what
@@ -11,8 +13,9 @@ stack, in one run.
     NODES=64 make up && .venv/bin/python bench/schedule.py --n 200
     .venv/bin/python bench/schedule.py --rate 12 --seconds 30    # an offered load, not a burst
 
-Prints tables, then one JSON line: bare_rate, tandem_rate, floor_rate, rate_ratio, limit_rate,
-limit_ratio, own_cpu_ms_per_pod (Tandem's three services, Tandem phase minus bare phase),
+Prints tables, then one JSON line: truly_bare_rate, bare_rate, tandem_rate, floor_rate, rate_ratio,
+truly_bare_rate_ratio, hooks_cpu_ms_per_job (the whole machine's, bare phase minus truly bare),
+limit_rate, limit_ratio, own_cpu_ms_per_pod (Tandem's three services, Tandem phase minus bare phase),
 api_requests_per_pod (Kubernetes API calls Tandem made), and p50/p99 of each phase (seconds).
 Targets: limit_ratio >= 0.9, own_cpu_ms_per_pod <= 5, api_requests_per_pod <= 5; at an offered load
 of half the bare rate, tandem_p50 <= bare_p50 + 0.15 s and tandem_p99 <= bare_p99 + 0.5 s.
@@ -325,6 +328,11 @@ def main() -> None:
     print(f"stack: {cfg.nodes} nodes; N={n}; {load}", flush=True)
     clean_tandem(cfg)  # what an interrupted earlier run left
     wait_until_quiet(cfg)
+    with devstack_slurm.without_tandem_hooks(cfg):
+        wait_until_quiet(cfg)
+        truly_bare_rate, truly_bare, truly_bare_cpu = bare_slurm(cfg, n, args.parallel, args.rate)
+    print(f"truly bare Slurm done: {len(truly_bare)}/{n} running", flush=True)
+    print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
     bare_rate, bare, bare_cpu = bare_slurm(cfg, n, args.parallel, args.rate)
     print(f"bare Slurm done: {len(bare)}/{n} running", flush=True)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
@@ -344,16 +352,21 @@ def main() -> None:
     floor_rate, floor, floor_cpu = tandem(cfg, n, args.parallel, args.rate, floor=True)
     print(f"Kubernetes floor done: {len(floor)}/{n} bound", flush=True)
     phases = (
-        ("bare Slurm (submit -> script running)", bare_rate, bare),
+        ("truly bare Slurm, no Tandem prolog (submit -> script running)", truly_bare_rate, truly_bare),
+        ("bare Slurm in a Tandem cluster (submit -> script running)", bare_rate, bare),
         ("Tandem (Pod created -> bound)", tandem_rate, pods),
         ("Kubernetes floor (created -> bound by the benchmark)", floor_rate, floor),
     )
     print()
     print(latency_table(phases))
     print()
-    cpu_rows: list[tuple[str, ...]] = [("CPU seconds while measuring", "bare Slurm", "Tandem", "floor")]
+    cpu_rows: list[tuple[str, ...]] = [
+        ("CPU seconds while measuring", "truly bare Slurm", "bare Slurm", "Tandem", "floor")
+    ]
     for group in sorted(set(bare_cpu) | set(tandem_cpu), key=lambda g: -tandem_cpu.get(g, 0.0)):
-        cpu_rows.append((group, *(f"{c.get(group, 0.0):.1f}" for c in (bare_cpu, tandem_cpu, floor_cpu))))
+        cpu_rows.append(
+            (group, *(f"{c.get(group, 0.0):.1f}" for c in (truly_bare_cpu, bare_cpu, tandem_cpu, floor_cpu)))
+        )
     print(format_table(cpu_rows))
     cores = os.cpu_count() or 1
     per_job = bare_cpu["whole machine"] / n
@@ -367,14 +380,22 @@ def main() -> None:
         f"{'?' if api_requests is None else f'{api_requests / n:.1f}'} API requests per Pod."
     )
     result = {
+        "truly_bare_rate": round(truly_bare_rate, 2),
         "bare_rate": round(bare_rate, 2),
         "tandem_rate": round(tandem_rate, 2),
         "floor_rate": round(floor_rate, 2),
         "rate_ratio": round(tandem_rate / bare_rate, 3) if bare_rate else 0.0,
+        "truly_bare_rate_ratio": round(tandem_rate / truly_bare_rate, 3) if truly_bare_rate else 0.0,
+        # What a job's prolog and epilog through Tandem cost the whole machine, per job.
+        "hooks_cpu_ms_per_job": round(
+            (bare_cpu["whole machine"] - truly_bare_cpu["whole machine"]) / n * 1000, 2
+        ),
         "limit_rate": round(limit_rate, 2),
         "limit_ratio": round(tandem_rate / limit_rate, 3),
         "own_cpu_ms_per_pod": round(own / n * 1000, 2),
         "api_requests_per_pod": None if api_requests is None else round(api_requests / n, 2),
+        "truly_bare_p50": round(statistics.median(truly_bare), 3),
+        "truly_bare_p99": round(percentile(truly_bare, 0.99), 3),
         "bare_p50": round(statistics.median(bare), 3),
         "bare_p99": round(percentile(bare, 0.99), 3),
         "tandem_p50": round(statistics.median(pods), 3),

@@ -10,6 +10,7 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from devstack import config, files, slurm_root
@@ -141,7 +142,9 @@ def hook_script(cfg: StackConfig, name: str) -> Path:
     return paths(cfg)["hooks"] / name
 
 
-def slurm_conf(cfg: StackConfig) -> str:
+def slurm_conf(cfg: StackConfig, hooks: bool = True) -> str:
+    """The lab's slurm.conf; without `hooks`, as a site without Tandem has it: no prolog and no
+    epilog (the benchmark's truly bare Slurm, issue 55)."""
     p = paths(cfg)
     lines = [
         "ClusterName=tandem",
@@ -189,10 +192,16 @@ def slurm_conf(cfg: StackConfig) -> str:
         *(["TopologyPlugin=topology/tree"] if uses_topology_conf(cfg) else []),
         f"PreemptType=preempt/{cfg.preempt}",
         "PreemptMode=CANCEL",
-        f"Prolog={p['prolog']}",
-        f"Epilog={p['epilog']}",
-        # Contain needs proctrack/cgroup, which a root without a cgroup filesystem cannot have.
-        "PrologFlags=Alloc",
+        *(
+            [
+                f"Prolog={p['prolog']}",
+                f"Epilog={p['epilog']}",
+                # Contain needs proctrack/cgroup, which a root without a cgroup filesystem cannot have.
+                "PrologFlags=Alloc",
+            ]
+            if hooks
+            else []
+        ),
         "MailProg=/bin/true",
         "PrologEpilogTimeout=60",
         f"KillWait={config.KILL_WAIT_SECONDS}",
@@ -503,6 +512,32 @@ def set_kill_wait(cfg: StackConfig, seconds: int) -> None:
     daemon.stop()
     start_slurmctld(cfg, daemon)
     wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
+
+
+@contextlib.contextmanager
+def without_tandem_hooks(cfg: StackConfig) -> Iterator[None]:
+    """Slurm with no Tandem prolog or epilog while inside, the lab's again after: slurmctld and
+    every slurmd restart into each (slurmd reads its Prolog at start). No job may run meanwhile:
+    one that started with the hooks would end without its epilog."""
+    _restart_slurm_with(cfg, slurm_conf(cfg, hooks=False))
+    try:
+        yield
+    finally:
+        _restart_slurm_with(cfg, slurm_conf(cfg))
+
+
+def _restart_slurm_with(cfg: StackConfig, conf: str) -> None:
+    cfg.slurm_conf.write_text(conf)
+    running = daemons(cfg)
+    slurmds = {n: running[f"slurmd-{n}"] for n in cfg.slurm_node_names()}
+    for daemon in (running["slurmctld"], *slurmds.values()):
+        daemon.stop()
+    start_slurmctld(cfg, running["slurmctld"])
+    for node, daemon in slurmds.items():
+        start_slurmd(cfg, node, daemon)
+    wait_for(
+        f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 120, running["slurmctld"]
+    )
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:
