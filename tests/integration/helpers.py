@@ -189,6 +189,20 @@ def scheduled_condition(pod: k8s.V1Pod) -> k8s.V1PodCondition | None:
     return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
+def pod_story(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> str:
+    """What a person would read in `kubectl describe` about why a Pod is where it is: its
+    PodScheduled condition and its Events, for a failure message."""
+    pod = get_pod(core, name, namespace)
+    if pod is None:
+        return f"{namespace}/{name}: gone"
+    cond = scheduled_condition(pod)
+    said = (
+        f"PodScheduled={cond.status} {cond.reason}: {cond.message}" if cond else "no PodScheduled condition"
+    )
+    events = "; ".join(f"{e.reason}: {e.message}" for e in events_for(core, name, namespace))
+    return f"{namespace}/{name} on {pod.spec.node_name or 'no node'}, {said}; events: {events or 'none'}"
+
+
 # The data-parser version every Slurm release of the lab serves (24.11: v0.0.40-42, 26.05: 42-45).
 REST_VERSION = "v0.0.42"
 

@@ -44,7 +44,12 @@ def test_a_deleted_pod_holds_its_node_until_it_is_gone(stack_cfg: StackConfig, c
     node = "cpu-007"
     name = h.unique("slow-exit")
     h.create(core, _slow_pod(stack_cfg, name, node, 4000))
-    h.wait_until("pod running", lambda: _running(core, name), 30)
+    try:
+        h.wait_until("pod running", lambda: _running(core, name), 30)
+    except AssertionError as e:
+        # Seen twice after test_traces restarted the services while the syncer rewrote Slurm's
+        # topology: five submits refused for it, then no submit again (issue 51's notes).
+        raise AssertionError(f"{e}: {h.pod_story(core, name)}") from e
     placeholder = h.job_id_of(core, name) or 0
     whole_node = h.sbatch(stack_cfg, "--exclusive", f"--nodelist={node}", script="#!/bin/sh\nsleep 60\n")
 
