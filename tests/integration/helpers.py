@@ -350,8 +350,8 @@ def kill_job_scripts(cfg: StackConfig, jobs: set[int]) -> dict[int, int]:
     return killed
 
 
-# A clean-up wait longer than this is written down with what Slurm showed meanwhile: one or two
-# tests a run took a KillWait longer to clean up than the rest, cause unknown (issue 51).
+# A clean-up wait longer than this is written down with what Slurm showed meanwhile: that is how
+# the scripts that outlive their SIGTERM were found (issue 51), and what finds the next surprise.
 SLOW_CLEAN_S = 8.0
 
 
