@@ -475,18 +475,12 @@ def start_slurmctld(cfg: StackConfig, daemon: Daemon) -> None:
 
 
 def switch_preemption(cfg: StackConfig, preempt: str) -> StackConfig:
-    """Run slurmctld with PreemptType=preempt/`preempt` (`partition_prio` or `qos`); jobs stay.
-    A restart, not `scontrol reconfigure`: that re-executes slurmctld under a new PID, and the
-    stack knows its daemons by the PIDs it started."""
+    """Run slurmctld with PreemptType=preempt/`preempt` (`partition_prio` or `qos`); jobs stay."""
     if cfg.preempt == preempt:
         return cfg
     cfg = dataclasses.replace(cfg, preempt=preempt)
     cfg.save()
-    cfg.slurm_conf.write_text(slurm_conf(cfg))
-    daemon = daemons(cfg)["slurmctld"]
-    daemon.stop()
-    start_slurmctld(cfg, daemon)
-    wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
+    _run_slurm_with(cfg, slurm_conf(cfg))
     return cfg
 
 
@@ -504,40 +498,50 @@ def kill_wait(cfg: StackConfig) -> int | None:
 
 
 def set_kill_wait(cfg: StackConfig, seconds: int) -> None:
-    """KillWait=`seconds` in slurm.conf, and slurmctld restarted to run with it (as
-    switch_preemption, not `scontrol reconfigure`); jobs stay. A test puts the lab's value back."""
-    text = _KILL_WAIT_LINE.sub(f"KillWait={seconds}", cfg.slurm_conf.read_text())
-    cfg.slurm_conf.write_text(text)
-    daemon = daemons(cfg)["slurmctld"]
-    daemon.stop()
-    start_slurmctld(cfg, daemon)
-    wait_for(f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 60, daemon)
+    """KillWait=`seconds` in slurm.conf, and slurmctld restarted to run with it; jobs stay. A test
+    puts the lab's value back."""
+    _run_slurm_with(cfg, _KILL_WAIT_LINE.sub(f"KillWait={seconds}", cfg.slurm_conf.read_text()))
 
 
 @contextlib.contextmanager
 def without_tandem_hooks(cfg: StackConfig) -> Iterator[None]:
     """Slurm with no Tandem prolog or epilog while inside, the lab's again after: slurmctld and
-    every slurmd restart into each (slurmd reads its Prolog at start). No job may run meanwhile:
-    one that started with the hooks would end without its epilog."""
-    _restart_slurm_with(cfg, slurm_conf(cfg, hooks=False))
+    every slurmd restart into each (slurmd reads its Prolog at start). Refused while any job is
+    in the queue: one that started with the hooks would end without its epilog, its Node locked."""
+    queued = _queued_jobs(cfg)
+    if queued:
+        raise RuntimeError(f"Slurm still has jobs {', '.join(queued)}: no run without the hooks now")
+    _run_slurm_with(cfg, slurm_conf(cfg, hooks=False), slurmds=True)
     try:
         yield
     finally:
-        _restart_slurm_with(cfg, slurm_conf(cfg))
+        _run_slurm_with(cfg, slurm_conf(cfg), slurmds=True)
 
 
-def _restart_slurm_with(cfg: StackConfig, conf: str) -> None:
+def _run_slurm_with(cfg: StackConfig, conf: str, slurmds: bool = False) -> None:
+    """slurm.conf rewritten, and slurmctld (and with `slurmds` every slurmd) restarted to run with
+    it. A restart, not `scontrol reconfigure`: that re-executes slurmctld under a new PID, and the
+    stack knows its daemons by the PIDs it started. Jobs stay."""
     cfg.slurm_conf.write_text(conf)
     running = daemons(cfg)
-    slurmds = {n: running[f"slurmd-{n}"] for n in cfg.slurm_node_names()}
-    for daemon in (running["slurmctld"], *slurmds.values()):
+    nodes = {n: running[f"slurmd-{n}"] for n in cfg.slurm_node_names()} if slurmds else {}
+    for daemon in (running["slurmctld"], *nodes.values()):
         daemon.stop()
     start_slurmctld(cfg, running["slurmctld"])
-    for node, daemon in slurmds.items():
+    for node, daemon in nodes.items():
         start_slurmd(cfg, node, daemon)
     wait_for(
-        f"{cfg.nodes} Slurm nodes up after the restart", lambda: nodes_up(cfg), 120, running["slurmctld"]
+        f"{cfg.nodes} Slurm nodes up after the restart",
+        lambda: nodes_up(cfg),
+        120 if slurmds else 60,
+        running["slurmctld"],
     )
+
+
+def _queued_jobs(cfg: StackConfig) -> list[str]:
+    """Every job id in Slurm's queue, whatever its state; none when Slurm does not answer."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env(cfg), capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else []
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:
@@ -606,9 +610,8 @@ def nodes_up(cfg: StackConfig) -> bool:
 def cancel_all_jobs(cfg: StackConfig) -> None:
     """Before slurmd stops: jobs' slurmstepd processes would otherwise outlive the stack."""
     env = slurm_env(cfg)
-    out = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True)
-    jobs = out.stdout.split()
-    if out.returncode != 0 or not jobs:
+    jobs = _queued_jobs(cfg)
+    if not jobs:
         return
     subprocess.run(["scancel", "--signal=KILL", "--full", *jobs], env=env, capture_output=True)
     subprocess.run(["scancel", *jobs], env=env, capture_output=True)
