@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
@@ -189,18 +190,46 @@ def scheduled_condition(pod: k8s.V1Pod) -> k8s.V1PodCondition | None:
     return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
-def pod_story(core: k8s.CoreV1Api, name: str, namespace: str = "default") -> str:
+def pod_story(
+    core: k8s.CoreV1Api, name: str, namespace: str = "default", cfg: StackConfig | None = None
+) -> str:
     """What a person would read in `kubectl describe` about why a Pod is where it is: its
-    PodScheduled condition and its Events, for a failure message."""
+    PodScheduled condition and its Events, for a failure message; with `cfg`, what the scheduler
+    logged about it too."""
     pod = get_pod(core, name, namespace)
+    # A deleted Pod's Events outlive it: they say who deleted it and why.
+    events = "; ".join(f"{e.reason}: {e.message}" for e in events_for(core, name, namespace))
+    logged = f"; scheduler log: {scheduler_log_about(cfg, f'{namespace}/{name}')}" if cfg else ""
     if pod is None:
-        return f"{namespace}/{name}: gone"
+        return f"{namespace}/{name}: gone; events: {events or 'none'}{logged}"
     cond = scheduled_condition(pod)
     said = (
         f"PodScheduled={cond.status} {cond.reason}: {cond.message}" if cond else "no PodScheduled condition"
     )
-    events = "; ".join(f"{e.reason}: {e.message}" for e in events_for(core, name, namespace))
-    return f"{namespace}/{name} on {pod.spec.node_name or 'no node'}, {said}; events: {events or 'none'}"
+    where = pod.spec.node_name or "no node"
+    return f"{namespace}/{name} on {where}, {said}; events: {events or 'none'}{logged}"
+
+
+def scheduler_log_about(cfg: StackConfig, pod: str, last: int = 8) -> str:
+    """The scheduler's last log records naming `pod` (namespace/name), each as its time, message
+    and the fields that say why, for a failure message."""
+    try:
+        lines = (cfg.state_dir / "log" / "tandem-scheduler.log").read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"unreadable ({e})"
+    said = []
+    for line in lines:
+        if f'{pod}"' not in line:  # its own records and its key's (the runner's)
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        why = ", ".join(
+            f"{k}={record[k]}" for k in ("job", "why", "error", "reason", "retry_in_s") if k in record
+        )
+        said.append(f"{record.get('ts', '?')[11:23]} {record.get('msg', '')}" + (f" ({why})" if why else ""))
+    return " | ".join(said[-last:]) or "nothing"
 
 
 # The data-parser version every Slurm release of the lab serves (24.11: v0.0.40-42, 26.05: 42-45).

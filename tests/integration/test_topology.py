@@ -37,6 +37,20 @@ def _flatten(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     for i in range(cfg.nodes):
         _label(core, config.kube_node_name(i), {ZONE: None, RACK: None})
     h.wait_until("Slurm's topology flat again", lambda: _racks(cfg) == _singletons(cfg), 60)
+    # The syncer is done with it too (the features gone, the flat topology published): a test after
+    # this module that restarts the syncer would otherwise have it rewrite Slurm's topology while
+    # the next test submits (the flake of issue 51's notes).
+    h.wait_until("no rack features and the flat topology published", lambda: _flat_published(cfg, core), 60)
+
+
+def _flat_published(cfg: StackConfig, core: k8s.CoreV1Api) -> bool:
+    published = _published(core)
+    return (
+        published is not None
+        and not any(d.value for d in published.domains)
+        and not published.unplaced
+        and not _rack_features(cfg)
+    )
 
 
 Racks = tuple[frozenset[str], frozenset[str]]

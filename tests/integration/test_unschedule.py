@@ -49,7 +49,7 @@ def test_a_deleted_pod_holds_its_node_until_it_is_gone(stack_cfg: StackConfig, c
     except AssertionError as e:
         # Seen twice after test_traces restarted the services while the syncer rewrote Slurm's
         # topology: five submits refused for it, then no submit again (issue 51's notes).
-        raise AssertionError(f"{e}: {h.pod_story(core, name)}") from e
+        raise AssertionError(f"{e}: {h.pod_story(core, name, cfg=stack_cfg)}") from e
     placeholder = h.job_id_of(core, name) or 0
     whole_node = h.sbatch(stack_cfg, "--exclusive", f"--nodelist={node}", script="#!/bin/sh\nsleep 60\n")
 
