@@ -14,6 +14,11 @@ Several Tandem schedulers may share one Slurm cluster; each acts only on its own
 A group of Pods placed together (gang scheduling) is one job, named the same way after the group:
 its "pod name" is `pg:<PodGroup name>` or `lws:<LeaderWorkerSet name>:<group index>` (no Kubernetes
 name holds a ':'), its uid the PodGroup's uid or the LWS group's key.
+
+An elastic gang's member beyond its minCount (an extra, issue 53) runs as a job of its own, linked
+to the group's: the group's reference with `+x.<member Pod uid>` after the group's uid (no
+Kubernetes uid holds a '+'). It is still the group's (its key is the group's placement key, and the
+syncer finds its Pod by the job id the Pod carries, as for any group job).
 """
 
 from __future__ import annotations
@@ -64,6 +69,24 @@ def group_name(pod: dict[str, Any]) -> str | None:
     if lws and index is not None:
         return f"{LWS_KIND}{GROUP_SEPARATOR}{lws}{GROUP_SEPARATOR}{index}"
     return None
+
+
+_EXTRA = "+x."
+
+
+def extra_ref(group: PodRef, member_uid: str) -> PodRef:
+    """The reference of the job an elastic gang's extra member runs as, linked to its group's."""
+    return PodRef(group.namespace, group.name, f"{group.uid}{_EXTRA}{member_uid}")
+
+
+def extra_member(ref: PodRef) -> str | None:
+    """The uid of the extra member a group's linked job stands for; None for any other job."""
+    return _member_in(ref.name, ref.uid)
+
+
+def _member_in(name: str, uid: str) -> str | None:
+    _, found, member = uid.partition(_EXTRA)
+    return member if found and member and GROUP_SEPARATOR in name else None
 
 
 def job_name(pod: PodRef, scheduler: str) -> str:
@@ -128,6 +151,13 @@ def pod_of(job: Job) -> PodRef | None:
     """The Pod (or group) a job stands for, if Tandem submitted it; None for any other job,
     whatever its name."""
     return parse_job_name(reference_of(job.admin_comment))
+
+
+def extra_member_of(job: Job) -> str | None:
+    """The uid of the elastic gang's extra member a job stands for, if Tandem submitted it as one
+    (`extra_ref`); None for any other job, whatever its name."""
+    ref = pod_of(job)
+    return _member_in(ref.name, ref.uid) if ref is not None else None
 
 
 def scheduler_of_job(job: Job) -> str | None:

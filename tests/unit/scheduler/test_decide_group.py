@@ -392,12 +392,6 @@ def test_a_replacement_is_bound_only_once_it_carries_the_job() -> None:
     assert isinstance(action, actions.Record) and [p["metadata"]["uid"] for p in action.pods] == ["uid-1b"]
 
 
-def test_an_extra_member_waits_when_every_node_of_the_job_is_taken() -> None:
-    members = [*[member(i, 7, f"node-00{i + 1}") for i in range(3)], member(3, 7)]
-    action = d.decide(seen(members, job(started=True)))
-    assert isinstance(action, actions.Pend) and action.reason == reasons.REASON_GROUP_FULL
-
-
 def test_no_bind_before_every_node_of_the_job_is_known() -> None:
     action = d.decide(
         actions.Observed(
@@ -656,10 +650,10 @@ def test_a_bind_waits_for_the_nodes_the_job_holds_not_for_minCount() -> None:
 def test_a_group_whose_minCount_shrank_below_what_runs_keeps_running() -> None:
     bound = [member(i, 7, f"node-00{i + 1}") for i in range(3)]
     assert d.decide(seen(bound, job(started=True), group=min_count(1))) == actions.Nothing()
-    # A fourth member (the group grew back) waits for a free node, in today's words.
+    # A fourth member (the group grew back) is an extra: a job of its own, off the core's nodes
+    # (tests/unit/scheduler/test_elastic.py). Before: it waited for ever (GroupAllocationFull).
     extra = d.decide(seen([*bound, member(3, 7)], job(started=True), group=min_count(2)))
-    assert isinstance(extra, actions.Pend) and extra.reason == reasons.REASON_GROUP_FULL
-    assert extra.message == "each of Slurm job 7's 3 nodes already runs a member of the group"
+    assert isinstance(extra, actions.SubmitExtras) and extra.taken == NODES
 
 
 def test_a_group_preempted_whole_by_kube_scheduler_cancels_its_job_and_its_podgroup_says_why() -> None:

@@ -16,7 +16,7 @@ from tandem.runner import NotYet, Requeue
 from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler.gpuclaims import ClaimWrite
 from tandem.scheduler.hands import Hands
-from tandem.scheduler.submitting import PODS_VALIDATED, submit
+from tandem.scheduler.submitting import PODS_VALIDATED, submit, submit_extras
 from tandem.scheduler.validation import Problem
 from tandem.slurm.models import JobStatus
 
@@ -60,11 +60,13 @@ def act(
             h.announce.refuse(group, pods, reason, message)
         case actions.Submit():
             submit(h, cfg, group, action, o.kill_wait)
+        case actions.SubmitExtras():
+            submit_extras(h, cfg, group, action, o.kill_wait)
         case actions.Record(pods=pods, job_id=job_id):
             for pod in pods:
                 h.record(pod, job_id)
-        case actions.Pend(pods=pods, reason=reason, message=message, event=event):
-            h.announce.pend(group, pods, reason, message, event)
+        case actions.Pend(pods=pods, reason=reason, message=message, event=event, group=of_group):
+            h.announce.pend(group, pods, reason, message, event, of_group)
         case actions.Nominate(placements=placements):
             for placement in placements:
                 h.writers.pods.nominate(placement.pod, placement.kube_node)
@@ -76,6 +78,9 @@ def act(
             make_claims(h, action)
         case actions.Bind():
             bind_all(h, o, group, action, all_bound)
+            if action.extra:
+                # A bound Pod's changes bring no reconcile: the next extra waits for this look.
+                return 0.0
         case actions.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
             for pod in pods:
                 h.announce.event(pod, type_, reason, message)
@@ -133,21 +138,35 @@ def bind_all(
         if uid in action.pod_statuses:
             h.writers.pods.extended_claim_status(placement.pod, action.pod_statuses[uid])
         bind(h, placement.pod, job, placement.slurm_node, placement.kube_node, writes)
+    if action.extra:
+        return  # the group's condition is its core's
     bound = {str(p.pod["metadata"]["uid"]) for p in action.placements}
     unbound = [
         m
         for m in o.members
-        if str(m["metadata"]["uid"]) not in bound and not (m.get("spec") or {}).get("nodeName")
+        if str(m["metadata"]["uid"]) not in bound | action.extras
+        and not (m.get("spec") or {}).get("nodeName")
     ]
     if unbound:
         return
     all_bound(o.key)
     where = f", {action.landed}" if action.landed else ""
+    extras = len(action.extras)
+    follow = (
+        f"{extras} extra members beyond minCount get Slurm jobs of their own"
+        if extras > 1
+        else "1 extra member beyond minCount gets a Slurm job of its own"
+    )
+    who = (
+        f"the core's members bound to the nodes of Slurm job {job.job_id}{where}; {follow}"
+        if extras
+        else f"all members bound to the nodes of Slurm job {job.job_id}{where}"
+    )
     h.announce.group_status(
         group,
         True,
         "Scheduled",
-        f"all members bound to the nodes of Slurm job {job.job_id}{where}",
+        who,
         # Only where a person asked for a domain: the Event says which one.
         ("Normal", "Scheduled") if action.landed else None,
     )
@@ -201,6 +220,7 @@ def cancel(h: Hands, key: str, group: groups.Group | None, action: actions.Cance
     deleted: tuple[str, ...] = ()
     if alone and action.cause is actions.CancelCause.POD_DELETED:
         deleted = tuple(ref.uid for job in h.jobs.for_pod_key(key) if (ref := placeholder.pod_of(job.job)))
-    h.assumed.cancel_sent(key, alone, deleted)
+    if action.cause is not actions.CancelCause.EXTRA:  # an extra's cancel leaves the core's submit be
+        h.assumed.cancel_sent(key, alone, deleted)
     for target in (*action.pods, *((action.subject,) if action.subject is not None else ())):
         h.announce.event(target, "Normal", action.event_reason, action.message)

@@ -67,8 +67,13 @@ class Observed:
     # The job this process submitted and the stream has not shown yet.
     submitted_job_id: int | None = None
     # Live jobs besides the one the members recorded: a submit retried after its answer was lost
-    # (Slurm had taken the first).
+    # (Slurm had taken the first); of an extra member, besides the one it recorded.
     duplicates: tuple[int, ...] = ()
+    # An elastic gang's extra members (tandem.scheduler.elastic): member uid -> its own job (the
+    # live one it recorded, else any live one, else the newest), and the submits of theirs the
+    # stream has not shown yet. `job` and `jobs`' core are the group's own.
+    extras: Mapping[str, JobStatus] = field(default_factory=dict)
+    extra_submitted: Mapping[str, int] = field(default_factory=dict)
     # Jobs this process already asked Slurm to cancel (their scripts are shutting down).
     cancel_sent: frozenset[int] = frozenset()
     # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
@@ -153,6 +158,7 @@ class CancelCause(enum.Enum):
     DUPLICATE = enum.auto()  # a second job, from a submit retried after its answer was lost
     REFUSED = enum.auto()  # a member refused before it was bound
     OUTGROWN = enum.auto()  # a pending job asking for fewer nodes than the group's size now
+    EXTRA = enum.auto()  # an elastic gang's extra member's job: its member or its core not running
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,20 @@ class Submit:
 
 
 @dataclass(frozen=True)
+class SubmitExtras:
+    """A job for each of an elastic gang's extra members (tandem.scheduler.elastic), its core
+    running whole: one node each, linked to the core and built from its job annotations."""
+
+    members: tuple[JSON, ...]
+    validations: tuple[validation.Validation, ...]
+    core_job_id: int
+    # Slurm nodes the extras may not take: the core's, and the other extras'.
+    taken: tuple[str, ...] = ()
+    # The feature of the domain the core landed in ("" for none asked).
+    domain: str = ""
+
+
+@dataclass(frozen=True)
 class Record:
     pods: tuple[JSON, ...]
     job_id: int
@@ -227,6 +247,8 @@ class Pend:
     message: str
     # A Warning Event with this reason on each member whose condition changes ("" for none).
     event: str = ""
+    # The group's PodGroup says it too (not for an elastic gang's extras: its core runs).
+    group: bool = True
 
 
 @dataclass(frozen=True)
@@ -265,6 +287,10 @@ class Bind:
     pod_statuses: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     # Where the job's nodes are, for the group that asked for one domain ("" for none).
     landed: str = ""
+    # An elastic gang's extra member, on its own job: the group's condition is its core's.
+    extra: bool = False
+    # The core's bind: the uids of the extra members, which the group is scheduled without.
+    extras: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -296,6 +322,7 @@ Action = (
     | Warn
     | Refuse
     | Submit
+    | SubmitExtras
     | Record
     | Pend
     | Nominate

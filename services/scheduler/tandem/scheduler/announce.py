@@ -54,13 +54,22 @@ class Announcer:
             self.event(group.podgroup, event[0], event[1], message)
 
     def pend(
-        self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str, event: str
+        self,
+        group: groups.Group,
+        pods: tuple[JSON, ...],
+        reason: str,
+        message: str,
+        event: str,
+        of_group: bool = True,
     ) -> None:
-        """Waiting, and why (a Warning Event too, named `event`, when the condition changed)."""
+        """Waiting, and why (a Warning Event too, named `event`, when the condition changed); the
+        group's condition says it too unless not `of_group` (an elastic gang's extras: its core
+        runs)."""
         for pod in pods:
             if self.pods.set_unscheduled(pod, reason, message) and event:
                 self.event(pod, "Warning", event, message)
-        self.group_status(group, False, "Unschedulable", message)
+        if of_group:
+            self.group_status(group, False, "Unschedulable", message)
 
     def refuse(self, group: groups.Group, pods: tuple[JSON, ...], reason: str, message: str) -> None:
         """Slurm said no (or never could): like a validation error, it is not retried."""

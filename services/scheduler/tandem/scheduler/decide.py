@@ -58,9 +58,13 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      through DRA first gets a claim made (a stale
                                                      one deleted), then the same, then its status
                                                      names the claim
-    job running, every node taken                 -> the others wait (GroupAllocationFull); when
-                                                     minCount grew past the job's nodes, saying so:
-                                                     a running job cannot grow, never cancelled for it
+    job running, minCount grew past its nodes     -> the others wait (GroupAllocationFull), saying
+                                                     so: a running job cannot grow, never cancelled
+                                                     for it
+    more members than minCount (elastic)          -> the first minCount are the core, which every
+                                                     line here places; each other member gets a job
+                                                     of its own once the core runs whole, and goes
+                                                     when the core stops (tandem.scheduler.elastic)
     job allocated, prologs running                -> nominate the Nodes (status.nominatedNodeName),
                                                      once allocated for NOMINATE_AFTER_SECONDS (most
                                                      scripts start sooner: the bind says it all);
@@ -81,6 +85,7 @@ rows included, and runs a Pod alone's rows as a group of one):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from tandem import reasons
@@ -88,6 +93,7 @@ from tandem.kube import JSON
 from tandem.scheduler import (
     admission,
     binding,
+    elastic,
     groups,
     growth,
     podstate,
@@ -97,6 +103,7 @@ from tandem.scheduler.actions import (
     NO_GPUS,
     NOT_JUDGED,
     Action,
+    Bind,
     Cancel,
     CancelCause,
     Constrain,
@@ -159,9 +166,18 @@ def decide(o: Observed) -> Action:
         )
     if group is None:
         return Nothing()
+    # An elastic gang's members beyond its core each run as a job of their own (tandem.scheduler.
+    # elastic); everything below but the extras' own lines is about the core.
+    core: tuple[JSON, ...] = live
+    extras: tuple[JSON, ...] = ()
+    if o.extras or len(live) > group.min_count:
+        core, extras = elastic.roles(group, live, job, o.extras)
+        settled = elastic.settle(o, group, job, live)
+        if settled is not None:
+            return settled
     replaced: int | None = None
     if job is not None:
-        carrying = tuple(m for m in live if o.recorded.get(podstate.uid(m)) == job.job_id)
+        carrying = tuple(m for m in core if o.recorded.get(podstate.uid(m)) == job.job_id)
         # Cancelled before it ran because minCount grew past it: a new job follows (not a Pod alone's).
         outgrown = job.ended and not alone and growth.outgrown_before_it_ran(group, job)
         stopped = _stopped_under(o.hosts, outgrown, job, carrying)
@@ -172,7 +188,7 @@ def decide(o: Observed) -> Action:
             # ran because minCount grew past it: a new job. A Pod alone's jobs are all its own
             # (found by its uid): it records this one, then goes.
             replaced, job = job.job_id, None
-    if any(podstate.refused(m) for m in live):
+    if any(podstate.refused(m) for m in core):
         # Never to be bound: its job would only hold nodes (the policy changed after the submit,
         # or a crash came between the refusal and this cancel), unless part of it runs already.
         if job is not None:
@@ -182,7 +198,7 @@ def decide(o: Observed) -> Action:
         if (
             unwanted is not None
             and unwanted not in o.cancel_sent
-            and not any(podstate.bound(m) for m in live)
+            and not any(podstate.bound(m) for m in core)
         ):
             if alone:
                 return Cancel((unwanted,), CancelCause.REFUSED, "the Pod was refused before it was bound")
@@ -204,7 +220,7 @@ def decide(o: Observed) -> Action:
     if not unbound:
         return Nothing()
     job_id = (
-        job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o.recorded, live, replaced)
+        job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o.recorded, core, replaced)
     )
     if job_id is None:
         waiting = [w for m in live for w in o.gpu.gpus.get(podstate.uid(m), NO_GPUS).waiting]
@@ -225,7 +241,7 @@ def decide(o: Observed) -> Action:
         if job.job_id in o.cancel_sent:
             return Nothing()  # its end brings the new job
         return _cancel_outgrown(group, job, live)
-    unrecorded = tuple(m for m in live if o.recorded.get(podstate.uid(m)) != job_id)
+    unrecorded = tuple(m for m in core if o.recorded.get(podstate.uid(m)) != job_id)
     if unrecorded:
         # A previous life submitted, or recording failed, or a crash came in between.
         return Record(unrecorded, job_id)
@@ -234,11 +250,17 @@ def decide(o: Observed) -> Action:
     if job.terminating:
         return Nothing()  # being stopped: its end deletes the members
     if job.running and job.started and job.job.nodes:
-        return binding.bind(o, group, job, live)
+        if extras and elastic.core_whole(job, core):
+            validated = {podstate.uid(m): r for m, r in zip(live, results, strict=True)}
+            return elastic.grow(o, group, job, extras, validated) or Nothing()
+        placed = binding.bind(o, group, job, core)
+        if extras and isinstance(placed, Bind):
+            return dataclasses.replace(placed, extras=frozenset(podstate.uid(m) for m in extras))
+        return placed
     if job.running and job.job.nodes:
-        return _nominate(o, group, job, live)
+        return _nominate(o, group, job, core)
     if job.pending:
-        return _pending(o, group, job, unbound, results[0])
+        return _pending(o, group, job, tuple(m for m in core if not podstate.bound(m)), unbound, results[0])
     return Nothing()
 
 
@@ -350,15 +372,18 @@ def _pending(
     o: Observed,
     group: groups.Group,
     job: JobStatus,
+    core: tuple[JSON, ...],
     unbound: tuple[JSON, ...],
     result: validation.Validation,
 ) -> Action:
+    """`core`: the members the job is for, not bound (an elastic gang's extras wait for it to run:
+    `unbound` is every member not bound)."""
     nominated = tuple(Placement(m, "", "") for m in unbound if podstate.nominated(m))
     if nominated:
         return Nominate(nominated)  # back to pending (requeued before its script started)
     if o.fits is NOT_JUDGED:
         return Judge()
-    fits = admission.member_fits(o.fits, unbound)
+    fits = admission.member_fits(o.fits, core)
     if fits:
         unfit = admission.job_unfit(group.min_count, bool(group.components), fits)
         # Slurm refuses a job that both requires and excludes a node: a required node that stopped
@@ -373,8 +398,8 @@ def _pending(
             return Constrain(job.job_id, constraint)
         named = None if group.alone else group.title
         unschedulable = admission.unschedulable_pend(
-            named, group.min_count, unbound, fits, unfit
-        ) or admission.required_unfit(unbound, result, fits, unfit)
+            named, group.min_count, core, fits, unfit
+        ) or admission.required_unfit(core, result, fits, unfit)
         if unschedulable is not None:
             return unschedulable
     if job.job.state_reason in ("", "None"):

@@ -135,5 +135,19 @@ def landed(t: topology.Topology | str, ask: Asked, nodes: Sequence[str]) -> str:
     return topology.where(t, ask.whole or tuple(k for p in ask.parts for k in p), nodes)
 
 
+def core_domain(t: topology.Topology | str, ask: Asked, nodes: Sequence[str]) -> str:
+    """The feature of the one domain a job's nodes share at the narrowest level of the group's ask
+    (its whole-job keys), for the jobs that must join it there (an elastic gang's extras); "" for
+    no ask, no such level, or nodes spread over several."""
+    if not ask.whole or isinstance(t, str) or not nodes:
+        return ""
+    levels = [lvl for k in ask.whole if (lvl := t.level_of(k)) is not None]
+    if not levels:
+        return ""
+    found = [t.domain_of(n, max(levels)) for n in nodes]
+    names = {d.name for d in found if d is not None}
+    return names.pop() if len(names) == 1 and None not in found else ""
+
+
 def _shown(d: topology.Domain | None) -> str:
     return "none" if d is None else topology.shown(d)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tandem import jobtoken, keys
 from tandem.dra import gres
-from tandem.placeholder import PodRef, admin_comment, job_name
+from tandem.placeholder import PodRef, admin_comment, extra_ref, job_name
 from tandem.scheduler.domains import combined
 from tandem.scheduler.validation import CPU, MEMORY, Pod, effective_requests, pod_annotations
 from tandem.slurm.hostlist import compress, expand
@@ -35,6 +35,9 @@ class PlaceholderConfig:
     default_working_dir: str = "/tmp"
     # Signs each placeholder's own credential (tandem.jobtoken); empty: the job gets none.
     job_key: bytes = b""
+    # The nice of an elastic gang's extra members' jobs (tandem.scheduler.elastic): what puts them
+    # below their core when Slurm picks what to preempt (--extra-member-nice).
+    extra_nice: int = 1000
 
 
 def parse_gpu_types(text: str) -> dict[str, str]:
@@ -120,6 +123,35 @@ def build_group_job_spec(
         parts.append(_in_domain(part, domains[index] if index < len(domains) else ""))
         start = end
     return replace(parts[0], components=tuple(parts))
+
+
+def build_extra_job_spec(
+    group: PodRef,
+    member: Pod,
+    cfg: PlaceholderConfig,
+    requests: Mapping[str, int],
+    annotations: Mapping[str, str],
+    taken: Sequence[str] = (),
+    domain: str = "",
+) -> JobSpec:
+    """The job of an elastic gang's extra member: the core's job annotations (`annotations`, which
+    the members agree on) on one node none of `taken` (the core's, the other extras'), in the
+    core's `domain`, named after the group and the member (placeholder.extra_ref), and below the
+    core when Slurm takes nodes back: `cfg.extra_nice`, or for an explicit priority, that much
+    lower (never 0, which holds a job)."""
+    spec = build_job_spec(
+        member,
+        cfg,
+        requests,
+        ref=extra_ref(group, str((member.get("metadata") or {}).get("uid") or "")),
+        unfit=taken,
+        annotations=annotations,
+    )
+    # The core holds the nodes the group requires: an extra requiring them too could never run.
+    spec = replace(_in_domain(spec, domain), required_nodes="")
+    if spec.priority is not None:
+        return replace(spec, priority=max(1, spec.priority - cfg.extra_nice))
+    return replace(spec, nice=cfg.extra_nice)
 
 
 def _in_domain(spec: JobSpec, domain: str) -> JobSpec:

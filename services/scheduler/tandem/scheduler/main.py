@@ -72,6 +72,7 @@ def placeholder_config(cfg: SchedulerSettings) -> jobspec.PlaceholderConfig:
         scheduler_name=cfg.scheduler_name,
         output=cfg.placeholder_output,
         job_key=jobtoken.read_key(cfg.job_key_file),
+        extra_nice=cfg.extra_member_nice,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from tandem import keys
+from tandem import keys, placeholder
 from tandem.dra import extended
 from tandem.dra.claims import PodGpus
 from tandem.dra.shape import at
@@ -102,12 +102,27 @@ class Observer:
         submitted = self.assumed.submitted.get(owner(placed, members))
         if submitted is not None and any(j.job_id == submitted for j in jobs):
             submitted = None  # the stream shows it now
+        core_jobs, by_extra = (jobs, {}) if placed.alone else split_jobs(jobs)
         wanted = set(recorded.values()) or ({submitted} if submitted is not None else set())
-        job = _job_of(jobs, wanted)
+        job = _job_of(core_jobs, wanted)
         duplicates: tuple[int, ...] = ()
         if job is not None and job.job_id in recorded.values():
-            duplicates = tuple(j.job_id for j in jobs if not j.ended and j is not job)
-        hosts = self._hosts(job)
+            duplicates = tuple(j.job_id for j in core_jobs if not j.ended and j is not job)
+        extras: dict[str, JobStatus] = {}
+        for uid, its in by_extra.items():
+            mine = _job_of(its, {recorded[uid]} if uid in recorded else set())
+            if mine is not None:
+                extras[uid] = mine
+                duplicates += tuple(j.job_id for j in its if not j.ended and j is not mine)
+        extra_submitted = {}
+        if group is not None and not group.alone and len(members) > group.min_count:  # elastic
+            extra_submitted = {
+                uid: job_id
+                for pod in members
+                if (uid := str(pod["metadata"]["uid"])) not in by_extra
+                and (job_id := self.assumed.submitted.get(extra_owner(placed.key, uid))) is not None
+            }
+        hosts = self._hosts(job, extras.values())
         gpus: dict[str, PodGpus] = {}
         claims: dict[str, JSON] = {}
         devices: dict[str, NodeDevices | str] = {}
@@ -143,6 +158,8 @@ class Observer:
             recorded=recorded,
             submitted_job_id=submitted,
             duplicates=duplicates,
+            extras=extras,
+            extra_submitted=extra_submitted,
             cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
             hosts=hosts,
             node_labels=self._node_labels(hosts.values()),
@@ -195,9 +212,10 @@ class Observer:
     def _cancels_sent(self, job_ids: Iterable[int]) -> frozenset[int]:
         return frozenset(j for j in job_ids if self.assumed.cancelled.get(str(j)) is not None)
 
-    def _hosts(self, job: JobStatus | None) -> dict[str, str]:
-        """Slurm node -> the Node hosting it, for the job's nodes the syncer has published."""
-        nodes = job.job.nodes if job is not None else ()
+    def _hosts(self, job: JobStatus | None, extras: Iterable[JobStatus] = ()) -> dict[str, str]:
+        """Slurm node -> the Node hosting it, for the nodes of the job (and of its extra members'
+        jobs) the syncer has published."""
+        nodes = [*(job.job.nodes if job is not None else ()), *(n for e in extras for n in e.job.nodes)]
         return {s: host for s in nodes if (host := self.jobs.kube_node(s)) is not None}
 
     def fits(
@@ -261,6 +279,24 @@ def owner(placed: groups.Target, members: tuple[JSON, ...]) -> str:
     if not placed.alone or not members:
         return placed.key
     return str(members[0]["metadata"]["uid"])
+
+
+def extra_owner(key: str, member_uid: str) -> str:
+    """Whose submit is remembered for an elastic gang's extra member (tandem.scheduler.elastic)."""
+    return f"{key}+{member_uid}"
+
+
+def split_jobs(jobs: Iterable[JobStatus]) -> tuple[list[JobStatus], dict[str, list[JobStatus]]]:
+    """A key's jobs: its own (a Pod's, a group's core), and its extra members' by member uid."""
+    own: list[JobStatus] = []
+    extras: dict[str, list[JobStatus]] = {}
+    for j in jobs:
+        member = placeholder.extra_member_of(j.job)
+        if member is None:
+            own.append(j)
+        else:
+            extras.setdefault(member, []).append(j)
+    return own, extras
 
 
 def version(obj: JSON) -> str | None:

@@ -83,6 +83,14 @@ class SchedulerSettings(ClusterSettings):
         env="TANDEM_REJECT_STATIC_CPU",
         help="refuse Guaranteed Pods with whole CPUs (kubelet CPU pinning Slurm cannot see), not only warn",
     )
+    extra_member_nice: int = option(
+        1000,
+        flag="--extra-member-nice",
+        env="TANDEM_EXTRA_MEMBER_NICE",
+        help="the nice of an elastic gang's extra members' jobs (members beyond its minCount), which"
+        " puts them below their core when Slurm picks jobs to preempt (an explicit priority is"
+        " lowered by as much instead)",
+    )
     policy_configmap: str = option(
         "",
         flag="--policy-configmap",

@@ -9,12 +9,12 @@ import logging
 import time
 
 from tandem import keys, reasons, tracing
-from tandem.kube import JSON
+from tandem.kube import JSON, object_key
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet
 from tandem.scheduler import actions, groups, jobspec
 from tandem.scheduler.hands import Hands
-from tandem.scheduler.observe import owner
+from tandem.scheduler.observe import extra_owner, owner
 from tandem.slurm.dialects import UnsupportedBySlurm
 from tandem.slurm.models import JobSpec
 from tandem.slurm.rest import SlurmApiError, refused_its_features, waits_for_topology
@@ -65,14 +65,62 @@ def submit(
         _submitted(h, group, action.members, spec, job_id)
 
 
+def submit_extras(
+    h: Hands,
+    placeholder: jobspec.PlaceholderConfig,
+    group: groups.Group,
+    action: actions.SubmitExtras,
+    kill_wait: float,
+) -> None:
+    """A job for each extra member of an elastic gang; one Slurm refuses is refused alone (the
+    core and the other extras run on), one Slurm cannot be reached for is tried again."""
+    cfg = _told(placeholder, kill_wait)
+    for pod, result in zip(action.members, action.validations, strict=True):
+        with tracing.span(
+            "submit extra member job", attributes={"k8s.group": group.key, "k8s.pod": object_key(pod)}
+        ):
+            spec = jobspec.with_trace_context(
+                jobspec.build_extra_job_spec(
+                    group.ref, pod, cfg, result.requests, result.job_annotations, action.taken, action.domain
+                ),
+                tracing.current_traceparent(),
+            )
+            try:
+                job_id = h.writers.slurm.submit_job(spec)
+            except (SlurmApiError, UnsupportedBySlurm) as e:
+                one = actions.Submit((pod,), (result,))
+                _not_submitted(h, group, one, e, extra=True)
+                continue
+        JOBS_SUBMITTED.inc(result="ok")
+        h.assumed.submitted.assume(extra_owner(group.key, str(pod["metadata"]["uid"])), job_id)
+        h.jobs.announce(job_id, spec.name)
+        log.info(
+            "extra member job submitted",
+            extra={"pod": group.key, "member": object_key(pod), "job": job_id, "core": action.core_job_id},
+        )
+        h.record(pod, job_id)
+        h.announce.event(
+            pod,
+            "Normal",
+            "SlurmJobSubmitted",
+            f"job {job_id} for this extra member of {group.title} submitted (its core, Slurm job "
+            f"{action.core_job_id}, runs; Slurm takes extras back first)",
+        )
+
+
+def _told(placeholder: jobspec.PlaceholderConfig, kill_wait: float) -> jobspec.PlaceholderConfig:
+    """`kill_wait`: the KillWait the members were validated against, which the placeholder script
+    is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
+    return dataclasses.replace(
+        placeholder, environment={**placeholder.environment, "TANDEM_KILL_WAIT": str(int(kill_wait))}
+    )
+
+
 def job_spec(
     placeholder: jobspec.PlaceholderConfig, group: groups.Group, action: actions.Submit, kill_wait: float
 ) -> JobSpec:
-    """`kill_wait`: the KillWait the members were validated against, which the placeholder script
-    is told (TANDEM_KILL_WAIT) so it leaves before Slurm's SIGKILL."""
-    cfg = dataclasses.replace(
-        placeholder, environment={**placeholder.environment, "TANDEM_KILL_WAIT": str(int(kill_wait))}
-    )
+    """`kill_wait`: see `_told`."""
+    cfg = _told(placeholder, kill_wait)
     return jobspec.build_group_job_spec(
         group.ref,
         action.members,
@@ -87,15 +135,20 @@ def job_spec(
 
 
 def _not_submitted(
-    h: Hands, group: groups.Group, action: actions.Submit, e: SlurmApiError | UnsupportedBySlurm
+    h: Hands,
+    group: groups.Group,
+    action: actions.Submit,
+    e: SlurmApiError | UnsupportedBySlurm,
+    extra: bool = False,
 ) -> None:
-    """Retried (raises for the runner's backoff) or refused for good."""
+    """Retried (raises for the runner's backoff) or refused for good. `extra`: the job of an
+    elastic gang's extra member (its refusal is its own; the group runs on)."""
     members = action.members
-    what = "the placeholder job" if group.alone else "the group's job"
+    what = "the placeholder job" if group.alone else "an extra member's job" if extra else "the group's job"
     if isinstance(e, UnsupportedBySlurm):
         JOBS_SUBMITTED.inc(result="refused")
-        who = "this Pod" if group.alone else group.title
-        h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm cannot run {who}: {e}")
+        who = "this Pod" if group.alone or extra else group.title
+        _refuse(h, group, members, f"Slurm cannot run {who}: {e}", extra)
         return
     if unreachable(e.status):
         JOBS_SUBMITTED.inc(result="error")
@@ -105,6 +158,7 @@ def _not_submitted(
             reasons.REASON_SLURM_UNAVAILABLE,
             f"cannot submit {what}, retrying: {e.summary}",
             reasons.REASON_SLURM_UNAVAILABLE,
+            not extra,
         )
         raise e
     waiting = _topology_not_ready(e, action, what)
@@ -118,11 +172,21 @@ def _not_submitted(
             reasons.REASON_UNSCHEDULABLE,
             f"{waiting}, retrying: {e.summary}",
             "FailedScheduling",
+            not extra,
         )
         raise NotYet(waiting) from e
     JOBS_SUBMITTED.inc(result="refused")
-    refused = "the placeholder job" if group.alone else f"the job of {group.title}"
-    h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, f"Slurm refused {refused}: {e}")
+    refused = what if group.alone or extra else f"the job of {group.title}"
+    _refuse(h, group, members, f"Slurm refused {refused}: {e}", extra)
+
+
+def _refuse(h: Hands, group: groups.Group, members: tuple[JSON, ...], message: str, extra: bool) -> None:
+    if not extra:
+        h.announce.refuse(group, members, reasons.REASON_SUBMIT_FAILED, message)
+        return
+    for pod in members:  # the core runs: the group's condition and Events stay its own
+        h.writers.pods.set_unscheduled(pod, reasons.REASON_SUBMIT_FAILED, message)
+        h.announce.event(pod, "Warning", "FailedScheduling", message)
 
 
 def _topology_not_ready(e: SlurmApiError, action: actions.Submit, what: str) -> str:

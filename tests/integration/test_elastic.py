@@ -1,0 +1,107 @@
+"""Issue 53: an elastic gang on the lab. An Indexed Job of parallelism 4 whose PodGroup's minCount is
+2 runs as a core Slurm job of 2 nodes and one job per extra member, each linked to the core by its
+name and niced below it; a higher-tier `sbatch` that needs two of those nodes takes the extras back
+and leaves the core running."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from devstack import config
+from devstack import kube as devkube
+from devstack.config import StackConfig
+from tests.integration import helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
+
+NS = "default"
+
+
+@pytest.fixture
+def batch(stack_cfg: StackConfig) -> Iterator[k8s.BatchV1Api]:
+    """Deletes the test's Jobs before `clean` deletes their Pods (else the Job makes them again)."""
+    api = k8s.BatchV1Api(devkube.api(stack_cfg))
+    yield api
+    api.delete_collection_namespaced_job(NS, propagation_policy="Background")
+
+
+def _cpu_nodes_only(cfg: StackConfig) -> str:
+    """The GPU nodes, excluded: the gang and the preemptor meet on the four CPU nodes."""
+    return ",".join(config.slurm_node_name(i) for i in range(cfg.nodes) if config.is_gpu_node(i))
+
+
+def _elastic_job(cfg: StackConfig, name: str, parallelism: int, min_count: int) -> dict[str, Any]:
+    pod = h.tandem_pod(cfg, "x", {h.PREFIX + "excluded-nodes": _cpu_nodes_only(cfg)})
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": parallelism,
+            "parallelism": parallelism,
+            "scheduling": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+            "template": {
+                "metadata": {"annotations": pod["metadata"]["annotations"]},
+                "spec": {**pod["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
+
+
+def _members(core: k8s.CoreV1Api, job: str) -> dict[int, k8s.V1Pod]:
+    """The Job's live Pods by completion index."""
+    pods = core.list_namespaced_pod(NS, label_selector=f"job-name={job}").items
+    return {
+        int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]): p
+        for p in pods
+        if not p.metadata.deletion_timestamp
+    }
+
+
+def _job_ids(members: dict[int, k8s.V1Pod]) -> dict[int, int]:
+    return {
+        i: int(job_id)
+        for i, p in members.items()
+        if (job_id := (p.metadata.annotations or {}).get(h.PREFIX + "job-id"))
+    }
+
+
+def test_an_indexed_job_above_its_mincount_runs_a_core_and_extras_and_slurm_takes_extras_back_first(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
+) -> None:
+    if h.podgroups()[1] == "v1alpha2":
+        pytest.skip("Kubernetes 1.36's Job controller makes minCount its parallelism: no extras")
+    name = h.unique("elastic")
+    batch.create_namespaced_job(NS, _elastic_job(stack_cfg, name, parallelism=4, min_count=2))
+
+    def all_bound() -> dict[int, k8s.V1Pod] | None:
+        members = _members(core, name)
+        return members if len(members) == 4 and all(p.spec.node_name for p in members.values()) else None
+
+    bound = h.wait_until("the core and both extras bound", all_bound, 60)
+    ids = _job_ids(bound)
+    # The core: indexes 0 and 1 on one job of two nodes; each extra on a job of its own.
+    assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3, ids
+    core_job = h.rest_job(stack_cfg, ids[0])
+    assert core_job["node_count"] == 2 and core_job["job_state"] == "RUNNING"
+    for i in (2, 3):
+        extra = h.rest_job(stack_cfg, ids[i])
+        assert extra["node_count"] == 1 and extra["job_state"] == "RUNNING", extra
+        assert extra["name"].endswith(f"+x.{bound[i].metadata.uid}"), extra["name"]
+        assert extra["nice"] == 1000 and extra["user_id"] == core_job["user_id"]
+    assert len({p.spec.node_name for p in bound.values()}) == 4
+
+    # Two whole CPU nodes, at a higher tier: Slurm preempts the two extras, not the core.
+    winner = h.sbatch(
+        stack_cfg, "--partition=high", "--exclusive", "-N2", f"--exclude={_cpu_nodes_only(stack_cfg)}"
+    )
+    h.wait_until("the preemptor running", lambda: h.rest_job(stack_cfg, winner)["job_state"] == "RUNNING", 60)
+    for i in (2, 3):
+        assert h.rest_job(stack_cfg, ids[i])["job_state"] in ("PREEMPTED", "CANCELLED")
+    assert h.rest_job(stack_cfg, ids[0])["job_state"] == "RUNNING"
+    now = _members(core, name)
+    assert {i: p.metadata.uid for i, p in now.items() if i < 2} == {i: bound[i].metadata.uid for i in (0, 1)}
+    assert all(now[i].spec.node_name == bound[i].spec.node_name for i in (0, 1))
