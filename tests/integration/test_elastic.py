@@ -5,6 +5,7 @@ and leaves the core running."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,3 +106,47 @@ def test_an_indexed_job_above_its_mincount_runs_a_core_and_extras_and_slurm_take
     now = _members(core, name)
     assert {i: p.metadata.uid for i, p in now.items() if i < 2} == {i: bound[i].metadata.uid for i in (0, 1)}
     assert all(now[i].spec.node_name == bound[i].spec.node_name for i in (0, 1))
+
+
+def test_parallelism_up_gives_each_new_member_a_job_and_down_cancels_the_extras_jobs_first(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
+) -> None:
+    if h.podgroups()[1] == "v1alpha2":
+        pytest.skip("Kubernetes 1.36's Job controller makes minCount its parallelism: no extras")
+    name = h.unique("elastic")
+    spec = _elastic_job(stack_cfg, name, parallelism=3, min_count=2)
+    spec["spec"]["completions"] = 6
+    spec["spec"]["template"]["metadata"]["annotations"].pop(h.PREFIX + "excluded-nodes")  # all 8 nodes
+    batch.create_namespaced_job(NS, spec)
+
+    def bound(count: int) -> dict[int, k8s.V1Pod] | None:
+        members = _members(core, name)
+        return members if len(members) == count and all(p.spec.node_name for p in members.values()) else None
+
+    h.wait_until("the core and one extra bound", lambda: bound(3), 60)
+    started = time.monotonic()
+    batch.patch_namespaced_job(name, NS, {"spec": {"parallelism": 6}})
+    grown = h.wait_until("three extras more bound", lambda: bound(6), 60)
+    took_up = time.monotonic() - started
+    ids = _job_ids(grown)
+    core_id = ids[0]
+    assert ids[1] == core_id and len({ids[i] for i in range(2, 6)} | {core_id}) == 5, ids
+    assert len({p.spec.node_name for p in grown.values()}) == 6  # a node per member
+
+    started = time.monotonic()
+    batch.patch_namespaced_job(name, NS, {"spec": {"parallelism": 2}})
+
+    def extras_gone() -> bool:
+        return all(
+            h.rest_job(stack_cfg, ids[i])["job_state"] not in ("RUNNING", "PENDING") for i in range(2, 6)
+        )
+
+    h.wait_until("every extra's job ended", extras_gone, 60)
+    took_down = time.monotonic() - started
+    assert h.rest_job(stack_cfg, core_id)["job_state"] == "RUNNING"
+    left = _members(core, name)
+    assert sorted(left) == [0, 1] and all(left[i].metadata.uid == grown[i].metadata.uid for i in (0, 1))
+    print(
+        f"\n[measure] parallelism 3 -> 6: three extras bound in {took_up:.2f}s; "
+        f"6 -> 2: their jobs ended in {took_down:.2f}s"
+    )
