@@ -5,7 +5,9 @@ For groups of 2, 4 and 8 members (one node each), in one run on one stack:
            running (the script writes the time);
   Tandem - a PodGroup (gang, minCount = size) and its members, from the last member's creation
            to every member bound (seen on a watch).
-and a heterogeneous row (--het, default 1+3: a leader of 4 CPUs and workers of 1):
+and a heterogeneous row (--het, default 1+3: a leader of 4 CPUs and workers of 1), and elastic rows
+(bench/elastic.py: an elastic gang's extra member starting once Slurm has room, and taken back by a
+higher tier, each beside a bare Slurm job; --no-elastic for none):
   bare   - a Slurm heterogeneous job of those two components, from submit to its script running;
   Tandem - a CompositePodGroup of two PodGroups (leader, workers) and their members, from the last
            member's creation to every member bound (one het job, each member on its component).
@@ -34,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from bench import elastic
 from bench.schedule import ensure_namespace, slurm_client, wait_for_no_jobs
 from devstack import config
 from devstack import kube as devkube
@@ -277,6 +280,9 @@ def main() -> None:
     parser.add_argument(
         "--het", default="1+3", help="a heterogeneous row: leader+workers members ('' for none)"
     )
+    parser.add_argument(
+        "--no-elastic", action="store_true", help="no elastic rows (an extra member's start and take-back)"
+    )
     args = parser.parse_args()
     cfg = config.StackConfig.from_env()
     sizes: list[int | tuple[int, int]] = [int(s) for s in args.sizes.split(",")]
@@ -333,6 +339,7 @@ def main() -> None:
                 "runs": args.repeat,
             }
         )
+    elastic_rows = [] if args.no_elastic else _elastic(cfg, raw, args.repeat)
     raw.close()
     print()
     print(
@@ -350,11 +357,74 @@ def main() -> None:
             ]
         )
     )
+    if elastic_rows:
+        print()
+        print(
+            format_table(
+                [
+                    [
+                        "elastic gang (core 2, one extra)",
+                        "bare p50 s",
+                        "bare max s",
+                        "Tandem p50 s",
+                        "Tandem max s",
+                    ],
+                    *[
+                        [
+                            r["what"],
+                            f"{r['bare_p50']:.3f}",
+                            f"{r['bare_max']:.3f}",
+                            f"{r['tandem_p50']:.3f}",
+                            f"{r['tandem_max']:.3f}",
+                        ]
+                        for r in elastic_rows
+                    ],
+                ]
+            )
+        )
     met = all(r["tandem_p50"] <= r["bare_p50"] + TARGET_SECONDS for r in results)
     print(
         f"\ntarget: Tandem p50 <= bare p50 + {TARGET_SECONDS} s for every size: {'met' if met else 'NOT met'}"
     )
-    print(json.dumps({"sizes": results, "target_met": met}))
+    print(json.dumps({"sizes": results, "elastic": elastic_rows, "target_met": met}))
+
+
+def _elastic(cfg: StackConfig, raw: KubeClient, repeat: int) -> list[dict[str, Any]]:
+    """An extra member's start once Slurm has room, and its take-back by a higher tier, each beside
+    a bare Slurm job's, interleaved run by run (bench/elastic.py)."""
+    room: tuple[list[float], list[float]] = ([], [])
+    back: tuple[list[float], list[float], list[float]] = ([], [], [])
+    for run in range(repeat):
+        wait_idle(cfg)
+        room[0].append(elastic.bare_room(cfg))
+        wait_idle(cfg)
+        room[1].append(elastic.tandem_room(cfg, raw, NAMESPACE, run, _member))
+        wait_idle(cfg)
+        back[0].append(elastic.bare_take_back(cfg))
+        wait_idle(cfg)
+        gone, started = elastic.tandem_take_back(cfg, raw, NAMESPACE, run, _member)
+        back[1].append(started)
+        back[2].append(gone)
+        _wait_for_no_pods(raw)
+    for what, bare_runs, tandem_runs in (("room", *room), ("take-back", back[0], back[1])):
+        shown = [sorted(round(x, 3) for x in runs) for runs in (bare_runs, tandem_runs)]
+        print(f"elastic {what}: bare {shown[0]}; Tandem {shown[1]}")
+
+    def row(what: str, bare_runs: list[float], tandem_runs: list[float]) -> dict[str, Any]:
+        return {
+            "what": what,
+            "bare_p50": round(statistics.median(bare_runs), 3),
+            "bare_max": round(max(bare_runs), 3),
+            "tandem_p50": round(statistics.median(tandem_runs), 3),
+            "tandem_max": round(max(tandem_runs), 3),
+            "runs": repeat,
+        }
+
+    return [
+        row("room -> extra running (bare: job running)", room[0], room[1]),
+        row("high tier asks its node -> preemptor running", back[0], back[1]),
+        row("high tier asks its node -> extra's Pod gone", back[0], back[2]),
+    ]
 
 
 if __name__ == "__main__":
