@@ -204,6 +204,10 @@ COMPOSITE_RESOURCE = "compositepodgroups"
 COMPOSITE_VERSIONS = ("v1alpha3",)
 COMPOSITE_KIND = "CompositePodGroup"
 PODGROUP_SCHEDULED = "PodGroupScheduled"
+# The Pod condition that tells a workload its Pod was taken for another's sake (a Job's
+# podFailurePolicy can ignore it): kube-scheduler writes it on a preemption, Tandem on a Pod whose
+# Slurm job Slurm preempted.
+DISRUPTION_TARGET = "DisruptionTarget"
 # Each replica group of a LeaderWorkerSet: a leader and size - 1 workers, told apart by these
 # labels and annotation, which the LWS controller puts on every Pod of the group.
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"

@@ -21,6 +21,10 @@ REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
 REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
 REASON_WAITING_FOR_GROUP = "WaitingForPodGroup"
 REASON_GROUP_FULL = "GroupAllocationFull"
+# The DisruptionTarget reasons: kube-scheduler's preemption, and Slurm's of the Pod's job (Tandem
+# writes it before deleting the Pod; the chart's admission policy lets the scheduler write no other).
+PREEMPTED_BY_SCHEDULER = "PreemptionByScheduler"
+PREEMPTED_BY_SLURM = "PreemptionBySlurm"
 # The Normal Event on each member whose group's pending job is cancelled because minCount grew
 # past the nodes it asks for (a new job follows).
 EVENT_JOB_OUTGROWN = "SlurmJobCancelled"

@@ -15,11 +15,13 @@ from kubernetes import client as k8s
 from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
+from tandem import keys, reasons
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
 
 NS = "default"
+LINGER_S = 3.0
 
 
 @pytest.fixture
@@ -37,6 +39,8 @@ def _cpu_nodes_only(cfg: StackConfig) -> str:
 
 def _elastic_job(cfg: StackConfig, name: str, parallelism: int, min_count: int) -> dict[str, Any]:
     pod = h.tandem_pod(cfg, "x", {h.PREFIX + "excluded-nodes": _cpu_nodes_only(cfg)})
+    # A deleted member lingers (kwok's delay) long enough to read what was written on it first.
+    pod["metadata"]["annotations"].update(devkube.delete_delay(LINGER_S))
     return {
         "metadata": {"name": name},
         "spec": {
@@ -95,10 +99,28 @@ def test_an_indexed_job_above_its_mincount_runs_a_core_and_extras_and_slurm_take
         assert extra["nice"] == 1000 and extra["user_id"] == core_job["user_id"]
     assert len({p.spec.node_name for p in bound.values()}) == 4
 
-    # Two whole CPU nodes, at a higher tier: Slurm preempts the two extras, not the core.
+    # Two whole CPU nodes, at a higher tier: Slurm preempts the two extras, not the core, and each
+    # extra's Pod is told so (DisruptionTarget, which a Job's podFailurePolicy can ignore).
+    extras = {bound[i].metadata.name for i in (2, 3)}
     winner = h.sbatch(
         stack_cfg, "--partition=high", "--exclusive", "-N2", f"--exclude={_cpu_nodes_only(stack_cfg)}"
     )
+
+    def told() -> dict[str, Any] | None:
+        pods = [h.get_pod(core, n) for n in extras]
+        found = {
+            p.metadata.name: c
+            for p in pods
+            if p is not None and p.metadata.deletion_timestamp
+            for c in p.status.conditions or []
+            if c.type == keys.DISRUPTION_TARGET
+        }
+        return found if len(found) == 2 else None
+
+    disrupted = h.wait_until("both extras told they were preempted", told, 30, every=0.05)
+    for c in disrupted.values():
+        assert c.status == "True" and c.reason == reasons.PREEMPTED_BY_SLURM, c
+        assert "was preempted (Slurm takes extras back before the core)" in c.message, c.message
     h.wait_until("the preemptor running", lambda: h.rest_job(stack_cfg, winner)["job_state"] == "RUNNING", 60)
     for i in (2, 3):
         assert h.rest_job(stack_cfg, ids[i])["job_state"] in ("PREEMPTED", "CANCELLED")

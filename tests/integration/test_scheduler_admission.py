@@ -21,7 +21,7 @@ from kubernetes import client as k8s
 
 from devstack import config, services
 from devstack.config import StackConfig
-from tandem import keys
+from tandem import keys, reasons
 from tandem.dra.allocation import FINALIZER, ClaimStatus, PodConsumer, claim_status_of
 from tandem.dra.claims import ClaimRequest
 from tandem.dra.extended import ContainerGpus, claim_manifest
@@ -209,6 +209,19 @@ def test_on_its_own_pods_the_scheduler_writes_only_what_scheduling_needs(
         lambda: as_scheduler.strategic_patch(f"{held_pod}/status", {"status": {"phase": "Running"}})
     )
     assert "may change only a Pod's PodScheduled condition" in phase.message
+    # DisruptionTarget only as Slurm's preemption of its job (issue 53), never as another's.
+    disrupted = {"type": keys.DISRUPTION_TARGET, "status": "True", "message": "Slurm job 1 was preempted"}
+    kube_says = _refused(
+        lambda: as_scheduler.strategic_patch(
+            f"{held_pod}/status",
+            {"status": {"conditions": [{**disrupted, "reason": reasons.PREEMPTED_BY_SCHEDULER}]}},
+        )
+    )
+    assert "may change only a Pod's PodScheduled condition" in kube_says.message
+    as_scheduler.strategic_patch(
+        f"{held_pod}/status",
+        {"status": {"conditions": [{**disrupted, "reason": reasons.PREEMPTED_BY_SLURM}]}},
+    )
     after = as_scheduler.get(held_pod)
     assert "owned" not in (after["metadata"].get("labels") or {})
     assert after["spec"]["containers"][0]["image"] == pod["spec"]["containers"][0]["image"]

@@ -12,6 +12,7 @@ import pytest
 from tandem import keys, placeholder, reasons
 from tandem.scheduler import actions, elastic
 from tandem.scheduler import decide as d
+from tandem.scheduler.act import act
 from tandem.scheduler.observe import split_jobs
 from tandem.slurm.models import Job, JobStatus
 from tests.unit.scheduler.scheduler_world import make_gang, make_member, report
@@ -275,3 +276,41 @@ def test_the_podgroup_is_scheduled_once_its_core_is_bound_and_says_extras_follow
         "the core's members bound to the nodes of Slurm job 9; 1 extra member beyond minCount gets"
         " a Slurm job of its own"
     )
+
+
+def test_an_extra_slurm_preempted_is_told_so_before_it_is_deleted() -> None:
+    preempted = extra_job("uid-2", 20, "cpu-004", state="PREEMPTED", terminating=True)
+    action = d.decide(elastic_seen([*core_bound(), member(2, 20, "node-004")], core_job(), preempted))
+    assert isinstance(action, actions.Delete) and action.preempted
+    assert "was preempted (Slurm takes extras back before the core)" in action.message
+    # A core preempted whole: its members are told the same.
+    core = d.decide(elastic_seen(core_bound(), core_job(state="PREEMPTED", terminating=True)))
+    assert isinstance(core, actions.Delete) and core.preempted and "Slurm job 7 was preempted" in core.message
+    # Cancelled, or out of time: no DisruptionTarget (it is no one else's doing).
+    cancelled = d.decide(elastic_seen(core_bound(), core_job(state="CANCELLED")))
+    assert isinstance(cancelled, actions.Delete) and not cancelled.preempted
+
+
+def test_the_disruption_is_written_before_the_delete() -> None:
+    controller, _, kube = make_gang(make_member(0, "9"))
+    pod = make_member(0, "9")
+    calls: list[str] = []
+
+    def said(verb: str) -> Any:
+        def call(path: str, body: Any = None) -> dict[str, Any]:
+            calls.append(f"{verb} {path}")
+            return {}
+
+        return call
+
+    kube.strategic_patch.side_effect = said("patch")
+    kube.delete.side_effect = said("delete")
+    observed = actions.Observed("default/pg:train", CORE, (pod,))
+    deleting = actions.Delete((pod,), "Normal", "SlurmJobEnded", "Slurm job 9 was preempted", preempted=True)
+    act(controller.hands, controller.settings.placeholder, observed, deleting)
+    assert calls == [
+        "patch /api/v1/namespaces/default/pods/train-0/status",
+        "delete /api/v1/namespaces/default/pods/train-0",
+    ]
+    condition = kube.strategic_patch.call_args.args[1]["status"]["conditions"][0]
+    assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionBySlurm")

@@ -278,6 +278,27 @@ def test_a_terminating_call_is_one_message_though_its_steps_run_on_a_worker_thre
     assert dict(change.trace_context) == {"traceparent": TRACEPARENT}
 
 
+def test_a_terminating_call_carries_slurms_word_that_the_job_was_preempted() -> None:
+    """The caller's check reads the job again when its script says it stops: the scheduler hears
+    PREEMPTED with the push (and writes the Pods' DisruptionTarget), not only once a poll sees it."""
+    slurm, mirror, servicer = _setup(nodes=1)
+    job = replace(_placeholder(8), state="RUNNING", nodes=("gpu-000",))
+    slurm.jobs[8] = job
+    mirror.poll_once()  # the mirror knows it running
+    stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)
+    slurm.jobs[8] = replace(job, state="PREEMPTED", flags=("COMPLETING",))
+    cast(Any, servicer.locks).killwait_steps.return_value = steps_done((True, []))
+    context = mock.Mock()
+    context.time_remaining.return_value = 30.0
+    request = syncer_pb2.JobTerminatingRequest(
+        job_id=8, slurm_node="gpu-000", placeholder=job.name, job_token=token_for(job.name)
+    )
+    assert call(servicer.JobTerminating, request, context).pod_gone
+    [msg] = stream.rest()
+    [change] = msg.changes
+    assert change.job.terminating and change.job.state == slurm_pb2.JOB_STATE_PREEMPTED
+
+
 def test_a_call_s_trace_context_stays_on_its_own_change_in_a_batch() -> None:
     slurm, mirror, servicer = _setup(jobs=3, nodes=1)
     stream = Stream(servicer, mirror, scheduler_name=SCHEDULER, batched=True)

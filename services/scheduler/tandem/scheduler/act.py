@@ -84,6 +84,8 @@ def act(
         case actions.Delete(pods=pods, event_type=type_, event_reason=reason, message=message):
             for pod in pods:
                 h.announce.event(pod, type_, reason, message)
+                if action.preempted:
+                    h.writers.pods.set_disrupted(pod, reasons.PREEMPTED_BY_SLURM, message)
                 h.writers.pods.delete(pod)
     return None
 

@@ -310,6 +310,9 @@ class Delete:
     event_type: str
     event_reason: str
     message: str
+    # Slurm preempted their job: a DisruptionTarget condition (reasons.PREEMPTED_BY_SLURM) says so
+    # first, so that their workload does not count it as a failure.
+    preempted: bool = False
 
 
 Action = (

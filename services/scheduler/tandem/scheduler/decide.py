@@ -298,8 +298,14 @@ def _stopped_under(
     elif job.pending:
         why = "was requeued"
     if bound and why:
+        preempted = job.job.state == "PREEMPTED"
+        why = "was preempted" if preempted else why
         return Delete(
-            tuple(bound), "Normal", "SlurmJobEnded", f"Slurm job {job.job_id} {why}; deleting the Pod"
+            tuple(bound),
+            "Normal",
+            "SlurmJobEnded",
+            f"Slurm job {job.job_id} {why}; deleting the Pod",
+            preempted,
         )
     if job.running and job.started and job.job.nodes:
         on = [hosts.get(s) for s in job.job.nodes]

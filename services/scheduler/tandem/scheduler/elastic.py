@@ -97,12 +97,22 @@ def settle(o: Observed, group: groups.Group, job: JobStatus | None, live: tuple[
         if j is None:
             continue
         if podstate.bound(m) and (j.terminating or j.ended or j.pending):
-            stopped = "was requeued" if j.pending else f"ended ({j.state_name})" if j.ended else "was stopped"
+            preempted = j.job.state == "PREEMPTED"
+            stopped = (
+                "was preempted (Slurm takes extras back before the core)"
+                if preempted
+                else "was requeued"
+                if j.pending
+                else f"ended ({j.state_name})"
+                if j.ended
+                else "was stopped"
+            )
             return Delete(
                 (m,),
                 "Normal",
                 "SlurmJobEnded",
                 f"Slurm job {j.job_id}, an extra member of {group.title}, {stopped}; deleting the Pod",
+                preempted,
             )
         if not podstate.bound(m) and j.ended:
             return Delete(

@@ -70,6 +70,18 @@ class PodApi:
         self.written.assume(uid, (status + reason, message), version_of(answer))
         return True
 
+    def set_disrupted(self, pod: JSON, reason: str, message: str) -> None:
+        """The DisruptionTarget condition, before the Pod is deleted for another's sake: its
+        workload can tell the deletion from a failure (a Job's podFailurePolicy)."""
+        written = {
+            "type": keys.DISRUPTION_TARGET,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": rfc3339(),
+        }
+        self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"conditions": [written]}})
+
     def nominate(self, pod: JSON, node: str) -> None:
         """status.nominatedNodeName (KEP-5278): where the Pod will run once its prolog passed."""
         self.kube.strategic_patch(f"{_path(pod)}/status", {"status": {"nominatedNodeName": node or None}})

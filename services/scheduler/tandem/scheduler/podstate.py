@@ -3,15 +3,15 @@ this scheduler, the job it recorded."""
 
 from __future__ import annotations
 
-from tandem import reasons
+from tandem import keys, reasons
 from tandem.kube import JSON, pod_finished
 from tandem.scheduler.podapi import condition
 
 
 def preempted(pod: JSON) -> bool:
     """kube-scheduler evicted it to make room for a higher priority (its DisruptionTarget says so)."""
-    c = condition(pod, "DisruptionTarget") or {}
-    return c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
+    c = condition(pod, keys.DISRUPTION_TARGET) or {}
+    return c.get("status") == "True" and c.get("reason") == reasons.PREEMPTED_BY_SCHEDULER
 
 
 def is_live(pod: JSON) -> bool:

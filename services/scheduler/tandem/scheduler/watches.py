@@ -425,7 +425,7 @@ def _without_bind(view: JSON) -> JSON:
 
 
 # The Pod conditions decisions read: this scheduler's refusals, and kube-scheduler's preemption.
-_DECISION_CONDITIONS = ("PodScheduled", "DisruptionTarget")
+_DECISION_CONDITIONS = ("PodScheduled", keys.DISRUPTION_TARGET)
 
 
 def _content(obj: JSON | None) -> JSON | None:
