@@ -173,7 +173,7 @@ def pod_row(facts: Facts, pod: JSON, now: dt.datetime) -> dict[str, str]:
     return {
         "NAMESPACE": str(meta.get("namespace", "")),
         "POD": str(meta.get("name", "")),
-        "GROUP": placeholder.group_name(pod) or "",
+        "GROUP": _group(pod, status),
         "JOB": "" if job is None else str(job),
         "JOB STATE": job_state(pod, status),
         "REASON": reason(pod),
@@ -186,6 +186,15 @@ def pod_row(facts: Facts, pod: JSON, now: dt.datetime) -> dict[str, str]:
         "AGE": age(meta.get("creationTimestamp"), now),
         WORKLOAD_COLUMN: str(kueue.of_pod(pod, facts.workloads) or ""),
     }
+
+
+def _group(pod: JSON, job: JobStatus | None) -> str:
+    """The group the Pod names; an elastic gang's extra member (on a job of its own beside its
+    core's, which Slurm takes back first) says so, when the syncer showed its job."""
+    group = placeholder.group_name(pod) or ""
+    if group and job is not None and placeholder.extra_member_of(job.job):
+        return f"{group} (extra)"
+    return group
 
 
 def pod_columns(rows: list[dict[str, str]], all_namespaces: bool) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from devstack import pki
-from tandem import keys, mtls, serving, topology
+from tandem import keys, mtls, placeholder, serving, topology
 from tandem.cli import facts as f
 from tandem.cli import main, output, views
 from tandem.dra.slices import NodeDevices, SlicedDevice
@@ -133,6 +133,22 @@ def test_slurms_own_state_wins_when_the_syncer_was_asked() -> None:
     the_pod = pod("waiting", 12, reason="SlurmJobPending", message=PENDING_MESSAGE)
     slurm = f.SlurmView(jobs={12: JobStatus(Job(12, "x", "COMPLETING"))})
     assert views.pod_row(facts(the_pod, slurm=slurm), the_pod, NOW)["JOB STATE"] == "COMPLETING"
+
+
+def test_an_elastic_gangs_extra_member_says_it_is_one() -> None:
+    core = placeholder.PodRef("default", "pg:train", "pg-uid")
+    extra = placeholder.job_name(placeholder.extra_ref(core, "uid-x"), "tandem")
+    own = placeholder.job_name(core, "tandem")
+    slurm = f.SlurmView(
+        jobs={
+            20: JobStatus(Job(20, extra, "RUNNING", admin_comment=extra)),
+            7: JobStatus(Job(7, own, "RUNNING", admin_comment=own)),
+        }
+    )
+    member = pod("train-2", 20, node="node-000", phase="Running", group="train")
+    assert views.pod_row(facts(member, slurm=slurm), member, NOW)["GROUP"] == "pg:train (extra)"
+    core_member = pod("train-0", 7, node="node-002", phase="Running", group="train")
+    assert views.pod_row(facts(core_member, slurm=slurm), core_member, NOW)["GROUP"] == "pg:train"
 
 
 def test_nodes_from_kubernetes_alone_and_with_slurms_view() -> None:
