@@ -6,7 +6,9 @@ stack, in one run.
     (slurm.conf without Tandem's prolog and epilog, as a site without Tandem runs it), then in a
     Tandem cluster (every job's prolog locks its Node through Tandem, as Slurm's users meet it).
 (b) Tandem: N Pods; a Pod counts when it is bound (spec.nodeName seen on the watch).
-(c) the Kubernetes floor: N Pods the benchmark creates and binds itself (no Tandem, no Slurm):
+(c) kube-scheduler's default scheduler: the same N Pods on the same Nodes, placed by the lab's
+    kube-scheduler (the peer every Kubernetes user knows): its rate, latency, CPU and API requests.
+(d) the Kubernetes floor: N Pods the benchmark creates and binds itself (no Tandem, no Slurm):
     what the API server, etcd and kwok cost per Pod on this machine. With (a) it bounds what
     Tandem can reach here: limit_rate = cores / (bare CPU s per job + floor CPU s per Pod).
 
@@ -16,7 +18,10 @@ stack, in one run.
 Prints tables, then one JSON line: truly_bare_rate, bare_rate, tandem_rate, floor_rate, rate_ratio,
 truly_bare_rate_ratio, hooks_cpu_ms_per_job (the whole machine's, bare phase minus truly bare),
 limit_rate, limit_ratio, own_cpu_ms_per_pod (Tandem's three services, Tandem phase minus bare phase),
-api_requests_per_pod (Kubernetes API calls Tandem made), and p50/p99 of each phase (seconds).
+api_requests_per_pod (Kubernetes API calls Tandem made, by its own count), and, as the API server
+counts them in its audit log (devstack.audit), api_requests_per_pod_by_apiserver (from the first
+create to every Pod and job gone) and kube_scheduler_api_requests_per_pod; kube-scheduler's rate,
+p50/p99 and CPU per Pod; and p50/p99 of each phase (seconds).
 Targets: limit_ratio >= 0.9, own_cpu_ms_per_pod <= 5, api_requests_per_pod <= 5; at an offered load
 of half the bare rate, tandem_p50 <= bare_p50 + 0.15 s and tandem_p99 <= bare_p99 + 0.5 s.
 """
@@ -43,7 +48,7 @@ from kubernetes import client as k8s
 
 from bench import cpu, openloop
 from bench.stats import percentile
-from devstack import config, kube, services, stack
+from devstack import audit, config, kube, services, stack
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from devstack.table import format_table
@@ -162,9 +167,16 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int, rate: float | None) -> P
     return len(latencies) / (last - first), latencies, cpu_used
 
 
-def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, floor: bool = False) -> Phase:
-    """Tandem's phase, or with `floor` the Kubernetes floor: the same Pods, bound by the benchmark
-    (round robin over the kwok Nodes, through the pods/binding subresource)."""
+# The arms that create Pods, and the scheduler each Pod names.
+TANDEM, KUBE_SCHEDULER, FLOOR = "tandem", "kube-scheduler", "floor"
+
+
+def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, arm: str = TANDEM) -> Phase:
+    """Tandem's phase; with `arm` KUBE_SCHEDULER the same Pods placed by kube-scheduler's default
+    scheduler (the Kubernetes peer every user knows, on the same Nodes); with FLOOR the Kubernetes
+    floor, the same Pods bound by the benchmark (round robin over the kwok Nodes, through the
+    pods/binding subresource)."""
+    floor = arm == FLOOR
     ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -173,7 +185,8 @@ def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, floor: b
     failed: list[str] = []
     done = threading.Event()
     lock = threading.Lock()
-    prefix = "floor" if floor else "bench"
+    prefix = {TANDEM: "bench", KUBE_SCHEDULER: "kube", FLOOR: "floor"}[arm]
+    scheduler = {TANDEM: cfg.scheduler_name, KUBE_SCHEDULER: "default-scheduler", FLOOR: FLOOR_SCHEDULER}[arm]
 
     def settle() -> None:
         # Done when every Pod whose create (and, for the floor, binding) worked is bound.
@@ -230,7 +243,7 @@ def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, floor: b
         name = f"{prefix}-{i}"
         t = time.time()
         try:
-            raw.post(pods_path, pod_manifest(name, FLOOR_SCHEDULER if floor else cfg.scheduler_name))
+            raw.post(pods_path, pod_manifest(name, scheduler))
             created[name] = t
             if floor:
                 raw.post(
@@ -337,6 +350,7 @@ def main() -> None:
     print(f"bare Slurm done: {len(bare)}/{n} running", flush=True)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
     requests_before = kube_requests(cfg)
+    tandem_began = time.time()
     tandem_rate, pods, tandem_cpu = tandem(cfg, n, args.parallel, args.rate)
     requests_after = kube_requests(cfg)
     api_requests = (
@@ -349,23 +363,39 @@ def main() -> None:
     print(f"Tandem done: {len(pods)}/{n} bound", flush=True)
     clean_tandem(cfg)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
-    floor_rate, floor, floor_cpu = tandem(cfg, n, args.parallel, args.rate, floor=True)
+    # The API server's own count of Tandem's requests, from the first create to every Pod and job
+    # gone (the whole lifecycle, teardown included; watches counted once, when they end).
+    tandem_requests_made = audit.tandem_total(audit.requests_by_user(cfg, tandem_began, time.time()))
+    began = time.time()
+    kube_rate, kube_pods, kube_cpu = tandem(cfg, n, args.parallel, args.rate, arm=KUBE_SCHEDULER)
+    kube_requests_made = audit.requests_by_user(cfg, began, time.time())[audit.KUBE_SCHEDULER]
+    print(f"kube-scheduler done: {len(kube_pods)}/{n} bound", flush=True)
+    clean_tandem(cfg)
+    print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
+    floor_rate, floor, floor_cpu = tandem(cfg, n, args.parallel, args.rate, arm=FLOOR)
     print(f"Kubernetes floor done: {len(floor)}/{n} bound", flush=True)
     phases = (
         ("truly bare Slurm, no Tandem prolog (submit -> script running)", truly_bare_rate, truly_bare),
         ("bare Slurm in a Tandem cluster (submit -> script running)", bare_rate, bare),
         ("Tandem (Pod created -> bound)", tandem_rate, pods),
+        ("kube-scheduler's default scheduler (created -> bound)", kube_rate, kube_pods),
         ("Kubernetes floor (created -> bound by the benchmark)", floor_rate, floor),
     )
     print()
     print(latency_table(phases))
     print()
     cpu_rows: list[tuple[str, ...]] = [
-        ("CPU seconds while measuring", "truly bare Slurm", "bare Slurm", "Tandem", "floor")
+        ("CPU seconds while measuring", "truly bare Slurm", "bare Slurm", "Tandem", "kube-scheduler", "floor")
     ]
     for group in sorted(set(bare_cpu) | set(tandem_cpu), key=lambda g: -tandem_cpu.get(g, 0.0)):
         cpu_rows.append(
-            (group, *(f"{c.get(group, 0.0):.1f}" for c in (truly_bare_cpu, bare_cpu, tandem_cpu, floor_cpu)))
+            (
+                group,
+                *(
+                    f"{c.get(group, 0.0):.1f}"
+                    for c in (truly_bare_cpu, bare_cpu, tandem_cpu, kube_cpu, floor_cpu)
+                ),
+            )
         )
     print(format_table(cpu_rows))
     cores = os.cpu_count() or 1
@@ -394,12 +424,22 @@ def main() -> None:
         "limit_ratio": round(tandem_rate / limit_rate, 3),
         "own_cpu_ms_per_pod": round(own / n * 1000, 2),
         "api_requests_per_pod": None if api_requests is None else round(api_requests / n, 2),
+        "api_requests_per_pod_by_apiserver": round(tandem_requests_made / n, 2),
         "truly_bare_p50": round(statistics.median(truly_bare), 3),
         "truly_bare_p99": round(percentile(truly_bare, 0.99), 3),
         "bare_p50": round(statistics.median(bare), 3),
         "bare_p99": round(percentile(bare, 0.99), 3),
         "tandem_p50": round(statistics.median(pods), 3),
         "tandem_p99": round(percentile(pods, 0.99), 3),
+        "kube_scheduler_rate": round(kube_rate, 2),
+        "kube_scheduler_p50": round(statistics.median(kube_pods), 3),
+        "kube_scheduler_p99": round(percentile(kube_pods, 0.99), 3),
+        # kube-scheduler's own CPU and API requests per Pod (the API server's audit count), beside
+        # Tandem's: the peer's cost on the same Pods.
+        "kube_scheduler_cpu_ms_per_pod": round(
+            (kube_cpu.get("kube-scheduler", 0.0) - floor_cpu.get("kube-scheduler", 0.0)) / n * 1000, 2
+        ),
+        "kube_scheduler_api_requests_per_pod": round(kube_requests_made / n, 2),
         "floor_p50": round(statistics.median(floor), 3),
         "floor_p99": round(percentile(floor, 0.99), 3),
         "n": n,

@@ -6,14 +6,14 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
     REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
-2-3), a heterogeneous gang (a CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster
-serves them), a Deployment scaled up and down, a plain Slurm job (some time-limited, some preempting
-from the high partition, some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU
-node (GPU 0 as MIG slices beside whole GPUs): Pods there claiming whole GPUs or a slice by
-ResourceClaimTemplate, and GPU taints (DeviceTaintRules) coming and going on the GPU nodes, all
-removed before the settle. Faults: `kill -9` of a random
-Tandem process every ~20 s (restarted as `make up` would), and slurmctld, slurmrestd, slurmdbd and
-kube-apiserver each restarted at least once.
+2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), a heterogeneous gang (a
+CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster serves them), a Deployment
+scaled up and down, a plain Slurm job (some time-limited, some preempting from the high partition,
+some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU node (GPU 0 as MIG slices
+beside whole GPUs): Pods there claiming whole GPUs or a slice by ResourceClaimTemplate, and GPU
+taints (DeviceTaintRules) coming and going on the GPU nodes, all removed before the settle.
+Faults: `kill -9` of a random Tandem process every ~20 s (restarted as `make up` would), and
+slurmctld, slurmrestd, slurmdbd and kube-apiserver each restarted at least once.
 
 Invariants, counted after the settle (each must be 0):
   jobs_without_pod        a live placeholder job whose Pod (or every member of its group) is gone
@@ -22,7 +22,8 @@ Invariants, counted after the settle (each must be 0):
   locked_idle_nodes       a Node locked while its Slurm node runs nothing
   stale_k8s_drains        a Slurm node drained for a Kubernetes cause that no longer holds
   untolerating_on_locked  a Pod running on a Node a Slurm job holds without tolerating the lock
-  partly_bound_gangs      a group with some members bound and some not
+  partly_bound_gangs      a group with some members bound and some not, fewer than its minCount bound
+  extras_without_core     an elastic gang's extra member's job running while its core's job does not
   failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
   stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
   drains_for_pods_elsewhere  a KillWait drain, seen at any time of the run, naming a Pod that was
@@ -59,6 +60,8 @@ from tandem.kube import KubeClient, KubeError, object_key, pod_finished
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
+# What an elastic gang's extra member's job name has after its group's uid (tandem.placeholder).
+EXTRA = "+x."
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
@@ -98,6 +101,7 @@ class Soak:
         actions = [
             (self.single_pod, 5),
             (self.gang, 2),
+            (self.elastic_gang, 1),
             *([(self.het_gang, 1)] if self.serves_composites else []),
             (self.scale_deployment, 2),
             (self.plain_job, 3),
@@ -242,6 +246,25 @@ class Soak:
             pod["metadata"]["annotations"] = {}
             self.kube.post(self.pods, pod)
         self.done["gangs created"] += 1
+
+    def elastic_gang(self) -> None:
+        """A PodGroup of minCount 2 with 3-4 members: a core job of 2 and each other member an
+        extra on a job of its own, which the preempting plain jobs take back first (issue 53)."""
+        name, size = self._name("elastic"), self.rng.randint(3, 4)
+        self.kube.post(
+            self.podgroups,
+            {
+                "apiVersion": self.podgroup_api,
+                "kind": "PodGroup",
+                "metadata": {"name": name},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            },
+        )
+        for i in range(size):
+            pod = self._pod(f"{name}-{i}", schedulingGroup={"podGroupName": name})
+            pod["metadata"]["annotations"] = {}
+            self.kube.post(self.pods, pod)
+        self.done["elastic gangs created"] += 1
 
     def het_gang(self) -> None:
         """A CompositePodGroup of a leader PodGroup (one 2-CPU Pod) and a workers PodGroup: one
@@ -445,7 +468,8 @@ class Soak:
         nodes = slurm_nodes(self.cfg)
         live_pods = [p for p in pods if not pod_finished(p)]
         by_uid = {p["metadata"]["uid"]: p for p in live_pods}
-        parents = self._parents()
+        podgroups = self._podgroups()
+        parents = _parents(podgroups)
         groups = Counter(_group_of(p, parents) for p in live_pods if _group_of(p, parents))
         placeholder = [j for j in jobs if j["name"].startswith(f"tandem:{self.cfg.scheduler_name}/")]
         # A het job's components share its id and name: one job.
@@ -458,10 +482,18 @@ class Soak:
                     running_on.setdefault(n, set()).add(j["id"])
         counts = Counter[str]()
         running = {object_key(p) for p in live_pods}
+        running_names = {j["name"] for j in placeholder if j["state"] == "RUNNING"}
         for j in placeholder:
             owner = j["name"].split("/")
             uid, pod_name = owner[-1], owner[-2]
-            alive = uid in by_uid or (":" in pod_name and groups.get(f"{owner[-3]}/{pod_name}", 0) > 0)
+            core, _, member = uid.partition(EXTRA)
+            if member:  # an elastic gang's extra: its own member's, and never without its core
+                alive = member in by_uid
+                if j["state"] == "RUNNING" and "/".join([*owner[:-1], core]) not in running_names:
+                    counts["extras_without_core"] += 1
+                    print(f"[soak] extra job {j['id']} runs without its core", flush=True)
+            else:
+                alive = uid in by_uid or (":" in pod_name and groups.get(f"{owner[-3]}/{pod_name}", 0) > 0)
             if not alive:
                 counts["jobs_without_pod"] += 1
         counts["pods_with_many_jobs"] = sum(1 for n in owners.values() if n > 1)
@@ -520,12 +552,19 @@ class Soak:
                 and f"{named[0]}/{named[1]}" not in running
             ):
                 counts["stale_killwait_drains"] += 1
-        bound_in_group: dict[str, set[bool]] = {}
+        bound_in_group: dict[str, list[bool]] = {}
         for p in live_pods:
             group = _group_of(p, parents)
             if group and not p["metadata"].get("deletionTimestamp"):
-                bound_in_group.setdefault(group, set()).add(bool((p.get("spec") or {}).get("nodeName")))
-        counts["partly_bound_gangs"] = sum(1 for states in bound_in_group.values() if states == {True, False})
+                bound_in_group.setdefault(group, []).append(bool((p.get("spec") or {}).get("nodeName")))
+        # Bound and unbound members together: only when fewer than minCount are bound (an elastic
+        # gang's extras wait for nodes beside a whole core).
+        min_counts = _min_counts(podgroups)
+        counts["partly_bound_gangs"] = sum(
+            1
+            for group, states in bound_in_group.items()
+            if set(states) == {True, False} and sum(states) < min_counts.get(group, len(states))
+        )
         counts["drains_for_pods_elsewhere"] = len(self.misplaced_drains)
         for node, pod, where in sorted(self.misplaced_drains):
             print(f"[soak] {node} drained at KillWait for {pod}, which was {where}", flush=True)
@@ -541,6 +580,7 @@ class Soak:
             "untolerating_on_locked",
             "tenant_pods_on_held_nodes",
             "partly_bound_gangs",
+            "extras_without_core",
             "failed_hook_drains",
             "stale_killwait_drains",
             "drains_for_pods_elsewhere",
@@ -564,14 +604,8 @@ class Soak:
                 held[(str(r.get("pool")), str(r.get("device")))] += 1
         return sum(1 for n in held.values() if n > 1)
 
-    def _parents(self) -> dict[str, str]:
-        """`ns/<PodGroup>` -> its CompositePodGroup, for every PodGroup that has one."""
-        items = self.kube.get(f"/apis/{self.podgroup_api}/podgroups").get("items") or []
-        return {
-            f"{pg['metadata']['namespace']}/{pg['metadata']['name']}": parent
-            for pg in items
-            if (parent := (pg.get("spec") or {}).get("parentCompositePodGroupName"))
-        }
+    def _podgroups(self) -> list[dict[str, Any]]:
+        return list(self.kube.get(f"/apis/{self.podgroup_api}/podgroups").get("items") or [])
 
     def _node(self, name: str) -> dict[str, Any] | None:
         try:
@@ -610,6 +644,25 @@ def _served(client: KubeClient, path: str) -> bool:
     except KubeError:
         return False
     return True
+
+
+def _parents(podgroups: list[dict[str, Any]]) -> dict[str, str]:
+    """`ns/<PodGroup>` -> its CompositePodGroup, for every PodGroup that has one."""
+    return {
+        f"{pg['metadata']['namespace']}/{pg['metadata']['name']}": parent
+        for pg in podgroups
+        if (parent := (pg.get("spec") or {}).get("parentCompositePodGroupName"))
+    }
+
+
+def _min_counts(podgroups: list[dict[str, Any]]) -> dict[str, int]:
+    """`ns/pg:<PodGroup>` -> its gang's minCount, for every PodGroup of no CompositePodGroup."""
+    return {
+        f"{pg['metadata']['namespace']}/pg:{pg['metadata']['name']}": int(gang.get("minCount") or 1)
+        for pg in podgroups
+        if not (pg.get("spec") or {}).get("parentCompositePodGroupName")
+        and (gang := ((pg.get("spec") or {}).get("schedulingPolicy") or {}).get("gang")) is not None
+    }
 
 
 def _group_of(pod: dict[str, Any], parents: dict[str, str]) -> str:

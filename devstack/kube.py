@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from devstack import config, pki, resourceslices
+from devstack import audit, config, pki, resourceslices
 from devstack.config import StackConfig
 from devstack.procs import Daemon, wait_for
 from tandem import keys
@@ -133,6 +133,7 @@ def start_apiserver(cfg: StackConfig, daemon: Daemon) -> None:
             *_real_node_flags(cfg),
             feature_gates(cfg),
             f"--runtime-config={WORKLOAD_APIS[_minor(cfg)]}",
+            *audit.flags(cfg),
             "--profiling=false",
             "-v=1",
         ]

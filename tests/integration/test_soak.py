@@ -45,6 +45,7 @@ def test_a_short_soak_keeps_every_invariant(stack_cfg: StackConfig, soak_namespa
     result = soak.run(stack_cfg, seed=7, minutes=MINUTES, settle=SETTLE_S, namespace=soak_namespace)
     soak.report(result, seed=7)
     assert result.done["pods created"] > 0 and result.done["gangs created"] > 0
+    assert result.done["elastic gangs created"] > 0, result.done  # a core and extras (issue 53)
     if h.podgroups()[1] == "v1beta1":  # Kubernetes 1.37: CompositePodGroups too, as het jobs
         assert result.done["het gangs created"] > 0, result.done
     if h.podgroups()[1] == "v1beta1":  # and DeviceTaintRules (GA): GPU Pods on the mixed node, taints

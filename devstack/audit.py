@@ -1,0 +1,81 @@
+"""The lab API server's audit log, kept for what the benchmarks count (issue 55): each request that
+Tandem's ServiceAccounts or kube-scheduler make, once (at its end), with who made it and when it
+was received. The API server's own count, not a client's: a request a service forgot to count, or
+one its library retried, is in it.
+
+Only those users, at the Metadata level (no bodies): everything else is not logged."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from devstack import config
+from devstack.config import StackConfig
+
+KUBE_SCHEDULER = "system:kube-scheduler"
+# Every ServiceAccount of Tandem's namespace: the scheduler's, the syncer's, the hooks gateway's.
+TANDEM_GROUP = f"system:serviceaccounts:{config.TANDEM_NAMESPACE}"
+MAX_SIZE_MB = 200
+
+
+def log_path(cfg: StackConfig) -> Path:
+    return cfg.state_dir / "log" / "kube-apiserver-audit.log"
+
+
+def policy_text() -> str:
+    return json.dumps(
+        {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            # One event per request, at its end (a watch's too).
+            "omitStages": ["RequestReceived", "ResponseStarted"],
+            "rules": [
+                {"level": "Metadata", "users": [KUBE_SCHEDULER]},
+                {"level": "Metadata", "userGroups": [TANDEM_GROUP]},
+                {"level": "None"},
+            ],
+        }
+    )
+
+
+def flags(cfg: StackConfig) -> list[str]:
+    """The API server's audit flags; its policy written beside its other state."""
+    policy = cfg.state_dir / "audit-policy.json"
+    policy.write_text(policy_text())
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={log_path(cfg)}",
+        f"--audit-log-maxsize={MAX_SIZE_MB}",
+        "--audit-log-maxbackup=1",
+        "--audit-log-format=json",
+    ]
+
+
+def requests_by_user(cfg: StackConfig, since: float, until: float) -> Counter[str]:
+    """Requests received between `since` and `until` (epoch seconds), by user: the whole log."""
+    return count(log_path(cfg), since, until)
+
+
+def count(path: Path, since: float, until: float) -> Counter[str]:
+    found: Counter[str] = Counter()
+    if not path.exists():
+        return found
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+                at = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+            except (ValueError, KeyError):
+                continue
+            if since <= at.timestamp() <= until:
+                found[str((event.get("user") or {}).get("username") or "?")] += 1
+    return found
+
+
+def tandem_total(found: Counter[str]) -> int:
+    """Of a count by user, the requests Tandem's services made."""
+    prefix = f"system:serviceaccount:{config.TANDEM_NAMESPACE}:"
+    return sum(n for user, n in found.items() if user.startswith(prefix))

@@ -1,0 +1,101 @@
+"""The soak's invariants over elastic gangs (issue 53): a whole core with an extra waiting for a node
+is no partly bound gang; an extra's job lives only while its member does, and runs only while its
+core does."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from bench import soak
+from devstack.config import StackConfig
+from tandem import keys
+
+SCHEDULER = "tandem"
+CORE = f"tandem:{SCHEDULER}/soak/pg:el/pg-uid"
+
+
+def _pod(name: str, uid: str, node: str = "", job: int | None = None) -> dict[str, Any]:
+    annotations = {keys.JOB_ID_ANNOTATION: str(job)} if job is not None else {}
+    spec: dict[str, Any] = {"schedulerName": SCHEDULER, "schedulingGroup": {"podGroupName": "el"}}
+    if node:
+        spec["nodeName"] = node
+        spec["tolerations"] = [{"key": keys.LOCK_KEY, "operator": "Exists"}]
+    return {
+        "metadata": {"name": name, "namespace": "soak", "uid": uid, "annotations": annotations},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+PODGROUP = {
+    "metadata": {"name": "el", "namespace": "soak"},
+    "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+}
+
+
+def _counts(
+    pods: list[dict[str, Any]], jobs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, int]:
+    world = soak.Soak.__new__(soak.Soak)
+    world.cfg = mock.Mock(spec=StackConfig, scheduler_name=SCHEDULER, nodes=8)
+    world.podgroup_api = "scheduling.k8s.io/v1beta1"
+    world.misplaced_drains = set()
+    world.kube = mock.Mock()
+    world.kube.get.side_effect = lambda path: (
+        {"items": [PODGROUP]}
+        if path.endswith("/podgroups")
+        else {"items": pods}
+        if path == "/api/v1/pods"
+        else {}
+    )
+    monkeypatch.setattr(soak, "slurm_jobs", lambda cfg: jobs)
+    monkeypatch.setattr(soak, "slurm_nodes", lambda cfg: {})
+    monkeypatch.setattr(soak.Soak, "_gpus_given_twice", lambda self: 0)
+    monkeypatch.setattr(soak.Soak, "_node", lambda self, name: {"metadata": {"name": name}})
+    return world.invariants()
+
+
+def _job(job_id: int, name: str, node: str, state: str = "RUNNING") -> dict[str, Any]:
+    return {"id": job_id, "name": name, "state": state, "nodes": [node] if state != "PENDING" else []}
+
+
+def _extra(uid: str) -> str:
+    return f"{CORE}+x.{uid}"
+
+
+def test_a_whole_core_with_an_extra_waiting_keeps_every_invariant(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [
+        _pod("el-0", "u0", "node-001", 7),
+        _pod("el-1", "u1", "node-003", 7),
+        _pod("el-2", "u2", "node-005", 8),
+        _pod("el-3", "u3"),  # waits for a node (its job pends, or is not submitted yet)
+    ]
+    jobs = [
+        {"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001", "cpu-003"]},
+        _job(8, _extra("u2"), "cpu-005"),
+        _job(9, _extra("u3"), "", state="PENDING"),
+    ]
+    assert not any(_counts(pods, jobs, monkeypatch).values())
+
+
+def test_a_gang_bound_short_of_its_mincount_is_partly_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [_pod("el-0", "u0", "node-001", 7), _pod("el-1", "u1"), _pod("el-2", "u2")]
+    jobs = [{"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001"]}]
+    assert _counts(pods, jobs, monkeypatch)["partly_bound_gangs"] == 1
+
+
+def test_an_extras_job_runs_only_beside_its_core_and_lives_only_with_its_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pods = [_pod("el-0", "u0", "", 7), _pod("el-1", "u1", "", 7), _pod("el-2", "u2", "node-005", 8)]
+    jobs = [
+        {"id": 7, "name": CORE, "state": "PENDING", "nodes": []},  # requeued
+        _job(8, _extra("u2"), "cpu-005"),
+        _job(10, _extra("gone"), "cpu-007"),  # its member was deleted
+    ]
+    counts = _counts(pods, jobs, monkeypatch)
+    assert counts["extras_without_core"] == 2
+    assert counts["jobs_without_pod"] == 1
