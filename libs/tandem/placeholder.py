@@ -85,8 +85,9 @@ def extra_member(ref: PodRef) -> str | None:
 
 
 def _member_in(name: str, uid: str) -> str | None:
+    # A PodGroup's only: its uid is the apiserver's, where an LWS group's key is a label's value.
     _, found, member = uid.partition(_EXTRA)
-    return member if found and member and GROUP_SEPARATOR in name else None
+    return member if found and member and name.startswith(PODGROUP_KIND + GROUP_SEPARATOR) else None
 
 
 def job_name(pod: PodRef, scheduler: str) -> str:

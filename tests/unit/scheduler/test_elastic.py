@@ -75,6 +75,8 @@ def test_a_linked_jobs_name_names_its_group_and_its_member() -> None:
     # The group's own job, and a Pod alone's, are no extra's.
     assert placeholder.extra_member(GROUP.ref) is None
     assert placeholder.extra_member(placeholder.PodRef("default", "web", "uid+x.1")) is None
+    # Nor an LWS group's, whose uid slot is a label's value a Pod's author could write.
+    assert placeholder.extra_member(placeholder.PodRef("default", "lws:w:0", "key+x.uid-3")) is None
 
 
 def test_the_core_is_submitted_for_the_first_mincount_members_and_the_others_wait() -> None:

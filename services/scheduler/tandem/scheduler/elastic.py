@@ -51,8 +51,8 @@ def roles(
     """The core's members and the extras, each in rank order. A member with a job of its own is an
     extra; of the others, those bound (on the core's nodes) first, then by rank, fill the core up to
     minCount, or to the core job's node count when minCount shrank below it."""
-    if group.alone or group.components:
-        return live, ()
+    if group.alone or group.components or group.target.podgroup is None:
+        return live, ()  # a PodGroup's gang only (an LWS group is always its whole size)
     size = group.min_count
     if job is not None and not job.ended:
         size = max(size, job.job.node_count)
