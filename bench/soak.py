@@ -57,11 +57,10 @@ from devstack.slurm import slurm_env
 from devstack.table import format_table
 from tandem import keys
 from tandem.kube import KubeClient, KubeError, object_key, pod_finished
+from tandem.placeholder import extra_member, parse_job_name
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
-# What an elastic gang's extra member's job name has after its group's uid (tandem.placeholder).
-EXTRA = "+x."
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
@@ -482,14 +481,21 @@ class Soak:
                     running_on.setdefault(n, set()).add(j["id"])
         counts = Counter[str]()
         running = {object_key(p) for p in live_pods}
-        running_names = {j["name"] for j in placeholder if j["state"] == "RUNNING"}
+        refs = {j["id"]: parse_job_name(j["name"]) for j in placeholder}
+        # The groups whose own job (an elastic gang's core) runs.
+        cores_running = {
+            ref.key
+            for j in placeholder
+            if j["state"] == "RUNNING" and (ref := refs[j["id"]]) is not None and extra_member(ref) is None
+        }
         for j in placeholder:
             owner = j["name"].split("/")
             uid, pod_name = owner[-1], owner[-2]
-            core, _, member = uid.partition(EXTRA)
-            if member:  # an elastic gang's extra: its own member's, and never without its core
+            ref = refs[j["id"]]
+            member = extra_member(ref) if ref is not None else None
+            if ref is not None and member:  # an elastic gang's extra: its member's, never without its core
                 alive = member in by_uid
-                if j["state"] == "RUNNING" and "/".join([*owner[:-1], core]) not in running_names:
+                if j["state"] == "RUNNING" and ref.key not in cores_running:
                     counts["extras_without_core"] += 1
                     print(f"[soak] extra job {j['id']} runs without its core", flush=True)
             else:

@@ -27,6 +27,8 @@ LINGER_S = 3.0
 @pytest.fixture
 def batch(stack_cfg: StackConfig) -> Iterator[k8s.BatchV1Api]:
     """Deletes the test's Jobs before `clean` deletes their Pods (else the Job makes them again)."""
+    if h.podgroups()[1] == "v1alpha2":
+        pytest.skip("Kubernetes 1.36's Job controller makes minCount its parallelism: no extras")
     api = k8s.BatchV1Api(devkube.api(stack_cfg))
     yield api
     api.delete_collection_namespaced_job(NS, propagation_policy="Background")
@@ -83,8 +85,6 @@ def _job_ids(members: dict[int, k8s.V1Pod]) -> dict[int, int]:
 def test_an_indexed_job_above_its_mincount_runs_a_core_and_extras_and_slurm_takes_extras_back_first(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
 ) -> None:
-    if h.podgroups()[1] == "v1alpha2":
-        pytest.skip("Kubernetes 1.36's Job controller makes minCount its parallelism: no extras")
     name = h.unique("elastic")
     batch.create_namespaced_job(NS, _elastic_job(stack_cfg, name, parallelism=4, min_count=2))
 
@@ -135,8 +135,6 @@ def test_an_indexed_job_above_its_mincount_runs_a_core_and_extras_and_slurm_take
 def test_parallelism_up_gives_each_new_member_a_job_and_down_cancels_the_extras_jobs_first(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
 ) -> None:
-    if h.podgroups()[1] == "v1alpha2":
-        pytest.skip("Kubernetes 1.36's Job controller makes minCount its parallelism: no extras")
     name = h.unique("elastic")
     # The core alone first: the Job controller removes its newest Pods first on a scale-down, so
     # that the ones it removes are the extras (Pods made together are removed in no set order).

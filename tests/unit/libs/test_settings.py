@@ -65,3 +65,13 @@ def test_ready_and_slurm_cordon_are_no_health_conditions(
         load(SyncerSettings, ["--health-conditions", f"GpuUnhealthy,{refused}"], {})
     err = capsys.readouterr().err
     assert "--health-conditions" in err and refused in err
+
+
+def test_an_extra_members_nice_below_zero_stops_the_scheduler_saying_why() -> None:
+    """Below 0 an elastic gang's extras would rank above their core (issue 53)."""
+    from tandem.scheduler.main import placeholder_config
+
+    base = ["--scheduler-name", "tandem"]
+    assert load(SchedulerSettings, base, {}).extra_member_nice == 1000
+    with pytest.raises(SystemExit, match="--extra-member-nice must be 0 or more, not -5"):
+        placeholder_config(load(SchedulerSettings, [*base, "--extra-member-nice", "-5"], {}))

@@ -62,6 +62,9 @@ def placeholder_config(cfg: SchedulerSettings) -> jobspec.PlaceholderConfig:
         gpu_types = jobspec.parse_gpu_types(cfg.gpu_types)
     except ValueError as e:
         raise SystemExit(f"--gpu-types: {e}") from e
+    if cfg.extra_member_nice < 0:
+        # Below 0 an extra would rank above its core, and Slurm would take the core back first.
+        raise SystemExit(f"--extra-member-nice must be 0 or more, not {cfg.extra_member_nice}")
     return jobspec.PlaceholderConfig(
         script=placeholder_batch_script(),
         environment={
