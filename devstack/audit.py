@@ -3,7 +3,8 @@ Tandem's ServiceAccounts or kube-scheduler make, once (at its end), with who mad
 was received. The API server's own count, not a client's: a request a service forgot to count, or
 one its library retried, is in it.
 
-Only those users, at the Metadata level (no bodies): everything else is not logged."""
+Only those users, at the Metadata level (no bodies), and every user's deletion of a Pod (who
+deleted a Pod is what a test's failure asks first): everything else is not logged."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ def policy_text() -> str:
             "rules": [
                 {"level": "Metadata", "users": [KUBE_SCHEDULER]},
                 {"level": "Metadata", "userGroups": [TANDEM_GROUP]},
+                {
+                    "level": "Metadata",
+                    "verbs": ["delete"],
+                    "resources": [{"group": "", "resources": ["pods"]}],
+                },
                 {"level": "None"},
             ],
         }
@@ -57,6 +63,35 @@ def flags(cfg: StackConfig) -> list[str]:
 def requests_by_user(cfg: StackConfig, since: float, until: float) -> Counter[str]:
     """Requests received between `since` and `until` (epoch seconds), by user: the whole log."""
     return count(log_path(cfg), since, until)
+
+
+def requests_on(cfg: StackConfig, resource: str, namespace: str, name: str) -> list[str]:
+    """Each logged request on one object (its subresources too), oldest first: when, who, what
+    and the answer's code, for a failure message."""
+    return on_object(log_path(cfg), resource, namespace, name)
+
+
+def on_object(path: Path, resource: str, namespace: str, name: str) -> list[str]:
+    said: list[str] = []
+    if not path.exists():
+        return said
+    wanted = {"resource": resource, "namespace": namespace, "name": name}
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            if f'"{name}"' not in line:  # most lines, unparsed
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            ref = event.get("objectRef") or {}
+            if any(ref.get(k) != v for k, v in wanted.items()):
+                continue
+            verb = str(event.get("verb", "?")) + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            user = str((event.get("user") or {}).get("username") or "?")
+            code = (event.get("responseStatus") or {}).get("code", "?")
+            said.append(f"{str(event.get('requestReceivedTimestamp', '?'))[11:23]} {user} {verb} {code}")
+    return said
 
 
 def count(path: Path, since: float, until: float) -> Counter[str]:

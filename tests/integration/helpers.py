@@ -21,7 +21,7 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from devstack import config, identities, services, slurm
+from devstack import audit, config, identities, services, slurm
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from devstack.slurm import slurm_env
@@ -195,11 +195,17 @@ def pod_story(
 ) -> str:
     """What a person would read in `kubectl describe` about why a Pod is where it is: its
     PodScheduled condition and its Events, for a failure message; with `cfg`, what the scheduler
-    logged about it too."""
+    logged about it, who asked the API server what of it, and how Slurm accounted its jobs."""
     pod = get_pod(core, name, namespace)
     # A deleted Pod's Events outlive it: they say who deleted it and why.
     events = "; ".join(f"{e.reason}: {e.message}" for e in events_for(core, name, namespace))
-    logged = f"; scheduler log: {scheduler_log_about(cfg, f'{namespace}/{name}')}" if cfg else ""
+    logged = (
+        f"; scheduler log: {scheduler_log_about(cfg, f'{namespace}/{name}')}"
+        f"; API calls on it: {' | '.join(audit.requests_on(cfg, 'pods', namespace, name)) or 'none logged'}"
+        f"; its jobs in Slurm's accounting: {accounting_about(cfg, f'/{namespace}/{name}/')}"
+        if cfg
+        else ""
+    )
     if pod is None:
         return f"{namespace}/{name}: gone; events: {events or 'none'}{logged}"
     cond = scheduled_condition(pod)
@@ -208,6 +214,43 @@ def pod_story(
     )
     where = pod.spec.node_name or "no node"
     return f"{namespace}/{name} on {where}, {said}; events: {events or 'none'}{logged}"
+
+
+def wait_bound(
+    cfg: StackConfig, core: k8s.CoreV1Api, name: str, timeout: float = 30.0, namespace: str = "default"
+) -> str:
+    """The node the Pod is bound to; past `timeout`, the failure says what the Pod's Events, the
+    scheduler's log and Slurm's queue said of it."""
+    try:
+        return str(
+            wait_until(
+                "pod bound",
+                lambda: (p := get_pod(core, name, namespace)) is not None and p.spec.node_name,
+                timeout,
+            )
+        )
+    except AssertionError as e:
+        story = pod_story(core, name, namespace, cfg)
+        raise AssertionError(f"{e}: {story}; Slurm now: {_slurm_snapshot(cfg).strip()}") from e
+
+
+def accounting_about(cfg: StackConfig, part_of_name: str) -> str:
+    """Slurm's accounting of the last ten minutes' jobs whose name has `part_of_name`: id, state,
+    exit code and nodes (a job that ended before its Pod was bound says how it ended)."""
+    fields = "JobID,JobName%200,State,ExitCode,NodeList"
+    try:
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-S", "now-10minutes", "-o", fields],
+            env=slurm.slurm_env(cfg),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except subprocess.TimeoutExpired:
+        return "sacct did not answer"
+    rows = [line.split("|") for line in out.splitlines() if part_of_name in line]
+    return " | ".join(f"{r[0]} {' '.join(r[2:])}" for r in rows) or "none"
 
 
 def scheduler_log_about(cfg: StackConfig, pod: str, last: int = 8) -> str:

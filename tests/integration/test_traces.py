@@ -30,7 +30,7 @@ def test_one_pods_scheduling_is_one_trace_across_all_three_services(
 ) -> None:
     name = h.unique("traced")
     h.create(core, h.tandem_pod(stack_cfg, name))
-    h.wait_until("pod bound", lambda: (p := h.get_pod(core, name)) is not None and p.spec.node_name, 30)
+    h.wait_bound(stack_cfg, core, name)
 
     def submit_span() -> ExportedSpan | None:
         return next(

@@ -42,7 +42,50 @@ def test_the_policy_logs_only_what_is_counted_once_a_request() -> None:
     assert policy["rules"][-1] == {"level": "None"}
     logged = [r for r in policy["rules"] if r["level"] != "None"]
     assert all(r["level"] == "Metadata" for r in logged)  # never a request's body
-    assert {u for r in logged for u in r.get("users", []) + r.get("userGroups", [])} == {
+    by_user = [r for r in logged if "users" in r or "userGroups" in r]
+    assert {u for r in by_user for u in r.get("users", []) + r.get("userGroups", [])} == {
         audit.KUBE_SCHEDULER,
         audit.TANDEM_GROUP,
     }
+    # Anyone else: only a Pod's deletion (who deleted it), never what the benchmarks count.
+    (anyone,) = [r for r in logged if r not in by_user]
+    assert anyone["verbs"] == ["delete"] and anyone["resources"] == [{"group": "", "resources": ["pods"]}]
+
+
+def test_the_requests_on_one_pod_say_who_did_what(tmp_path: Path) -> None:
+    def on(name: str, verb: str, user: str, at: str, code: int, sub: str = "") -> str:
+        ref = {
+            "resource": "pods",
+            "namespace": "default",
+            "name": name,
+            **({"subresource": sub} if sub else {}),
+        }
+        return json.dumps(
+            {
+                "verb": verb,
+                "user": {"username": user},
+                "objectRef": ref,
+                "responseStatus": {"code": code},
+                "requestReceivedTimestamp": at,
+            }
+        )
+
+    scheduler = "system:serviceaccount:tandem:tandem-scheduler"
+    log = tmp_path / "audit.log"
+    log.write_text(
+        "\n".join(
+            [
+                on("web", "patch", scheduler, "2026-12-02T01:00:01.250000Z", 200),
+                on("web-2", "delete", "kubernetes-admin", "2026-12-02T01:00:01.500000Z", 200),  # another
+                '{not json "web"',
+                on("web", "create", scheduler, "2026-12-02T01:00:02.000000Z", 201, "binding"),
+                on("web", "delete", "kubernetes-admin", "2026-12-02T01:00:03.000000Z", 200),
+            ]
+        )
+    )
+    assert audit.on_object(log, "pods", "default", "web") == [
+        f"01:00:01.250 {scheduler} patch 200",
+        f"01:00:02.000 {scheduler} create/binding 201",
+        "01:00:03.000 kubernetes-admin delete 200",
+    ]
+    assert audit.on_object(tmp_path / "none.log", "pods", "default", "web") == []
