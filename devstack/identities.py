@@ -19,8 +19,9 @@ from devstack import config, kube, pki, slurm
 from devstack.config import StackConfig
 
 CHART = config.REPO_ROOT / "helm" / "tandem"
-# What a release gets from the chart before its services start: identities, their RBAC, and the
-# admission policy that holds the syncer's writes to what locking needs.
+# What a release gets from the chart before its services start: identities, their RBAC, the
+# admission policies that hold the services' writes to what they need, and the one that gives
+# Tandem's Pods the lock toleration at their creation.
 RBAC_KINDS = frozenset(
     {
         "ServiceAccount",
@@ -30,8 +31,12 @@ RBAC_KINDS = frozenset(
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
 )
+# What `helm install` would find the lab's API server serves and `helm template` cannot know.
+SERVED_APIS = ("admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",)
 # The lab's tenant policy on top of the chart's (which refuses a Pod without user-id): in every
 # namespace such a Pod runs as tandem-pods, a Slurm user with an association to account k8s
 # (devstack.slurm.ensure_accounting). Root and priorities above the chart's cap stay refused.
@@ -90,6 +95,7 @@ def render(cfg: StackConfig, release: Release) -> list[dict[str, object]]:
             "-n",
             release.namespace,
             *(a for s in sets for a in ("--set", s)),
+            *(a for api in SERVED_APIS for a in ("--api-versions", api)),
         ],
         capture_output=True,
         text=True,

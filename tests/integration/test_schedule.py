@@ -7,7 +7,7 @@ import time
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config
+from devstack import audit, config, identities
 from devstack.config import StackConfig
 from tests.integration import helpers as h
 
@@ -37,6 +37,26 @@ def test_a_pod_runs_on_the_node_slurm_picked(stack_cfg: StackConfig, core: k8s.C
     assert f"Slurm job {job_id} on {job['nodes']}" in scheduled[0].message
     assert h.lock_annotation(core, job["nodes"]) == "locked_strict"
     assert h.node_has_lock_taint(core, pod.spec.node_name)
+
+
+def test_a_pod_alone_is_written_by_the_scheduler_once_its_binding(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api
+) -> None:
+    """Created with the lock toleration (the chart's admission policy gives it), a Pod alone gets
+    one request from the scheduler: its binding, which records its job id too (issue 55). Alone on
+    the lab (not beside others): a job that pends 2 s gets its condition and job id written."""
+    name = h.unique("one-write")
+    h.create(core, h.tandem_pod(stack_cfg, name))
+    pod = h.wait_until("pod running", lambda: _bound(core, name), 30)
+    assert any(t.key == h.PREFIX + "lock" and t.effect == "NoExecute" for t in pod.spec.tolerations)
+    assert h.job_id_of(core, name) is not None
+    release = identities.MAIN
+    scheduler = f"system:serviceaccount:{release.namespace}:{release.service_account('scheduler')}"
+
+    def by_the_scheduler() -> list[str]:
+        return [c.split()[2] for c in audit.requests_on(stack_cfg, "pods", "default", name) if scheduler in c]
+
+    assert h.wait_until("the binding in the audit log", by_the_scheduler, 10) == ["create/binding"]
 
 
 def test_every_annotation_lands_on_the_job(stack_cfg: StackConfig, core: k8s.CoreV1Api) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from tandem import keys, placeholder, reasons
 from tandem.runner import NotYet
-from tandem.scheduler import actions, decide, groups, podstate, submitting, validation
+from tandem.scheduler import actions, decide, groups, podapi, podstate, submitting, validation
 from tandem.scheduler.act import act
 from tandem.scheduler.announce import Announcer
 from tandem.scheduler.assumed import Assumed
@@ -389,6 +389,29 @@ def test_a_pod_alone_is_submitted_with_its_annotation_and_no_event() -> None:
     assert [c.args[0] for c in kube.merge_patch.call_args_list] == [
         f"/api/v1/namespaces/{POD.namespace}/pods/{POD.name}"
     ]
+
+
+def test_a_pod_alone_that_tolerates_the_lock_is_written_once_by_its_binding() -> None:
+    """Created with the lock toleration (the chart's admission policy gives it one), a Pod alone
+    needs no write after its submit: the binding records its job id, two API requests per Pod
+    instead of three (issue 55). The job is its own by its uid in the job's name meanwhile."""
+    pods = FakePodCache()
+    pods.synced = True
+    tolerating = make_pod()
+    tolerating["spec"]["tolerations"] = [podapi.LOCK_TOLERATION]
+    pods.pods[POD.key] = tolerating
+    jobs = make_tracker(hosts={"cpu-001": "node-001"})
+    controller, slurm, kube = make_controller(pods, jobs)
+    slurm.submit_job.return_value = 7
+    controller.reconcile(POD.key)
+    slurm.submit_job.assert_called_once()
+    assert kube.merge_patch.call_args_list == []  # nothing written to the Pod
+    report(jobs, make_status(started=True))
+    controller.reconcile(POD.key)
+    assert kube.merge_patch.call_args_list == []
+    (binding,) = [c.args[1] for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
+    assert binding["metadata"]["annotations"] == {keys.JOB_ID_ANNOTATION: "7"}
+    assert binding["target"]["name"] == "node-001"
 
 
 def test_a_pod_is_bound_once_even_when_a_reconcile_comes_before_the_informer_shows_it() -> None:

@@ -31,6 +31,7 @@ def pod(
     phase: str = "Pending",
     condition: tuple[str, str] | None = None,
     requests: dict[str, str] | None = None,
+    tolerates_lock: bool = False,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"namespace": REF.namespace, "name": REF.name, "uid": REF.uid, "annotations": {}}
     if job_id is not None:
@@ -51,6 +52,8 @@ def pod(
     }
     if node:
         spec["nodeName"] = node
+    if tolerates_lock:  # as the chart's admission policy creates it
+        spec["tolerations"] = [{"key": keys.LOCK_KEY, "operator": "Exists", "effect": "NoExecute"}]
     status: dict[str, Any] = {"phase": phase}
     if condition:
         status["conditions"] = [
@@ -279,6 +282,44 @@ ROWS: list[tuple[str, actions.Observed, Any]] = [
         actions.Record(THE_POD, 7),
     ),
     ("recorded, the stream has not shown the job yet", seen(pod(7)), actions.Nothing()),
+    # A Pod that tolerates the lock already: no write before its bind, which records the job id
+    (
+        "tolerates the lock, submitted: nothing written before the bind",
+        seen(pod(tolerates_lock=True), submitted_job_id=7),
+        actions.Nothing(),
+    ),
+    (
+        "tolerates the lock, prolog running: its Node nominated, nothing recorded",
+        seen(pod(tolerates_lock=True), job()),
+        NOMINATED,
+    ),
+    (
+        "tolerates the lock, script started: bind (the binding records the job)",
+        seen(pod(tolerates_lock=True), job(started=True)),
+        actions.Bind(job(started=True), (actions.Placement(THE_POD[0], "cpu-001", "node-001"),)),
+    ),
+    (
+        "tolerates the lock, job just pending: nothing written, looked at again",
+        seen(pod(tolerates_lock=True), job("PENDING", reason="Resources"), job_phase_age=0.5),
+        actions.Later(1.5, "Slurm may start the job before its reason shows"),
+    ),
+    (
+        "tolerates the lock, job pending for a while: its id recorded for whoever reads the Pod",
+        seen(pod(tolerates_lock=True), job("PENDING", reason="Resources")),
+        actions.Record(THE_POD, 7),
+    ),
+    (
+        "tolerates the lock, job ended before the bind: deleted",
+        seen(pod(tolerates_lock=True), job("FAILED")),
+        actions.Delete(
+            THE_POD, "Warning", "SlurmJobEnded", "placeholder job 7 ended (FAILED) before the Pod was bound"
+        ),
+    ),
+    (
+        "tolerates the lock, recorded another job: that one is its own",
+        seen(pod(9, tolerates_lock=True), job(started=True)),
+        actions.Record(THE_POD, 7),
+    ),
     (
         "a submit retried after its answer was lost: the second job is cancelled",
         seen(pod(7), job("PENDING", reason="Priority"), duplicates=(9,)),

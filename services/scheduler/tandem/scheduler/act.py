@@ -184,7 +184,7 @@ def bind(
         parent=h.jobs.trace_context.get(job_id),
         attributes={"k8s.pod": object_key(pod), "k8s.node": kube_node, "slurm.job_id": job_id},
     ):
-        h.writers.pods.bind(pod, kube_node)
+        h.writers.pods.bind(pod, kube_node, job_id)
     h.assumed.bound.assume(str(pod["metadata"]["uid"]), kube_node)
     started = h.jobs.started_at.get(job_id, picked_up)
     BIND_SECONDS.observe(time.monotonic() - started)

@@ -47,7 +47,9 @@ rows included, and runs a Pod alone's rows as a group of one):
     job pending, minCount grew past its nodes     -> cancel it, a Normal Event on each member; once
                                                      it ended, the lines above submit a new job when
                                                      minCount members are there
-    members without the job id                    -> record it on them
+    members without the job id                    -> record it on them (but a Pod alone that
+                                                     tolerates the lock: its binding records it,
+                                                     or, its job pending 2 s, a write then)
     job stopping                                  -> nothing: its end deletes the members
     job running, script started                   -> bind each unbound member to a free node (of
                                                      a het job: of its own component) its
@@ -177,7 +179,9 @@ def decide(o: Observed) -> Action:
             return settled
     replaced: int | None = None
     if job is not None:
-        carrying = tuple(m for m in core if o.recorded.get(podstate.uid(m)) == job.job_id)
+        carrying = tuple(
+            m for m in core if podstate.carries(m, o.recorded.get(podstate.uid(m)), job.job_id, alone)
+        )
         # Cancelled before it ran because minCount grew past it: a new job follows (not a Pod alone's).
         outgrown = job.ended and not alone and growth.outgrown_before_it_ran(group, job)
         stopped = _stopped_under(o.hosts, outgrown, job, carrying)
@@ -241,7 +245,12 @@ def decide(o: Observed) -> Action:
         if job.job_id in o.cancel_sent:
             return Nothing()  # its end brings the new job
         return _cancel_outgrown(group, job, live)
-    unrecorded = tuple(m for m in core if o.recorded.get(podstate.uid(m)) != job_id)
+    # A Pod alone that records its job at its bind does so while the job may still start at once;
+    # one whose job pends PENDING_AFTER_SECONDS gets it written beside the condition saying why.
+    at_bind = alone and not (job is not None and job.pending and o.job_phase_age >= PENDING_AFTER_SECONDS)
+    unrecorded = tuple(
+        m for m in core if not podstate.carries(m, o.recorded.get(podstate.uid(m)), job_id, at_bind)
+    )
     if unrecorded:
         # A previous life submitted, or recording failed, or a crash came in between.
         return Record(unrecorded, job_id)

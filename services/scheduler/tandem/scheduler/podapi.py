@@ -118,14 +118,21 @@ class PodApi:
         self.written.assume(uid, (reason, message), version_of(answer))
         return True
 
-    def bind(self, pod: JSON, node: str) -> None:
+    def bind(self, pod: JSON, node: str, job_id: int) -> None:
+        """Bind, recording the job id in the same request: the API server copies a Binding's
+        annotations onto the Pod (a Pod alone that tolerates the lock has no write before this)."""
         meta = pod["metadata"]
         self.kube.post(
             f"{_path(pod)}/binding",
             {
                 "apiVersion": "v1",
                 "kind": "Binding",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                "metadata": {
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                    "annotations": {keys.JOB_ID_ANNOTATION: str(job_id)},
+                },
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             },
         )

@@ -4,7 +4,7 @@ this scheduler, the job it recorded."""
 from __future__ import annotations
 
 from tandem import keys, reasons
-from tandem.kube import JSON, pod_finished
+from tandem.kube import JSON, pod_finished, tolerates
 from tandem.scheduler.podapi import condition
 
 
@@ -21,6 +21,18 @@ def is_live(pod: JSON) -> bool:
 
 def bound(pod: JSON) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def carries(pod: JSON, recorded: int | None, job_id: int, alone: bool) -> bool:
+    """Whether a member is the job's: it recorded the job (`recorded`), or it is a Pod alone
+    (`alone`) that recorded none and records its job at its bind. Such a Pod tolerates the lock
+    already (the chart's admission policy gave it the toleration when it was created, or its
+    author did): it needs no write before the bind, which records the job id (the API server copies
+    a Binding's annotations onto the Pod), and its jobs are found by its uid in their names. One
+    request per Pod fewer (issue 55); a Pod without it gets both in one write after the submit."""
+    if recorded is not None or not alone:
+        return recorded == job_id
+    return tolerates(pod, keys.LOCK_KEY, keys.LOCK_TAINT_VALUE, keys.LOCK_TAINT_EFFECT)
 
 
 def uid(pod: JSON) -> str:

@@ -12,7 +12,7 @@ from tandem import keys, reasons, tracing
 from tandem.kube import JSON, object_key
 from tandem.metrics import REGISTRY
 from tandem.runner import NotYet
-from tandem.scheduler import actions, groups, jobspec
+from tandem.scheduler import actions, groups, jobspec, podstate
 from tandem.scheduler.hands import Hands
 from tandem.scheduler.observe import extra_owner, owner
 from tandem.slurm.dialects import UnsupportedBySlurm
@@ -222,7 +222,8 @@ def _submitted(h: Hands, group: groups.Group, members: tuple[JSON, ...], spec: J
         },
     )
     for pod in members:
-        h.record(pod, job_id)
+        if not podstate.carries(pod, None, job_id, group.alone):  # else its bind records it
+            h.record(pod, job_id)
     if group.alone:
         # No Event: a Pod alone reads its job in its PodScheduled condition while the job pends
         # and in its Scheduled Event once bound, as kube-scheduler's Pods do; one Event more was a
