@@ -169,6 +169,30 @@ def test_a_started_group_job_binds_every_member_in_one_pass() -> None:
     ]
 
 
+def test_a_member_joining_a_running_gang_is_bound_right_after_its_job_id_is_recorded() -> None:
+    """A replacement of a deleted member: its job runs already, and the informer's copy of the
+    scheduler's own write brings no reconcile (watches: own write shown). Before, the member waited
+    for the next resync (60 s, seen in the lab's chart leg) unless another change came."""
+    bound = make_member(0, "9")
+    bound["spec"]["nodeName"] = "node-001"
+    controller, _, kube = make_gang(bound, make_member(1))
+    kube.merge_patch.return_value = {"metadata": {"resourceVersion": "2"}}
+    ref = placeholder.PodRef(POD.namespace, "pg:train", "pg-uid")
+    name = placeholder.job_name(ref, SCHEDULER)
+    job = Job(job_id=9, name=name, admin_comment=name, state="RUNNING", nodes=("cpu-001", "cpu-002"))
+    report(controller.jobs, JobStatus(job, started=True))
+    key = f"{POD.namespace}/pg:train"
+    assert controller.reconcile(key) == 0.0  # recorded, and looked at again at once
+    assert [c.args[1]["metadata"]["annotations"] for c in kube.merge_patch.call_args_list] == [
+        {keys.JOB_ID_ANNOTATION: "9"}
+    ]
+    controller.reconcile(key)
+    bindings = [c.args for c in kube.post.call_args_list if c.args[0].endswith("/binding")]
+    assert [(path.split("/")[-2], body["target"]["name"]) for path, body in bindings] == [
+        ("train-1", "node-002")
+    ]
+
+
 def test_slurmrestd_flapping_between_socket_errors_is_announced_once() -> None:
     """Connection reset, then refused: the same trouble, one condition and one Event."""
     pods = FakePodCache()

@@ -473,10 +473,18 @@ def _pods_of(action: actions.Action) -> tuple[Any, ...]:
     return tuple(getattr(action, "pods", None) or getattr(action, "members", None) or ())
 
 
-# The one line where a gang differs from a Pod alone, by design: a Pod alone's jobs are all its
-# own (found by its uid), a group's outlive members that were replaced.
+# Where a gang differs from a Pod alone, by design: a Pod alone's jobs are all its own (found by
+# its uid), a group's outlive members that were replaced; so a Pod alone that tolerates the lock
+# has its binding record its job, and a member has the job recorded on it first.
 BY_DESIGN = {
-    "crashed after submit, before recording, and the job ended since: recorded (then deleted)": actions.Submit
+    (
+        "crashed after submit, before recording, and the job ended since: recorded (then deleted)"
+    ): actions.Submit,
+    "tolerates the lock, submitted: nothing written before the bind": actions.Record,
+    "tolerates the lock, prolog running: its Node nominated, nothing recorded": actions.Record,
+    "tolerates the lock, script started: bind (the binding records the job)": actions.Record,
+    "tolerates the lock, job just pending: nothing written, looked at again": actions.Record,
+    "tolerates the lock, job ended before the bind: deleted": actions.Submit,
 }
 SAME = [r for r in single.ROWS if r[0] not in BY_DESIGN]
 

@@ -65,6 +65,9 @@ def act(
         case actions.Record(pods=pods, job_id=job_id):
             for pod in pods:
                 h.record(pod, job_id)
+            # The informer's copy of this write brings no reconcile (own write shown), and the
+            # next step may need none (a member joining a gang whose job runs: its bind).
+            return 0.0
         case actions.Pend(pods=pods, reason=reason, message=message, event=event, group=of_group):
             h.announce.pend(group, pods, reason, message, event, of_group)
         case actions.Nominate(placements=placements):
