@@ -5,7 +5,8 @@ is written from those files (bench/report.py), so every figure it shows names it
     .venv/bin/python bench/record.py --name burst -- .venv/bin/python bench/schedule.py --n 200
 
 `--label` tells runs of the same benchmark apart (`before`, `after`); the stack's node count is
-read from the running stack. A benchmark that fails or prints no JSON records nothing.
+read from the running stack, and the releases and the code its services ran (bench/manifest.py)
+are kept beside the figures. A benchmark that fails or prints no JSON records nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def commit(cwd: Path) -> str:
         return ""
 
 
+def run_manifest() -> dict[str, Any]:
+    """The releases and the code the lab's services ran, read once the run is over (a benchmark
+    may restart them); what kept it from being read, without a stack."""
+    from bench import manifest
+    from devstack.config import StackConfig
+
+    try:
+        return manifest.of(StackConfig.from_env())
+    except Exception as e:  # a record without a manifest still names its commit and machine
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def last_json(output: str) -> dict[str, Any] | None:
     for line in reversed(output.strip().splitlines()):
         line = line.strip()
@@ -94,6 +107,7 @@ def main() -> None:
         "commit": commit(args.tree),
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "manifest": run_manifest(),
         "result": result,
     }
     args.results.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import manifest
 from bench.record import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +170,7 @@ def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] 
         for result in _rows(name, r["result"]):
             cells = [
                 r.get("label") or "-",
-                f"`{r.get('commit') or '?'}`",
+                _commit_cell(r),
                 str(r.get("at", ""))[:10],
                 str(r.get("nodes") or "-"),
                 *(_cell(_value(result, key), fmt) for key, _, fmt in columns),
@@ -177,6 +178,13 @@ def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] 
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _commit_cell(record: dict[str, Any]) -> str:
+    """The run's commit, and what its manifest says made the figures not that commit's own."""
+    cell = f"`{record.get('commit') or '?'}`"
+    said = manifest.caveats(record["manifest"]) if isinstance(record.get("manifest"), dict) else []
+    return f"{cell} ({'; '.join(said)})" if said else cell
 
 
 def _portable(command: Sequence[str]) -> list[str]:

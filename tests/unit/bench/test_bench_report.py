@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import record, report
+from bench import manifest, record, report
 
 
 def _run(
@@ -179,3 +179,47 @@ def test_a_run_is_recorded_with_the_machine_and_nothing_when_it_fails(tmp_path: 
     assert len(lines) == 1
     kept = json.loads(lines[0])
     assert kept["label"] == "after" and kept["result"] == {"tandem_rate": 9.5} and kept["machine"]["cpus"]
+    assert "manifest" in kept  # the releases and the code the services ran, or why not read
+
+
+def test_a_services_build_is_read_from_its_metrics() -> None:
+    text = (
+        "# HELP tandem_build_info 1, labelled with the commit\n"
+        "# TYPE tandem_build_info gauge\n"
+        'tandem_build_info{commit="4725da2e",dirty="false",python="3.11.7"} 1.0\n'
+        "tandem_other 3.0\n"
+    )
+    assert manifest.build_info(text) == {"commit": "4725da2e", "dirty": "false"}
+    assert manifest.build_info("tandem_other 3.0\n") is None
+
+
+def _manifest(services: dict[str, dict[str, str]], dirty: str = "false") -> dict[str, object]:
+    return {"harness": {"commit": "aaaa", "dirty": dirty}, "services": services}
+
+
+def test_a_run_says_when_its_figures_are_not_its_commits_own() -> None:
+    same = {"commit": "aaaa", "dirty": "false"}
+    assert manifest.caveats(_manifest({"tandem-scheduler": same, "tandem-syncer": same})) == []
+    assert manifest.caveats(_manifest({"tandem-scheduler": same}, dirty="true")) == [
+        "the harness's tree had changes"
+    ]
+    older = {"commit": "bbbbbbbbbbbbbbbb", "dirty": "false"}
+    assert manifest.caveats(_manifest({"tandem-scheduler": older, "tandem-hooks": manifest.UNANSWERED})) == [
+        "tandem-hooks did not say which code it ran",
+        "tandem-scheduler ran bbbbbbbbbbbb",
+    ]
+    assert manifest.caveats(_manifest({"tandem-syncer": {"commit": "aaaa", "dirty": "true"}})) == [
+        "tandem-syncer ran a tree with changes"
+    ]
+
+
+def test_a_row_whose_services_ran_other_code_says_so(tmp_path: Path) -> None:
+    _run(tmp_path, "burst", "after", {"tandem_rate": 17.5})
+    lines = (tmp_path / "burst.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    run["manifest"] = _manifest({"tandem-scheduler": {"commit": "cccccccccccccccc", "dirty": "false"}})
+    (tmp_path / "burst.jsonl").write_text(json.dumps(run) + "\n")
+    (row,) = [
+        line for line in report.render(report.load(tmp_path)).splitlines() if line.startswith("| after")
+    ]
+    assert "`abc1234` (tandem-scheduler ran cccccccccccc)" in row
