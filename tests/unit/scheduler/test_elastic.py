@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from tandem import keys, placeholder, reasons
-from tandem.scheduler import actions, elastic
+from tandem.scheduler import actions, elastic, placements
 from tandem.scheduler import decide as d
 from tandem.scheduler.act import act
 from tandem.scheduler.observe import split_jobs
 from tandem.slurm.models import Job, JobStatus
+from tandem.v1 import scheduler_pb2
 from tests.unit.scheduler.scheduler_world import make_gang, make_member, report
 from tests.unit.scheduler.test_decide_group import GROUP, SCHEDULER, job, member, min_count, seen
 
@@ -135,6 +136,24 @@ def test_an_extra_is_recorded_then_bound_to_its_own_jobs_node() -> None:
     bind = d.decide(elastic_seen([*core_bound(), member(2, 20)], core_job(), mine))
     assert isinstance(bind, actions.Bind) and bind.extra and bind.job.job_id == 20
     assert [(p.pod["metadata"]["name"], p.kube_node) for p in bind.placements] == [("train-2", "node-004")]
+
+
+def test_an_extra_stands_where_its_own_job_does_in_the_placement_view() -> None:
+    """`kubectl tandem get` and the scheduler's Placement API: an extra's job, node and state are
+    its own job's, not the core's (before: the core's job 7 for every member)."""
+    members = [*core_bound(), member(2, 20, "node-004"), member(3)]
+    observed = elastic_seen(members, core_job(), extra_job("uid-2", 20, "cpu-004"))
+    action = d.decide(observed)
+    extra, waiting, core = (
+        placements.placement_of(observed, action, m) for m in (members[2], members[3], members[0])
+    )
+    assert (extra.job_id, extra.slurm_node, extra.state) == (
+        20,
+        "cpu-004",
+        scheduler_pb2.PLACEMENT_STATE_BOUND,
+    )
+    assert (core.job_id, core.state) == (7, scheduler_pb2.PLACEMENT_STATE_BOUND)
+    assert waiting.state == scheduler_pb2.PLACEMENT_STATE_PENDING and waiting.kube_node == ""
 
 
 def test_a_pending_extra_says_why_and_leaves_its_groups_condition_to_the_core() -> None:

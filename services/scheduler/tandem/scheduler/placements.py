@@ -3,8 +3,10 @@ observation and decision a reconcile acts on: nothing is written."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tandem.kube import JSON, object_key
-from tandem.scheduler import groups, growth, podstate
+from tandem.scheduler import elastic, groups, growth, podstate
 from tandem.scheduler.actions import Action, Bind, Cancel, Delete, Nominate, Observed, Reject, Wait
 from tandem.scheduler.controller import Controller
 from tandem.scheduler.podapi import condition
@@ -13,11 +15,19 @@ from tandem.v1 import scheduler_pb2
 
 
 def placement(controller: Controller, pod: JSON) -> scheduler_pb2.Placement:
-    meta, spec = pod["metadata"], pod.get("spec") or {}
     # A member of a gang stands where its group does.
     in_gang = groups.group_key(pod) is not None and controller.observer.in_gang(pod)
     key = controller.caches.key_of(pod) if in_gang else object_key(pod)
     observed, action = controller.decision(groups.target(key))
+    return placement_of(observed, action, pod)
+
+
+def placement_of(observed: Observed, action: Action, pod: JSON) -> scheduler_pb2.Placement:
+    """A member's placement in its group's observation: an elastic gang's extra member stands
+    where its own job does (none yet: pending), not the core's."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if _is_extra(observed, pod):
+        observed = replace(observed, job=observed.extras.get(str(meta["uid"])))
     job = observed.job
     cond = condition(pod, "PodScheduled") or {}
     return scheduler_pb2.Placement(
@@ -31,6 +41,20 @@ def placement(controller: Controller, pod: JSON) -> scheduler_pb2.Placement:
         state=f"PLACEMENT_STATE_{placement_state(observed, action, pod)}",
         reason=str(cond.get("message", "")) if cond.get("status") == "False" else "",
     )
+
+
+def _is_extra(o: Observed, pod: JSON) -> bool:
+    """A member of an elastic gang beyond its core (tandem.scheduler.elastic.roles)."""
+    group = o.group
+    if group is None or group.alone:
+        return False
+    if podstate.uid(pod) in o.extras:
+        return True
+    live = tuple(sorted((m for m in o.members if podstate.is_live(m)), key=groups.rank))
+    if len(live) <= group.min_count:
+        return False
+    _, extras = elastic.roles(group, live, o.job, o.extras)
+    return any(podstate.uid(m) == podstate.uid(pod) for m in extras)
 
 
 def placement_state(o: Observed, action: Action, pod: JSON | None = None) -> str:
