@@ -21,6 +21,25 @@ REASON_WOULD_BE_REFUSED = "WouldNowBeRefused"
 REASON_WAITING_FOR_MEMBERS = "WaitingForGroupMembers"
 REASON_WAITING_FOR_GROUP = "WaitingForPodGroup"
 REASON_GROUP_FULL = "GroupAllocationFull"
+# An elastic gang's extra member whose own job waits its turn: extras are submitted one at a time.
+REASON_EXTRA_QUEUED = "ExtraMemberQueued"
+# Every reason this scheduler writes on a Pod's PodScheduled condition (`kubectl tandem` tells
+# Tandem's Pods by them).
+CONDITION_REASONS = frozenset(
+    {
+        REASON_INVALID,
+        REASON_PENDING,
+        REASON_SUBMIT_FAILED,
+        REASON_SLURM_UNAVAILABLE,
+        REASON_UNSCHEDULABLE,
+        REASON_CANNOT_FIT,
+        REASON_GPU_MISMATCH,
+        REASON_WAITING_FOR_MEMBERS,
+        REASON_WAITING_FOR_GROUP,
+        REASON_GROUP_FULL,
+        REASON_EXTRA_QUEUED,
+    }
+)
 # The DisruptionTarget reasons: kube-scheduler's preemption, and Slurm's of the Pod's job (Tandem
 # writes it before deleting the Pod; the chart's admission policy lets the scheduler write no other).
 PREEMPTED_BY_SCHEDULER = "PreemptionByScheduler"

@@ -21,20 +21,6 @@ from tandem.slurm.models import JobStatus, Node
 from tandem.topology import Topology, from_json
 from tandem.v1 import syncer_pb2, syncer_pb2_grpc
 
-# The PodScheduled reasons Tandem writes: a Pod carrying one is Tandem's.
-TANDEM_REASONS = frozenset(
-    {
-        reasons.REASON_INVALID,
-        reasons.REASON_PENDING,
-        reasons.REASON_SUBMIT_FAILED,
-        reasons.REASON_SLURM_UNAVAILABLE,
-        reasons.REASON_UNSCHEDULABLE,
-        reasons.REASON_CANNOT_FIT,
-        reasons.REASON_WAITING_FOR_MEMBERS,
-        reasons.REASON_WAITING_FOR_GROUP,
-        reasons.REASON_GROUP_FULL,
-    }
-)
 SYNCER_TIMEOUT_S = 10.0
 # The services' own default (tandem.settings.ClusterSettings.slurmd_namespace).
 DEFAULT_SLURMD_NAMESPACE = "slurm"
@@ -81,7 +67,7 @@ def is_tandems(pod: JSON, scheduler_names: set[str]) -> bool:
     if keys.JOB_ID_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
         return True
     return any(
-        c.get("type") == "PodScheduled" and c.get("reason") in TANDEM_REASONS
+        c.get("type") == "PodScheduled" and c.get("reason") in reasons.CONDITION_REASONS
         for c in (pod.get("status") or {}).get("conditions") or []
     )
 

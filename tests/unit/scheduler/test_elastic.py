@@ -110,12 +110,26 @@ def test_once_the_core_runs_whole_each_extra_gets_a_job_off_the_cores_nodes() ->
 
 
 def test_the_next_extra_waits_until_the_one_before_holds_its_node() -> None:
-    """Two submitted together could share a node neither excluded."""
+    """Two submitted together could share a node neither excluded. The one waiting its turn says
+    so once (before: no PodScheduled condition at all, issue 53's notes)."""
     pending = extra_job("uid-2", 20, "", state="PENDING", started=False)
     members = [*core_bound(), member(2, 20), member(3)]
+    told = d.decide(elastic_seen(members, core_job(), pending))
+    assert isinstance(told, actions.Pend) and not told.group
+    assert [m["metadata"]["name"] for m in told.pods] == ["train-3"]
+    assert told.reason == reasons.REASON_EXTRA_QUEUED
+    assert told.message == (
+        "an extra member of PodGroup default/train (its core, Slurm job 7, runs): its own Slurm job is"
+        " submitted once the extra member before it holds its node (one at a time, one node each)"
+    )
+    waits = member(3)
+    waits["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": told.reason, "message": told.message}
+    ]
+    members[-1] = waits
     assert d.decide(elastic_seen(members, core_job(), pending)) == actions.Nothing()
     submitted = replace(
-        elastic_seen([*core_bound(), member(2), member(3)], core_job()), extra_submitted={"uid-2": 20}
+        elastic_seen([*core_bound(), member(2), waits], core_job()), extra_submitted={"uid-2": 20}
     )
     assert d.decide(submitted) == actions.Nothing()
     running = extra_job("uid-2", 20, "cpu-004", started=False)

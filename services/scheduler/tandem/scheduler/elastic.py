@@ -159,6 +159,16 @@ def grow(
             tuple(sorted(_taken(job, o.extras.values()))),
             domains.core_domain(o.topology, ask, job.job.nodes),
         )
+    if new and unplaced:
+        # Told once (the condition shows it after): the extras pending in Slurm say their reasons.
+        turn = (
+            f"an extra member of {group.title} (its core, Slurm job {job.job_id}, runs): its own Slurm"
+            " job is submitted once the extra member before it holds its node (one at a time, one"
+            " node each)"
+        )
+        untold = tuple(m for m in new if not podstate.says(m, reasons.REASON_EXTRA_QUEUED, turn))
+        if untold:
+            return Pend(untold, reasons.REASON_EXTRA_QUEUED, turn, group=False)
     pending = [
         (m, j)
         for m in waiting

@@ -43,6 +43,12 @@ def nominated(pod: JSON) -> str:
     return str((pod.get("status") or {}).get("nominatedNodeName") or "")
 
 
+def says(pod: JSON, reason: str, message: str) -> bool:
+    """Its PodScheduled condition is False with this reason and message already."""
+    c = condition(pod, "PodScheduled") or {}
+    return (c.get("status"), c.get("reason"), c.get("message")) == ("False", reason, message)
+
+
 def refused(pod: JSON) -> bool:
     """This scheduler refused the Pod (invalid, or Slurm said no): it stays so until recreated."""
     c = condition(pod, "PodScheduled")
