@@ -110,6 +110,9 @@ def main() -> None:
         "manifest": run_manifest(),
         "result": result,
     }
+    if result.get("checks_failed"):
+        # Kept, so that a failing run is seen, and shown as failed (bench/report.py).
+        print(f"the run failed its checks: {'; '.join(map(str, result['checks_failed']))}")
     args.results.mkdir(parents=True, exist_ok=True)
     with (args.results / f"{args.name}.jsonl").open("a") as f:
         f.write(json.dumps(record) + "\n")

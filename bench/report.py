@@ -169,7 +169,7 @@ def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] 
     for r in records:
         for result in _rows(name, r["result"]):
             cells = [
-                r.get("label") or "-",
+                _run_cell(r),
                 _commit_cell(r),
                 str(r.get("at", ""))[:10],
                 str(r.get("nodes") or "-"),
@@ -178,6 +178,13 @@ def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] 
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _run_cell(record: dict[str, Any]) -> str:
+    """The run's label, and the checks it failed (its figures do not count)."""
+    label = str(record.get("label") or "-")
+    failed = (record.get("result") or {}).get("checks_failed") or []
+    return f"{label} (**failed**: {'; '.join(map(str, failed[:3]))})" if failed else label
 
 
 def _commit_cell(record: dict[str, Any]) -> str:

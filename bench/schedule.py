@@ -21,7 +21,9 @@ limit_rate, limit_ratio, own_cpu_ms_per_pod (Tandem's three services, Tandem pha
 api_requests_per_pod (Kubernetes API calls Tandem made, by its own count), and, as the API server
 counts them in its audit log (devstack.audit), api_requests_per_pod_by_apiserver (from the first
 create to every Pod and job gone) and kube_scheduler_api_requests_per_pod; kube-scheduler's rate,
-p50/p99 and CPU per Pod; and p50/p99 of each phase (seconds).
+p50/p99 and CPU per Pod; p50/p99 of each phase (seconds); and checks_failed: what the Tandem phase
+did wrong (a Pod never bound, bound twice or off its own job's nodes, a job, lock or taint left
+after it; bench/checks.py), empty when the run counts.
 Targets: limit_ratio >= 0.9, own_cpu_ms_per_pod <= 5, api_requests_per_pod <= 5; at an offered load
 of half the bare rate, tandem_p50 <= bare_p50 + 0.15 s and tandem_p99 <= bare_p99 + 0.5 s.
 """
@@ -46,9 +48,9 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s
 
-from bench import cpu, openloop
+from bench import checks, cpu, openloop
 from bench.stats import percentile
-from devstack import audit, config, kube, services, stack
+from devstack import audit, config, identities, kube, services, stack
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
 from devstack.table import format_table
@@ -298,6 +300,41 @@ def kube_node_names(raw: KubeClient) -> list[str]:
     return sorted({str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")})
 
 
+def placed_right(cfg: StackConfig, n: int) -> list[str]:
+    """Before the clean-up: every Pod of the Tandem arm bound, on a node of its own Slurm job."""
+    raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    slurm = slurm_client(cfg)
+    try:
+        snap = checks.snapshot(
+            raw, f"/api/v1/namespaces/{NAMESPACE}/pods", config.SLURM_NAMESPACE, slurm.list_jobs() or []
+        )
+    finally:
+        raw.close()
+        slurm.close()
+    bound = [str(p["metadata"]["name"]) for p in snap.pods if (p.get("spec") or {}).get("nodeName")]
+    return checks.unbound([f"bench-{i}" for i in range(n)], bound) + checks.placements(snap)
+
+
+def left_clean(cfg: StackConfig, within: float = 30.0) -> list[str]:
+    """After it: no job of Tandem's left running, no node locked, no Node tainted, within `within`
+    seconds (a node's lock goes once its Slurm node is idle, after the last epilog)."""
+    raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
+    slurm = slurm_client(cfg)
+    prefix = f"tandem:{cfg.scheduler_name}/"
+    deadline = time.monotonic() + within
+    try:
+        while True:
+            live = [j for j in slurm.list_jobs() or [] if not j.finished and j.name.startswith(prefix)]
+            nodes = raw.get("/api/v1/nodes").get("items") or []
+            left = checks.leftovers(checks.slurmd_pods(raw, config.SLURM_NAMESPACE), nodes, live)
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+    finally:
+        raw.close()
+        slurm.close()
+
+
 def clean_tandem(cfg: StackConfig) -> None:
     """Delete this benchmark's Pods one by one (a collection delete of 1,000 times out) and wait
     for their jobs to go."""
@@ -361,11 +398,21 @@ def main() -> None:
     if api_requests is None:
         print("no service exports tandem_kube_requests_total: api_requests_per_pod is null", flush=True)
     print(f"Tandem done: {len(pods)}/{n} bound", flush=True)
+    failed = placed_right(cfg, n)
     clean_tandem(cfg)
     print(f"quiet again after {wait_until_quiet(cfg):.1f}s", flush=True)
+    failed += left_clean(cfg)
     # The API server's own count of Tandem's requests, from the first create to every Pod and job
     # gone (the whole lifecycle, teardown included; watches counted once, when they end).
     tandem_requests_made = audit.tandem_total(audit.requests_by_user(cfg, tandem_began, time.time()))
+    scheduler_user = (
+        f"system:serviceaccount:{identities.MAIN.namespace}:{identities.MAIN.service_account('scheduler')}"
+    )
+    names = [f"bench-{i}" for i in range(n)]
+    counted = audit.bindings(cfg, NAMESPACE, scheduler_user, tandem_began, time.time())
+    failed += checks.bindings(names, counted)
+    for problem in failed:
+        print(f"check failed: {problem}", flush=True)
     began = time.time()
     kube_rate, kube_pods, kube_cpu = tandem(cfg, n, args.parallel, args.rate, arm=KUBE_SCHEDULER)
     kube_requests_made = audit.requests_by_user(cfg, began, time.time())[audit.KUBE_SCHEDULER]
@@ -444,6 +491,8 @@ def main() -> None:
         "floor_p99": round(percentile(floor, 0.99), 3),
         "n": n,
         "offered_rate": args.rate,
+        # Every Pod bound once on its own job's node, nothing left: else the figures do not count.
+        "checks_failed": failed,
     }
     sys.stdout.flush()
     try:

@@ -94,6 +94,36 @@ def on_object(path: Path, resource: str, namespace: str, name: str) -> list[str]
     return said
 
 
+def bindings(cfg: StackConfig, namespace: str, user: str, since: float, until: float) -> Counter[str]:
+    """How many times `user` bound each Pod of `namespace` between `since` and `until`, by name."""
+    return bindings_in(log_path(cfg), namespace, user, since, until)
+
+
+def bindings_in(path: Path, namespace: str, user: str, since: float, until: float) -> Counter[str]:
+    found: Counter[str] = Counter()
+    if not path.exists():
+        return found
+    with path.open(errors="replace") as lines:
+        for line in lines:
+            if '"binding"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+                at = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+            except (ValueError, KeyError):
+                continue
+            ref = event.get("objectRef") or {}
+            if (
+                since <= at.timestamp() <= until
+                and event.get("verb") == "create"
+                and ref.get("subresource") == "binding"
+                and ref.get("namespace") == namespace
+                and (event.get("user") or {}).get("username") == user
+            ):
+                found[str(ref.get("name"))] += 1
+    return found
+
+
 def count(path: Path, since: float, until: float) -> Counter[str]:
     found: Counter[str] = Counter()
     if not path.exists():
