@@ -171,6 +171,12 @@ def bare_slurm(cfg: StackConfig, n: int, parallel: int, rate: float | None) -> P
 
 # The arms that create Pods, and the scheduler each Pod names.
 TANDEM, KUBE_SCHEDULER, FLOOR = "tandem", "kube-scheduler", "floor"
+# What each arm's Pods are named after (<prefix>-<i>).
+POD_PREFIX = {TANDEM: "bench", KUBE_SCHEDULER: "kube", FLOOR: "floor"}
+
+
+def pod_names(arm: str, n: int) -> list[str]:
+    return [f"{POD_PREFIX[arm]}-{i}" for i in range(n)]
 
 
 def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, arm: str = TANDEM) -> Phase:
@@ -187,7 +193,7 @@ def tandem(cfg: StackConfig, n: int, parallel: int, rate: float | None, arm: str
     failed: list[str] = []
     done = threading.Event()
     lock = threading.Lock()
-    prefix = {TANDEM: "bench", KUBE_SCHEDULER: "kube", FLOOR: "floor"}[arm]
+    prefix = POD_PREFIX[arm]
     scheduler = {TANDEM: cfg.scheduler_name, KUBE_SCHEDULER: "default-scheduler", FLOOR: FLOOR_SCHEDULER}[arm]
 
     def settle() -> None:
@@ -312,7 +318,7 @@ def placed_right(cfg: StackConfig, n: int) -> list[str]:
         raw.close()
         slurm.close()
     bound = [str(p["metadata"]["name"]) for p in snap.pods if (p.get("spec") or {}).get("nodeName")]
-    return checks.unbound([f"bench-{i}" for i in range(n)], bound) + checks.placements(snap)
+    return checks.unbound(pod_names(TANDEM, n), bound) + checks.placements(snap)
 
 
 def left_clean(cfg: StackConfig, within: float = 30.0) -> list[str]:
@@ -408,9 +414,8 @@ def main() -> None:
     scheduler_user = (
         f"system:serviceaccount:{identities.MAIN.namespace}:{identities.MAIN.service_account('scheduler')}"
     )
-    names = [f"bench-{i}" for i in range(n)]
     counted = audit.bindings(cfg, NAMESPACE, scheduler_user, tandem_began, time.time())
-    failed += checks.bindings(names, counted)
+    failed += checks.bindings(pod_names(TANDEM, n), counted)
     for problem in failed:
         print(f"check failed: {problem}", flush=True)
     began = time.time()

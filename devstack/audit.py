@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from devstack import config
 from devstack.config import StackConfig
@@ -71,26 +73,37 @@ def requests_on(cfg: StackConfig, resource: str, namespace: str, name: str) -> l
     return on_object(log_path(cfg), resource, namespace, name)
 
 
-def on_object(path: Path, resource: str, namespace: str, name: str) -> list[str]:
-    said: list[str] = []
+def _events(path: Path, needle: str = "") -> Iterator[tuple[dict[str, Any], float]]:
+    """Each logged event with when it was received (epoch seconds); with `needle`, only lines
+    holding it are parsed (most lines, not). A line cut by the rotation is skipped."""
     if not path.exists():
-        return said
-    wanted = {"resource": resource, "namespace": namespace, "name": name}
+        return
     with path.open(errors="replace") as lines:
         for line in lines:
-            if f'"{name}"' not in line:  # most lines, unparsed
+            if needle not in line:
                 continue
             try:
                 event = json.loads(line)
-            except ValueError:
+                at = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+            except (ValueError, KeyError, TypeError):
                 continue
-            ref = event.get("objectRef") or {}
-            if any(ref.get(k) != v for k, v in wanted.items()):
-                continue
-            verb = str(event.get("verb", "?")) + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-            user = str((event.get("user") or {}).get("username") or "?")
-            code = (event.get("responseStatus") or {}).get("code", "?")
-            said.append(f"{str(event.get('requestReceivedTimestamp', '?'))[11:23]} {user} {verb} {code}")
+            yield event, at.timestamp()
+
+
+def _user(event: dict[str, Any]) -> str:
+    return str((event.get("user") or {}).get("username") or "?")
+
+
+def on_object(path: Path, resource: str, namespace: str, name: str) -> list[str]:
+    said: list[str] = []
+    wanted = {"resource": resource, "namespace": namespace, "name": name}
+    for event, _ in _events(path, f'"{name}"'):
+        ref = event.get("objectRef") or {}
+        if any(ref.get(k) != v for k, v in wanted.items()):
+            continue
+        verb = str(event.get("verb", "?")) + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        code = (event.get("responseStatus") or {}).get("code", "?")
+        said.append(f"{str(event['requestReceivedTimestamp'])[11:23]} {_user(event)} {verb} {code}")
     return said
 
 
@@ -101,43 +114,21 @@ def bindings(cfg: StackConfig, namespace: str, user: str, since: float, until: f
 
 def bindings_in(path: Path, namespace: str, user: str, since: float, until: float) -> Counter[str]:
     found: Counter[str] = Counter()
-    if not path.exists():
-        return found
-    with path.open(errors="replace") as lines:
-        for line in lines:
-            if '"binding"' not in line:
-                continue
-            try:
-                event = json.loads(line)
-                at = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
-            except (ValueError, KeyError):
-                continue
-            ref = event.get("objectRef") or {}
-            if (
-                since <= at.timestamp() <= until
-                and event.get("verb") == "create"
-                and ref.get("subresource") == "binding"
-                and ref.get("namespace") == namespace
-                and (event.get("user") or {}).get("username") == user
-            ):
-                found[str(ref.get("name"))] += 1
+    for event, at in _events(path, '"binding"'):
+        ref = event.get("objectRef") or {}
+        if (
+            since <= at <= until
+            and event.get("verb") == "create"
+            and ref.get("subresource") == "binding"
+            and ref.get("namespace") == namespace
+            and _user(event) == user
+        ):
+            found[str(ref.get("name"))] += 1
     return found
 
 
 def count(path: Path, since: float, until: float) -> Counter[str]:
-    found: Counter[str] = Counter()
-    if not path.exists():
-        return found
-    with path.open(errors="replace") as lines:
-        for line in lines:
-            try:
-                event = json.loads(line)
-                at = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
-            except (ValueError, KeyError):
-                continue
-            if since <= at.timestamp() <= until:
-                found[str((event.get("user") or {}).get("username") or "?")] += 1
-    return found
+    return Counter(_user(event) for event, at in _events(path) if since <= at <= until)
 
 
 def tandem_total(found: Counter[str]) -> int:
