@@ -424,7 +424,7 @@ def gpu_gres(index: int) -> tuple[GpuGres, ...]:
 # A GPU node whose whole GPUs Slurm may also share out as `gres/shard` (issue 54): SHARDS_PER_GPU
 # shards over each of them.
 SHARD_NODE = 4
-SHARDS_PER_GPU = 8
+SHARDS_PER_GPU = 16
 
 
 def shards(index: int) -> int:
@@ -433,8 +433,8 @@ def shards(index: int) -> int:
 
 
 def gres_string(index: int) -> str:
-    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`, `...,shard:64`."""
-    # Slurm types a node's shards after its GPUs (sinfo prints `shard:h100:64` either way).
+    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`, `...,shard:128`."""
+    # Slurm types a node's shards after its GPUs (sinfo prints `shard:h100:128` either way).
     shared = [f"shard:{GPU_GRES_TYPE}:{shards(index)}"] if shards(index) else []
     return ",".join([*(f"gpu:{g.gres_type}:{g.count}" for g in gpu_gres(index)), *shared])
 

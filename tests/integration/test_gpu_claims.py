@@ -195,7 +195,7 @@ def test_a_node_whose_slice_disagrees_with_slurm_is_refused_until_they_agree(
     index = 4
     kube_node = config.kube_node_name(index)
     path = f"{BASE}/resourceslices/{kube_node}-{resourceslices.DRIVER}"
-    _replace(api, path, resourceslices.resource_slice(kube_node, gpus=6))
+    _replace(api, path, resourceslices.lab_slice(index, gpus=6))
     try:
         shown = h.wait_until("the Node's SlurmGpuMismatch", lambda: _mismatch(core, kube_node), 30)
         assert (
@@ -230,7 +230,7 @@ def test_a_node_whose_slice_disagrees_with_slurm_is_refused_until_they_agree(
         )
         h.wait_until(f"{plain} running", functools.partial(running, core, plain), 60)
     finally:
-        _replace(api, path, resourceslices.resource_slice(kube_node))
+        _replace(api, path, resourceslices.lab_slice(index))
     h.wait_until("the condition cleared", lambda: _mismatch(core, kube_node) is None and True, 30)
     h.wait_until(f"{name} running", functools.partial(running, core, name), 60)
 
@@ -392,7 +392,7 @@ def test_a_claim_whose_gpus_cannot_be_mapped_is_refused_once_and_drains_no_node(
     index = 4
     node, kube_node = config.slurm_node_name(index), config.kube_node_name(index)
     path = f"{BASE}/resourceslices/{kube_node}-{resourceslices.DRIVER}"
-    tainted = resourceslices.resource_slice(kube_node)
+    tainted = resourceslices.lab_slice(index)
     for device in tainted["spec"]["devices"]:
         taint = {"key": keys.SLURM_GPU_TAINT_KEY, "value": device["name"], "effect": "NoSchedule"}
         device["taints"] = [taint]
@@ -424,4 +424,4 @@ def test_a_claim_whose_gpus_cannot_be_mapped_is_refused_once_and_drains_no_node(
         assert sum(e.count or 1 for e in refused) == 1
         assert "DRAIN" not in h.scontrol(stack_cfg, "show", "node", node)
     finally:
-        _replace(api, path, resourceslices.resource_slice(kube_node))
+        _replace(api, path, resourceslices.lab_slice(index))

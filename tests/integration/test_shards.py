@@ -1,16 +1,20 @@
-"""Slurm shares whole GPUs out as `gres/shard` on the lab's shard node (issue 54, step 1): what Slurm
-itself does with shards, on each release (marked `next_leg`: CI's second leg runs it on 26.05), before
-Tandem maps a Pod's fraction of a GPU to them. Every job here is a plain `sbatch`."""
+"""Fractions of a GPU across both schedulers (issue 54) on the lab's shard node, on each release
+(marked `next_leg`: CI's second leg runs it on 26.05). First what Slurm itself does with
+`gres/shard` (plain `sbatch` jobs); then a Pod's ResourceClaim for shares of a GPU (KEP-5075
+consumable capacity) becoming a shard job, its claim naming the GPU Slurm chose."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
-from devstack import config
+from devstack import config, resourceslices
 from devstack.config import StackConfig
 from tandem.dra.gres import Gres, parse_gres
+from tandem.kube import KubeClient, KubeError
 from tests.integration import helpers as h
 
 pytestmark = [
@@ -96,3 +100,121 @@ def test_more_shards_than_one_gpu_holds_pend_and_are_not_refused(stack_cfg: Stac
     MULTIPLE_SHARING_GRES_PJ would spread them): more than a GPU holds waits for ever."""
     big = _job(stack_cfg, f"shard:{PER_GPU + 1}")
     h.wait_until("pending for room", lambda: _state(stack_cfg, big) == ("PENDING", "Resources"), 30)
+
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+@pytest.fixture
+def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
+    client = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
+    yield client
+    for item in client.get(CLAIMS).get("items") or []:
+        try:
+            client.delete(f"{CLAIMS}/{item['metadata']['name']}")
+        except KubeError as e:
+            if not e.not_found:
+                raise
+    client.close()
+
+
+def _claiming_pod(
+    cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient, name: str, shares: int = 0, gpus: int = 0
+) -> None:
+    """A Pod on the shard node whose one claim asks `shares` of a GPU (or `gpus` whole GPUs)."""
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": gpus or 1}
+    if shares:
+        exactly["capacity"] = {"requests": {"shares": str(shares)}}
+    request = {"name": "gpus", "exactly": exactly}
+    api.post(CLAIMS, {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}})
+    pod = h.tandem_pod(cfg, name, {h.PREFIX + "required-nodes": NODE})
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": name}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    h.create(core, pod)
+
+
+def _bound(core: k8s.CoreV1Api, name: str) -> bool:
+    pod = h.get_pod(core, name)
+    return pod is not None and bool(pod.spec.node_name)
+
+
+def _given(api: KubeClient, claim: str) -> list[tuple[int, str]]:
+    """(GPU index, shares consumed) of each device the claim was given, by the Node's slice."""
+    results = ((api.get(f"{CLAIMS}/{claim}").get("status") or {}).get("allocation") or {}).get(
+        "devices"
+    ) or {}
+    given = []
+    for r in results.get("results") or []:
+        devices = api.get(f"/apis/resource.k8s.io/v1/resourceslices/{r['pool']}-{resourceslices.DRIVER}")
+        (index,) = [
+            d["attributes"]["index"]["int"] for d in devices["spec"]["devices"] if d["name"] == r["device"]
+        ]
+        given.append((index, str((r.get("consumedCapacity") or {}).get("shares", ""))))
+    return given
+
+
+def _job_of(core: k8s.CoreV1Api, name: str) -> int:
+    return h.wait_until(f"{name}'s job", lambda: h.job_id_of(core, name), 30)
+
+
+def test_pods_and_a_shard_job_share_one_gpu_and_the_next_pod_waits_for_room(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """Two Pods of a quarter of a GPU and an `sbatch --gres=shard` of half fill GPU 0 (the other
+    seven held whole by a training job); a Pod of half waits until the shard job ends, then gets
+    the GPU's room. Each claim names the GPU Slurm chose, with the shares Slurm counted."""
+    quarter, half = PER_GPU // 4, PER_GPU // 2
+    first = h.unique("quarter")
+    _claiming_pod(stack_cfg, core, api, first, shares=quarter)
+    h.wait_until(f"{first} bound", lambda: _bound(core, first), 60)
+    assert _on(_held(stack_cfg, _job_of(core, first))) == {0: quarter}
+    training = _job(stack_cfg, f"gpu:{TYPE}:{config.GPUS_PER_NODE - 1}")
+    h.wait_until("the training job running", lambda: _running(stack_cfg, training), 30)
+    second = h.unique("quarter")
+    _claiming_pod(stack_cfg, core, api, second, shares=quarter)
+    h.wait_until(f"{second} bound", lambda: _bound(core, second), 60)
+    shard_job = _job(stack_cfg, f"shard:{half}")
+    h.wait_until("the shard job running", lambda: _running(stack_cfg, shard_job), 30)
+    for name in (first, second):
+        assert _given(api, name) == [(0, str(quarter))], name
+        assert _on(_held(stack_cfg, _job_of(core, name))) == {0: quarter}
+    assert _on(_held(stack_cfg, shard_job)) == {0: half}
+    # GPU 0 is full, the others held whole: the next Pod's job waits for room, and the Pod with it.
+    waiting = h.unique("half")
+    _claiming_pod(stack_cfg, core, api, waiting, shares=half)
+    job = _job_of(core, waiting)
+    h.wait_until("its job pending", lambda: _state(stack_cfg, job)[0] == "PENDING", 30)
+    assert not _bound(core, waiting) and not _given(api, waiting)
+    h.scancel(stack_cfg, shard_job)
+    h.wait_until(f"{waiting} bound", lambda: _bound(core, waiting), 60)
+    assert _given(api, waiting) == [(0, str(half))]
+
+
+def test_a_whole_gpu_pod_never_takes_a_gpu_whose_shares_are_in_use(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    shared = h.unique("share")
+    _claiming_pod(stack_cfg, core, api, shared, shares=1)
+    h.wait_until(f"{shared} bound", lambda: _bound(core, shared), 60)
+    whole = h.unique("whole")
+    _claiming_pod(stack_cfg, core, api, whole, gpus=config.GPUS_PER_NODE - 1)
+    h.wait_until(f"{whole} bound", lambda: _bound(core, whole), 60)
+    # Every GPU but the shared one, each consuming all its shares as Slurm counts it taken.
+    assert sorted(_given(api, whole)) == [(i, str(PER_GPU)) for i in range(1, config.GPUS_PER_NODE)]
+    assert _given(api, shared) == [(0, "1")]
+
+
+def test_more_shares_than_a_gpu_has_are_refused_with_one_event_and_no_job(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    name = h.unique("too-many")
+    _claiming_pod(stack_cfg, core, api, name, shares=PER_GPU + 1)
+    event = h.wait_until(
+        "a FailedValidation Event",
+        lambda: next((e for e in h.events_for(core, name) if e.reason == "FailedValidation"), None),
+        30,
+    )
+    assert (
+        f"asks for {PER_GPU + 1} shares of one GPU; the most any GPU publishes is {PER_GPU}" in event.message
+    )
+    assert h.job_id_of(core, name) is None and not h.squeue_ids(stack_cfg)

@@ -11,13 +11,14 @@ shape followed here).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.dra.claims import MAX_DEVICES, ClaimRequest
+from tandem.dra.claims import MAX_DEVICES, SHARE_CAPACITY, ClaimRequest
 from tandem.dra.shape import at, items, obj
-from tandem.dra.slices import NodeDevices
+from tandem.dra.slices import NodeDevices, SlicedDevice
 
 # k8s.io/api/resource/v1 ResourceClaimReservedForMaxSize.
 MAX_RESERVED_FOR = 256
@@ -27,6 +28,9 @@ MAX_RESERVED_FOR = 256
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
 Obj = Mapping[str, Any]
+# A share's id is derived, not drawn: the same claim, request and device always get the same one,
+# so a status rewritten after a crash says what the first write said.
+_SHARE_IDS = uuid.UUID("3f1c9a2e-5b7d-4e61-8a0f-2c4d6e8b1a93")
 
 
 @dataclass(frozen=True)
@@ -91,16 +95,14 @@ def claim_status_of(
     """claim_status for a claim of several requests, each given its share of Slurm's indices (the
     claim Tandem makes for a Pod's `nvidia.com/gpu` has one per container)."""
     name = str(at(claim, "metadata", "name") or "")
-    results: list[dict[str, str]] = []
+    results: list[dict[str, Any]] = []
     config: list[dict[str, Any]] = []
     for request, indices in shares:
         chosen = _devices(name, request, node, indices)
         if isinstance(chosen, str):
             return chosen
-        results += [
-            {"request": request.request, "driver": node.driver, "pool": node.pool, "device": device}
-            for device in chosen
-        ]
+        uid = str(at(claim, "metadata", "uid") or name)
+        results += [_result(uid, request, node, device) for device in chosen]
         config += _class_config(request, class_config)
     allocation: dict[str, Any] = {
         "devices": {"results": results},
@@ -113,7 +115,7 @@ def claim_status_of(
     config += _claim_config(claim, [request for request, _ in shares])
     if config:
         allocation["devices"]["config"] = config
-    devices = tuple(r["device"] for r in results)
+    devices = tuple(str(r["device"]) for r in results)
     status = obj(claim.get("status"))
     reserved = [dict(obj(r)) for r in items(status.get("reservedFor"))]
     if not any(str(r.get("uid") or "") == pod.uid for r in reserved):
@@ -139,7 +141,25 @@ def claim_status_of(
     return ClaimStatus(status={**status, "allocation": allocation, "reservedFor": reserved}, devices=devices)
 
 
-def _devices(name: str, request: ClaimRequest, node: NodeDevices, indices: Sequence[int]) -> list[str] | str:
+def _result(claim_uid: str, request: ClaimRequest, node: NodeDevices, device: SlicedDevice) -> dict[str, Any]:
+    """One device's DeviceRequestAllocationResult. A sharable GPU's names the share and what it
+    consumes (KEP-5075): the request's shares, or all of them for a whole GPU, which is what Slurm
+    counts while a job holds it whole."""
+    result: dict[str, Any] = {
+        "request": request.request,
+        "driver": node.driver,
+        "pool": node.pool,
+        "device": device.name,
+    }
+    if device.shares:
+        result["shareID"] = str(uuid.uuid5(_SHARE_IDS, f"{claim_uid}/{request.request}/{device.name}"))
+        result["consumedCapacity"] = {SHARE_CAPACITY: str(request.shares or device.shares)}
+    return result
+
+
+def _devices(
+    name: str, request: ClaimRequest, node: NodeDevices, indices: Sequence[int]
+) -> list[SlicedDevice] | str:
     """The devices of Slurm's `indices` for one request of claim `name`; else why not."""
     if len(set(indices)) != len(indices):
         return f"Slurm's indices for ResourceClaim {name} repeat one"
@@ -167,7 +187,13 @@ def _devices(name: str, request: ClaimRequest, node: NodeDevices, indices: Seque
         if device.tainted:
             # Device taints are for the allocator to respect; Slurm does not know them.
             return f"device {device.name} (Slurm index {index}) on Node {node.node} is tainted"
-        chosen.append(device.name)
+        if request.shares and request.shares > device.shares:
+            has = f"publishes {device.shares}" if device.shares else "is not sharable"
+            return (
+                f"Slurm gave {request.shares} shards of index {index} to ResourceClaim {name};"
+                f" {device.name} {has} {SHARE_CAPACITY}"
+            )
+        chosen.append(device)
     return chosen
 
 

@@ -13,6 +13,11 @@ Selectors are read, not evaluated: only `&&`-joined equalities of the forms
     device.attributes["gpu.nvidia.com"].profile == "1g.10gb"        (mig.nvidia.com only)
     device.attributes["gpu.nvidia.com"].type == "gpu" | "mig"       (agreeing with the class)
 each quoted with " or '. Anything else (memory comparisons, ||, other attributes) is refused.
+
+A fraction of a GPU is a request of one gpu.nvidia.com device for part of its consumable capacity
+(KEP-5075): `capacity.requests.shares: N`, N of the `shares` a sharable GPU publishes. It becomes
+Slurm's `gres/shard:N`, which Slurm takes from one GPU; the claim is then given the GPU of the
+index Slurm chose, N of its shares consumed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ MAX_REQUESTS = 32
 MAX_DEVICES = 32
 MAX_POD_CLAIMS = 32
 MAX_ATTRIBUTE_VALUE = 64
+# The consumable capacity of a sharable GPU device that counts Slurm's shards on it (the lab's
+# DRA driver publishes it; gres.conf's `Name=shard Count=` spread evenly over the GPUs).
+SHARE_CAPACITY = "shares"
+# Slurm counts shards per node in the thousands; one GPU's are far fewer.
+MAX_SHARES = 1 << 20
 
 _QUOTED = r"""(?P<{q}>["'])(?P<{v}>[^"'\\\x00-\x1f]{{0,{n}}})(?P={q})"""
 _CLAUSE = re.compile(
@@ -92,6 +102,8 @@ class ClaimRequest:
     kind: str  # "gpu" or "mig": the device type the class selects
     count: int
     gres_type: str  # "" when any GPU will do
+    # Shares of one GPU (a Slurm shard count), when the request is for part of a GPU; count is 1.
+    shares: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,7 +121,13 @@ class PodGpus:
 
     @property
     def count(self) -> int:
-        return sum(r.count for r in self.requests)
+        """Whole devices (GPUs or MIG slices): what the job asks as `gpu` GRES."""
+        return sum(r.count for r in self.requests if not r.shares)
+
+    @property
+    def shares(self) -> int:
+        """Shares of one GPU: what the job asks as `shard` GRES (Slurm takes them from one GPU)."""
+        return sum(r.shares for r in self.requests)
 
     @property
     def gres_type(self) -> str:
@@ -121,7 +139,9 @@ class PodGpus:
         """Whole GPUs of no product: the job must still name a GRES type, or Slurm may count MIG
         slices (a type of the same `gpu` GRES) as the GPUs it asked for; the type comes from the
         Nodes that would take the Pod (decide's)."""
-        return bool(self.requests) and all(r.kind == "gpu" and not r.gres_type for r in self.requests)
+        return bool(self.requests) and all(
+            r.kind == "gpu" and not r.gres_type and not r.shares for r in self.requests
+        )
 
     def message(self) -> str:
         """One line for a Warning Event; empty when nothing is refused."""
@@ -233,12 +253,13 @@ def _claim_requests(
         return Refusal(f"{where}.exactly.allocationMode", f"{mode}: Slurm allocates an exact count")
     if exactly.get("adminAccess"):
         return Refusal(f"{where}.exactly.adminAccess", "admin access is not a Slurm allocation")
-    if exactly.get("capacity"):
-        return Refusal(f"{where}.exactly.capacity", "consumable capacity is not translated to Slurm")
     count = exactly.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_DEVICES:
         return Refusal(f"{where}.exactly.count", f"{count!r} is not a count from 1 to {MAX_DEVICES}")
     kind = DEVICE_CLASSES[device_class]
+    shares = _shares(exactly.get("capacity"), kind, count, f"{where}.exactly")
+    if isinstance(shares, Refusal):
+        return shares
     gres_type = _selected_type(items(exactly.get("selectors")), kind, f"{where}.exactly.selectors", cfg)
     if isinstance(gres_type, Refusal):
         return gres_type
@@ -250,7 +271,40 @@ def _claim_requests(
         kind=kind,
         count=count,
         gres_type=gres_type,
+        shares=shares,
     )
+
+
+def _shares(capacity: Any, kind: str, count: int, where: str) -> int | Refusal:
+    """The shares of one GPU a request's `capacity` asks for (0: no capacity asked, a whole device)."""
+    if capacity is None:
+        return 0
+    asked = obj(obj(capacity).get("requests"))
+    if not asked:
+        return Refusal(
+            f"{where}.capacity", "asks for no capacity (give requests.shares, or leave capacity out)"
+        )
+    other = sorted(str(k) for k in asked if k != SHARE_CAPACITY)
+    if other:
+        return Refusal(
+            f"{where}.capacity.requests",
+            f"{', '.join(repr(k) for k in other)}: only {SHARE_CAPACITY!r} (Slurm's shards of a GPU) is"
+            " translated to Slurm",
+        )
+    if kind != "gpu":
+        return Refusal(f"{where}.capacity", "shares are of a whole GPU (gpu.nvidia.com), not of a MIG slice")
+    if count != 1:
+        return Refusal(
+            f"{where}.count", f"{count} GPUs' shares in one request: Slurm gives a job's shards from one GPU"
+        )
+    value = asked[SHARE_CAPACITY]
+    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SHARES:
+        return Refusal(
+            f"{where}.capacity.requests.{SHARE_CAPACITY}",
+            f"{value!r} is not a whole number of shares from 1 to {MAX_SHARES}",
+        )
+    return int(text)
 
 
 def _selected_type(selectors: Sequence[Any], kind: str, where: str, cfg: DraConfig) -> str | Refusal:
@@ -366,6 +420,14 @@ def _asks_extended_gpus(spec: Obj) -> bool:
 
 def _disagreeing(requests: Sequence[ClaimRequest]) -> list[Refusal]:
     # The placeholder job asks for one GRES type; a whole GPU and a MIG slice are different GRES.
+    if any(r.shares for r in requests) and not all(r.shares for r in requests):
+        return [
+            Refusal(
+                "spec.resourceClaims",
+                "asks for whole devices and for shares of a GPU: one Slurm job asks for GPUs or for"
+                " shards of one, not both",
+            )
+        ]
     kinds = {r.kind for r in requests}
     if len(kinds) > 1:
         return [
@@ -379,6 +441,6 @@ def _disagreeing(requests: Sequence[ClaimRequest]) -> list[Refusal]:
                 f"asks for GPUs of types {', '.join(types)}: one Slurm job asks for one",
             )
         ]
-    if sum(r.count for r in requests) > MAX_DEVICES:
+    if sum(r.count for r in requests if not r.shares) > MAX_DEVICES:
         return [Refusal("spec.resourceClaims", f"asks for more than {MAX_DEVICES} devices on one node")]
     return []

@@ -328,3 +328,20 @@ def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mi
             return Mismatch(f"Slurm printed no GPU indices for job {job.job_id} on {slurm_node} ({g})")
         indices.extend(g.indices)
     return tuple(sorted(indices))
+
+
+def job_gpu_shares(job: Job, slurm_node: str) -> tuple[Share, ...] | NotSeen | Mismatch:
+    """The GPUs whose shards (`gres/shard`) the job holds on `slurm_node`, each with how many, from
+    its gres_detail: `shard:h100:4(4/16,0/16,...)` is 4 on GPU 0."""
+    if slurm_node not in job.nodes:
+        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
+    if not job.gres_detail:
+        return NotSeen(f"Slurm has not said yet which GPU's shards job {job.job_id} holds on {slurm_node}")
+    try:
+        held = parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
+    except GresError as e:
+        return Mismatch(f"Slurm job {job.job_id}'s GRES on {slurm_node}: {e}")
+    found = [s for g in held if g.name == "shard" for s in g.shares if s.used > 0]
+    if not found:
+        return Mismatch(f"Slurm printed no GPU shards for job {job.job_id} on {slurm_node}")
+    return tuple(found)

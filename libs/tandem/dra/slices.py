@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem.dra.claims import DRIVER, DraConfig
+from tandem.dra.claims import DRIVER, MAX_SHARES, SHARE_CAPACITY, DraConfig
 from tandem.dra.gres import MAX_INDEX, Gres
 from tandem.dra.shape import at, items, obj
 from tandem.dra.taints import DeviceTaint, TaintRule, device_taints, rule_taints
@@ -47,6 +47,9 @@ class SlicedDevice:
     index: int
     # Its taints, from the slice (and from DeviceTaintRules, where the reader adds them).
     taints: tuple[DeviceTaint, ...] = ()
+    # A GPU several claims may share (allowMultipleAllocations): its `shares` capacity, which Slurm
+    # counts as the GPU's shards; 0 for a device allocated whole only.
+    shares: int = 0
 
     @property
     def tainted(self) -> bool:
@@ -173,6 +176,7 @@ def agreement(
 
 def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, ...], tuple[str, ...]] | str:
     typed: list[tuple[str, str, str, int | None, str, tuple[DeviceTaint, ...]]] = []
+    by_name: dict[str, int] = {}
     for d in raw:
         if not isinstance(d, Mapping):
             return "a ResourceSlice device is not an object"
@@ -194,6 +198,10 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         index = _index(attrs)
         if isinstance(index, str):
             return f"device {name} {index}"
+        shares = _shares(d, kind)
+        if isinstance(shares, str):
+            return f"device {name} {shares}"
+        by_name[name] = shares
         typed.append((name, kind, gres_type, index, _string(attrs, PCI_BUS_ID), device_taints(d)))
     ranked = _pci_ranks(typed)
     if isinstance(ranked, str):
@@ -210,8 +218,28 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         if index in seen:
             return f"devices {seen[index]} and {name} both have index {index}"
         seen[index] = name
-        devices.append(SlicedDevice(name=name, kind=kind, gres_type=gres_type, index=index, taints=taints))
+        devices.append(
+            SlicedDevice(
+                name=name, kind=kind, gres_type=gres_type, index=index, taints=taints, shares=by_name[name]
+            )
+        )
     return tuple(sorted(devices, key=lambda d: d.index)), tuple(unnumbered)
+
+
+def _shares(device: Obj, kind: str) -> int | str:
+    """The shares a sharable GPU publishes (0: not sharable); else what is wrong with them."""
+    if device.get("allowMultipleAllocations") is not True:
+        return 0
+    capacity = obj(obj(device.get("capacity")).get(SHARE_CAPACITY))
+    if not capacity:
+        return 0  # shared some other way (time-slicing, memory): not by Slurm's shards
+    value = capacity.get("value")
+    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SHARES:
+        return f"has {SHARE_CAPACITY} capacity {value!r}, not a whole number from 1 to {MAX_SHARES}"
+    if kind != "gpu":
+        return f"is a MIG slice with {SHARE_CAPACITY}: Slurm shares whole GPUs only"
+    return int(text)
 
 
 def _pci_ranks(
@@ -254,6 +282,11 @@ def slim_slice(resource_slice: Obj) -> dict[str, Any]:
         }
         if d.get("taints"):
             device["taints"] = d["taints"]
+        if d.get("allowMultipleAllocations") is True:
+            device["allowMultipleAllocations"] = True
+            shares = obj(d.get("capacity")).get(SHARE_CAPACITY)
+            if shares is not None:
+                device["capacity"] = {SHARE_CAPACITY: shares}
         devices.append(device)
     return {
         "apiVersion": resource_slice.get("apiVersion"),

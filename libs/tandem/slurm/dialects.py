@@ -88,7 +88,9 @@ def _reason(value: Any) -> str:
 
 
 def _gres(spec: JobSpec) -> str:
-    return f"gpu:{spec.gpu_type}:{spec.gpus}" if spec.gpu_type else f"gpu:{spec.gpus}"
+    # Slurm types a node's shards after its GPUs (gres.conf `Name=shard Type=h100`).
+    name, count = ("shard", spec.gpu_shares) if spec.gpu_shares else ("gpu", spec.gpus)
+    return f"{name}:{spec.gpu_type}:{count}" if spec.gpu_type else f"{name}:{count}"
 
 
 def _common_submit(spec: JobSpec) -> dict[str, Any]:
@@ -225,7 +227,7 @@ class Dialect:
         job = _common_submit(spec)
         job["environment"] = [f"{k}={v}" for k, v in spec.environment.items()]
         job["memory_per_node"] = _set(spec.memory_mb)
-        if spec.gpus:
+        if spec.gpus or spec.gpu_shares:
             job["tres_per_node"] = f"gres/{_gres(spec)}"
         if spec.required_nodes:
             job["required_nodes"] = split_items(spec.required_nodes)

@@ -166,6 +166,8 @@ class JobSpec:
     nodes: int = 1
     gpus: int = 0
     gpu_type: str = ""
+    # Shards of one GPU (`gres/shard`), of gpu_type's GPUs when it names one; gpus is then 0.
+    gpu_shares: int = 0
     account: str = ""
     comment: str = ""
     # Only a submit by Slurm's administrator (root or SlurmUser) may set it: Tandem's mark.

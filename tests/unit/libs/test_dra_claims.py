@@ -34,6 +34,10 @@ def request(
     return {"name": name, "exactly": exactly}
 
 
+def shares(n: Any) -> dict[str, Any]:
+    return {"requests": {"shares": n}}
+
+
 def claim_spec(*requests: dict[str, Any], **devices: Any) -> dict[str, Any]:
     return {"devices": {"requests": list(requests), **devices}}
 
@@ -152,7 +156,27 @@ def test_a_claim_slurm_can_allocate(spec: dict[str, Any], count: int, gres_type:
         (claim_spec(request(1, "vfio.gpu.nvidia.com")), "is not gpu.nvidia.com"),
         (claim_spec(request(1, allocationMode="All")), "All: Slurm allocates an exact count"),
         (claim_spec(request(1, adminAccess=True)), "admin access"),
-        (claim_spec(request(1, capacity={"requests": {"memory": "10Gi"}})), "consumable capacity"),
+        (
+            claim_spec(request(1, capacity={"requests": {"memory": "10Gi"}})),
+            "'memory': only 'shares' (Slurm's shards of a GPU) is translated",
+        ),
+        (claim_spec(request(1, capacity={"requests": {}})), "asks for no capacity"),
+        (claim_spec(request(2, capacity=shares(4))), "2 GPUs' shares in one request: Slurm gives a job's"),
+        (claim_spec(request(1, capacity=shares("4.5"))), "'4.5' is not a whole number of shares"),
+        (claim_spec(request(1, capacity=shares("1k"))), "'1k' is not a whole number of shares"),
+        (claim_spec(request(1, capacity=shares(0))), "0 is not a whole number of shares from 1"),
+        (claim_spec(request(1, capacity=shares(True))), "True is not a whole number"),
+        (
+            claim_spec(
+                request(
+                    1,
+                    "mig.nvidia.com",
+                    ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"],
+                    capacity=shares(2),
+                )
+            ),
+            "shares are of a whole GPU (gpu.nvidia.com), not of a MIG slice",
+        ),
         (claim_spec(request(0)), "0 is not a count from 1 to 32"),
         (claim_spec(request(-1)), "is not a count"),
         (claim_spec(request(33)), "33 is not a count from 1 to 32"),
@@ -371,6 +395,22 @@ def test_claims_one_job_cannot_ask_for_together(
     first: dict[str, Any], second: dict[str, Any], says: str
 ) -> None:
     assert says in two_claims(first, second).message()
+
+
+def test_a_claim_for_shares_of_a_gpu_asks_slurm_for_shards() -> None:
+    got = from_template(claim_spec(request(1, selectors=[PRODUCT], capacity=shares("4"))))
+    assert got.ok and (got.shares, got.count, got.gres_type) == (4, 0, "h100")
+    assert not got.needs_whole_type  # shards name their GPUs' type only when the claim does
+
+
+def test_shares_of_several_claims_add_up_on_one_gpu() -> None:
+    got = two_claims(request(1, capacity=shares(4)), request(1, capacity=shares(2)))
+    assert got.ok and (got.shares, got.count) == (6, 0)
+
+
+def test_shares_and_whole_devices_in_one_pod_are_refused() -> None:
+    got = two_claims(request(1, capacity=shares(4)), request(1))
+    assert "asks for whole devices and for shares of a GPU" in got.message()
 
 
 def test_gpus_by_claim_and_by_extended_resource_at_once_are_refused() -> None:

@@ -10,11 +10,15 @@ from tandem.dra.gres import (
     MAX_TEXT,
     Gres,
     GresError,
+    Mismatch,
+    NotSeen,
     Share,
     indices_of,
+    job_gpu_shares,
     parse_gres,
     parse_job_gres_detail,
 )
+from tandem.slurm.models import Job
 
 
 @pytest.mark.parametrize(
@@ -143,3 +147,13 @@ def test_indices_of_one_type(name: str, gres_type: str, indices: tuple[int, ...]
 def test_gres_reads_like_slurm() -> None:
     assert str(Gres("gpu", "h100", 2)) == "gpu:h100:2"
     assert str(Gres("shard", "", 4)) == "shard:4"
+
+
+def test_the_gpu_whose_shards_a_job_holds() -> None:
+    job = Job(
+        7, "j", "RUNNING", nodes=("a", "b"), gres_detail=("gpu:h100:1(IDX:0)", "shard:h100:4(0/16,4/16)")
+    )
+    assert job_gpu_shares(job, "b") == (Share(1, 4, 16),)
+    assert isinstance(job_gpu_shares(job, "a"), Mismatch)  # no shards there
+    assert isinstance(job_gpu_shares(job, "c"), Mismatch)
+    assert isinstance(job_gpu_shares(Job(8, "j", "RUNNING", nodes=("a",)), "a"), NotSeen)

@@ -270,3 +270,32 @@ def test_an_informer_keeps_a_fraction_of_a_drivers_slice() -> None:
 
     full = resourceslices.resource_slice(config.kube_node_name(0), config.gpu_gres(0))
     assert len(json.dumps(slim_slice(full))) < 0.6 * len(json.dumps(full))
+
+
+def test_the_lab_shard_node_publishes_slurms_shards_of_each_gpu_as_shares() -> None:
+    node = config.kube_node_name(config.SHARD_NODE)
+    (shared,) = [s for s in resourceslices.resource_slices(8) if s["spec"]["nodeName"] == node]
+    for published in (shared, slim_slice(shared)):
+        devices = node_devices(node, [published], CFG)
+        assert isinstance(devices, NodeDevices)
+        assert {d.shares for d in devices.devices} == {config.SHARDS_PER_GPU}
+    other = node_devices(config.kube_node_name(0), resourceslices.resource_slices(1), CFG)
+    assert isinstance(other, NodeDevices) and {d.shares for d in other.devices} == {0}
+
+
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [
+        ({"allowMultipleAllocations": True, "capacity": {"shares": {"value": "1.5"}}}, "not a whole number"),
+        ({"allowMultipleAllocations": True, "capacity": {"shares": {"value": True}}}, "not a whole number"),
+    ],
+)
+def test_bad_shares_refuse_the_node(device: dict[str, Any], says: str) -> None:
+    published = pool({**gpu(0, index=0), **device})
+    got = node_devices(NODE, [published], CFG)
+    assert isinstance(got, str) and says in got
+
+
+def test_shares_without_multiple_allocations_are_not_shares() -> None:
+    got = node_devices(NODE, [pool({**gpu(0, index=0), "capacity": {"shares": {"value": "16"}}})], CFG)
+    assert isinstance(got, NodeDevices) and got.devices[0].shares == 0

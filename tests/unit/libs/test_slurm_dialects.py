@@ -460,6 +460,13 @@ def test_gpus_as_tres_per_node(gpus: int, gpu_type: str, gres: str) -> None:
     assert job["tres_per_node"] == gres
 
 
+def test_shares_of_a_gpu_as_shards() -> None:
+    job = Dialect().submit_body(_full_spec(gpus=0, gpu_shares=4, gpu_type="h100"))["job"]
+    assert job["tres_per_node"] == "gres/shard:h100:4"
+    untyped = Dialect().submit_body(_full_spec(gpus=0, gpu_shares=4, gpu_type=""))["job"]
+    assert untyped["tres_per_node"] == "gres/shard:4"
+
+
 def test_no_gpus_no_gres() -> None:
     job = Dialect().submit_body(_full_spec(gpus=0, gpu_type="h100"))["job"]
     assert "tres_per_node" not in job

@@ -98,6 +98,7 @@ def seen(
             gpus={REF.uid: pod_gpus(p, claims, {}, CFG)},
             claims=claims,
             devices=kw.pop("devices", {"node-000": DEVICES}),
+            most_shares=kw.pop("gpu_most", None),
         ),
         **kw,
     )
@@ -251,3 +252,72 @@ def test_slices_given_for_whole_gpus_refuse_the_pod_once_with_the_reason_not_a_p
     action = d.decide(seen(pod(7), running(detail), devices={"node-000": MIXED}))
     assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
     assert "a mig) to a request for a gpu" in action.message
+
+
+# Shares of a GPU (issue 54): the lab's shard node, 16 shares on each of its 8 GPUs.
+SHARED = replace(DEVICES, devices=tuple(replace(x, shares=16) for x in DEVICES.devices))
+
+
+def share_claim(n: Any, uid: str = "claim-uid") -> dict[str, Any]:
+    c = claim(1)
+    c["metadata"]["uid"] = uid
+    c["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"shares": n}}
+    return c
+
+
+def shard_job(detail: str = "shard:h100:4(0/16,0/16,4/16,0/16,0/16,0/16,0/16,0/16)") -> JobStatus:
+    job = running((detail,))
+    return replace(job, job=replace(job.job, tres_per_node="gres/shard:h100:4"))
+
+
+def test_a_claim_for_shares_asks_slurm_for_shards_and_no_gpus() -> None:
+    action = d.decide(seen(pod(), c=share_claim("4"), gpu_most=16))
+    assert isinstance(action, actions.Submit)
+    requests = action.validations[0].requests
+    assert requests[keys.GPU_SHARES] == 4 and keys.GPU_RESOURCE not in requests
+
+
+def test_more_shares_than_any_gpu_has_are_refused_before_a_job() -> None:
+    action = d.decide(seen(pod(), c=share_claim(17), gpu_most=16))
+    assert isinstance(action, actions.Reject)
+    assert "asks for 17 shares of one GPU; the most any GPU publishes is 16" in action.message
+    none = d.decide(seen(pod(), c=share_claim(1), gpu_most=0))
+    assert isinstance(none, actions.Reject) and "no Node publishes sharable GPUs" in none.message
+
+
+def test_the_bind_gives_the_claim_the_gpu_whose_shards_slurm_chose() -> None:
+    action = d.decide(seen(pod(7), shard_job(), c=share_claim(4), devices={"node-000": SHARED}))
+    assert isinstance(action, actions.Bind)
+    (write,) = action.claims[REF.uid]
+    (result,) = write.status["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-2" and result["consumedCapacity"] == {"shares": "4"}
+    assert result["shareID"]  # a share of a device several claims may hold
+    # The same claim and device always name the same share: a rewrite after a crash agrees.
+    again = d.decide(seen(pod(7), shard_job(), c=share_claim(4), devices={"node-000": SHARED}))
+    assert isinstance(again, actions.Bind)
+    assert again.claims[REF.uid][0].status == write.status
+
+
+@pytest.mark.parametrize(
+    ("detail", "devices", "says"),
+    [
+        (
+            "shard:h100:4(2/16,2/16,0/16,0/16,0/16,0/16,0/16,0/16)",
+            SHARED,
+            "holds shards 2 on GPU 0, 2 on GPU 1",
+        ),
+        ("shard:h100:3(0/16,3/16,0/16,0/16,0/16,0/16,0/16,0/16)", SHARED, "ask for 4 of one GPU"),
+        ("shard:h100:4(4/16,0/16,0/16,0/16,0/16,0/16,0/16,0/16)", DEVICES, "gpu-0 is not sharable"),
+    ],
+)
+def test_shards_the_claim_cannot_hold_refuse_the_pod(detail: str, devices: NodeDevices, says: str) -> None:
+    action = d.decide(seen(pod(7), shard_job(detail), c=share_claim(4), devices={"node-000": devices}))
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
+    assert says in action.message
+
+
+def test_a_whole_gpu_on_a_sharable_device_consumes_all_its_shares() -> None:
+    action = d.decide(seen(pod(7), running(), devices={"node-000": SHARED}))
+    assert isinstance(action, actions.Bind)
+    results = action.claims[REF.uid][0].status["allocation"]["devices"]["results"]
+    assert [r["consumedCapacity"] for r in results] == [{"shares": "16"}] * 2

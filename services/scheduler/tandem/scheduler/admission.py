@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tandem import keys, reasons
-from tandem.dra.claims import PodGpus
+from tandem.dra.claims import PodGpus, Refusal
 from tandem.kube import JSON
 from tandem.scheduler import domains, groups, matching, podstate, validation
 from tandem.scheduler.actions import (
@@ -64,10 +64,11 @@ def unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Act
     """Reject members whose GPU claims Slurm cannot allocate as asked (tandem.dra.claims says
     which field); a bound member only hears of it, as for any rule."""
     unmappable = [
-        (m, o.gpu.gpus[podstate.uid(m)])
+        (m, _with_share_room(o.gpu.gpus[podstate.uid(m)], o.gpu.most_shares, podstate.bound(m)))
         for m in live
-        if podstate.uid(m) in o.gpu.gpus and o.gpu.gpus[podstate.uid(m)].refusals
+        if podstate.uid(m) in o.gpu.gpus
     ]
+    unmappable = [(m, g) for m, g in unmappable if g.refusals]
     if not unmappable:
         return None
     problems = tuple(validation.Problem(r.where, r.reason) for _, g in unmappable for r in g.refusals)
@@ -82,16 +83,26 @@ def unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Act
     return Reject(live, message, problems)
 
 
+def _with_share_room(gpus: PodGpus, most: int | None, bound: bool) -> PodGpus:
+    """Shares of one GPU beyond what any GPU has would pend for ever, and Slurm's backfill would
+    hold a node for them (lab fact, issue 54): refused before they become a job."""
+    if most is None or bound or not gpus.shares or gpus.shares <= most:
+        return gpus
+    room = f"the most any GPU publishes is {most}" if most else "no Node publishes sharable GPUs"
+    why = Refusal("spec.resourceClaims", f"asks for {gpus.shares} shares of one GPU; {room}")
+    return replace(gpus, refusals=(*gpus.refusals, why))
+
+
 def with_claimed_gpus(
     claimed: Mapping[str, PodGpus], pod: JSON, result: validation.Validation
 ) -> validation.Validation:
-    """The job asks Slurm for the GPUs the member's claims ask for, as GRES of their type."""
+    """The job asks Slurm for the GPUs the member's claims ask for, as GRES of their type: whole
+    devices as `gpu`, shares of one GPU as `shard`."""
     gpus = claimed.get(podstate.uid(pod))
     if gpus is None or not gpus.requests:
         return result
-    return replace(
-        result, requests={**result.requests, keys.GPU_RESOURCE: gpus.count}, gpu_type=gpus.gres_type
-    )
+    asked = {keys.GPU_SHARES: gpus.shares} if gpus.shares else {keys.GPU_RESOURCE: gpus.count}
+    return replace(result, requests={**result.requests, **asked}, gpu_type=gpus.gres_type)
 
 
 def would_be_refused_message(group: groups.Group, message: str) -> str:

@@ -95,6 +95,16 @@ class DraCaches:
             for node in set(kube_nodes)
         }
 
+    def most_shares(self) -> int:
+        """The most shares one GPU of any Node publishes (0: no Node shares its GPUs); a tainted GPU
+        counts, as it may come back."""
+        nodes = {str(n) for s in self.slices.items() if (n := at(s, "spec", "nodeName"))}
+        most = 0
+        for found in self.devices(nodes).values():
+            if not isinstance(found, str):
+                most = max([most, *(d.shares for d in found.devices)])
+        return most
+
     def whole_gpu_types(self, kube_node: str) -> frozenset[str]:
         """The Slurm GRES types of the whole GPUs the Node publishes (none when its ResourceSlices
         cannot be read): a MIG slice of one of them is a device of its own type."""

@@ -14,7 +14,7 @@ from typing import Any
 from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, claim_status_of, split_indices
 from tandem.dra.claims import ClaimRequest, PodGpus
-from tandem.dra.gres import Mismatch, NotSeen, job_gpu_indices
+from tandem.dra.gres import Mismatch, NotSeen, job_gpu_indices, job_gpu_shares
 from tandem.dra.shape import at, items
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON
@@ -49,6 +49,8 @@ def _shares_on(
 ) -> tuple[NodeDevices, dict[str, tuple[int, ...]]] | NotSeen | Mismatch:
     """The Node's devices and the GPU indices Slurm gave the job there, shared out over the Pod's
     claim requests; or what is not seen yet, or why they cannot be given."""
+    if any(r.shares for r in requests):
+        return _gpu_shared_on(job, slurm_node, devices, requests)
     indices = job_gpu_indices(job, slurm_node)
     if not isinstance(indices, tuple):
         return indices
@@ -60,6 +62,27 @@ def _shares_on(
     if isinstance(shares, str):
         return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
     return devices, shares
+
+
+def _gpu_shared_on(
+    job: Job, slurm_node: str, devices: NodeDevices | str | None, requests: Sequence[ClaimRequest]
+) -> tuple[NodeDevices, dict[str, tuple[int, ...]]] | NotSeen | Mismatch:
+    """Shares of a GPU: Slurm takes a job's shards from one GPU, so every request gets that one."""
+    held = job_gpu_shares(job, slurm_node)
+    if not isinstance(held, tuple):
+        return held
+    if devices is None:
+        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
+    if isinstance(devices, str):
+        return Mismatch(devices)
+    wanted = sum(r.shares for r in requests)
+    on = ", ".join(f"{s.used} on GPU {s.index}" for s in held)
+    if len(held) != 1 or held[0].used != wanted:
+        return Mismatch(
+            f"Slurm job {job.job_id} on {slurm_node} holds shards {on}; the Pod's claims ask for"
+            f" {wanted} of one GPU"
+        )
+    return devices, {r.pod_claim: (held[0].index,) for r in requests}
 
 
 def claim_writes(

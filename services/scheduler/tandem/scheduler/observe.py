@@ -180,7 +180,17 @@ class Observer:
             },
             job_phase_age=self.jobs.in_phase_for(job.job_id) if job is not None else float("inf"),
             gpu=actions.GpuFacts(
-                gpus, claims, devices, class_config, extended_class, dra_served, extended_claims
+                gpus,
+                claims,
+                devices,
+                class_config,
+                extended_class,
+                dra_served,
+                extended_claims,
+                # Read only for a Pod asking shares, before its job: refused when no GPU has as many.
+                most_shares=self.caches.dra.most_shares()
+                if self.caches.dra is not None and job is None and any(g.shares for g in gpus.values())
+                else None,
             ),
             topology=self.settings.topology(),
         )
