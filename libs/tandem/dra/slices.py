@@ -171,7 +171,34 @@ def agreement(
                 f"Slurm has {named} index {index}, the ResourceSlice's {device.name}"
                 f" with index {index} is {device.gres_type}",
             )
-    return Agreement(devices)
+    shares = _shares_differ(devices, node_gres, used_gres)
+    return Agreement(None, shares) if shares else Agreement(devices)
+
+
+def _shares_differ(devices: NodeDevices, node_gres: Sequence[Gres], used_gres: Sequence[Gres]) -> str:
+    """Slurm's shards of each GPU against the shares its device publishes ("" when they agree, or
+    one side shares none): a device publishing more shares than Slurm counts would over-commit it."""
+    slurm_total = sum(g.count for g in node_gres if g.name == "shard")
+    published = {d.index: d for d in devices.devices if d.shares}
+    if not slurm_total or not published:
+        # One side does not share: Slurm places no shard job where it has none, and a share claim
+        # on a GPU not published as sharable is refused at its bind; whole GPUs still agree.
+        return ""
+    # gres_used says each GPU's total (`shard:h100:3(3/16,0/16,...)`); else only the node's.
+    per_gpu = {s.index: s.total for g in used_gres if g.name == "shard" for s in g.shares}
+    if not per_gpu:
+        dra_total = sum(d.shares for d in published.values())
+        if dra_total != slurm_total:
+            return f"Slurm has {slurm_total} shards, the ResourceSlice publishes {dra_total} shares"
+        return ""
+    for index in sorted(set(per_gpu) | set(published)):
+        slurm, device = per_gpu.get(index, 0), published.get(index)
+        if slurm != (device.shares if device else 0):
+            has = (
+                f"{device.name} publishes {device.shares}" if device else "device of that index publishes no"
+            )
+            return f"Slurm has {slurm} shards of GPU {index}, the ResourceSlice's {has} shares"
+    return ""
 
 
 def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, ...], tuple[str, ...]] | str:

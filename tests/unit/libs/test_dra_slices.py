@@ -299,3 +299,46 @@ def test_bad_shares_refuse_the_node(device: dict[str, Any], says: str) -> None:
 def test_shares_without_multiple_allocations_are_not_shares() -> None:
     got = node_devices(NODE, [pool({**gpu(0, index=0), "capacity": {"shares": {"value": "16"}}})], CFG)
     assert isinstance(got, NodeDevices) and got.devices[0].shares == 0
+
+
+def _shared(*shares: int) -> list[dict[str, Any]]:
+    return [
+        pool(
+            *(
+                {
+                    **gpu(i, index=i),
+                    "allowMultipleAllocations": True,
+                    "capacity": {"shares": {"value": str(n)}},
+                }
+                for i, n in enumerate(shares)
+            )
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("slices", "gres", "used", "says"),
+    [
+        (_shared(16, 16), "gpu:h100:2,shard:h100:32", "shard:h100:0(0/16,0/16)", ""),
+        (_shared(16, 16), "gpu:h100:2,shard:h100:32", "", ""),  # no per-GPU detail: the totals
+        (_shared(16, 16), "gpu:h100:2", "", ""),  # Slurm shares none: whole GPUs agree
+        (indexed(2), "gpu:h100:2,shard:h100:32", "", ""),  # the driver shares none: likewise
+        (
+            _shared(16, 8),
+            "gpu:h100:2,shard:h100:32",
+            "shard:h100:3(3/16,0/16)",
+            "Slurm has 16 shards of GPU 1, the ResourceSlice's gpu-1 publishes 8 shares",
+        ),
+        (
+            _shared(16, 16),
+            "gpu:h100:2,shard:h100:16",
+            "",
+            "Slurm has 16 shards, the ResourceSlice publishes 32 shares",
+        ),
+    ],
+)
+def test_shares_agree_with_slurms_shards_gpu_by_gpu(
+    slices: list[dict[str, Any]], gres: str, used: str, says: str
+) -> None:
+    got = agreement(node_devices(NODE, slices, CFG), parse_gres(gres), parse_gres(used))
+    assert got.difference == says
