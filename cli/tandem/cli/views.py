@@ -252,11 +252,26 @@ class NodeView:
     devices: NodeDevices | str | None
     # Each unhealthy GPU by Slurm index and the sides that say so ("k8s", "slurm").
     unhealthy: dict[int, list[str]]
+    # Shares of a GPU each job holds there (`gres/shard`): (GPU index, shares, job), by index.
+    shared: tuple[tuple[int, int, int], ...] = ()
 
     @property
-    def gpus_used(self) -> int | None:
-        """GPUs held by Slurm jobs on the node; None without Slurm's view (the syncer's)."""
-        return None if self.held is None else len({i for indices, _ in self.held for i in indices})
+    def gpus_used(self) -> float | None:
+        """GPUs held by Slurm jobs on the node, a shared GPU counting the part of its shares in
+        use; None without Slurm's view (the syncer's)."""
+        if self.held is None:
+            return None
+        whole = {i for indices, _ in self.held for i in indices}
+        taken: dict[int, int] = {}
+        for index, shares, _ in self.shared:
+            if index not in whole:
+                taken[index] = taken.get(index, 0) + shares
+        by_index = self.devices.by_index() if isinstance(self.devices, NodeDevices) else {}
+        part = sum(
+            min(1.0, n / by_index[i].shares) if i in by_index and by_index[i].shares else 1.0
+            for i, n in taken.items()
+        )
+        return len(whole) + part
 
     @property
     def gpus_total(self) -> int | None:
@@ -310,6 +325,7 @@ def node_view(facts: Facts, name: str) -> NodeView:
         disagree=disagree,
         devices=devices,
         unhealthy=unhealthy,
+        shared=_shared(facts, slurm_node),
     )
 
 
@@ -362,7 +378,11 @@ def node_records(facts: Facts, now: dt.datetime) -> list[dict[str, Any]]:
             "LOCK": v.lock,
             "JOBS": list(v.jobs),
             "GPUS": _gpu_map(v),
-            "GPUS USED": v.gpus_used,
+            "GPUS USED": None
+            if v.gpus_used is None
+            else float(_count(v.gpus_used))
+            if v.shared
+            else int(v.gpus_used),
             "GPUS TOTAL": v.gpus_total,
             "GPU HEALTH": _gpu_health(v),
             "PODS": [_pod_name(p) for p in v.pods],
@@ -389,6 +409,24 @@ def _held(facts: Facts, slurm_node: str) -> tuple[tuple[tuple[int, ...], int], .
     return tuple(sorted(held))
 
 
+def _shared(facts: Facts, slurm_node: str) -> tuple[tuple[int, int, int], ...]:
+    """The shares of a GPU each job holds on the node (Slurm's shards), by GPU index."""
+    if facts.slurm is None or not slurm_node:
+        return ()
+    found = []
+    for status in facts.slurm.jobs.values():
+        if slurm_node in status.job.nodes and status.holds_nodes and status.job.gres_detail:
+            shares = gres.job_gpu_shares(status.job, slurm_node)
+            if isinstance(shares, tuple):
+                found += [(s.index, s.used, status.job_id) for s in shares]
+    return tuple(sorted(found))
+
+
+def _count(value: float) -> str:
+    # Whole GPUs as integers; a shared GPU's part to two places (`2.25`).
+    return str(int(value)) if value == int(value) else f"{value:.2f}".rstrip("0")
+
+
 def _gpu_count(v: NodeView) -> str:
     """`6/8`: GPUs held by Slurm jobs of those the Node publishes; `?` where a side is unknown
     (held: without the syncer; published: no ResourceSlice); `disagree` when the two disagree."""
@@ -397,14 +435,16 @@ def _gpu_count(v: NodeView) -> str:
     used, total = v.gpus_used, v.gpus_total
     if total is None and not used:
         return ""  # no GPUs published, none held: a CPU node, or one Tandem cannot see GPUs of
-    return f"{'?' if used is None else used}/{'?' if total is None else total}"
+    return f"{'?' if used is None else _count(used)}/{'?' if total is None else total}"
 
 
 def _gpu_map(v: NodeView) -> str:
-    """`0-1=12 4-7=20`: the GPU indices each job holds, or why Pods claiming GPUs are kept off."""
+    """`0-1=12 4-7=20 3=31:4`: the GPU indices each job holds (`IDX=job:shares` for its shares of a
+    shared GPU), or why Pods claiming GPUs are kept off."""
     if v.disagree:
         return f"disagree: {v.disagree}"
-    return " ".join(f"{compress_indices(i)}={job}" for i, job in v.held or ())
+    whole = [f"{compress_indices(i)}={job}" for i, job in v.held or ()]
+    return " ".join([*whole, *(f"{i}={job}:{n}" for i, n, job in v.shared)])
 
 
 def _gpu_health(v: NodeView) -> str:
@@ -476,7 +516,7 @@ def _gpus_line(v: NodeView) -> str:
     used, total = v.gpus_used, v.gpus_total
     if total is None and not used:
         return "(none published: no ResourceSlice of gpu.nvidia.com for this Node)"
-    line = f"{'?' if used is None else used} of {'?' if total is None else total} held by Slurm jobs"
+    line = f"{'?' if used is None else _count(used)} of {'?' if total is None else total} held by Slurm jobs"
     return line + (" (held: Slurm's view needs --syncer-address)" if used is None else "")
 
 

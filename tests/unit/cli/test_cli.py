@@ -429,6 +429,26 @@ def test_nodes_show_which_gpu_indices_each_job_holds_and_a_disagreeing_node() ->
     assert views.node_records(seen, NOW)[0]["GPUS"] == "0-1=12 2-3,6-7=13"
 
 
+def test_nodes_count_the_shares_of_a_shared_gpu_as_part_of_it() -> None:
+    """Issue 54: two jobs' shards on GPU 0 (4 and 8 of 16) and one job's whole GPUs 1-7."""
+    shards = "shard:h100:{n}({n}/16,0/16,0/16,0/16,0/16,0/16,0/16,0/16)"
+    slurm = f.SlurmView(
+        jobs={
+            21: JobStatus(Job(21, "a", "RUNNING", nodes=("gpu-000",), gres_detail=(shards.format(n=4),))),
+            22: JobStatus(Job(22, "b", "RUNNING", nodes=("gpu-000",), gres_detail=(shards.format(n=8),))),
+            23: JobStatus(Job(23, "c", "RUNNING", nodes=("gpu-000",), gres_detail=("gpu:h100:7(IDX:1-7)",))),
+        },
+        nodes={"gpu-000": Node("gpu-000", "MIXED")},
+    )
+    seen = facts(slurm=slurm)
+    shared = tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i, shares=16) for i in range(8))
+    seen.gpus = {"node-000": NodeDevices("node-000", "gpu.nvidia.com", "node-000", shared)}
+    row = views.node_rows(seen, NOW, wide=True)[0]
+    assert row["GPUS USED/TOTAL"] == "7.75/8"
+    assert row["GPU IDX=JOB"] == "1-7=23 0=21:4 0=22:8"
+    assert views.node_records(seen, NOW)[0]["GPUS USED"] == 7.75
+
+
 def test_describe_names_the_pod_s_claims_and_its_job_s_gpus() -> None:
     the_pod = pod("infer", 12, node="node-000", phase="Running")
     the_pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two"}]
