@@ -20,6 +20,7 @@ from devstack.config import StackConfig
 from tandem import keys
 from tandem.kube import KubeClient, KubeError
 from tests.integration import helpers as h
+from tests.integration import test_shards as shards
 from tests.integration.test_gpu_claims import _delete
 from tests.integration.test_kubectl_tandem import kubectl_tandem
 
@@ -188,3 +189,35 @@ def test_a_gpu_the_kubelet_reports_unhealthy_drains_its_slurm_node_while_reporte
     h.wait_until("the Slurm node drained naming GPU 3", lambda: _drained(stack_cfg, slurm_node) == reason, 30)
     h.delete_pod(core, name, grace=0)
     h.wait_until("the node resumed", lambda: _drained(stack_cfg, slurm_node) is None, 30)
+
+
+def test_a_tainted_gpus_shares_are_drained_in_slurm_and_a_share_pod_waits_for_them(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
+) -> None:
+    """Issue 54: the shard node's GPU 0 tainted; Slurm gives out no shard of the node (drained
+    naming the GPU), so a Pod asking a share of a GPU waits unbound, its claim unallocated, and
+    runs once the taint goes."""
+    slurm_node, kube_node = (
+        config.slurm_node_name(config.SHARD_NODE),
+        config.kube_node_name(config.SHARD_NODE),
+    )
+    rule = h.unique("xid")
+    api.post(RULES, _rule(rule, kube_node, "gpu-0", "NoSchedule"))
+    name = h.unique("share")
+    try:
+        h.wait_until(
+            "the Slurm node drained naming GPU 0",
+            lambda: "GPU 0" in (_drained(stack_cfg, slurm_node) or ""),
+            30,
+        )
+        shards.claiming_pod(stack_cfg, core, api, name, shares=2)
+        job = h.wait_until(f"{name}'s job", lambda: h.job_id_of(core, name), 30)
+        h.wait_until("its job pending", lambda: _state(stack_cfg, job) == "PENDING", 15)
+        assert not (p := h.get_pod(core, name)) or not p.spec.node_name
+        assert not shards.given(api, name)
+        _delete(api, f"{RULES}/{rule}")
+        h.wait_until(f"{name} bound once the taint went", lambda: shards.bound(core, name), 60)
+        assert [shares for _, shares in shards.given(api, name)] == ["2"]
+    finally:
+        _delete(api, f"{RULES}/{rule}")
+        _delete(api, f"{shards.CLAIMS}/{name}")

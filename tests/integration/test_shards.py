@@ -118,7 +118,7 @@ def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
     client.close()
 
 
-def _claiming_pod(
+def claiming_pod(
     cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient, name: str, shares: int = 0, gpus: int = 0
 ) -> None:
     """A Pod on the shard node whose one claim asks `shares` of a GPU (or `gpus` whole GPUs)."""
@@ -133,12 +133,12 @@ def _claiming_pod(
     h.create(core, pod)
 
 
-def _bound(core: k8s.CoreV1Api, name: str) -> bool:
+def bound(core: k8s.CoreV1Api, name: str) -> bool:
     pod = h.get_pod(core, name)
     return pod is not None and bool(pod.spec.node_name)
 
 
-def _given(api: KubeClient, claim: str) -> list[tuple[int, str]]:
+def given(api: KubeClient, claim: str) -> list[tuple[int, str]]:
     """(GPU index, shares consumed) of each device the claim was given, by the Node's slice."""
     results = ((api.get(f"{CLAIMS}/{claim}").get("status") or {}).get("allocation") or {}).get(
         "devices"
@@ -165,50 +165,50 @@ def test_pods_and_a_shard_job_share_one_gpu_and_the_next_pod_waits_for_room(
     the GPU's room. Each claim names the GPU Slurm chose, with the shares Slurm counted."""
     quarter, half = PER_GPU // 4, PER_GPU // 2
     first = h.unique("quarter")
-    _claiming_pod(stack_cfg, core, api, first, shares=quarter)
-    h.wait_until(f"{first} bound", lambda: _bound(core, first), 60)
+    claiming_pod(stack_cfg, core, api, first, shares=quarter)
+    h.wait_until(f"{first} bound", lambda: bound(core, first), 60)
     assert _on(_held(stack_cfg, _job_of(core, first))) == {0: quarter}
     training = _job(stack_cfg, f"gpu:{TYPE}:{config.GPUS_PER_NODE - 1}")
     h.wait_until("the training job running", lambda: _running(stack_cfg, training), 30)
     second = h.unique("quarter")
-    _claiming_pod(stack_cfg, core, api, second, shares=quarter)
-    h.wait_until(f"{second} bound", lambda: _bound(core, second), 60)
+    claiming_pod(stack_cfg, core, api, second, shares=quarter)
+    h.wait_until(f"{second} bound", lambda: bound(core, second), 60)
     shard_job = _job(stack_cfg, f"shard:{half}")
     h.wait_until("the shard job running", lambda: _running(stack_cfg, shard_job), 30)
     for name in (first, second):
-        assert _given(api, name) == [(0, str(quarter))], name
+        assert given(api, name) == [(0, str(quarter))], name
         assert _on(_held(stack_cfg, _job_of(core, name))) == {0: quarter}
     assert _on(_held(stack_cfg, shard_job)) == {0: half}
     # GPU 0 is full, the others held whole: the next Pod's job waits for room, and the Pod with it.
     waiting = h.unique("half")
-    _claiming_pod(stack_cfg, core, api, waiting, shares=half)
+    claiming_pod(stack_cfg, core, api, waiting, shares=half)
     job = _job_of(core, waiting)
     h.wait_until("its job pending", lambda: _state(stack_cfg, job)[0] == "PENDING", 30)
-    assert not _bound(core, waiting) and not _given(api, waiting)
+    assert not bound(core, waiting) and not given(api, waiting)
     h.scancel(stack_cfg, shard_job)
-    h.wait_until(f"{waiting} bound", lambda: _bound(core, waiting), 60)
-    assert _given(api, waiting) == [(0, str(half))]
+    h.wait_until(f"{waiting} bound", lambda: bound(core, waiting), 60)
+    assert given(api, waiting) == [(0, str(half))]
 
 
 def test_a_whole_gpu_pod_never_takes_a_gpu_whose_shares_are_in_use(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
     shared = h.unique("share")
-    _claiming_pod(stack_cfg, core, api, shared, shares=1)
-    h.wait_until(f"{shared} bound", lambda: _bound(core, shared), 60)
+    claiming_pod(stack_cfg, core, api, shared, shares=1)
+    h.wait_until(f"{shared} bound", lambda: bound(core, shared), 60)
     whole = h.unique("whole")
-    _claiming_pod(stack_cfg, core, api, whole, gpus=config.GPUS_PER_NODE - 1)
-    h.wait_until(f"{whole} bound", lambda: _bound(core, whole), 60)
+    claiming_pod(stack_cfg, core, api, whole, gpus=config.GPUS_PER_NODE - 1)
+    h.wait_until(f"{whole} bound", lambda: bound(core, whole), 60)
     # Every GPU but the shared one, each consuming all its shares as Slurm counts it taken.
-    assert sorted(_given(api, whole)) == [(i, str(PER_GPU)) for i in range(1, config.GPUS_PER_NODE)]
-    assert _given(api, shared) == [(0, "1")]
+    assert sorted(given(api, whole)) == [(i, str(PER_GPU)) for i in range(1, config.GPUS_PER_NODE)]
+    assert given(api, shared) == [(0, "1")]
 
 
 def test_more_shares_than_a_gpu_has_are_refused_with_one_event_and_no_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
     name = h.unique("too-many")
-    _claiming_pod(stack_cfg, core, api, name, shares=PER_GPU + 1)
+    claiming_pod(stack_cfg, core, api, name, shares=PER_GPU + 1)
     event = h.wait_until(
         "a FailedValidation Event",
         lambda: next((e for e in h.events_for(core, name) if e.reason == "FailedValidation"), None),

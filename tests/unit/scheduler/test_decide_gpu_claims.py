@@ -13,6 +13,7 @@ from tandem import keys, placeholder, reasons
 from tandem.dra.allocation import FINALIZER
 from tandem.dra.claims import DraConfig, pod_gpus
 from tandem.dra.slices import NodeDevices, SlicedDevice
+from tandem.dra.taints import DeviceTaint
 from tandem.scheduler import actions, groups, policy
 from tandem.scheduler import decide as d
 from tandem.scheduler.eligibility import Eligibility
@@ -256,6 +257,13 @@ def test_slices_given_for_whole_gpus_refuse_the_pod_once_with_the_reason_not_a_p
 
 # Shares of a GPU (issue 54): the lab's shard node, 16 shares on each of its 8 GPUs.
 SHARED = replace(DEVICES, devices=tuple(replace(x, shares=16) for x in DEVICES.devices))
+TAINTED = replace(
+    SHARED,
+    devices=tuple(
+        replace(x, taints=(DeviceTaint("example.com/xid", "79", "NoSchedule"),)) if x.index == 2 else x
+        for x in SHARED.devices
+    ),
+)
 
 
 def share_claim(n: Any, uid: str = "claim-uid") -> dict[str, Any]:
@@ -308,6 +316,7 @@ def test_the_bind_gives_the_claim_the_gpu_whose_shards_slurm_chose() -> None:
         ),
         ("shard:h100:3(0/16,3/16,0/16,0/16,0/16,0/16,0/16,0/16)", SHARED, "ask for 4 of one GPU"),
         ("shard:h100:4(4/16,0/16,0/16,0/16,0/16,0/16,0/16,0/16)", DEVICES, "gpu-0 is not sharable"),
+        ("shard:h100:4(0/16,0/16,4/16,0/16,0/16,0/16,0/16,0/16)", TAINTED, "device gpu-2 (Slurm index 2)"),
     ],
 )
 def test_shards_the_claim_cannot_hold_refuse_the_pod(detail: str, devices: NodeDevices, says: str) -> None:
