@@ -28,7 +28,8 @@ Invariants, counted after the settle (each must be 0):
   stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
   drains_for_pods_elsewhere  a KillWait drain, seen at any time of the run, naming a Pod that was
                           not bound to that node's Node (one never bound, or bound elsewhere)
-  gpus_given_twice        a GPU device allocated to two live claims at once
+  gpus_given_twice        a GPU device allocated to two live claims at once, not both as shares
+  gpu_shares_overcommitted  a GPU whose shares live claims consume beyond Slurm's shards in use
   stale_gpu_drains        a Slurm node still drained for a GPU taint once every taint is gone
 Prints a table, then one JSON line with each count and what was done.
 """
@@ -39,6 +40,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -56,6 +58,8 @@ from devstack.procs import Daemon
 from devstack.slurm import slurm_env
 from devstack.table import format_table
 from tandem import keys
+from tandem.dra.claims import SHARE_CAPACITY
+from tandem.dra.gres import GresError, parse_gres
 from tandem.kube import KubeClient, KubeError, object_key, pod_finished
 from tandem.placeholder import extra_member, parse_job_name
 from tandem.slurm.hostlist import expand
@@ -64,6 +68,8 @@ NAMESPACE = "bench"
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
+# The shares of a GPU a shard Pod's claim or a shard job asks for (the lab's GPUs have 16 each).
+SOAK_SHARES = (2, 4, 8)
 
 
 class Soak:
@@ -89,6 +95,8 @@ class Soak:
         self.gpu_nodes = [config.kube_node_name(i) for i in range(cfg.nodes) if config.is_gpu_node(i)]
         self.rules = f"/apis/{keys.DRA_GROUP}/v1/{keys.DEVICE_TAINT_RULES}"
         self.serves_rules = bool(self.mixed) and _served(self.kube, self.rules)
+        # The node whose GPUs both sides share out (issue 54): shard Pods and shard jobs go there.
+        self.shard_node = config.SHARD_NODE if self.serves_rules and cfg.nodes > config.SHARD_NODE else None
         self.templates = f"/apis/{keys.DRA_GROUP}/v1/namespaces/{namespace}/resourceclaimtemplates"
         self.taints: list[str] = []
         # KillWait drains seen during the run that named a Pod not on that node: (node, pod, where).
@@ -108,6 +116,7 @@ class Soak:
             (self.scancel_some, 1),
             (self.squat, 2),
             *([(self.gpu_pod, 2), (self.gpu_taint, 1)] if self.serves_rules else []),
+            *([(self.shard_pod, 2), (self.shard_job, 1)] if self.shard_node is not None else []),
         ]
         weights = [w for _, w in actions]
         while not stop.wait(self.rng.uniform(0.5, 1.5)):
@@ -160,6 +169,28 @@ class Soak:
         self.kube.post(self.pods, pod)
         self.done[f"gpu pods ({kind}) created"] += 1
 
+    def shard_pod(self) -> None:
+        """A Pod on the shard node claiming 2, 4 or 8 shares of a GPU."""
+        assert self.shard_node is not None
+        shares = self.rng.choice(SOAK_SHARES)
+        pod = self._pod(
+            self._name("gpu-share"),
+            nodeSelector={"kubernetes.io/hostname": config.kube_node_name(self.shard_node)},
+            resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": f"soak-share-{shares}"}],
+        )
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+        self.kube.post(self.pods, pod)
+        self.done["gpu pods (shares) created"] += 1
+
+    def shard_job(self) -> None:
+        """A Slurm job of its own taking shards of a GPU of the shard node, beside the Pods' shares."""
+        assert self.shard_node is not None
+        shards = self.rng.choice(SOAK_SHARES)
+        self._sbatch(
+            [f"--gres=shard:{shards}", f"--nodelist={config.slurm_node_name(self.shard_node)}"],
+            "shard jobs",
+        )
+
     def gpu_taint(self) -> None:
         """A DeviceTaintRule on a random GPU of a random GPU node, or one of those made going."""
         if self.taints and (len(self.taints) >= 2 or self.rng.random() < 0.5):
@@ -177,14 +208,17 @@ class Soak:
     def ensure_templates(self) -> None:
         """The claim templates the GPU Pods name: 1 and 2 whole GPUs of any product, a MIG slice."""
         profile = f'device.attributes["gpu.nvidia.com"].profile == "{config.MIG_PROFILE}"'
-        for name, count, device_class, selector in (
-            ("soak-whole-1", 1, "gpu.nvidia.com", ""),
-            ("soak-whole-2", 2, "gpu.nvidia.com", ""),
-            ("soak-slice", 1, "mig.nvidia.com", profile),
+        for name, count, device_class, selector, shares in (
+            ("soak-whole-1", 1, "gpu.nvidia.com", "", 0),
+            ("soak-whole-2", 2, "gpu.nvidia.com", "", 0),
+            ("soak-slice", 1, "mig.nvidia.com", profile, 0),
+            *((f"soak-share-{n}", 1, "gpu.nvidia.com", "", n) for n in SOAK_SHARES),
         ):
             exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
             if selector:
                 exactly["selectors"] = [{"cel": {"expression": selector}}]
+            if shares:
+                exactly["capacity"] = {"requests": {SHARE_CAPACITY: str(shares)}}
             body = {
                 "metadata": {"name": name},
                 "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
@@ -323,12 +357,16 @@ class Soak:
         self.done["deployment scaled"] += 1
 
     def plain_job(self) -> None:
-        args = ["--parsable", "--output=/dev/null", f"--job-name=soak-plain-{self.serial}"]
+        args = []
         kind = self.rng.random()
         if kind < 0.2:
             args += ["--time=1"]  # minutes: ends by its time limit
         elif kind < 0.35:
             args += ["--partition=high", "--exclusive"]  # preempts what runs there
+        self._sbatch(args, "plain jobs")
+
+    def _sbatch(self, more: list[str], counted: str) -> None:
+        args = ["--parsable", "--output=/dev/null", f"--job-name=soak-plain-{self.serial}", *more]
         out = subprocess.run(
             ["sbatch", *args],
             input=f"#!/bin/sh\nsleep {self.rng.randint(5, 120)}\n",
@@ -341,11 +379,11 @@ class Soak:
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             # sbatch said nothing while slurmctld restarted: counted, and the churn goes on.
-            self.errors["plain_job: sbatch printed no job id"] += 1
+            self.errors[f"{counted}: sbatch printed no job id"] += 1
             return
         self.plain_jobs.append(int(job_id))
         self.serial += 1
-        self.done["plain jobs"] += 1
+        self.done[counted] += 1
 
     def squat(self) -> None:
         """A tenant tries to put a Pod of its own on a Node, beside whatever Slurm runs there
@@ -575,6 +613,7 @@ class Soak:
         for node, pod, where in sorted(self.misplaced_drains):
             print(f"[soak] {node} drained at KillWait for {pod}, which was {where}", flush=True)
         counts["gpus_given_twice"] = self._gpus_given_twice()
+        counts["gpu_shares_overcommitted"] = self._gpu_shares_overcommitted()
         tainted = [r for drained, r in nodes.values() if drained and r.startswith(OURS) and " tainted: " in r]
         counts["stale_gpu_drains"] = len(tainted)
         names = (
@@ -591,24 +630,53 @@ class Soak:
             "stale_killwait_drains",
             "drains_for_pods_elsewhere",
             "gpus_given_twice",
+            "gpu_shares_overcommitted",
             "stale_gpu_drains",
         )
         return {n: counts[n] for n in names}
 
-    def _gpus_given_twice(self) -> int:
-        """Devices allocated to more than one claim of a live Pod at once."""
+    def _held_devices(self) -> list[dict[str, Any]] | None:
+        """Every allocation result of a claim a live Pod holds (None: the API server did not say)."""
         try:
             claims = self.kube.get(f"/apis/{keys.DRA_GROUP}/v1/resourceclaims").get("items") or []
         except KubeError:
+            return None
+        return [
+            r
+            for claim in claims
+            if (claim.get("status") or {}).get("reservedFor")
+            for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                "results"
+            )
+            or []
+        ]
+
+    def _gpus_given_twice(self) -> int:
+        """Devices allocated to more than one claim of a live Pod at once, one of them not as a
+        share of the device (a share names its shareID)."""
+        held: dict[tuple[str, str], list[bool]] = {}
+        for r in self._held_devices() or []:
+            held.setdefault((str(r.get("pool")), str(r.get("device"))), []).append(bool(r.get("shareID")))
+        return sum(1 for shared in held.values() if len(shared) > 1 and not all(shared))
+
+    def _gpu_shares_overcommitted(self) -> int:
+        """GPUs of the shard node whose shares the Pods' claims consume beyond what Slurm counts in
+        use there (its gres_used, every job's shards, a GPU held whole as all of them): a share
+        Kubernetes gives that Slurm could give again."""
+        if self.shard_node is None:
             return 0
-        held = Counter[tuple[str, str]]()
-        for claim in claims:
-            status = claim.get("status") or {}
-            if not status.get("reservedFor"):
-                continue
-            for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
-                held[(str(r.get("pool")), str(r.get("device")))] += 1
-        return sum(1 for n in held.values() if n > 1)
+        pool = config.kube_node_name(self.shard_node)
+        claimed = Counter[int]()
+        for r in self._held_devices() or []:
+            device = str(r.get("device"))
+            if str(r.get("pool")) == pool and device.startswith("gpu-") and device[4:].isdigit():
+                claimed[int(device[4:])] += int(
+                    str((r.get("consumedCapacity") or {}).get(SHARE_CAPACITY) or 0)
+                )
+        used = slurm_shards_used(self.cfg, config.slurm_node_name(self.shard_node))
+        if used is None:
+            return 0
+        return sum(1 for index, n in claimed.items() if n > used.get(index, 0))
 
     def _podgroups(self) -> list[dict[str, Any]]:
         return list(self.kube.get(f"/apis/{self.podgroup_api}/podgroups").get("items") or [])
@@ -704,6 +772,26 @@ def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
                 }
             )
     return jobs
+
+
+def slurm_shards_used(cfg: StackConfig, node: str) -> dict[int, int] | None:
+    """Shards of each GPU of `node` in use as Slurm counts them (`GresUsed=...,shard:h100:3(3/16,
+    -/16,...)`, `-`: the GPU held whole, all its shards); None when scontrol does not say."""
+    shown = subprocess.run(
+        ["scontrol", "show", "node", "-d", node],
+        env=slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    found = re.search(r"GresUsed=(\S+)", shown)
+    if found is None:
+        return None
+    try:
+        parsed = parse_gres(found.group(1))
+    except GresError:
+        return None
+    return {s.index: s.total if s.used < 0 else s.used for g in parsed if g.name == "shard" for s in g.shares}
 
 
 def slurm_nodes(cfg: StackConfig) -> dict[str, tuple[bool, str]]:

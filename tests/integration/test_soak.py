@@ -51,6 +51,8 @@ def test_a_short_soak_keeps_every_invariant(stack_cfg: StackConfig, soak_namespa
     if h.podgroups()[1] == "v1beta1":  # and DeviceTaintRules (GA): GPU Pods on the mixed node, taints
         assert result.done["gpu taints made"] > 0, result.done
         assert sum(n for what, n in result.done.items() if what.startswith("gpu pods")) > 0, result.done
+        # Shares of the shard node's GPUs from both sides (issue 54).
+        assert result.done["gpu pods (shares) created"] > 0 and result.done["shard jobs"] > 0, result.done
     assert sum(n for what, n in result.done.items() if what.startswith("kill -9")) >= 3
     assert all(result.done[f"restart {name}"] == 1 for name in soak.RESTARTED_ONCE), result.done
     assert result.counts == dict.fromkeys(result.counts, 0), result.counts

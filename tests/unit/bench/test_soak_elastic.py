@@ -43,6 +43,7 @@ def _counts(
     world.cfg = mock.Mock(spec=StackConfig, scheduler_name=SCHEDULER, nodes=8)
     world.podgroup_api = "scheduling.k8s.io/v1beta1"
     world.misplaced_drains = set()
+    world.shard_node = None
     world.kube = mock.Mock()
     world.kube.get.side_effect = lambda path: (
         {"items": [PODGROUP]}
