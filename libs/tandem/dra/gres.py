@@ -312,14 +312,9 @@ class Mismatch:
 def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mismatch:
     """The GPU indices (whole GPUs and MIG slices alike: Slurm numbers both in one bitmap) the
     job holds on `slurm_node`, from its gres_detail."""
-    if slurm_node not in job.nodes:
-        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
-    if not job.gres_detail:
-        return NotSeen(f"Slurm has not said yet which GPUs job {job.job_id} holds on {slurm_node}")
-    try:
-        held = parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
-    except GresError as e:
-        return Mismatch(f"Slurm job {job.job_id}'s GPUs on {slurm_node}: {e}")
+    held = _held_on(job, slurm_node, "GPUs")
+    if not isinstance(held, tuple):
+        return held
     indices: list[int] = []
     for g in held:
         if g.name != "gpu":
@@ -333,15 +328,22 @@ def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mi
 def job_gpu_shares(job: Job, slurm_node: str) -> tuple[Share, ...] | NotSeen | Mismatch:
     """The GPUs whose shards (`gres/shard`) the job holds on `slurm_node`, each with how many, from
     its gres_detail: `shard:h100:4(4/16,0/16,...)` is 4 on GPU 0."""
-    if slurm_node not in job.nodes:
-        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
-    if not job.gres_detail:
-        return NotSeen(f"Slurm has not said yet which GPU's shards job {job.job_id} holds on {slurm_node}")
-    try:
-        held = parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
-    except GresError as e:
-        return Mismatch(f"Slurm job {job.job_id}'s GRES on {slurm_node}: {e}")
+    held = _held_on(job, slurm_node, "GPU's shards")
+    if not isinstance(held, tuple):
+        return held
     found = [s for g in held if g.name == "shard" for s in g.shares if s.used > 0]
     if not found:
         return Mismatch(f"Slurm printed no GPU shards for job {job.job_id} on {slurm_node}")
     return tuple(found)
+
+
+def _held_on(job: Job, slurm_node: str, what: str) -> tuple[Gres, ...] | NotSeen | Mismatch:
+    """The GRES the job holds on `slurm_node` as its gres_detail says; `what` names them."""
+    if slurm_node not in job.nodes:
+        return Mismatch(f"Slurm job {job.job_id} does not hold {slurm_node}")
+    if not job.gres_detail:
+        return NotSeen(f"Slurm has not said yet which {what} job {job.job_id} holds on {slurm_node}")
+    try:
+        return parse_job_gres_detail(job.gres_detail, job.nodes.index(slurm_node))
+    except GresError as e:
+        return Mismatch(f"Slurm job {job.job_id}'s {what} on {slurm_node}: {e}")

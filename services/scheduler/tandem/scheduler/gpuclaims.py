@@ -54,14 +54,23 @@ def _shares_on(
     indices = job_gpu_indices(job, slurm_node)
     if not isinstance(indices, tuple):
         return indices
-    if devices is None:
-        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
-    if isinstance(devices, str):
-        return Mismatch(devices)
+    readable = _readable(devices, slurm_node)
+    if not isinstance(readable, NodeDevices):
+        return readable
+    devices = readable
     shares = split_indices(requests, indices)
     if isinstance(shares, str):
         return Mismatch(f"Slurm job {job.job_id} on {slurm_node}: {shares}")
     return devices, shares
+
+
+def _readable(devices: NodeDevices | str | None, slurm_node: str) -> NodeDevices | NotSeen | Mismatch:
+    """The Node's devices, or that its ResourceSlices are not seen yet, or why they cannot be read."""
+    if devices is None:
+        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
+    if isinstance(devices, str):
+        return Mismatch(devices)
+    return devices
 
 
 def _gpu_shared_on(
@@ -71,10 +80,10 @@ def _gpu_shared_on(
     held = job_gpu_shares(job, slurm_node)
     if not isinstance(held, tuple):
         return held
-    if devices is None:
-        return NotSeen(f"no ResourceSlice seen yet for the Node of {slurm_node}")
-    if isinstance(devices, str):
-        return Mismatch(devices)
+    readable = _readable(devices, slurm_node)
+    if not isinstance(readable, NodeDevices):
+        return readable
+    devices = readable
     wanted = sum(r.shares for r in requests)
     on = ", ".join(f"{s.used} on GPU {s.index}" for s in held)
     if len(held) != 1 or held[0].used != wanted:
