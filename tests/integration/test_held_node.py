@@ -154,6 +154,7 @@ def test_a_toleration_added_to_a_bound_pod_is_refused(stack_cfg: StackConfig, co
     assert not [t for t in pod.spec.tolerations or [] if t.key == keys.LOCK_KEY or not t.key], pod.spec
 
 
+@pytest.mark.parallel
 def test_an_unbound_pod_naming_tandems_scheduler_may_tolerate_the_lock(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

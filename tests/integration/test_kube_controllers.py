@@ -57,6 +57,7 @@ def _running(core: k8s.CoreV1Api, ns: str, selector: str, count: int | None = No
     return pods if count is None or len(pods) == count else []
 
 
+@pytest.mark.parallel
 def test_a_deployment_is_placed_by_the_default_scheduler(
     core: k8s.CoreV1Api, api: k8s.ApiClient, ns: str
 ) -> None:
@@ -141,6 +142,7 @@ def test_a_pod_disruption_budget_gets_a_status_and_refuses_evictions(
     core.delete_namespaced_pod("guarded", ns, grace_period_seconds=0)
 
 
+@pytest.mark.parallel
 def test_an_indexed_job_gets_a_pod_group_from_the_job_controller(
     core: k8s.CoreV1Api, api: k8s.ApiClient, ns: str
 ) -> None:

@@ -136,6 +136,7 @@ def _kept(claim: JSON) -> tuple[Any, ...]:
     )
 
 
+@pytest.mark.parallel
 def test_the_scheduler_token_cannot_touch_a_pod_of_another_scheduler(as_scheduler: KubeClient) -> None:
     """RBAC grants the patch (cluster scope); the policy refuses it: a slurmd Pod names no Tandem
     scheduler."""
@@ -157,6 +158,7 @@ def test_the_scheduler_token_cannot_touch_a_pod_of_another_scheduler(as_schedule
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
 
 
+@pytest.mark.parallel
 def test_on_its_own_pods_the_scheduler_writes_only_what_scheduling_needs(
     as_scheduler: KubeClient, held_pod: str
 ) -> None:

@@ -54,6 +54,7 @@ def _on(gres: Gres) -> dict[int, int]:
     return {s.index: s.used for s in gres.shares if s.used > 0}
 
 
+@pytest.mark.parallel
 def test_the_node_counts_its_shards_typed_after_its_gpus(stack_cfg: StackConfig) -> None:
     shown = h.scontrol(stack_cfg, "show", "node", NODE)
     assert f"Gres=gpu:{TYPE}:{config.GPUS_PER_NODE},shard:{TYPE}:{PER_GPU * config.GPUS_PER_NODE}" in shown

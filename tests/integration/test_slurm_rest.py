@@ -41,6 +41,7 @@ def _spec(**changes: object) -> JobSpec:
     return spec
 
 
+@pytest.mark.parallel
 def test_the_client_speaks_the_newest_version_the_server_serves(
     stack_cfg: StackConfig, client: SlurmRestClient
 ) -> None:
@@ -108,8 +109,10 @@ def test_a_job_with_every_field_is_what_slurm_runs(stack_cfg: StackConfig, clien
             h.jobs_gone(stack_cfg, "no jobs", lambda: h.squeue_ids(stack_cfg))
 
 
+@pytest.mark.parallel
 def test_update_then_cancel(stack_cfg: StackConfig, client: SlurmRestClient) -> None:
     job_id = client.submit_job(_spec(extra="x"))
+    h.made.jobs.add(job_id)
     h.wait_until("job running", lambda: h.rest_job(stack_cfg, job_id)["job_state"] == "RUNNING", 30)
     client.update_job(job_id, extra="x: started", comment="seen")
     job = h.rest_job(stack_cfg, job_id)
@@ -121,11 +124,13 @@ def test_update_then_cancel(stack_cfg: StackConfig, client: SlurmRestClient) -> 
     client.cancel_job(999_999)  # and so is one Slurm never had
 
 
+@pytest.mark.parallel
 def test_a_job_linked_to_another_waits_for_it_and_carries_its_nice(
     stack_cfg: StackConfig, client: SlurmRestClient
 ) -> None:
     held = h.sbatch(stack_cfg, "--hold")
     linked = client.submit_job(_spec(dependency=f"after:{held}", nice=1000))
+    h.made.jobs.add(linked)
     job = h.wait_until(
         "the linked job waiting on the other",
         lambda: (j := h.rest_job(stack_cfg, linked))["state_reason"] == "Dependency" and j,

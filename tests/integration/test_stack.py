@@ -36,6 +36,7 @@ def test_every_node_is_ready_with_its_resources(stack_cfg: StackConfig, core: k8
             assert "nvidia.com/gpu" not in node.status.allocatable
 
 
+@pytest.mark.parallel
 def test_each_node_runs_one_slurmd_pod_named_after_its_slurm_node(
     stack_cfg: StackConfig, core: k8s.CoreV1Api
 ) -> None:

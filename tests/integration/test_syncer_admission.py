@@ -49,6 +49,7 @@ def test_the_syncer_writes_a_slurmd_pods_annotations_and_nothing_else(as_syncer:
     assert "owned" not in (after["metadata"].get("labels") or {})
 
 
+@pytest.mark.parallel
 def test_the_syncer_cannot_cordon_or_relabel_a_node(as_syncer: KubeClient) -> None:
     node = config.kube_node_name(1)
     path = f"/api/v1/nodes/{node}"
@@ -218,6 +219,7 @@ def admin_rules(cfg: StackConfig, rules: str) -> list[dict[str, Any]]:
         client.close()
 
 
+@pytest.mark.parallel
 def test_the_syncer_cannot_rewrite_a_nodes_status_or_owners(as_syncer: KubeClient) -> None:
     """Issue 39: RBAC lets the syncer patch nodes/status (its SlurmCordon condition); the policy
     holds it to its own conditions, and to no finalizer or owner on a Node or a slurmd Pod."""
