@@ -69,7 +69,7 @@ def sample(daemons: Mapping[str, Daemon], tandem: Mapping[str, Sequence[str]] | 
     for name, daemon in daemons.items():
         if name in tandem:
             continue
-        pid = daemon.pid()
+        pid = daemon.main_pid()
         group = _group(name)
         by_group[group] = by_group.get(group, 0.0) + (cpu_seconds(pid) if pid is not None else 0.0)
     return CpuSample(_machine_busy_seconds(), by_group)

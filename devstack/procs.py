@@ -6,10 +6,14 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+REAPER = Path(__file__).with_name("reaper.py")
+REAPED = "reaped"  # the PID file's mark of a daemon below REAPER
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,18 @@ class Daemon:
         except (FileNotFoundError, ValueError, IndexError):
             return None
 
+    def main_pid(self) -> int | None:
+        """The daemon's own process: its reaper's first child when it runs below one."""
+        pid = self.pid()
+        try:
+            reaped = self.pid_file.read_text().split()[2:] == [REAPED]
+        except FileNotFoundError:
+            return None
+        if pid is None or not reaped:
+            return pid
+        children = [(int(fields[19]), child) for child in _children(pid) if (fields := _stat(child))]
+        return min(children)[1] if children else None
+
     def alive(self) -> bool:
         pid = self.pid()
         if pid is None:
@@ -53,8 +69,13 @@ class Daemon:
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        reap_orphans: bool = False,
     ) -> int:
+        """Start `argv`; with `reap_orphans`, below devstack/reaper.py (the PID file names it), so
+        the processes orphaned under the daemon are reaped at once, not by this machine's PID 1."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if reap_orphans:
+            argv = [sys.executable, "-I", str(REAPER), *argv]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
@@ -67,7 +88,7 @@ class Daemon:
                 start_new_session=True,  # its own process group, so stop() reaches its children
             )
         started = _start_time(proc.pid) or ""
-        self.pid_file.write_text(f"{proc.pid} {started}\n")
+        self.pid_file.write_text(f"{proc.pid} {started}{' ' + REAPED if reap_orphans else ''}\n")
         return proc.pid
 
     def stop(self, timeout: float = 10.0) -> bool:
@@ -172,6 +193,14 @@ def _rss_kib(pid: int) -> int:
     except (FileNotFoundError, ProcessLookupError):
         pass
     return 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return sorted({int(c) for t in tasks for c in (t / "children").read_text().split()})
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def _descendants(root: int) -> list[int]:

@@ -545,7 +545,13 @@ def _queued_jobs(cfg: StackConfig) -> list[str]:
 
 
 def start_slurmd(cfg: StackConfig, node: str, daemon: Daemon) -> None:
-    daemon.start(_in_root(cfg, ["slurmd", "-D", "-N", node, "-f", str(cfg.slurm_conf)]), env=slurm_env(cfg))
+    # Reaped at once: a job's orphaned process left a zombie in its group, and slurmstepd held the
+    # job COMPLETING ~4 s for it (devstack/reaper.py).
+    daemon.start(
+        _in_root(cfg, ["slurmd", "-D", "-N", node, "-f", str(cfg.slurm_conf)]),
+        env=slurm_env(cfg),
+        reap_orphans=True,
+    )
 
 
 def start_slurmrestd(cfg: StackConfig, daemon: Daemon) -> None:

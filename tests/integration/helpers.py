@@ -374,10 +374,11 @@ def clean_all(cfg: StackConfig, core: k8s.CoreV1Api) -> None:
     )
 
 
-# A cancelled job's script gets SIGTERM and is gone in about 4 s. Now and then (1 or 2 tests a
-# run, each a job cancelled about when its script started) a job stayed COMPLETING for KillWait
-# and 3 s more: its script outlived the SIGTERM and ran until Slurm's SIGKILL (issue 51). Past
-# this, the clean-up kills what is left of such a script itself, and writes down that it did.
+# A cancelled job's script gets SIGTERM and is gone in about 0.2 s (4 s, half the time, before
+# slurmd ran below devstack/reaper.py). Now and then (1 or 2 tests a run, each a job cancelled
+# about when its script started) a job stayed COMPLETING for KillWait and 3 s more: its script
+# outlived the SIGTERM and ran until Slurm's SIGKILL (issue 51). Past this, the clean-up kills what
+# is left of such a script itself, and writes down that it did.
 SIGTERM_OUTLIVED_S = 6.0
 
 

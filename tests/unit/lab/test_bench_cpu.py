@@ -36,11 +36,11 @@ def test_a_tandem_service_reports_its_own_cpu_time_and_memory(metrics_url: str) 
 
 def test_a_daemon_of_a_tandem_group_is_read_from_metrics_not_proc(metrics_url: str) -> None:
     scheduler, slurmctld = mock.Mock(), mock.Mock()
-    slurmctld.pid.return_value = os.getpid()
+    slurmctld.main_pid.return_value = os.getpid()
     sampled = cpu.sample(
         {"tandem-scheduler": scheduler, "slurmctld": slurmctld}, {"tandem-scheduler": [metrics_url]}
     )
-    scheduler.pid.assert_not_called()
+    scheduler.main_pid.assert_not_called()
     assert sampled.by_group["tandem-scheduler"] > 0
     assert sampled.by_group["slurmctld"] > 0
 
