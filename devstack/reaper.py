@@ -49,10 +49,13 @@ def main(argv: list[str]) -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     # Blocked until the handlers are in place: a signal in between would otherwise be lost.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    reaper = os.getpid()
     child = os.fork()
     if child == 0:
         try:
             _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != reaper:  # it died before the line above: no signal will come
+                os._exit(128 + signal.SIGTERM)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
             os.execvp(argv[0], argv)
         except OSError as e:

@@ -173,7 +173,10 @@ class Client:
         self._host = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
         self._prefix = parts.path
-        self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
+        # The system's CAs cost ~40 ms to load: only for an https:// server, and once.
+        if ssl_context is None and self._https:
+            ssl_context = ssl.create_default_context()
+        self._ssl = ssl_context
         self.timeout = timeout
         self._headers = dict(headers or {})
         self._transport = transport

@@ -28,14 +28,24 @@ TEMPLATES = f"{BASE}/namespaces/default/resourceclaimtemplates"
 PRODUCT = f'device.attributes["gpu.nvidia.com"].productName == "{config.GPU_PRODUCT_NAME}"'
 
 
+# The ResourceClaims and templates the running test made (post): it deletes only those, so the
+# tests of this module that share no node with others run beside them (issue 51).
+made: list[str] = []
+
+
 @pytest.fixture
 def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
     client = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
+    made.clear()
     yield client
-    for path in (CLAIMS, TEMPLATES):
-        for item in client.get(path).get("items") or []:
-            _delete(client, f"{path}/{item['metadata']['name']}")
+    for path in made:
+        _delete(client, path)
     client.close()
+
+
+def post(api: KubeClient, collection: str, body: dict[str, Any]) -> None:
+    made.append(f"{collection}/{body['metadata']['name']}")
+    api.post(collection, body)
 
 
 def _delete(api: KubeClient, path: str) -> None:
@@ -54,7 +64,7 @@ def _request(count: int, selector: str = PRODUCT, device_class: str = "gpu.nvidi
 
 
 def claim(api: KubeClient, name: str, count: int, **kw: Any) -> None:
-    api.post(CLAIMS, {"metadata": {"name": name}, "spec": _request(count, **kw)})
+    post(api, CLAIMS, {"metadata": {"name": name}, "spec": _request(count, **kw)})
 
 
 def claiming_pod(
@@ -144,11 +154,12 @@ def test_two_pods_and_a_slurm_job_share_one_node_gpu_by_gpu(
     assert set().union(*taken) == set(range(8)), f"GPUs given twice: {taken}"
 
 
+@pytest.mark.parallel
 def test_a_claim_made_from_a_template_gets_slurm_s_devices(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
     name = h.unique("templated")
-    api.post(TEMPLATES, {"metadata": {"name": f"{name}-gpu"}, "spec": {"spec": _request(1, selector="")}})
+    post(api, TEMPLATES, {"metadata": {"name": f"{name}-gpu"}, "spec": {"spec": _request(1, selector="")}})
     h.create(core, claiming_pod(stack_cfg, name, config.slurm_node_name(2), template=f"{name}-gpu"))
     pod = h.wait_until(f"{name} running", lambda: running(core, name), 60)
     made = pod.status.resource_claim_statuses[0].resource_claim_name
@@ -156,11 +167,13 @@ def test_a_claim_made_from_a_template_gets_slurm_s_devices(
     assert got is not None and got[0] == slurm_indices(stack_cfg, h.job_id_of(core, name) or 0)
 
 
+@pytest.mark.parallel
 def test_a_claim_slurm_cannot_allocate_is_refused_with_the_field(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
     name = h.unique("all-gpus")
-    api.post(
+    post(
+        api,
         CLAIMS,
         {
             "metadata": {"name": f"{name}-gpus"},
@@ -250,6 +263,7 @@ def _replace(api: KubeClient, path: str, new: dict[str, Any]) -> None:
     api.request("PUT", path, body={**new, "metadata": {**new["metadata"], "resourceVersion": version}})
 
 
+@pytest.mark.parallel
 def test_a_pod_and_a_slurm_job_share_one_gpu_slice_by_slice(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
@@ -258,7 +272,8 @@ def test_a_pod_and_a_slurm_job_share_one_gpu_slice_by_slice(
     node = config.slurm_node_name(config.MIG_NODE)
     name = h.unique("mig")
     profile = f'device.attributes["gpu.nvidia.com"].profile == "{config.MIG_PROFILE}"'
-    api.post(
+    post(
+        api,
         CLAIMS,
         {"metadata": {"name": f"{name}-slice"}, "spec": _request(1, profile, device_class="mig.nvidia.com")},
     )
@@ -283,6 +298,7 @@ def test_a_pod_and_a_slurm_job_share_one_gpu_slice_by_slice(
     assert pod_slices | training_slices <= set(range(config.MIG_SLICES))
 
 
+@pytest.mark.parallel
 def test_a_claim_is_freed_when_its_pod_goes_and_serves_the_next_pod(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
@@ -338,13 +354,14 @@ def test_whole_gpus_and_mig_slices_share_the_mixed_node_with_slurm_jobs(
     index = config.MIG_NODE
     node, kube_node = config.slurm_node_name(index), config.kube_node_name(index)
     template = h.unique("whole")
-    api.post(TEMPLATES, {"metadata": {"name": template}, "spec": {"spec": _request(2, selector="")}})
+    post(api, TEMPLATES, {"metadata": {"name": template}, "spec": {"spec": _request(2, selector="")}})
     whole = [h.unique("whole"), h.unique("whole")]
     for name in whole:
         h.create(core, _on_node(claiming_pod(stack_cfg, name, "", template=template), kube_node))
     mig = h.unique("slice")
     profile = f'device.attributes["gpu.nvidia.com"].profile == "{config.MIG_PROFILE}"'
-    api.post(
+    post(
+        api,
         CLAIMS,
         {"metadata": {"name": f"{mig}-slice"}, "spec": _request(1, profile, device_class="mig.nvidia.com")},
     )

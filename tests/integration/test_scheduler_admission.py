@@ -64,13 +64,26 @@ def _refused(call: object) -> KubeError:
     return e.value
 
 
+# The ResourceClaims the running test made by name (its Pods' claims are known by their owner).
+made_claims: list[str] = []
+
+
+def _made_by_test(claim: JSON) -> bool:
+    pods = {name for ns, name in h.made.pods if ns == "default"}
+    owners = {o.get("name") for o in claim["metadata"].get("ownerReferences") or [] if o.get("kind") == "Pod"}
+    return claim["metadata"]["name"] in made_claims or bool(owners & pods)
+
+
 @pytest.fixture
 def admin(stack_cfg: StackConfig) -> Iterator[KubeClient]:
-    """The cluster admin; the ResourceClaims a test leaves in default go after it, their finalizers
-    first (nothing else would take them off)."""
+    """The cluster admin; the ResourceClaims the test made go after it, their finalizers first
+    (nothing else would take them off), and no other: its tests run beside others (issue 51)."""
     client = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
+    made_claims.clear()
     yield client
     for item in client.get(claim_path("default")).get("items") or []:
+        if not _made_by_test(item):
+            continue
         path = claim_path("default", item["metadata"]["name"])
         try:
             client.merge_patch(path, {"metadata": {"finalizers": None}})
@@ -230,6 +243,7 @@ def test_on_its_own_pods_the_scheduler_writes_only_what_scheduling_needs(
     assert after["status"].get("phase") == "Pending"
 
 
+@pytest.mark.parallel
 def test_on_a_tenants_claim_the_scheduler_writes_only_its_finalizer_and_one_more_pod(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, admin: KubeClient, as_scheduler: KubeClient
 ) -> None:
@@ -238,6 +252,7 @@ def test_on_a_tenants_claim_the_scheduler_writes_only_its_finalizer_and_one_more
     allocation a claim has, nor a delete of a claim it did not make."""
     pod, other = _held(stack_cfg, core, admin), _held(stack_cfg, core, admin)
     name = h.unique("claim")
+    made_claims.append(name)
     path, status = claim_path("default", name), claim_path("default", name) + "/status"
     request = {"deviceClassName": GPU_CLASS, "count": 2}
     admin.post(
@@ -307,6 +322,7 @@ def test_on_a_tenants_claim_the_scheduler_writes_only_its_finalizer_and_one_more
     assert _kept(admin.get(path)) == _kept(unreserved)
 
 
+@pytest.mark.parallel
 def test_the_scheduler_makes_and_drops_only_the_claim_of_a_pods_gpus(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, admin: KubeClient, as_scheduler: KubeClient
 ) -> None:

@@ -50,7 +50,7 @@ def test_an_orphan_below_the_daemon_comes_to_the_reaper_and_is_reaped_at_once(tm
         orphan = int(written)
         assert _wait("the orphan reparented", lambda: _ppid_and_state(orphan), 5)[0] == reaper
         # Gone from /proc (not a zombie) soon after its sleep ends.
-        _wait("the orphan reaped", lambda: _ppid_and_state(orphan) is None, 0.5 + 0.5)
+        _wait("the orphan reaped", lambda: _ppid_and_state(orphan) is None, 0.5 + 1.5)
         assert daemon.alive()
         main = daemon.main_pid()
         assert main is not None and main != reaper
@@ -77,6 +77,7 @@ def test_a_signal_to_the_reaper_reaches_the_daemon_and_its_status_is_the_reapers
 def test_the_daemon_follows_a_reaper_killed_with_sigkill(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-I", str(procs.REAPER), "sleep", "30"])
     child = _wait("the daemon", lambda: procs._children(proc.pid), 5)[0]
+    _wait("the daemon running", lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"), 5)
     proc.kill()
     proc.wait(5)
     _wait("the daemon gone with its reaper", lambda: (s := _ppid_and_state(child)) is None or s[1] == "Z", 5)
