@@ -248,6 +248,9 @@ def argv(cfg: StackConfig, name: str) -> list[str]:
             f"--topology-levels={','.join(config.TOPOLOGY_LEVELS)}",
             f"--topology-file={slurm.topology_file(cfg)}",
             f"--topology-configmap={config.TOPOLOGY_CONFIGMAP}",
+            # Not the 10 s a site gets: slurmctld reconfigures in about a second here, and the
+            # topology tests relabel in steps (issue 51).
+            "--topology-min-interval=3s",
             f"--job-key-file={job_key_file(cfg)}",
         ]
     if name == "tandem-scheduler":

@@ -64,6 +64,21 @@ def test_a_moved_node_is_written_again_but_not_sooner_than_the_minimum_interval(
     assert "l0-b-" in (tmp_path / "topology.conf").read_text()
 
 
+def test_the_minimum_interval_is_the_one_configured(tmp_path: Path) -> None:
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}}
+    slurm = mock.Mock()
+    slurm.list_nodes.return_value = []
+    clock = Clock()
+    cfg = TopologyConfig((RACK,), topology.TREE, str(tmp_path / "topology.conf"), min_interval=3.0)
+    s = TopologySync(cfg, lambda: labels, slurm, clock=clock, sleep=lambda s: None)
+    s.reconcile("topology")
+    labels["cpu-001"] = {RACK: "b"}
+    clock.now += 1
+    assert s.reconcile("topology") == pytest.approx(2.0)
+    clock.now += 2
+    assert s.reconcile("topology") is None and slurm.reconfigure.call_count == 2
+
+
 def test_slurmctld_gone_after_the_reconfigure_gets_the_previous_file_back(tmp_path: Path) -> None:
     labels: dict[str, Any] = {"cpu-001": {RACK: "a"}}
     s, slurm, clock = sync(tmp_path, labels)

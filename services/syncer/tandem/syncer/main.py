@@ -91,7 +91,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if levels:
         topology_queue = WorkQueue(name="topology")
         sync = TopologySync(
-            TopologyConfig(levels, cfg.topology_plugin, cfg.topology_file, cfg.topology_configmap),
+            TopologyConfig(
+                levels,
+                cfg.topology_plugin,
+                cfg.topology_file,
+                cfg.topology_configmap,
+                cfg.topology_min_interval,
+            ),
             topology_labels(mirror.state, cluster),
             slurm,
             kube,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tandem import topology
 from tandem.settings import ClusterAccess, ClusterSettings, Seconds, option
 from tandem.syncer import health
+from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ class SyncerSettings(ClusterSettings, HealthSettings):
         env="TANDEM_TOPOLOGY_CONFIGMAP",
         help="namespace/name of the ConfigMap the topology is published in (the file for a Slurm"
         " side that mounts it, and topology.json for kubectl tandem topology); empty: none",
+    )
+    topology_min_interval: Seconds = option(
+        MIN_INTERVAL_SECONDS,
+        flag="--topology-min-interval",
+        env="TANDEM_TOPOLOGY_MIN_INTERVAL",
+        help="the least time between two topology writes, each a reconfigure of slurmctld: Node"
+        " labels changed in steps reach Slurm at most this often",
     )
     lock_sharing_namespaces: tuple[str, ...] = option(
         ("kube-system",),

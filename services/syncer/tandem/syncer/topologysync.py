@@ -14,7 +14,7 @@ the reconfigure slurmctld must still answer; if it does not, the previous file i
 failure said (log, metric `tandem_topology_writes_total{outcome="slurmctld down"}`), so that
 slurmctld's restart reads a topology that worked. Label changes come in bursts (a rack relabelled
 Node by Node): a change waits `DEBOUNCE_SECONDS` for the rest, and writes are at least
-`MIN_INTERVAL_SECONDS` apart.
+`--topology-min-interval` apart (MIN_INTERVAL_SECONDS unless set).
 
 Each Slurm node also carries its domains as features (tandem.topology.node_domains), which a
 gang's job names to stay in one domain (`--constraint=[a|b]`, tandem.topology.one_domain). Slurm
@@ -78,6 +78,8 @@ class TopologyConfig:
     file: str = ""
     # namespace/name of the ConfigMap to publish it in ("": none).
     configmap: str = ""
+    # The least time between two writes, each a reconfigure of slurmctld.
+    min_interval: float = MIN_INTERVAL_SECONDS
 
     @property
     def enabled(self) -> bool:
@@ -143,7 +145,7 @@ class TopologySync:
         wanted_json = topology.to_json(t)
         changed_file = bool(self.cfg.file) and _read(self.cfg.file) != text
         if changed_file or self._published != wanted_json:
-            wait = self._last_write + MIN_INTERVAL_SECONDS - self.clock()
+            wait = self._last_write + self.cfg.min_interval - self.clock()
             if wait > 0:
                 return wait
             bad = topology.problems(t)
