@@ -75,3 +75,13 @@ def test_an_extra_members_nice_below_zero_stops_the_scheduler_saying_why() -> No
     assert load(SchedulerSettings, base, {}).extra_member_nice == 1000
     with pytest.raises(SystemExit, match="--extra-member-nice must be 0 or more, not -5"):
         placeholder_config(load(SchedulerSettings, [*base, "--extra-member-nice", "-5"], {}))
+
+
+def test_a_topology_interval_below_a_second_is_a_clear_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert load(SyncerSettings, [], {}).topology_min_interval == 10.0
+    assert load(SyncerSettings, ["--topology-min-interval", "3s"], {}).topology_min_interval == 3.0
+    with pytest.raises(SystemExit):
+        load(SyncerSettings, ["--topology-min-interval", "0"], {})
+    assert "--topology-min-interval" in capsys.readouterr().err

@@ -9,6 +9,9 @@ from tandem.settings import ClusterAccess, ClusterSettings, Seconds, option
 from tandem.syncer import health
 from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS
 
+# Below it a relabelling burst would reconfigure slurmctld once per debounced change.
+MIN_TOPOLOGY_INTERVAL = 1.0
+
 
 @dataclass(frozen=True)
 class HealthSettings:
@@ -146,6 +149,11 @@ class SyncerSettings(ClusterSettings, HealthSettings):
             )
         if self.topology_configmap and self.topology_configmap.count("/") != 1:
             raise ValueError("--topology-configmap / TANDEM_TOPOLOGY_CONFIGMAP must be namespace/name")
+        if self.topology_min_interval < MIN_TOPOLOGY_INTERVAL:
+            raise ValueError(
+                f"--topology-min-interval / TANDEM_TOPOLOGY_MIN_INTERVAL must be {MIN_TOPOLOGY_INTERVAL:g}s"
+                f" or more, not {self.topology_min_interval:g}s: each write reconfigures slurmctld"
+            )
 
 
 @dataclass(frozen=True)
