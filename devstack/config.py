@@ -427,15 +427,37 @@ SHARD_NODE = 4
 SHARDS_PER_GPU = 16
 
 
+# A GPU node whose whole GPUs Slurm may share out as `gres/mps` instead: MPS_PER_GPU over each,
+# Slurm's usual 100 (a share is then a percentage). None: the lab shares no GPU by MPS yet (issue
+# 54 step 3: Tandem's side is built and unit-tested; gpu-002 becomes the MPS node once its
+# integration tests have run on both Slurm releases).
+MPS_NODE: int | None = None
+MPS_PER_GPU = 100
+
+
 def shards(index: int) -> int:
     """How many shards the node's gres.conf declares (0: none)."""
     return SHARDS_PER_GPU * GPUS_PER_NODE if index == SHARD_NODE and is_gpu_node(index) else 0
 
 
+def mps(index: int) -> int:
+    """How much MPS the node's gres.conf declares (0: none)."""
+    return (
+        MPS_PER_GPU * GPUS_PER_NODE
+        if MPS_NODE is not None and index == MPS_NODE and is_gpu_node(index)
+        else 0
+    )
+
+
+def shared_gres(index: int) -> tuple[tuple[str, int], ...]:
+    """The node's shared GRES over its GPUs, (name, node total): `(("shard", 128),)`, or none."""
+    return tuple((name, count) for name, count in (("shard", shards(index)), ("mps", mps(index))) if count)
+
+
 def gres_string(index: int) -> str:
-    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`, `...,shard:128`."""
-    # Slurm types a node's shards after its GPUs (sinfo prints `shard:h100:128` either way).
-    shared = [f"shard:{GPU_GRES_TYPE}:{shards(index)}"] if shards(index) else []
+    """The node's Gres= (and what slurmrestd's `gres` says): `gpu:h100:8`, `...,shard:h100:128`."""
+    # Slurm types a node's shards and MPS after its GPUs (sinfo prints `shard:h100:128` either way).
+    shared = [f"{name}:{GPU_GRES_TYPE}:{count}" for name, count in shared_gres(index)]
     return ",".join([*(f"gpu:{g.gres_type}:{g.count}" for g in gpu_gres(index)), *shared])
 
 

@@ -5,7 +5,8 @@ kwok nodes have no GPUs and no DRA driver, so the lab publishes what NVIDIA's dr
 per GPU node one slice, its pool named after the Node, a device `gpu-<i>` per GPU with the `index`
 attribute equal to Slurm's GRES index (gres.conf lists /dev/nvidia0..7 in order, so file i is
 index i) and the identity and memory of a real H100 (lab/GPU.md); the shard node's GPUs are
-sharable, each publishing as many `shares` as gres.conf gives it shards. `resource.kubernetes.io/pciBusID`
+sharable, each publishing as many `shares` as gres.conf gives it shards, and the MPS node's as
+much `mps` as gres.conf gives it MPS. `resource.kubernetes.io/pciBusID`
 follows the same order, so numbering by bus (what the driver's newer releases leave Tandem) agrees.
 """
 
@@ -15,7 +16,7 @@ import uuid
 from typing import Any
 
 from devstack import config
-from tandem.dra.claims import SHARE_CAPACITY
+from tandem.dra.claims import SHARE_CAPACITY, SHARED_GRES
 from tandem.keys import GPU_RESOURCE
 
 DRIVER = "gpu.nvidia.com"
@@ -36,17 +37,20 @@ def pci_bus_id(index: int) -> str:
     return f"0000:{0x18 + 0x10 * index:02x}:00.0"
 
 
-def gpu_device(node: str, minor: int, index: int | None = None, shares: int = 0) -> dict[str, Any]:
+def gpu_device(
+    node: str, minor: int, index: int | None = None, shares: int = 0, capacity: str = SHARE_CAPACITY
+) -> dict[str, Any]:
     """GPU `minor` (/dev/nvidia<minor>), whose Slurm index is `index` (the minor by default: a
     node whose GPUs are all whole lists them in order). With `shares`, a GPU several claims may
-    share (KEP-5075 consumable capacity), `shares` of it in all: as many as Slurm's shards of it."""
+    share (KEP-5075 consumable capacity), `shares` of `capacity` in all: as many as Slurm's shards
+    (or MPS) of it."""
     shared: dict[str, Any] = {}
     if shares:
         shared = {
             "allowMultipleAllocations": True,
             "capacity": {
                 "memory": {"value": f"{config.GPU_MEMORY_MIB}Mi"},
-                SHARE_CAPACITY: {"value": str(shares)},
+                capacity: {"value": str(shares)},
             },
         }
     return {
@@ -83,27 +87,35 @@ def mig_device(node: str, parent: int, number: int, index: int) -> dict[str, Any
     }
 
 
-def devices(node: str, layout: tuple[config.GpuGres, ...], shares: int = 0) -> list[dict[str, Any]]:
+def devices(
+    node: str, layout: tuple[config.GpuGres, ...], shares: int = 0, capacity: str = SHARE_CAPACITY
+) -> list[dict[str, Any]]:
     """The devices of a node whose GPUs Slurm counts as `layout` (config.gpu_gres), each with the
     index Slurm gives it: records in order, each record's files in order; each whole GPU sharable
-    as `shares` when given (Slurm's shards of it)."""
+    as `shares` of `capacity` when given (Slurm's shards, or MPS, of it)."""
     found: list[dict[str, Any]] = []
     for g in layout:
         for n in range(g.count):
             index = len(found)
             found.append(
-                mig_device(node, 0, n, index) if g.mig else gpu_device(node, g.first + n, index, shares)
+                mig_device(node, 0, n, index)
+                if g.mig
+                else gpu_device(node, g.first + n, index, shares, capacity)
             )
     return found
 
 
 def resource_slice(
-    node: str, layout: tuple[config.GpuGres, ...] | None = None, gpus: int | None = None, shares: int = 0
+    node: str,
+    layout: tuple[config.GpuGres, ...] | None = None,
+    gpus: int | None = None,
+    shares: int = 0,
+    capacity: str = SHARE_CAPACITY,
 ) -> dict[str, Any]:
     """The one slice of a GPU Node's pool (generation 1 of 1 slice): its devices as `layout`
     (default: 8 whole H100s), the first `gpus` of them when given (a slice short of Slurm's), each
-    GPU sharable as `shares` when given."""
-    listed = devices(node, layout if layout is not None else config.gpu_gres(0), shares)[:gpus]
+    GPU sharable as `shares` of `capacity` when given."""
+    listed = devices(node, layout if layout is not None else config.gpu_gres(0), shares, capacity)[:gpus]
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
@@ -118,12 +130,16 @@ def resource_slice(
 
 
 def lab_slice(index: int, gpus: int | None = None) -> dict[str, Any]:
-    """The slice the lab publishes for its GPU node `index` (the first `gpus` devices when given)."""
+    """The slice the lab publishes for its GPU node `index` (the first `gpus` devices when given):
+    its GPUs sharable as Slurm shares them, by shard or by MPS."""
+    shared = config.shared_gres(index)
+    name, count = shared[0] if shared else ("shard", 0)
     return resource_slice(
         config.kube_node_name(index),
         config.gpu_gres(index),
         gpus,
-        shares=config.shards(index) // config.GPUS_PER_NODE,
+        shares=count // config.GPUS_PER_NODE,
+        capacity=next(c for c, gres in SHARED_GRES.items() if gres == name),
     )
 
 

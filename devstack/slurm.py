@@ -182,7 +182,8 @@ def slurm_conf(cfg: StackConfig, hooks: bool = True) -> str:
         "MpiDefault=none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU_Memory",
-        "GresTypes=gpu,shard",
+        "GresTypes=gpu,shard"
+        + (",mps" if any(config.mps(i) for i in range(len(cfg.slurm_node_names()))) else ""),
         "SchedulerType=sched/backfill",
         # Low latency on a small machine (lab/SLURM.md). sched_interval: a requeued job (a prolog
         # that failed) is started by the main scheduler's periodic pass only, not by backfill; at
@@ -280,8 +281,8 @@ def gres_conf(cfg: StackConfig) -> str:
                 f"NodeName={name} Name=gpu Type={g.gres_type} "
                 f"File={paths(cfg)['dev']}/{name}/{g.file}[{g.first}-{g.first + g.count - 1}]"
             )
-        if config.shards(i):
-            lines.append(f"NodeName={name} Name=shard Type={config.GPU_GRES_TYPE} Count={config.shards(i)}")
+        for shared, count in config.shared_gres(i):
+            lines.append(f"NodeName={name} Name={shared} Type={config.GPU_GRES_TYPE} Count={count}")
     return "\n".join(lines) + "\n"
 
 

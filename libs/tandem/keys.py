@@ -161,9 +161,10 @@ OWN_ANNOTATIONS = frozenset({JOB_ID_ANNOTATION, LOCK_KEY})
 # Node labels naming the GPU model, read from a Pod's required node affinity.
 GPU_MODEL_LABELS = ("gpu.nvidia.com/model", "gpu.nvidia.com/class")
 GPU_RESOURCE = "nvidia.com/gpu"
-# Not a Kubernetes resource: how the shares of one GPU a Pod's claims ask for (tandem.dra.claims)
-# travel among its job's requests, to become Slurm `shard` GRES.
+# Not Kubernetes resources: how the shares of one GPU a Pod's claims ask for (tandem.dra.claims)
+# travel among its job's requests, to become Slurm `shard` GRES, or `mps` GRES.
 GPU_SHARES = "tandem/gpu-shares"
+GPU_MPS = "tandem/gpu-mps"
 # GPUs by device (Dynamic Resource Allocation): a Pod's ResourceClaims, the Nodes' ResourceSlices
 # and the DeviceClasses they name, in the version the apiserver serves (GA since Kubernetes 1.34).
 DRA_GROUP = "resource.k8s.io"

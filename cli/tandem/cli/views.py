@@ -12,6 +12,7 @@ from tandem import keys, placeholder, reasons, topology
 from tandem.cli import kueue
 from tandem.cli.facts import Facts
 from tandem.dra import gpuhealth, gres
+from tandem.dra.claims import SHARED_GRES
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, parse_rfc3339, pod_finished
 from tandem.slurm import queue
@@ -252,7 +253,8 @@ class NodeView:
     devices: NodeDevices | str | None
     # Each unhealthy GPU by Slurm index and the sides that say so ("k8s", "slurm").
     unhealthy: dict[int, list[str]]
-    # Shares of a GPU each job holds there (`gres/shard`): (GPU index, shares, job), by index.
+    # Shares of a GPU each job holds there (`gres/shard` or `gres/mps`): (GPU index, shares, job),
+    # by index.
     shared: tuple[tuple[int, int, int], ...] = ()
 
     @property
@@ -410,15 +412,16 @@ def _held(facts: Facts, slurm_node: str) -> tuple[tuple[tuple[int, ...], int], .
 
 
 def _shared(facts: Facts, slurm_node: str) -> tuple[tuple[int, int, int], ...]:
-    """The shares of a GPU each job holds on the node (Slurm's shards), by GPU index."""
+    """The shares of a GPU each job holds on the node (Slurm's shards or MPS), by GPU index."""
     if facts.slurm is None or not slurm_node:
         return ()
     found = []
     for status in facts.slurm.jobs.values():
         if slurm_node in status.job.nodes and status.holds_nodes and status.job.gres_detail:
-            shares = gres.job_gpu_shares(status.job, slurm_node)
-            if isinstance(shares, tuple):
-                found += [(s.index, s.used, status.job_id) for s in shares]
+            for name in SHARED_GRES.values():
+                shares = gres.job_gpu_shares(status.job, slurm_node, name)
+                if isinstance(shares, tuple):
+                    found += [(s.index, s.used, status.job_id) for s in shares]
     return tuple(sorted(found))
 
 

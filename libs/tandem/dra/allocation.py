@@ -7,6 +7,12 @@ the Pod in `status.reservedFor`, in one status write. The devices are the ones S
 `IDX:`), looked up by index in the node's ResourceSlices; kube-scheduler's allocator would pick
 its own (k8s.io/dynamic-resource-allocation structured/internal/stable/allocator_stable.go is the
 shape followed here).
+
+An MPS share of a GPU also gets the limit its container runs under: NVIDIA's GpuConfig with the
+MPS strategy and the active thread percentage the share is of the GPU's MPS count, as the last
+configuration of its request. NVIDIA's kubelet plugin applies, of the configurations naming a
+request, the last (cmd/gpu-kubelet-plugin/device_state.go, prepareDevices), so no configuration
+of the claim or its class can raise it past what Slurm counted.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.dra.claims import MAX_DEVICES, SHARE_CAPACITY, ClaimRequest
+from tandem.dra.claims import DRIVER, MAX_DEVICES, MPS_CAPACITY, ClaimRequest, shared_word
 from tandem.dra.shape import at, items, obj
 from tandem.dra.slices import NodeDevices, SlicedDevice
 
@@ -31,6 +37,8 @@ Obj = Mapping[str, Any]
 # A share's id is derived, not drawn: the same claim, request and device always get the same one,
 # so a status rewritten after a crash says what the first write said.
 _SHARE_IDS = uuid.UUID("3f1c9a2e-5b7d-4e61-8a0f-2c4d6e8b1a93")
+# NVIDIA's driver's configuration API (api/nvidia.com/resource/v1beta1).
+GPU_CONFIG_API = "resource.nvidia.com/v1beta1"
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,7 @@ def claim_status_of(
     name = str(at(claim, "metadata", "name") or "")
     results: list[dict[str, Any]] = []
     config: list[dict[str, Any]] = []
+    limits: list[dict[str, Any]] = []
     for request, indices in shares:
         chosen = _devices(name, request, node, indices)
         if isinstance(chosen, str):
@@ -104,6 +113,7 @@ def claim_status_of(
         uid = str(at(claim, "metadata", "uid") or name)
         results += [_result(uid, request, node, device) for device in chosen]
         config += _class_config(request, class_config)
+        limits += [_mps_limit(request, device) for device in chosen if request.capacity == MPS_CAPACITY]
     allocation: dict[str, Any] = {
         "devices": {"results": results},
         "nodeSelector": {
@@ -113,6 +123,7 @@ def claim_status_of(
         },
     }
     config += _claim_config(claim, [request for request, _ in shares])
+    config += limits  # last: the one NVIDIA's driver applies
     if config:
         allocation["devices"]["config"] = config
     devices = tuple(str(r["device"]) for r in results)
@@ -153,8 +164,35 @@ def _result(claim_uid: str, request: ClaimRequest, node: NodeDevices, device: Sl
     }
     if device.shares:
         result["shareID"] = str(uuid.uuid5(_SHARE_IDS, f"{claim_uid}/{request.request}/{device.name}"))
-        result["consumedCapacity"] = {SHARE_CAPACITY: str(request.shares or device.shares)}
+        result["consumedCapacity"] = {device.capacity: str(request.shares or device.shares)}
     return result
+
+
+def mps_percentage(shares: int, per_gpu: int) -> int:
+    """The CUDA MPS active thread percentage of `shares` of a GPU's `per_gpu` MPS count: rounded
+    down, as Slurm's share must not be exceeded, but at least 1 (0 is not a limit MPS takes)."""
+    return max(1, min(100, shares * 100 // per_gpu)) if per_gpu > 0 else 100
+
+
+def _mps_limit(request: ClaimRequest, device: SlicedDevice) -> dict[str, Any]:
+    """The device configuration that limits the request's container to its MPS share of `device`."""
+    return {
+        "source": "FromClaim",
+        "requests": [request.request],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": GPU_CONFIG_API,
+                "kind": "GpuConfig",
+                "sharing": {
+                    "strategy": "MPS",
+                    "mpsConfig": {
+                        "defaultActiveThreadPercentage": mps_percentage(request.shares, device.shares)
+                    },
+                },
+            },
+        },
+    }
 
 
 def _devices(
@@ -187,11 +225,15 @@ def _devices(
         if device.tainted:
             # Device taints are for the allocator to respect; Slurm does not know them.
             return f"device {device.name} (Slurm index {index}) on Node {node.node} is tainted"
-        if request.shares and request.shares > device.shares:
-            has = f"publishes {device.shares}" if device.shares else "is not sharable"
+        if request.shares and (request.capacity != device.capacity or request.shares > device.shares):
+            if not device.capacity:
+                has = "is not sharable"
+            else:
+                published = device.shares if device.capacity == request.capacity else "no"
+                has = f"publishes {published} {request.capacity}"
             return (
-                f"Slurm gave {request.shares} shards of index {index} to ResourceClaim {name};"
-                f" {device.name} {has} {SHARE_CAPACITY}"
+                f"Slurm gave {request.shares} {shared_word(request.share_gres)} of index {index} to"
+                f" ResourceClaim {name}; {device.name} {has}"
             )
         chosen.append(device)
     return chosen

@@ -15,9 +15,11 @@ Selectors are read, not evaluated: only `&&`-joined equalities of the forms
 each quoted with " or '. Anything else (memory comparisons, ||, other attributes) is refused.
 
 A fraction of a GPU is a request of one gpu.nvidia.com device for part of its consumable capacity
-(KEP-5075): `capacity.requests.shares: N`, N of the `shares` a sharable GPU publishes. It becomes
-Slurm's `gres/shard:N`, which Slurm takes from one GPU; the claim is then given the GPU of the
-index Slurm chose, N of its shares consumed.
+(KEP-5075): `capacity.requests.shares: N`, N of the `shares` a sharable GPU publishes, becomes
+Slurm's `gres/shard:N`; `capacity.requests.mps: N`, N of the `mps` it publishes, becomes
+`gres/mps:N`. Slurm takes either from one GPU; the claim is then given the GPU of the index Slurm
+chose, N of that capacity consumed (and, for MPS, the active thread percentage N makes of the
+GPU's count, as the device configuration NVIDIA's driver reads).
 """
 
 from __future__ import annotations
@@ -45,9 +47,20 @@ MAX_REQUESTS = 32
 MAX_DEVICES = 32
 MAX_POD_CLAIMS = 32
 MAX_ATTRIBUTE_VALUE = 64
-# The consumable capacity of a sharable GPU device that counts Slurm's shards on it (the lab's
-# DRA driver publishes it; gres.conf's `Name=shard Count=` spread evenly over the GPUs).
+# The consumable capacities of a sharable GPU device that count Slurm's shared GRES on it (the
+# lab's DRA driver publishes them; gres.conf's `Name=shard Count=`, or `Name=mps Count=`, spread
+# evenly over the GPUs) -> that GRES's name. Slurm counts neither against the other (lab fact,
+# issue 54), so a device publishes one of them and a Pod asks for one.
 SHARE_CAPACITY = "shares"
+MPS_CAPACITY = "mps"
+SHARED_GRES: Mapping[str, str] = {SHARE_CAPACITY: "shard", MPS_CAPACITY: "mps"}
+
+
+def shared_word(gres_name: str) -> str:
+    """How a message names a count of Slurm's shared GRES: "shards", "MPS"."""
+    return {"shard": "shards", "mps": "MPS"}.get(gres_name, gres_name)
+
+
 # Slurm counts shards per node in the thousands; one GPU's are far fewer.
 MAX_SHARES = 1 << 20
 
@@ -102,8 +115,15 @@ class ClaimRequest:
     kind: str  # "gpu" or "mig": the device type the class selects
     count: int
     gres_type: str  # "" when any GPU will do
-    # Shares of one GPU (a Slurm shard count), when the request is for part of a GPU; count is 1.
+    # Shares of one GPU (a Slurm shard or MPS count), when the request is for part of a GPU; count
+    # is 1. `capacity` names which (SHARED_GRES's keys); "" for whole devices.
     shares: int = 0
+    capacity: str = ""
+
+    @property
+    def share_gres(self) -> str:
+        """The Slurm GRES its shares are ("shard", "mps"); "" for whole devices."""
+        return SHARED_GRES.get(self.capacity, "")
 
 
 @dataclass(frozen=True)
@@ -126,8 +146,14 @@ class PodGpus:
 
     @property
     def shares(self) -> int:
-        """Shares of one GPU: what the job asks as `shard` GRES (Slurm takes them from one GPU)."""
+        """Shares of one GPU: what the job asks as `shard` or `mps` GRES (Slurm takes them from one
+        GPU)."""
         return sum(r.shares for r in self.requests)
+
+    @property
+    def capacity(self) -> str:
+        """The capacity its shares are of (SHARED_GRES's keys): the one every request agrees on."""
+        return next((r.capacity for r in self.requests if r.capacity), "")
 
     @property
     def gres_type(self) -> str:
@@ -257,9 +283,10 @@ def _claim_requests(
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_DEVICES:
         return Refusal(f"{where}.exactly.count", f"{count!r} is not a count from 1 to {MAX_DEVICES}")
     kind = DEVICE_CLASSES[device_class]
-    shares = _shares(exactly.get("capacity"), kind, count, f"{where}.exactly")
-    if isinstance(shares, Refusal):
-        return shares
+    asked = _shares(exactly.get("capacity"), kind, count, f"{where}.exactly")
+    if isinstance(asked, Refusal):
+        return asked
+    capacity, shares = asked
     gres_type = _selected_type(items(exactly.get("selectors")), kind, f"{where}.exactly.selectors", cfg)
     if isinstance(gres_type, Refusal):
         return gres_type
@@ -272,39 +299,49 @@ def _claim_requests(
         count=count,
         gres_type=gres_type,
         shares=shares,
+        capacity=capacity,
     )
 
 
-def _shares(capacity: Any, kind: str, count: int, where: str) -> int | Refusal:
-    """The shares of one GPU a request's `capacity` asks for (0: no capacity asked, a whole device)."""
+def _shares(capacity: Any, kind: str, count: int, where: str) -> tuple[str, int] | Refusal:
+    """Which capacity a request's `capacity` asks for, and how much of one GPU's ("", 0: none asked,
+    a whole device)."""
     if capacity is None:
-        return 0
+        return "", 0
     asked = obj(obj(capacity).get("requests"))
+    known = " or ".join(repr(c) for c in SHARED_GRES)
     if not asked:
         return Refusal(
-            f"{where}.capacity", "asks for no capacity (give requests.shares, or leave capacity out)"
+            f"{where}.capacity", f"asks for no capacity (give requests {known}, or leave capacity out)"
         )
-    other = sorted(str(k) for k in asked if k != SHARE_CAPACITY)
+    other = sorted(str(k) for k in asked if k not in SHARED_GRES)
     if other:
         return Refusal(
             f"{where}.capacity.requests",
-            f"{', '.join(repr(k) for k in other)}: only {SHARE_CAPACITY!r} (Slurm's shards of a GPU) is"
-            " translated to Slurm",
+            f"{', '.join(repr(k) for k in other)}: only {SHARE_CAPACITY!r} (Slurm's shards of a GPU) and"
+            f" {MPS_CAPACITY!r} (its MPS share) are translated to Slurm",
         )
+    if len(asked) > 1:
+        return Refusal(
+            f"{where}.capacity.requests",
+            f"asks for {known} of one GPU: Slurm counts neither against the other, ask for one",
+        )
+    (name,) = (str(k) for k in asked)
     if kind != "gpu":
-        return Refusal(f"{where}.capacity", "shares are of a whole GPU (gpu.nvidia.com), not of a MIG slice")
+        return Refusal(f"{where}.capacity", f"{name} are of a whole GPU (gpu.nvidia.com), not of a MIG slice")
     if count != 1:
         return Refusal(
-            f"{where}.count", f"{count} GPUs' shares in one request: Slurm gives a job's shards from one GPU"
+            f"{where}.count",
+            f"{count} GPUs' {name} in one request: Slurm gives a job's {SHARED_GRES[name]} from one GPU",
         )
-    value = asked[SHARE_CAPACITY]
+    value = asked[name]
     text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
     if not text.isdigit() or not 1 <= int(text) <= MAX_SHARES:
         return Refusal(
-            f"{where}.capacity.requests.{SHARE_CAPACITY}",
-            f"{value!r} is not a whole number of shares from 1 to {MAX_SHARES}",
+            f"{where}.capacity.requests.{name}",
+            f"{value!r} is not a whole number of {name} from 1 to {MAX_SHARES}",
         )
-    return int(text)
+    return name, int(text)
 
 
 def _selected_type(selectors: Sequence[Any], kind: str, where: str, cfg: DraConfig) -> str | Refusal:
@@ -426,6 +463,14 @@ def _disagreeing(requests: Sequence[ClaimRequest]) -> list[Refusal]:
                 "spec.resourceClaims",
                 "asks for whole devices and for shares of a GPU: one Slurm job asks for GPUs or for"
                 " shards of one, not both",
+            )
+        ]
+    capacities = sorted({r.capacity for r in requests if r.capacity})
+    if len(capacities) > 1:
+        return [
+            Refusal(
+                "spec.resourceClaims",
+                f"asks for {' and '.join(capacities)} of a GPU: one Slurm job asks for one shared GRES",
             )
         ]
     kinds = {r.kind for r in requests}

@@ -325,15 +325,15 @@ def job_gpu_indices(job: Job, slurm_node: str) -> tuple[int, ...] | NotSeen | Mi
     return tuple(sorted(indices))
 
 
-def job_gpu_shares(job: Job, slurm_node: str) -> tuple[Share, ...] | NotSeen | Mismatch:
-    """The GPUs whose shards (`gres/shard`) the job holds on `slurm_node`, each with how many, from
-    its gres_detail: `shard:h100:4(4/16,0/16,...)` is 4 on GPU 0."""
-    held = _held_on(job, slurm_node, "GPU's shards")
+def job_gpu_shares(job: Job, slurm_node: str, name: str = "shard") -> tuple[Share, ...] | NotSeen | Mismatch:
+    """The GPUs whose shared GRES `name` (shard, mps) the job holds on `slurm_node`, each with how
+    many, from its gres_detail: `shard:h100:4(4/16,0/16,...)` is 4 on GPU 0."""
+    held = _held_on(job, slurm_node, f"GPU's {name}")
     if not isinstance(held, tuple):
         return held
-    found = [s for g in held if g.name == "shard" for s in g.shares if s.used > 0]
+    found = [s for g in held if g.name == name for s in g.shares if s.used > 0]
     if not found:
-        return Mismatch(f"Slurm printed no GPU shards for job {job.job_id} on {slurm_node}")
+        return Mismatch(f"Slurm printed no GPU {name} for job {job.job_id} on {slurm_node}")
     return tuple(found)
 
 

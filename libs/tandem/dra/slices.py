@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem.dra.claims import DRIVER, MAX_SHARES, SHARE_CAPACITY, DraConfig
+from tandem.dra.claims import DRIVER, MAX_SHARES, SHARED_GRES, DraConfig, shared_word
 from tandem.dra.gres import MAX_INDEX, Gres
 from tandem.dra.shape import at, items, obj
 from tandem.dra.taints import DeviceTaint, TaintRule, device_taints, rule_taints
@@ -48,8 +48,10 @@ class SlicedDevice:
     # Its taints, from the slice (and from DeviceTaintRules, where the reader adds them).
     taints: tuple[DeviceTaint, ...] = ()
     # A GPU several claims may share (allowMultipleAllocations): its `shares` capacity, which Slurm
-    # counts as the GPU's shards; 0 for a device allocated whole only.
+    # counts as the GPU's shards, or its `mps` capacity, Slurm's MPS count of it (`capacity` says
+    # which); 0 for a device allocated whole only.
     shares: int = 0
+    capacity: str = ""
 
     @property
     def tainted(self) -> bool:
@@ -176,20 +178,38 @@ def agreement(
 
 
 def _shares_differ(devices: NodeDevices, node_gres: Sequence[Gres], used_gres: Sequence[Gres]) -> str:
-    """Slurm's shards of each GPU against the shares its device publishes ("" when they agree, or
-    one side shares none): a device publishing more shares than Slurm counts would over-commit it."""
-    slurm_total = sum(g.count for g in node_gres if g.name == "shard")
-    published = {d.index: d for d in devices.devices if d.shares}
+    """Slurm's shards (or MPS) of each GPU against the shares (or mps) its device publishes ("" when
+    they agree, or one side shares none): a device publishing more than Slurm counts would
+    over-commit it."""
+    shared = sorted({g.name for g in node_gres if g.name in SHARED_GRES.values() and g.count})
+    if len(shared) > 1:
+        # Slurm gives a GPU's shards and its MPS out independently (lab fact, issue 54).
+        return (
+            f"Slurm shares the node's GPUs as both {' and '.join(shared)}, counting neither against the other"
+        )
+    for capacity, name in SHARED_GRES.items():
+        differ = _capacity_differs(devices, capacity, name, node_gres, used_gres)
+        if differ:
+            return differ
+    return ""
+
+
+def _capacity_differs(
+    devices: NodeDevices, capacity: str, name: str, node_gres: Sequence[Gres], used_gres: Sequence[Gres]
+) -> str:
+    slurm_total = sum(g.count for g in node_gres if g.name == name)
+    published = {d.index: d for d in devices.devices if d.shares and d.capacity == capacity}
     if not slurm_total or not published:
         # One side does not share: Slurm places no shard job where it has none, and a share claim
         # on a GPU not published as sharable is refused at its bind; whole GPUs still agree.
         return ""
     # gres_used says each GPU's total (`shard:h100:3(3/16,0/16,...)`); else only the node's.
-    per_gpu = {s.index: s.total for g in used_gres if g.name == "shard" for s in g.shares}
+    per_gpu = {s.index: s.total for g in used_gres if g.name == name for s in g.shares}
     if not per_gpu:
         dra_total = sum(d.shares for d in published.values())
         if dra_total != slurm_total:
-            return f"Slurm has {slurm_total} shards, the ResourceSlice publishes {dra_total} shares"
+            word = shared_word(name)
+            return f"Slurm has {slurm_total} {word}, the ResourceSlice publishes {dra_total} {capacity}"
         return ""
     for index in sorted(set(per_gpu) | set(published)):
         slurm, device = per_gpu.get(index, 0), published.get(index)
@@ -197,13 +217,15 @@ def _shares_differ(devices: NodeDevices, node_gres: Sequence[Gres], used_gres: S
             has = (
                 f"{device.name} publishes {device.shares}" if device else "device of that index publishes no"
             )
-            return f"Slurm has {slurm} shards of GPU {index}, the ResourceSlice's {has} shares"
+            return (
+                f"Slurm has {slurm} {shared_word(name)} of GPU {index}, the ResourceSlice's {has} {capacity}"
+            )
     return ""
 
 
 def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, ...], tuple[str, ...]] | str:
     typed: list[tuple[str, str, str, int | None, str, tuple[DeviceTaint, ...]]] = []
-    by_name: dict[str, int] = {}
+    by_name: dict[str, tuple[str, int]] = {}
     for d in raw:
         if not isinstance(d, Mapping):
             return "a ResourceSlice device is not an object"
@@ -225,10 +247,10 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         index = _index(attrs)
         if isinstance(index, str):
             return f"device {name} {index}"
-        shares = _shares(d, kind)
-        if isinstance(shares, str):
-            return f"device {name} {shares}"
-        by_name[name] = shares
+        shared = _shares(d, kind)
+        if isinstance(shared, str):
+            return f"device {name} {shared}"
+        by_name[name] = shared
         typed.append((name, kind, gres_type, index, _string(attrs, PCI_BUS_ID), device_taints(d)))
     ranked = _pci_ranks(typed)
     if isinstance(ranked, str):
@@ -245,28 +267,40 @@ def _numbered(raw: Sequence[Any], cfg: DraConfig) -> tuple[tuple[SlicedDevice, .
         if index in seen:
             return f"devices {seen[index]} and {name} both have index {index}"
         seen[index] = name
+        capacity, shares = by_name[name]
         devices.append(
             SlicedDevice(
-                name=name, kind=kind, gres_type=gres_type, index=index, taints=taints, shares=by_name[name]
+                name=name,
+                kind=kind,
+                gres_type=gres_type,
+                index=index,
+                taints=taints,
+                shares=shares,
+                capacity=capacity,
             )
         )
     return tuple(sorted(devices, key=lambda d: d.index)), tuple(unnumbered)
 
 
-def _shares(device: Obj, kind: str) -> int | str:
-    """The shares a sharable GPU publishes (0: not sharable); else what is wrong with them."""
+def _shares(device: Obj, kind: str) -> tuple[str, int] | str:
+    """Which shared capacity a sharable GPU publishes and how much ("", 0: not sharable); else what
+    is wrong with them."""
     if device.get("allowMultipleAllocations") is not True:
-        return 0
-    capacity = obj(obj(device.get("capacity")).get(SHARE_CAPACITY))
-    if not capacity:
-        return 0  # shared some other way (time-slicing, memory): not by Slurm's shards
-    value = capacity.get("value")
+        return "", 0
+    published = obj(device.get("capacity"))
+    found = [c for c in SHARED_GRES if obj(published.get(c))]
+    if not found:
+        return "", 0  # shared some other way (time-slicing, memory): not by Slurm's shards
+    if len(found) > 1:
+        return f"publishes both {' and '.join(found)} capacity: Slurm counts neither against the other"
+    (capacity,) = found
+    value = obj(published[capacity]).get("value")
     text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
     if not text.isdigit() or not 1 <= int(text) <= MAX_SHARES:
-        return f"has {SHARE_CAPACITY} capacity {value!r}, not a whole number from 1 to {MAX_SHARES}"
+        return f"has {capacity} capacity {value!r}, not a whole number from 1 to {MAX_SHARES}"
     if kind != "gpu":
-        return f"is a MIG slice with {SHARE_CAPACITY}: Slurm shares whole GPUs only"
-    return int(text)
+        return f"is a MIG slice with {capacity}: Slurm shares whole GPUs only"
+    return capacity, int(text)
 
 
 def _pci_ranks(
@@ -311,9 +345,10 @@ def slim_slice(resource_slice: Obj) -> dict[str, Any]:
             device["taints"] = d["taints"]
         if d.get("allowMultipleAllocations") is True:
             device["allowMultipleAllocations"] = True
-            shares = obj(d.get("capacity")).get(SHARE_CAPACITY)
-            if shares is not None:
-                device["capacity"] = {SHARE_CAPACITY: shares}
+            published = obj(d.get("capacity"))
+            shared = {c: published[c] for c in SHARED_GRES if published.get(c) is not None}
+            if shared:
+                device["capacity"] = shared
         devices.append(device)
     return {
         "apiVersion": resource_slice.get("apiVersion"),

@@ -88,8 +88,11 @@ def _reason(value: Any) -> str:
 
 
 def _gres(spec: JobSpec) -> str:
-    # Slurm types a node's shards after its GPUs (gres.conf `Name=shard Type=h100`).
-    name, count = ("shard", spec.gpu_shares) if spec.gpu_shares else ("gpu", spec.gpus)
+    # Slurm types a node's shards and MPS after its GPUs (gres.conf `Name=shard Type=h100`).
+    if spec.gpu_mps:
+        name, count = "mps", spec.gpu_mps
+    else:
+        name, count = ("shard", spec.gpu_shares) if spec.gpu_shares else ("gpu", spec.gpus)
     return f"{name}:{spec.gpu_type}:{count}" if spec.gpu_type else f"{name}:{count}"
 
 
@@ -227,7 +230,7 @@ class Dialect:
         job = _common_submit(spec)
         job["environment"] = [f"{k}={v}" for k, v in spec.environment.items()]
         job["memory_per_node"] = _set(spec.memory_mb)
-        if spec.gpus or spec.gpu_shares:
+        if spec.gpus or spec.gpu_shares or spec.gpu_mps:
             job["tres_per_node"] = f"gres/{_gres(spec)}"
         if spec.required_nodes:
             job["required_nodes"] = split_items(spec.required_nodes)

@@ -168,6 +168,8 @@ class JobSpec:
     gpu_type: str = ""
     # Shards of one GPU (`gres/shard`), of gpu_type's GPUs when it names one; gpus is then 0.
     gpu_shares: int = 0
+    # An MPS share of one GPU (`gres/mps`), as gpu_shares is a shard count; gpus is then 0.
+    gpu_mps: int = 0
     account: str = ""
     comment: str = ""
     # Only a submit by Slurm's administrator (root or SlurmUser) may set it: Tandem's mark.

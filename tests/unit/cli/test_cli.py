@@ -441,12 +441,31 @@ def test_nodes_count_the_shares_of_a_shared_gpu_as_part_of_it() -> None:
         nodes={"gpu-000": Node("gpu-000", "MIXED")},
     )
     seen = facts(slurm=slurm)
-    shared = tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i, shares=16) for i in range(8))
+    shared = tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i, shares=16, capacity="shares") for i in range(8))
     seen.gpus = {"node-000": NodeDevices("node-000", "gpu.nvidia.com", "node-000", shared)}
     row = views.node_rows(seen, NOW, wide=True)[0]
     assert row["GPUS USED/TOTAL"] == "7.75/8"
     assert row["GPU IDX=JOB"] == "1-7=23 0=21:4 0=22:8"
     assert views.node_records(seen, NOW)[0]["GPUS USED"] == 7.75
+
+
+def test_nodes_count_an_mps_share_of_a_gpu_as_part_of_it() -> None:
+    """Issue 54: two jobs' MPS on GPU 0 (30 and 20 of 100) and one job's whole GPU 1."""
+    mps = "mps:h100:{n}({n}/100,0/100)"
+    slurm = f.SlurmView(
+        jobs={
+            31: JobStatus(Job(31, "a", "RUNNING", nodes=("gpu-002",), gres_detail=(mps.format(n=30),))),
+            32: JobStatus(Job(32, "b", "RUNNING", nodes=("gpu-002",), gres_detail=(mps.format(n=20),))),
+            33: JobStatus(Job(33, "c", "RUNNING", nodes=("gpu-002",), gres_detail=("gpu:h100:1(IDX:1)",))),
+        },
+        nodes={"gpu-002": Node("gpu-002", "MIXED")},
+    )
+    seen = facts(slurm=slurm)
+    shared = tuple(SlicedDevice(f"gpu-{i}", "gpu", "h100", i, shares=100, capacity="mps") for i in range(2))
+    seen.gpus = {"node-002": NodeDevices("node-002", "gpu.nvidia.com", "node-002", shared)}
+    (row,) = [r for r in views.node_rows(seen, NOW, wide=True) if r["NODE"] == "node-002"]
+    assert row["GPUS USED/TOTAL"] == "1.5/2"
+    assert row["GPU IDX=JOB"] == "1=33 0=32:20 0=31:30"
 
 
 def test_describe_names_the_pod_s_claims_and_its_job_s_gpus() -> None:

@@ -158,7 +158,7 @@ def test_a_claim_slurm_can_allocate(spec: dict[str, Any], count: int, gres_type:
         (claim_spec(request(1, adminAccess=True)), "admin access"),
         (
             claim_spec(request(1, capacity={"requests": {"memory": "10Gi"}})),
-            "'memory': only 'shares' (Slurm's shards of a GPU) is translated",
+            "'memory': only 'shares' (Slurm's shards of a GPU) and 'mps' (its MPS share) are translated",
         ),
         (claim_spec(request(1, capacity={"requests": {}})), "asks for no capacity"),
         (claim_spec(request(2, capacity=shares(4))), "2 GPUs' shares in one request: Slurm gives a job's"),
@@ -411,6 +411,53 @@ def test_shares_of_several_claims_add_up_on_one_gpu() -> None:
 def test_shares_and_whole_devices_in_one_pod_are_refused() -> None:
     got = two_claims(request(1, capacity=shares(4)), request(1))
     assert "asks for whole devices and for shares of a GPU" in got.message()
+
+
+def mps(n: Any) -> dict[str, Any]:
+    return {"requests": {"mps": n}}
+
+
+def test_a_claim_for_an_mps_share_of_a_gpu_asks_slurm_for_mps() -> None:
+    got = from_template(claim_spec(request(1, selectors=[PRODUCT], capacity=mps("30"))))
+    assert got.ok and (got.shares, got.capacity, got.count, got.gres_type) == (30, "mps", 0, "h100")
+    assert got.requests[0].share_gres == "mps"
+    shards = from_template(claim_spec(request(1, capacity=shares(3))))
+    assert (shards.capacity, shards.requests[0].share_gres) == ("shares", "shard")
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (
+            claim_spec(request(1, capacity={"requests": {"shares": "4", "mps": "30"}})),
+            "asks for 'shares' or 'mps' of one GPU: Slurm counts neither against the other, ask for one",
+        ),
+        (
+            claim_spec(request(2, capacity=mps(30))),
+            "2 GPUs' mps in one request: Slurm gives a job's mps from one",
+        ),
+        (claim_spec(request(1, capacity=mps("0.5"))), "'0.5' is not a whole number of mps from 1"),
+        (
+            claim_spec(
+                request(
+                    1,
+                    "mig.nvidia.com",
+                    ["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"],
+                    capacity=mps(2),
+                )
+            ),
+            "mps are of a whole GPU (gpu.nvidia.com), not of a MIG slice",
+        ),
+    ],
+)
+def test_an_mps_claim_slurm_cannot_allocate_is_refused_with_why(spec: dict[str, Any], says: str) -> None:
+    got = from_template(spec)
+    assert not got.ok and says in got.message()
+
+
+def test_mps_and_shards_in_one_pod_are_refused() -> None:
+    got = two_claims(request(1, capacity=shares(4)), request(1, capacity=mps(30)))
+    assert "asks for mps and shares of a GPU: one Slurm job asks for one shared GRES" in got.message()
 
 
 def test_gpus_by_claim_and_by_extended_resource_at_once_are_refused() -> None:

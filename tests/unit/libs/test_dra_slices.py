@@ -342,3 +342,71 @@ def test_shares_agree_with_slurms_shards_gpu_by_gpu(
 ) -> None:
     got = agreement(node_devices(NODE, slices, CFG), parse_gres(gres), parse_gres(used))
     assert got.difference == says
+
+
+def test_the_lab_mps_node_publishes_slurms_mps_of_each_gpu_and_agrees_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(config, "MPS_NODE", 2)
+    node = config.kube_node_name(2)
+    (shared,) = [s for s in resourceslices.resource_slices(8) if s["spec"]["nodeName"] == node]
+    for published in (shared, slim_slice(shared)):
+        devices = node_devices(node, [published], CFG)
+        assert isinstance(devices, NodeDevices)
+        assert {(d.capacity, d.shares) for d in devices.devices} == {("mps", config.MPS_PER_GPU)}
+    gres = parse_gres(config.gres_string(2))
+    assert agreement(node_devices(node, [shared], CFG), gres).agree
+
+
+def _mps(*counts: int) -> list[dict[str, Any]]:
+    return [
+        pool(
+            *(
+                {**gpu(i, index=i), "allowMultipleAllocations": True, "capacity": {"mps": {"value": str(n)}}}
+                for i, n in enumerate(counts)
+            )
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("slices", "gres", "used", "says"),
+    [
+        (_mps(100, 100), "gpu:h100:2,mps:h100:200", "mps:h100:30(30/100,0/100)", ""),
+        (_mps(100, 100), "gpu:h100:2,mps:h100:200", "", ""),
+        (
+            _mps(100, 50),
+            "gpu:h100:2,mps:h100:200",
+            "mps:h100:0(0/100,0/100)",
+            "Slurm has 100 MPS of GPU 1, the ResourceSlice's gpu-1 publishes 50 mps",
+        ),
+        (
+            _mps(100, 100),
+            "gpu:h100:2,mps:h100:100",
+            "",
+            "Slurm has 100 MPS, the ResourceSlice publishes 200 mps",
+        ),
+        # Slurm shards the GPUs the driver shares by MPS: nothing of one counts the other.
+        (_mps(100, 100), "gpu:h100:2,shard:h100:32", "", ""),
+        (
+            _mps(100, 100),
+            "gpu:h100:2,shard:h100:32,mps:h100:200",
+            "",
+            "Slurm shares the node's GPUs as both mps and shard, counting neither against the other",
+        ),
+    ],
+)
+def test_mps_agrees_with_slurms_mps_gpu_by_gpu(
+    slices: list[dict[str, Any]], gres: str, used: str, says: str
+) -> None:
+    assert agree(slices, gres, used) == says
+
+
+def test_a_gpu_publishing_both_shares_and_mps_refuses_the_node() -> None:
+    both = {
+        "allowMultipleAllocations": True,
+        "capacity": {"shares": {"value": "16"}, "mps": {"value": "100"}},
+    }
+    got = node_devices(NODE, [pool({**gpu(0, index=0), **both})], CFG)
+    assert isinstance(got, str)
+    assert "publishes both shares and mps capacity: Slurm counts neither against the other" in got

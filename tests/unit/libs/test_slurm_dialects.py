@@ -467,6 +467,13 @@ def test_shares_of_a_gpu_as_shards() -> None:
     assert untyped["tres_per_node"] == "gres/shard:4"
 
 
+def test_an_mps_share_of_a_gpu_as_mps() -> None:
+    job = Dialect().submit_body(_full_spec(gpus=0, gpu_mps=30, gpu_type="h100"))["job"]
+    assert job["tres_per_node"] == "gres/mps:h100:30"
+    untyped = Dialect().submit_body(_full_spec(gpus=0, gpu_mps=30, gpu_type=""))["job"]
+    assert untyped["tres_per_node"] == "gres/mps:30"
+
+
 def test_no_gpus_no_gres() -> None:
     job = Dialect().submit_body(_full_spec(gpus=0, gpu_type="h100"))["job"]
     assert "tres_per_node" not in job

@@ -256,7 +256,7 @@ def test_slices_given_for_whole_gpus_refuse_the_pod_once_with_the_reason_not_a_p
 
 
 # Shares of a GPU (issue 54): the lab's shard node, 16 shares on each of its 8 GPUs.
-SHARED = replace(DEVICES, devices=tuple(replace(x, shares=16) for x in DEVICES.devices))
+SHARED = replace(DEVICES, devices=tuple(replace(x, shares=16, capacity="shares") for x in DEVICES.devices))
 TAINTED = replace(
     SHARED,
     devices=tuple(
@@ -279,18 +279,20 @@ def shard_job(detail: str = "shard:h100:4(0/16,0/16,4/16,0/16,0/16,0/16,0/16,0/1
 
 
 def test_a_claim_for_shares_asks_slurm_for_shards_and_no_gpus() -> None:
-    action = d.decide(seen(pod(), c=share_claim("4"), gpu_most=16))
+    action = d.decide(seen(pod(), c=share_claim("4"), gpu_most={"shares": 16}))
     assert isinstance(action, actions.Submit)
     requests = action.validations[0].requests
     assert requests[keys.GPU_SHARES] == 4 and keys.GPU_RESOURCE not in requests
 
 
 def test_more_shares_than_any_gpu_has_are_refused_before_a_job() -> None:
-    action = d.decide(seen(pod(), c=share_claim(17), gpu_most=16))
+    action = d.decide(seen(pod(), c=share_claim(17), gpu_most={"shares": 16}))
     assert isinstance(action, actions.Reject)
     assert "asks for 17 shares of one GPU; the most any GPU publishes is 16" in action.message
-    none = d.decide(seen(pod(), c=share_claim(1), gpu_most=0))
-    assert isinstance(none, actions.Reject) and "no Node publishes sharable GPUs" in none.message
+    none = d.decide(seen(pod(), c=share_claim(1), gpu_most={}))
+    assert (
+        isinstance(none, actions.Reject) and "no Node publishes a GPU with 'shares' capacity" in none.message
+    )
 
 
 def test_the_bind_gives_the_claim_the_gpu_whose_shards_slurm_chose() -> None:
@@ -330,3 +332,88 @@ def test_a_whole_gpu_on_a_sharable_device_consumes_all_its_shares() -> None:
     assert isinstance(action, actions.Bind)
     results = action.claims[REF.uid][0].status["allocation"]["devices"]["results"]
     assert [r["consumedCapacity"] for r in results] == [{"shares": "16"}] * 2
+
+
+# An MPS share of a GPU (issue 54): the lab's MPS node, 100 on each of its 8 GPUs.
+MPS = replace(DEVICES, devices=tuple(replace(x, shares=100, capacity="mps") for x in DEVICES.devices))
+
+
+def mps_claim(n: Any, config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    c = claim(1)
+    c["metadata"]["uid"] = "claim-uid"
+    c["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"mps": n}}
+    if config is not None:
+        c["spec"]["devices"]["config"] = config
+    return c
+
+
+def mps_job(detail: str = "mps:h100:30(0/100,30/100,0/100,0/100,0/100,0/100,0/100,0/100)") -> JobStatus:
+    job = running((detail,))
+    return replace(job, job=replace(job.job, tres_per_node="gres/mps:h100:30"))
+
+
+def gpu_config(percentage: int) -> dict[str, Any]:
+    sharing = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": percentage}}
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing}
+    return {"opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}
+
+
+def test_a_claim_for_mps_asks_slurm_for_mps_and_no_gpus_or_shards() -> None:
+    action = d.decide(seen(pod(), c=mps_claim("30"), gpu_most={"mps": 100}))
+    assert isinstance(action, actions.Submit)
+    requests = action.validations[0].requests
+    assert requests[keys.GPU_MPS] == 30
+    assert keys.GPU_SHARES not in requests and keys.GPU_RESOURCE not in requests
+
+
+def test_more_mps_than_any_gpu_has_is_refused_before_a_job_even_where_gpus_have_shards() -> None:
+    action = d.decide(seen(pod(), c=mps_claim(101), gpu_most={"mps": 100, "shares": 1000}))
+    assert isinstance(action, actions.Reject)
+    assert "asks for 101 mps of one GPU; the most any GPU publishes is 100" in action.message
+    shards_only = d.decide(seen(pod(), c=mps_claim(1), gpu_most={"shares": 16}))
+    assert isinstance(shards_only, actions.Reject)
+    assert "no Node publishes a GPU with 'mps' capacity" in shards_only.message
+
+
+def test_the_bind_gives_the_claim_the_gpu_slurm_chose_and_the_mps_limit_of_its_share_last() -> None:
+    # The tenant's own GpuConfig asks for all of the GPU's threads: Slurm counted 30 of 100.
+    action = d.decide(seen(pod(7), mps_job(), c=mps_claim(30, [gpu_config(100)]), devices={"node-000": MPS}))
+    assert isinstance(action, actions.Bind)
+    (write,) = action.claims[REF.uid]
+    devices = write.status["allocation"]["devices"]
+    (result,) = devices["results"]
+    assert result["device"] == "gpu-1" and result["consumedCapacity"] == {"mps": "30"}
+    assert result["shareID"]
+    # NVIDIA's driver applies the last configuration naming the request: Tandem's, of the share.
+    assert [c["source"] for c in devices["config"]] == ["FromClaim", "FromClaim"]
+    assert devices["config"][-1] == {"source": "FromClaim", "requests": ["gpus"], **gpu_config(30)}
+
+
+@pytest.mark.parametrize(
+    ("detail", "devices", "says"),
+    [
+        (
+            "mps:h100:30(0/100,30/100,0/100,0/100,0/100,0/100,0/100,0/100)",
+            SHARED,
+            "Slurm gave 30 MPS of index 1 to ResourceClaim two-gpus; gpu-1 publishes no mps",
+        ),
+        ("mps:h100:30(0/100,30/100,0/100,0/100,0/100,0/100,0/100,0/100)", DEVICES, "gpu-1 is not sharable"),
+        (
+            "shard:h100:30(0/100,30/100,0/100,0/100,0/100,0/100,0/100,0/100)",
+            MPS,
+            "Slurm printed no GPU mps for job 7 on gpu-000",
+        ),
+    ],
+)
+def test_mps_the_claim_cannot_hold_refuses_the_pod(detail: str, devices: NodeDevices, says: str) -> None:
+    action = d.decide(seen(pod(7), mps_job(detail), c=mps_claim(30), devices={"node-000": devices}))
+    assert isinstance(action, actions.Refuse) and action.reason == reasons.REASON_GPU_MISMATCH
+    assert says in action.message
+
+
+def test_a_whole_gpu_on_an_mps_device_consumes_all_its_mps_and_carries_no_limit() -> None:
+    action = d.decide(seen(pod(7), running(), devices={"node-000": MPS}))
+    assert isinstance(action, actions.Bind)
+    devices = action.claims[REF.uid][0].status["allocation"]["devices"]
+    assert [r["consumedCapacity"] for r in devices["results"]] == [{"mps": "100"}] * 2
+    assert "config" not in devices

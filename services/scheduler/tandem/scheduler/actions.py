@@ -48,9 +48,9 @@ class GpuFacts:
     extended_class: str = ""
     dra_served: frozenset[str] = frozenset()
     extended_claims: Mapping[str, JSON] = field(default_factory=dict)
-    # The most shares any one GPU publishes (tandem.dra.slices), read when a member asks shares;
-    # None: not read.
-    most_shares: int | None = None
+    # The most of each shared capacity (shares, mps) any one GPU publishes (tandem.dra.slices),
+    # read when a member asks for part of a GPU; None: not read.
+    most_shares: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)

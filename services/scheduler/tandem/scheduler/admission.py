@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tandem import keys, reasons
-from tandem.dra.claims import PodGpus, Refusal
+from tandem.dra.claims import MPS_CAPACITY, PodGpus, Refusal
 from tandem.kube import JSON
 from tandem.scheduler import domains, groups, matching, podstate, validation
 from tandem.scheduler.actions import (
@@ -83,13 +83,20 @@ def unclaimable(o: Observed, group: groups.Group, live: tuple[JSON, ...]) -> Act
     return Reject(live, message, problems)
 
 
-def _with_share_room(gpus: PodGpus, most: int | None, bound: bool) -> PodGpus:
+def _with_share_room(gpus: PodGpus, most_shares: Mapping[str, int] | None, bound: bool) -> PodGpus:
     """Shares of one GPU beyond what any GPU has would pend for ever, and Slurm's backfill would
     hold a node for them (lab fact, issue 54): refused before they become a job."""
-    if most is None or bound or not gpus.shares or gpus.shares <= most:
+    if most_shares is None or bound or not gpus.shares:
         return gpus
-    room = f"the most any GPU publishes is {most}" if most else "no Node publishes sharable GPUs"
-    why = Refusal("spec.resourceClaims", f"asks for {gpus.shares} shares of one GPU; {room}")
+    most = most_shares.get(gpus.capacity, 0)
+    if gpus.shares <= most:
+        return gpus
+    room = (
+        f"the most any GPU publishes is {most}"
+        if most
+        else f"no Node publishes a GPU with {gpus.capacity!r} capacity"
+    )
+    why = Refusal("spec.resourceClaims", f"asks for {gpus.shares} {gpus.capacity} of one GPU; {room}")
     return replace(gpus, refusals=(*gpus.refusals, why))
 
 
@@ -97,11 +104,14 @@ def with_claimed_gpus(
     claimed: Mapping[str, PodGpus], pod: JSON, result: validation.Validation
 ) -> validation.Validation:
     """The job asks Slurm for the GPUs the member's claims ask for, as GRES of their type: whole
-    devices as `gpu`, shares of one GPU as `shard`."""
+    devices as `gpu`, shares of one GPU as `shard` (or `mps`)."""
     gpus = claimed.get(podstate.uid(pod))
     if gpus is None or not gpus.requests:
         return result
-    asked = {keys.GPU_SHARES: gpus.shares} if gpus.shares else {keys.GPU_RESOURCE: gpus.count}
+    if gpus.shares:
+        asked = {keys.GPU_MPS if gpus.capacity == MPS_CAPACITY else keys.GPU_SHARES: gpus.shares}
+    else:
+        asked = {keys.GPU_RESOURCE: gpus.count}
     return replace(result, requests={**result.requests, **asked}, gpu_type=gpus.gres_type)
 
 

@@ -95,14 +95,16 @@ class DraCaches:
             for node in set(kube_nodes)
         }
 
-    def most_shares(self) -> int:
-        """The most shares one GPU of any Node publishes (0: no Node shares its GPUs); a tainted GPU
-        counts, as it may come back."""
+    def most_shares(self) -> dict[str, int]:
+        """The most of each shared capacity (shares, mps) one GPU of any Node publishes (none: no
+        Node shares its GPUs that way); a tainted GPU counts, as it may come back."""
         nodes = {str(n) for s in self.slices.items() if (n := at(s, "spec", "nodeName"))}
-        most = 0
+        most: dict[str, int] = {}
         for found in self.devices(nodes).values():
             if not isinstance(found, str):
-                most = max([most, *(d.shares for d in found.devices)])
+                for d in found.devices:
+                    if d.shares:
+                        most[d.capacity] = max(most.get(d.capacity, 0), d.shares)
         return most
 
     def whole_gpu_types(self, kube_node: str) -> frozenset[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from tandem.dra import extended
 from tandem.dra.allocation import FINALIZER, PodConsumer, claim_status, claim_status_of, split_indices
-from tandem.dra.claims import ClaimRequest, PodGpus
+from tandem.dra.claims import ClaimRequest, PodGpus, shared_word
 from tandem.dra.gres import Mismatch, NotSeen, job_gpu_indices, job_gpu_shares
 from tandem.dra.shape import at, items
 from tandem.dra.slices import NodeDevices
@@ -76,8 +76,10 @@ def _readable(devices: NodeDevices | str | None, slurm_node: str) -> NodeDevices
 def _gpu_shared_on(
     job: Job, slurm_node: str, devices: NodeDevices | str | None, requests: Sequence[ClaimRequest]
 ) -> tuple[NodeDevices, dict[str, tuple[int, ...]]] | NotSeen | Mismatch:
-    """Shares of a GPU: Slurm takes a job's shards from one GPU, so every request gets that one."""
-    held = job_gpu_shares(job, slurm_node)
+    """Shares of a GPU: Slurm takes a job's shards (or MPS) from one GPU, so every request gets that
+    one."""
+    name = next(r.share_gres for r in requests if r.share_gres)
+    held = job_gpu_shares(job, slurm_node, name)
     if not isinstance(held, tuple):
         return held
     readable = _readable(devices, slurm_node)
@@ -88,7 +90,7 @@ def _gpu_shared_on(
     on = ", ".join(f"{s.used} on GPU {s.index}" for s in held)
     if len(held) != 1 or held[0].used != wanted:
         return Mismatch(
-            f"Slurm job {job.job_id} on {slurm_node} holds shards {on}; the Pod's claims ask for"
+            f"Slurm job {job.job_id} on {slurm_node} holds {shared_word(name)} {on}; the Pod's claims ask for"
             f" {wanted} of one GPU"
         )
     return devices, {r.pod_claim: (held[0].index,) for r in requests}

@@ -204,6 +204,7 @@ def build_job_spec(
         requests = effective_requests(pod)
     gpus = requests.get(keys.GPU_RESOURCE, 0)
     shares = requests.get(keys.GPU_SHARES, 0)
+    mps = requests.get(keys.GPU_MPS, 0)
     environment = {
         **cfg.environment,
         "TANDEM_POD_NAMESPACE": ref.namespace,
@@ -230,10 +231,11 @@ def build_job_spec(
         cpus=max(1, math.ceil(requests.get(CPU, 0) / 1000)),
         memory_mb=math.ceil(requests.get(MEMORY, 0) / MIB),
         working_dir=found.get(keys.CURRENT_WORKING_DIR) or cfg.default_working_dir,
-        gpus=0 if shares else gpus,
-        gpu_shares=shares,
+        gpus=0 if shares or mps else gpus,
+        gpu_shares=0 if mps else shares,
+        gpu_mps=mps,
         # A type without a count cannot be expressed as GRES, and would only narrow a CPU job.
-        gpu_type=(claimed_type or gpu_type(pod, cfg.gpu_types)) if gpus or shares else "",
+        gpu_type=(claimed_type or gpu_type(pod, cfg.gpu_types)) if gpus or shares or mps else "",
         account=found.get(keys.ACCOUNT, ""),
         comment=found.get(keys.COMMENT, ""),
         constraints=found.get(keys.CONSTRAINTS, ""),
