@@ -169,9 +169,10 @@ def _result(claim_uid: str, request: ClaimRequest, node: NodeDevices, device: Sl
 
 
 def mps_percentage(shares: int, per_gpu: int) -> int:
-    """The CUDA MPS active thread percentage of `shares` of a GPU's `per_gpu` MPS count: rounded
-    down, as Slurm's share must not be exceeded, but at least 1 (0 is not a limit MPS takes)."""
-    return max(1, min(100, shares * 100 // per_gpu)) if per_gpu > 0 else 100
+    """The CUDA MPS active thread percentage of `shares` of a GPU's `per_gpu` MPS count (at least 1,
+    as slices._shares reads it; `shares` at most that, as _devices checks): rounded down, as Slurm's
+    share must not be exceeded, but at least 1 (0 is not a limit MPS takes)."""
+    return max(1, shares * 100 // per_gpu)
 
 
 def _mps_limit(request: ClaimRequest, device: SlicedDevice) -> dict[str, Any]:
