@@ -19,8 +19,8 @@ from devstack import config
 from devstack.config import StackConfig
 from tandem import keys
 from tandem.kube import KubeClient, KubeError
+from tests.integration import gpu_sharing as gs
 from tests.integration import helpers as h
-from tests.integration import test_shards as shards
 from tests.integration.test_gpu_claims import _delete
 from tests.integration.test_kubectl_tandem import kubectl_tandem
 
@@ -210,14 +210,14 @@ def test_a_tainted_gpus_shares_are_drained_in_slurm_and_a_share_pod_waits_for_th
             lambda: "GPU 0" in (_drained(stack_cfg, slurm_node) or ""),
             30,
         )
-        shards.claiming_pod(stack_cfg, core, api, name, shares=2)
+        gs.claiming_pod(stack_cfg, core, api, name, slurm_node, "shares", 2)
         job = h.wait_until(f"{name}'s job", lambda: h.job_id_of(core, name), 30)
         h.wait_until("its job pending", lambda: _state(stack_cfg, job) == "PENDING", 15)
         assert not (p := h.get_pod(core, name)) or not p.spec.node_name
-        assert not shards.given(api, name)
+        assert not gs.given(api, name, "shares")
         _delete(api, f"{RULES}/{rule}")
-        h.wait_until(f"{name} bound once the taint went", lambda: shards.bound(core, name), 60)
-        assert [shares for _, shares in shards.given(api, name)] == ["2"]
+        h.wait_until(f"{name} bound once the taint went", lambda: gs.bound(core, name), 60)
+        assert [shares for _, shares in gs.given(api, name, "shares")] == ["2"]
     finally:
         _delete(api, f"{RULES}/{rule}")
-        _delete(api, f"{shards.CLAIMS}/{name}")
+        _delete(api, f"{gs.CLAIMS}/{name}")

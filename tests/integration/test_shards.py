@@ -6,16 +6,16 @@ consumable capacity) becoming a shard job, its claim naming the GPU Slurm chose.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config, resourceslices
+from devstack import config
 from devstack.config import StackConfig
-from tandem.dra.gres import Gres, parse_gres
-from tandem.kube import KubeClient, KubeError
+from tandem.kube import KubeClient
+from tests.integration import gpu_sharing as gs
 from tests.integration import helpers as h
+from tests.integration.gpu_sharing import TYPE, bound, held, job_of, on, running, state
 
 pytestmark = [
     pytest.mark.integration,
@@ -26,32 +26,25 @@ pytestmark = [
 
 NODE = config.slurm_node_name(config.SHARD_NODE)
 PER_GPU = config.SHARDS_PER_GPU
-TYPE = config.GPU_GRES_TYPE
+
+
+@pytest.fixture
+def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
+    yield from gs.claims_client(stack_cfg)
 
 
 def _job(cfg: StackConfig, gres: str) -> int:
-    return h.sbatch(cfg, f"--nodelist={NODE}", "--mem=1G", f"--gres={gres}")
+    return gs.sbatch_on(cfg, NODE, gres)
 
 
-def _state(cfg: StackConfig, job_id: int) -> tuple[str, str]:
-    job = h.rest_job(cfg, job_id)
-    return str(job["job_state"]), str(job.get("state_reason") or "")
+def claiming_pod(
+    cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient, name: str, shares: int = 0, gpus: int = 0
+) -> None:
+    gs.claiming_pod(cfg, core, api, name, NODE, "shares", shares, gpus)
 
 
-def _held(cfg: StackConfig, job_id: int) -> Gres:
-    """The one GRES the running job holds on the node, as slurmrestd's gres_detail prints it."""
-    detail: Any = h.rest_job(cfg, job_id).get("gres_detail")
-    (gres,) = parse_gres(detail if isinstance(detail, str) else detail[0])
-    return gres
-
-
-def _running(cfg: StackConfig, job_id: int) -> bool:
-    return _state(cfg, job_id)[0] == "RUNNING"
-
-
-def _on(gres: Gres) -> dict[int, int]:
-    """GPU index -> shards the job holds there."""
-    return {s.index: s.used for s in gres.shares if s.used > 0}
+def given(api: KubeClient, claim: str) -> list[tuple[int, str]]:
+    return gs.given(api, claim, "shares")
 
 
 @pytest.mark.parallel
@@ -62,100 +55,45 @@ def test_the_node_counts_its_shards_typed_after_its_gpus(stack_cfg: StackConfig)
 
 def test_shard_jobs_share_one_gpu_and_never_overcommit_it(stack_cfg: StackConfig) -> None:
     first = _job(stack_cfg, "shard:3")
-    h.wait_until("the first shard job running", lambda: _running(stack_cfg, first), 30)
-    held = _held(stack_cfg, first)
-    assert (held.name, held.type, held.count) == ("shard", TYPE, 3)
-    assert [(s.used, s.total) for s in held.shares][:2] == [(3, PER_GPU), (0, PER_GPU)]  # on GPU 0
+    h.wait_until("the first shard job running", lambda: running(stack_cfg, first), 30)
+    gres = held(stack_cfg, first)
+    assert (gres.name, gres.type, gres.count) == ("shard", TYPE, 3)
+    assert [(s.used, s.total) for s in gres.shares][:2] == [(3, PER_GPU), (0, PER_GPU)]  # on GPU 0
     # Packed onto the GPU already shared while it has room; the next GPU once it has none.
     second = _job(stack_cfg, f"shard:{PER_GPU - 3}")
-    h.wait_until("the second shard job running", lambda: _running(stack_cfg, second), 30)
-    assert _on(_held(stack_cfg, second)) == {0: PER_GPU - 3}
+    h.wait_until("the second shard job running", lambda: running(stack_cfg, second), 30)
+    assert on(held(stack_cfg, second)) == {0: PER_GPU - 3}
     third = _job(stack_cfg, "shard:1")
-    h.wait_until("the third shard job running", lambda: _running(stack_cfg, third), 30)
-    assert _on(_held(stack_cfg, third)) == {1: 1}
+    h.wait_until("the third shard job running", lambda: running(stack_cfg, third), 30)
+    assert on(held(stack_cfg, third)) == {1: 1}
 
 
 def test_a_whole_gpu_job_never_takes_a_gpu_whose_shards_are_in_use_nor_the_reverse(
     stack_cfg: StackConfig,
 ) -> None:
     shard = _job(stack_cfg, "shard:1")
-    h.wait_until("the shard job running", lambda: _running(stack_cfg, shard), 30)
+    h.wait_until("the shard job running", lambda: running(stack_cfg, shard), 30)
     every = _job(stack_cfg, f"gpu:{TYPE}:{config.GPUS_PER_NODE}")
-    h.wait_until("every GPU pending", lambda: _state(stack_cfg, every) == ("PENDING", "Resources"), 30)
+    h.wait_until("every GPU pending", lambda: state(stack_cfg, every) == ("PENDING", "Resources"), 30)
     h.scancel(stack_cfg, every)
     rest = _job(stack_cfg, f"gpu:{TYPE}:{config.GPUS_PER_NODE - 1}")
-    h.wait_until("the other GPUs running", lambda: _running(stack_cfg, rest), 30)
-    assert _held(stack_cfg, rest).indices == tuple(range(1, config.GPUS_PER_NODE))  # not GPU 0
+    h.wait_until("the other GPUs running", lambda: running(stack_cfg, rest), 30)
+    assert held(stack_cfg, rest).indices == tuple(range(1, config.GPUS_PER_NODE))  # not GPU 0
     # Every GPU but the shared one whole-allocated: a shard job fits only where shards already are.
     h.scancel(stack_cfg, shard)
-    h.wait_until("GPU 0 free", lambda: not _running(stack_cfg, shard), 30)
+    h.wait_until("GPU 0 free", lambda: not running(stack_cfg, shard), 30)
     more = _job(stack_cfg, "shard:2")
-    h.wait_until("the new shard job running", lambda: _running(stack_cfg, more), 30)
-    assert _on(_held(stack_cfg, more)) == {0: 2}
+    h.wait_until("the new shard job running", lambda: running(stack_cfg, more), 30)
+    assert on(held(stack_cfg, more)) == {0: 2}
     none_left = _job(stack_cfg, f"shard:{PER_GPU - 1}")  # GPU 0 has PER_GPU - 2 left; the rest whole
-    h.wait_until("pending for room", lambda: _state(stack_cfg, none_left) == ("PENDING", "Resources"), 30)
+    h.wait_until("pending for room", lambda: state(stack_cfg, none_left) == ("PENDING", "Resources"), 30)
 
 
 def test_more_shards_than_one_gpu_holds_pend_and_are_not_refused(stack_cfg: StackConfig) -> None:
     """One job's shards come from one GPU (Slurm's default; SelectTypeParameters=
     MULTIPLE_SHARING_GRES_PJ would spread them): more than a GPU holds waits for ever."""
     big = _job(stack_cfg, f"shard:{PER_GPU + 1}")
-    h.wait_until("pending for room", lambda: _state(stack_cfg, big) == ("PENDING", "Resources"), 30)
-
-
-CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
-
-
-@pytest.fixture
-def api(stack_cfg: StackConfig) -> Iterator[KubeClient]:
-    client = KubeClient.from_kubeconfig(str(stack_cfg.kubeconfig))
-    yield client
-    for item in client.get(CLAIMS).get("items") or []:
-        try:
-            client.delete(f"{CLAIMS}/{item['metadata']['name']}")
-        except KubeError as e:
-            if not e.not_found:
-                raise
-    client.close()
-
-
-def claiming_pod(
-    cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient, name: str, shares: int = 0, gpus: int = 0
-) -> None:
-    """A Pod on the shard node whose one claim asks `shares` of a GPU (or `gpus` whole GPUs)."""
-    exactly: dict[str, Any] = {"deviceClassName": "gpu.nvidia.com", "count": gpus or 1}
-    if shares:
-        exactly["capacity"] = {"requests": {"shares": str(shares)}}
-    request = {"name": "gpus", "exactly": exactly}
-    api.post(CLAIMS, {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}})
-    pod = h.tandem_pod(cfg, name, {h.PREFIX + "required-nodes": NODE})
-    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": name}]
-    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
-    h.create(core, pod)
-
-
-def bound(core: k8s.CoreV1Api, name: str) -> bool:
-    pod = h.get_pod(core, name)
-    return pod is not None and bool(pod.spec.node_name)
-
-
-def given(api: KubeClient, claim: str) -> list[tuple[int, str]]:
-    """(GPU index, shares consumed) of each device the claim was given, by the Node's slice."""
-    results = ((api.get(f"{CLAIMS}/{claim}").get("status") or {}).get("allocation") or {}).get(
-        "devices"
-    ) or {}
-    given = []
-    for r in results.get("results") or []:
-        devices = api.get(f"/apis/resource.k8s.io/v1/resourceslices/{r['pool']}-{resourceslices.DRIVER}")
-        (index,) = [
-            d["attributes"]["index"]["int"] for d in devices["spec"]["devices"] if d["name"] == r["device"]
-        ]
-        given.append((index, str((r.get("consumedCapacity") or {}).get("shares", ""))))
-    return given
-
-
-def _job_of(core: k8s.CoreV1Api, name: str) -> int:
-    return h.wait_until(f"{name}'s job", lambda: h.job_id_of(core, name), 30)
+    h.wait_until("pending for room", lambda: state(stack_cfg, big) == ("PENDING", "Resources"), 30)
 
 
 def test_pods_and_a_shard_job_share_one_gpu_and_the_next_pod_waits_for_room(
@@ -168,23 +106,23 @@ def test_pods_and_a_shard_job_share_one_gpu_and_the_next_pod_waits_for_room(
     first = h.unique("quarter")
     claiming_pod(stack_cfg, core, api, first, shares=quarter)
     h.wait_until(f"{first} bound", lambda: bound(core, first), 60)
-    assert _on(_held(stack_cfg, _job_of(core, first))) == {0: quarter}
+    assert on(held(stack_cfg, job_of(core, first))) == {0: quarter}
     training = _job(stack_cfg, f"gpu:{TYPE}:{config.GPUS_PER_NODE - 1}")
-    h.wait_until("the training job running", lambda: _running(stack_cfg, training), 30)
+    h.wait_until("the training job running", lambda: running(stack_cfg, training), 30)
     second = h.unique("quarter")
     claiming_pod(stack_cfg, core, api, second, shares=quarter)
     h.wait_until(f"{second} bound", lambda: bound(core, second), 60)
     shard_job = _job(stack_cfg, f"shard:{half}")
-    h.wait_until("the shard job running", lambda: _running(stack_cfg, shard_job), 30)
+    h.wait_until("the shard job running", lambda: running(stack_cfg, shard_job), 30)
     for name in (first, second):
         assert given(api, name) == [(0, str(quarter))], name
-        assert _on(_held(stack_cfg, _job_of(core, name))) == {0: quarter}
-    assert _on(_held(stack_cfg, shard_job)) == {0: half}
+        assert on(held(stack_cfg, job_of(core, name))) == {0: quarter}
+    assert on(held(stack_cfg, shard_job)) == {0: half}
     # GPU 0 is full, the others held whole: the next Pod's job waits for room, and the Pod with it.
     waiting = h.unique("half")
     claiming_pod(stack_cfg, core, api, waiting, shares=half)
-    job = _job_of(core, waiting)
-    h.wait_until("its job pending", lambda: _state(stack_cfg, job)[0] == "PENDING", 30)
+    job = job_of(core, waiting)
+    h.wait_until("its job pending", lambda: state(stack_cfg, job)[0] == "PENDING", 30)
     assert not bound(core, waiting) and not given(api, waiting)
     h.scancel(stack_cfg, shard_job)
     h.wait_until(f"{waiting} bound", lambda: bound(core, waiting), 60)
@@ -210,12 +148,5 @@ def test_more_shares_than_a_gpu_has_are_refused_with_one_event_and_no_job(
 ) -> None:
     name = h.unique("too-many")
     claiming_pod(stack_cfg, core, api, name, shares=PER_GPU + 1)
-    event = h.wait_until(
-        "a FailedValidation Event",
-        lambda: next((e for e in h.events_for(core, name) if e.reason == "FailedValidation"), None),
-        30,
-    )
-    assert (
-        f"asks for {PER_GPU + 1} shares of one GPU; the most any GPU publishes is {PER_GPU}" in event.message
-    )
-    assert h.job_id_of(core, name) is None and not h.squeue_ids(stack_cfg)
+    message = gs.one_refusal(stack_cfg, core, name)
+    assert f"asks for {PER_GPU + 1} shares of one GPU; the most any GPU publishes is {PER_GPU}" in message
