@@ -427,11 +427,9 @@ SHARD_NODE = 4
 SHARDS_PER_GPU = 16
 
 
-# A GPU node whose whole GPUs Slurm may share out as `gres/mps` instead: MPS_PER_GPU over each,
-# Slurm's usual 100 (a share is then a percentage). None: the lab shares no GPU by MPS yet (issue
-# 54 step 3: Tandem's side is built and unit-tested; gpu-002 becomes the MPS node once its
-# integration tests have run on both Slurm releases).
-MPS_NODE: int | None = None
+# A GPU node whose whole GPUs Slurm may share out as `gres/mps` instead (issue 54): MPS_PER_GPU
+# over each, Slurm's usual 100 (a share is then a percentage). None: a lab without one.
+MPS_NODE: int | None = 2
 MPS_PER_GPU = 100
 
 
