@@ -79,6 +79,9 @@ DAEMONS = (
     "lws-controller",
     "kueue-controller",
 )
+# Started once built: on a fresh machine a stack runs, and its first tests with it, while these
+# are still being built (the tests that use them ask for them, tests/integration/conftest.py).
+LATE_CONTROLLERS = ("lws-controller", "kueue-controller")
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:

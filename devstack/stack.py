@@ -50,6 +50,15 @@ def all_daemons(cfg: StackConfig) -> dict[str, Daemon]:
     }
 
 
+def is_up(cfg: StackConfig) -> bool:
+    """The stack runs: every daemon it started alive. Kueue's and LWS's controllers are not asked
+    for, since a stack on a fresh machine starts without them (and the tests that use them start
+    them): a test session beside others that counted them stopped at once as if no stack ran."""
+    return (cfg.state_dir / "stack.json").exists() and all(
+        d.alive() for name, d in all_daemons(cfg).items() if name not in kube.LATE_CONTROLLERS
+    )
+
+
 def build(cfg: StackConfig, late_controllers: bool = True) -> None:
     """What this stack runs that is built or installed once per machine, cached by version:
     `python -m devstack build`, which CI runs for its three legs in the background (issue 51)."""

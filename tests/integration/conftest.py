@@ -19,9 +19,7 @@ from devstack.config import StackConfig
 @pytest.fixture(scope="session")
 def stack_cfg() -> Iterator[StackConfig]:
     cfg = StackConfig.from_env()
-    was_up = (cfg.state_dir / "stack.json").exists() and all(
-        d.alive() for d in stack.all_daemons(cfg).values()
-    )
+    was_up = stack.is_up(cfg)
     if was_up and coverage_by_test.directory() is not None:
         pytest.exit(f"{coverage_by_test.ENV} measures the services a session starts: `make down` first")
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -51,7 +51,7 @@ def pytest(args: list[str]) -> int:
 
 
 def running(cfg: StackConfig) -> bool:
-    return (cfg.state_dir / "stack.json").exists() and all(d.alive() for d in stack.all_daemons(cfg).values())
+    return stack.is_up(cfg)
 
 
 def lab_kill_wait(cfg: StackConfig) -> None:

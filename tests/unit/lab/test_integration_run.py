@@ -3,11 +3,15 @@ then the rest alone, from a stack put back to nothing running (tests/integration
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from devstack import kube, stack
+from devstack.config import StackConfig
 from tests.integration import conftest
 from tests.integration import run as integration_run
 
@@ -133,3 +137,33 @@ def test_pytests_own_options_pass_through_even_where_they_look_like_ours(
     monkeypatch.setenv("TANDEM_INTEGRATION_WORKERS", "0")
     integration_run.main(["--maxfail=1", "--ma", "x"])
     assert sessions == [["--maxfail=1", "--ma", "x"]]
+
+
+def _running_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dead: tuple[str, ...]) -> StackConfig:
+    """A stack's state dir whose PID files name this process (alive) for every daemon but `dead`."""
+    monkeypatch.setenv("TANDEM_STATE_DIR", str(tmp_path))
+    for name in ("DEPLOY", "NODES", "SLURM_VERSION"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = StackConfig.from_env()
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / "stack.json").write_text("{}")
+    me = f"{os.getpid()} {Path('/proc/self/stat').read_text().rsplit(')', 1)[1].split()[19]}\n"
+    for name, daemon in stack.all_daemons(cfg).items():
+        if name not in dead:
+            daemon.run_dir.mkdir(parents=True, exist_ok=True)
+            daemon.pid_file.write_text(me)
+    return cfg
+
+
+def test_a_stack_on_a_fresh_machine_is_up_before_kueue_and_lws_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their controllers start once built, and the tests beside each other start before that: a
+    worker that asked for them stopped at once (every worker: `node down: keyboard-interrupt`)."""
+    cfg = _running_stack(tmp_path, monkeypatch, dead=kube.LATE_CONTROLLERS)
+    assert stack.is_up(cfg) and integration_run.running(cfg)
+
+
+def test_a_stack_missing_any_other_daemon_is_not_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not stack.is_up(_running_stack(tmp_path, monkeypatch, dead=("kube-apiserver",)))
+    assert not stack.is_up(_running_stack(tmp_path / "b", monkeypatch, dead=("slurmctld",)))
