@@ -107,14 +107,14 @@ def job_of(core: k8s.CoreV1Api, name: str) -> int:
     return h.wait_until(f"{name}'s job", lambda: h.job_id_of(core, name), 30)
 
 
-def one_refusal(cfg: StackConfig, core: k8s.CoreV1Api, name: str) -> str:
-    """The message of the one FailedValidation Event a refused Pod gets; it got no job."""
+def one_refusal(cfg: StackConfig, core: k8s.CoreV1Api, name: str, reason: str = "FailedValidation") -> str:
+    """The message of the one `reason` Event a refused Pod gets; it got no job."""
     h.wait_until(
-        "a FailedValidation Event",
-        lambda: any(e.reason == "FailedValidation" for e in h.events_for(core, name)),
+        f"a {reason} Event",
+        lambda: any(e.reason == reason for e in h.events_for(core, name)),
         30,
     )
-    (event,) = [e for e in h.events_for(core, name) if e.reason == "FailedValidation"]
+    (event,) = [e for e in h.events_for(core, name) if e.reason == reason]
     assert (event.count or 1) == 1, event
     assert h.job_id_of(core, name) is None and not h.squeue_ids(cfg)
     return str(event.message)

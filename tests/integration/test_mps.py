@@ -123,11 +123,14 @@ def test_more_mps_than_a_gpu_has_is_refused_with_one_event_and_no_job(
     assert f"asks for {PER_GPU + 1} mps of one GPU; the most any GPU publishes is {PER_GPU}" in message
 
 
-def test_shares_asked_of_the_mps_node_are_refused_naming_what_it_publishes(
+def test_shares_asked_of_the_mps_node_are_refused_by_slurm_once_and_leave_no_job(
     stack_cfg: StackConfig, core: k8s.CoreV1Api, api: KubeClient
 ) -> None:
-    """A Pod asking the shard node's kind of share of the MPS node: one Event, no job."""
+    """A Pod pinned to the MPS node asking the shard node's kind of share: other GPUs publish
+    shares, so the claim is valid, and Slurm refuses the job (no shard on that node): one Event
+    saying so, and no job."""
     name = h.unique("shares-here")
     gs.claiming_pod(stack_cfg, core, api, name, NODE, "shares", 4)
-    message = gs.one_refusal(stack_cfg, core, name)
-    assert "shares" in message, message
+    message = gs.one_refusal(stack_cfg, core, name, reason="FailedScheduling")
+    assert "Slurm refused the placeholder job" in message
+    assert "Requested node configuration is not available" in message, message
