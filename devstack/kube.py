@@ -69,6 +69,9 @@ CONTROLLERS = {
 }
 # Above this many Nodes the lab is a scale bench (bench/scale.py), where kwok's Lease renewals lag.
 LARGE_LAB_NODES = 200
+# Started once built: on a fresh machine a stack runs, and its first tests with it, while these
+# are still being built (the tests that use them ask for them, tests/integration/conftest.py).
+LATE_CONTROLLERS = ("lws-controller", "kueue-controller")
 # In start order.
 DAEMONS = (
     "etcd",
@@ -76,12 +79,8 @@ DAEMONS = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
-    "lws-controller",
-    "kueue-controller",
+    *LATE_CONTROLLERS,
 )
-# Started once built: on a fresh machine a stack runs, and its first tests with it, while these
-# are still being built (the tests that use them ask for them, tests/integration/conftest.py).
-LATE_CONTROLLERS = ("lws-controller", "kueue-controller")
 
 
 def daemons(cfg: StackConfig) -> dict[str, Daemon]:
