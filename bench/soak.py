@@ -6,7 +6,8 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
     REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
-2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), a heterogeneous gang (a
+2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), an elastic Indexed Job
+(minCount 2) whose parallelism goes up and down between 1 and 5, a heterogeneous gang (a
 CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster serves them), a Deployment
 scaled up and down, a plain Slurm job (some time-limited, some preempting from the high partition,
 some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU node (GPU 0 as MIG slices
@@ -24,6 +25,11 @@ Invariants, counted after the settle (each must be 0):
   untolerating_on_locked  a Pod running on a Node a Slurm job holds without tolerating the lock
   partly_bound_gangs      a group with some members bound and some not, fewer than its minCount bound
   extras_without_core     an elastic gang's extra member's job running while its core's job does not
+  cores_preempted_before_extras  seen at any time of the run: an elastic gang's core job preempted
+                          while an extra of the same group ran (Slurm takes the extras back first)
+  core_nodes_without_member  a node of an elastic Job's running core job on whose Node no member of
+                          the group is bound (a member that left holds its node: its workload asked
+                          for fewer, and the core was not shrunk)
   failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
   stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
   drains_for_pods_elsewhere  a KillWait drain, seen at any time of the run, naming a Pod that was
@@ -65,6 +71,7 @@ from tandem.placeholder import extra_member, parse_job_name
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
+ELASTIC_JOB = "soak-elastic-job"  # the one elastic Indexed Job the churn scales
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
@@ -84,6 +91,12 @@ class Soak:
         self.composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
         self.serves_composites = _served(self.kube, self.composites)
         self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+        self.batch_jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        # A Job's own gang (spec.scheduling) keeps a minCount below its parallelism only where the
+        # Workload API is beta (Kubernetes 1.36's Job controller makes the two equal: no extras).
+        self.elastic_jobs = self.podgroup_api.endswith("/v1beta1")
+        # Core jobs seen preempted while an extra of their group ran (the sampler's).
+        self.cores_preempted_first: set[int] = set()
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.plain_jobs: list[int] = []
@@ -356,6 +369,79 @@ class Soak:
             self.kube.post(self.deployments, body)
         self.done["deployment scaled"] += 1
 
+    def scale_elastic_job(self) -> None:
+        """An Indexed Job whose gang's minCount is 2 and parallelism 1-5: a core of 2 (or of 1 after
+        a shrink) and extras, which a scale-down ends first, and a core shrunk in place when it must
+        (issue 53)."""
+        parallelism = self.rng.randint(1, 5)
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": ELASTIC_JOB},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": 50,
+                "parallelism": parallelism,
+                "scheduling": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+                "template": {"spec": {**self._pod("x")["spec"], "restartPolicy": "Never"}},
+            },
+        }
+        try:
+            self.kube.merge_patch(f"{self.batch_jobs}/{ELASTIC_JOB}", {"spec": {"parallelism": parallelism}})
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            self.kube.post(self.batch_jobs, body)
+        self.done["elastic job scaled"] += 1
+
+    def watch_elastic(self, stop: threading.Event) -> None:
+        """Every 2 s: an elastic gang's core job preempted while an extra of its group ran at the
+        sample before (Slurm must take the extras back first)."""
+        extras_running: set[str] = set()
+        while not stop.wait(2.0):
+            try:
+                jobs = slurm_jobs(self.cfg, ("PREEMPTED",))
+            except (subprocess.CalledProcessError, OSError, ValueError, subprocess.TimeoutExpired):
+                continue  # slurmctld restarting
+            now_running: set[str] = set()
+            for j in jobs:
+                ref = parse_job_name(j["name"])
+                if ref is None:
+                    continue
+                if extra_member(ref) is not None and j["state"] == "RUNNING":
+                    now_running.add(ref.key)
+                elif extra_member(ref) is None and j["state"] == "PREEMPTED" and ref.key in extras_running:
+                    self.cores_preempted_first.add(j["id"])
+            extras_running = now_running
+
+    def _core_nodes_without_member(
+        self, live_pods: list[dict[str, Any]], placeholder: list[dict[str, Any]], kube_node: dict[str, str]
+    ) -> int:
+        """Nodes of the elastic Job's running core jobs on whose Node no member of the group is
+        (bound, or still going): its workload replaces a member that left, else the core shrinks."""
+        held: dict[str, set[str]] = {}
+        for p in live_pods:
+            group = ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+            node = (p.get("spec") or {}).get("nodeName")
+            if group and node:
+                held.setdefault(f"{p['metadata']['namespace']}/pg:{group}", set()).add(node)
+        elastic = _owned_by_a_job(live_pods)
+        count = 0
+        for j in placeholder:
+            ref = parse_job_name(j["name"])
+            if (
+                ref is None
+                or extra_member(ref) is not None
+                or ref.key not in elastic
+                or j["state"] != "RUNNING"
+            ):
+                continue
+            for n in j["nodes"]:
+                if kube_node.get(n) not in held.get(ref.key, set()):
+                    count += 1
+                    print(f"[soak] core job {j['id']} holds {n}, where no member of {ref.key} is", flush=True)
+        return count
+
     def plain_job(self) -> None:
         args = []
         kind = self.rng.random()
@@ -602,12 +688,30 @@ class Soak:
             if group and not p["metadata"].get("deletionTimestamp"):
                 bound_in_group.setdefault(group, []).append(bool((p.get("spec") or {}).get("nodeName")))
         # Bound and unbound members together: only when fewer than minCount are bound (an elastic
-        # gang's extras wait for nodes beside a whole core).
+        # gang's extras wait for nodes beside a whole core), or than its running core job's nodes
+        # (an elastic Job's core shrunk by its workload below minCount: its members beyond, grown
+        # back, wait on jobs of their own).
         min_counts = _min_counts(podgroups)
+        owned = _owned_by_a_job(live_pods)
+        core_nodes = {
+            ref.key: len(j["nodes"])
+            for j in placeholder
+            if j["state"] == "RUNNING"
+            and (ref := refs[j["id"]]) is not None
+            and extra_member(ref) is None
+            and ref.key in owned
+        }
         counts["partly_bound_gangs"] = sum(
             1
             for group, states in bound_in_group.items()
-            if set(states) == {True, False} and sum(states) < min_counts.get(group, len(states))
+            if set(states) == {True, False}
+            and sum(states) < min(min_counts.get(group, len(states)), core_nodes.get(group, len(states)))
+        )
+        counts["cores_preempted_before_extras"] = len(self.cores_preempted_first)
+        for job_id in sorted(self.cores_preempted_first):
+            print(f"[soak] core job {job_id} was preempted while an extra of its group ran", flush=True)
+        counts["core_nodes_without_member"] = self._core_nodes_without_member(
+            live_pods, placeholder, kube_node
         )
         counts["drains_for_pods_elsewhere"] = len(self.misplaced_drains)
         for node, pod, where in sorted(self.misplaced_drains):
@@ -626,6 +730,8 @@ class Soak:
             "tenant_pods_on_held_nodes",
             "partly_bound_gangs",
             "extras_without_core",
+            "cores_preempted_before_extras",
+            "core_nodes_without_member",
             "failed_hook_drains",
             "stale_killwait_drains",
             "drains_for_pods_elsewhere",
@@ -739,6 +845,16 @@ def _min_counts(podgroups: list[dict[str, Any]]) -> dict[str, int]:
     }
 
 
+def _owned_by_a_job(pods: list[dict[str, Any]]) -> set[str]:
+    """The `ns/pg:<PodGroup>` groups whose members a Job controls (the churn's elastic Job)."""
+    return {
+        f"{p['metadata']['namespace']}/pg:{group}"
+        for p in pods
+        if (group := ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"))
+        and any(r.get("kind") == "Job" for r in p["metadata"].get("ownerReferences") or [])
+    }
+
+
 def _group_of(pod: dict[str, Any], parents: dict[str, str]) -> str:
     """The group a Pod is placed with, keyed as its placeholder job names it (a child PodGroup's:
     its CompositePodGroup's)."""
@@ -750,18 +866,23 @@ def _group_of(pod: dict[str, Any], parents: dict[str, str]) -> str:
     return f"{namespace}/cpg:{parent}" if parent else f"{namespace}/pg:{name}"
 
 
-def slurm_jobs(cfg: StackConfig) -> list[dict[str, Any]]:
+LIVE_STATES = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+
+
+def slurm_jobs(cfg: StackConfig, also: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Slurm's live jobs (and those in the states `also` names)."""
     out = subprocess.run(
         ["squeue", "-h", "-t", "all", "-o", "%i|%j|%T|%N"],
         env=slurm_env(cfg),
         capture_output=True,
         text=True,
         check=True,
+        timeout=30,
     ).stdout
     jobs = []
     for line in out.splitlines():
         job_id, name, state, nodes = line.split("|", 3)
-        if state in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
+        if state in LIVE_STATES or state in also:
             # A het job's component prints as `<het job id>+<offset>`: its nodes are the het job's.
             jobs.append(
                 {
@@ -833,6 +954,7 @@ def run(cfg: StackConfig, seed: int, minutes: float, settle: float, namespace: s
         threading.Thread(target=soak.churn, args=(stop,), daemon=True),
         threading.Thread(target=soak.faults, args=(stop, minutes), daemon=True),
         threading.Thread(target=soak.watch_drains, args=(stop,), daemon=True),
+        threading.Thread(target=soak.watch_elastic, args=(stop,), daemon=True),
     ]
     began = time.monotonic()
     for t in threads:
@@ -891,13 +1013,15 @@ def cleanup(cfg: StackConfig, namespace: str = NAMESPACE) -> None:
     client = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
     for path in (
+        f"/apis/batch/v1/namespaces/{namespace}/jobs",  # before its Pods, or it makes them again
         f"/apis/apps/v1/namespaces/{namespace}/deployments",
         f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",  # the squatters'
         f"/apis/{'/'.join(kube.podgroup_api(cfg))}/namespaces/{namespace}/podgroups",
         *([composites] if _served(client, composites) else []),
     ):
         for item in client.get(path).get("items") or []:
-            _delete(client, f"{path}/{item['metadata']['name']}")
+            # A Job's Pods go with it (the API's default for Jobs is to orphan them).
+            _delete(client, f"{path}/{item['metadata']['name']}", {"propagationPolicy": "Background"})
     pods = f"/api/v1/namespaces/{namespace}/pods"
     for pod in client.get(pods).get("items") or []:
         _delete(client, f"{pods}/{pod['metadata']['name']}", {"gracePeriodSeconds": 0})

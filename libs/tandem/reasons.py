@@ -50,3 +50,5 @@ EVENT_JOB_OUTGROWN = "SlurmJobCancelled"
 # The Normal Event on a group's PodGroup when its job is cancelled because no member is left
 # (deleted, or preempted as a whole by kube-scheduler).
 EVENT_JOB_CANCELLED = "SlurmJobCancelled"
+# An elastic gang's core job shrunk in place: its workload asks for fewer members.
+EVENT_JOB_SHRUNK = "SlurmJobShrunk"

@@ -430,6 +430,11 @@ class SlurmRestClient:
         does not know ("Invalid feature specification") and a job no longer pending."""
         self._post_job(job_id, {"constraints": constraints})
 
+    def shrink_job(self, job_id: int, keep: tuple[str, ...]) -> None:
+        """Shrink a running job in place to `keep`, a subset of its nodes (`scontrol update
+        JobId=... NodeList=...`): Slurm releases the others and accounts the resize."""
+        self._post_job(job_id, {"required_nodes": list(keep)})
+
     def _post_job(self, job_id: int, body: dict[str, Any]) -> None:
         with _answer_of("POST job"):
             problem = _errors(self._request("POST", f"job/{job_id}", json=body).json())

@@ -17,14 +17,21 @@ SCHEDULER = "tandem"
 CORE = f"tandem:{SCHEDULER}/soak/pg:el/pg-uid"
 
 
-def _pod(name: str, uid: str, node: str = "", job: int | None = None) -> dict[str, Any]:
+def _pod(name: str, uid: str, node: str = "", job: int | None = None, owner: str = "") -> dict[str, Any]:
     annotations = {keys.JOB_ID_ANNOTATION: str(job)} if job is not None else {}
+    owners = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner, "controller": True}] if owner else []
     spec: dict[str, Any] = {"schedulerName": SCHEDULER, "schedulingGroup": {"podGroupName": "el"}}
     if node:
         spec["nodeName"] = node
         spec["tolerations"] = [{"key": keys.LOCK_KEY, "operator": "Exists"}]
     return {
-        "metadata": {"name": name, "namespace": "soak", "uid": uid, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "namespace": "soak",
+            "uid": uid,
+            "annotations": annotations,
+            "ownerReferences": owners,
+        },
         "spec": spec,
         "status": {"phase": "Running" if node else "Pending"},
     }
@@ -43,6 +50,7 @@ def _counts(
     world.cfg = mock.Mock(spec=StackConfig, scheduler_name=SCHEDULER, nodes=8)
     world.podgroup_api = "scheduling.k8s.io/v1beta1"
     world.misplaced_drains = set()
+    world.cores_preempted_first = set()
     world.shard_node = None
     world.kube = mock.Mock()
     world.kube.get.side_effect = lambda path: (
@@ -52,7 +60,7 @@ def _counts(
         if path == "/api/v1/pods"
         else {}
     )
-    monkeypatch.setattr(soak, "slurm_jobs", lambda cfg: jobs)
+    monkeypatch.setattr(soak, "slurm_jobs", lambda cfg, also=(): jobs)
     monkeypatch.setattr(soak, "slurm_nodes", lambda cfg: {})
     monkeypatch.setattr(soak.Soak, "_gpus_given_twice", lambda self: 0)
     monkeypatch.setattr(soak.Soak, "_node", lambda self, name: {"metadata": {"name": name}})
@@ -86,6 +94,18 @@ def test_a_gang_bound_short_of_its_mincount_is_partly_bound(monkeypatch: pytest.
     pods = [_pod("el-0", "u0", "node-001", 7), _pod("el-1", "u1"), _pod("el-2", "u2")]
     jobs = [{"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001"]}]
     assert _counts(pods, jobs, monkeypatch)["partly_bound_gangs"] == 1
+    # An elastic Job's core its workload shrank to one node, grown back: whole, the others wait.
+    owned = [
+        _pod(
+            p["metadata"]["name"],
+            p["metadata"]["uid"],
+            "node-001" if i == 0 else "",
+            7 if i == 0 else None,
+            owner=soak.ELASTIC_JOB,
+        )
+        for i, p in enumerate(pods)
+    ]
+    assert _counts(owned, jobs, monkeypatch)["partly_bound_gangs"] == 0
 
 
 def test_an_extras_job_runs_only_beside_its_core_and_lives_only_with_its_member(
@@ -100,3 +120,56 @@ def test_an_extras_job_runs_only_beside_its_core_and_lives_only_with_its_member(
     counts = _counts(pods, jobs, monkeypatch)
     assert counts["extras_without_core"] == 2
     assert counts["jobs_without_pod"] == 1
+
+
+def test_a_node_of_an_elastic_jobs_core_with_no_member_on_it_is_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its Job asked for one member; the core still holds the node the other left."""
+    job = soak.ELASTIC_JOB
+    pods = [_pod("el-0", "u0", "node-001", 7, owner=job)]
+    jobs = [{"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001", "cpu-003"]}]
+    assert _counts(pods, jobs, monkeypatch)["core_nodes_without_member"] == 1
+    # Shrunk to the node its member holds: nothing held for nobody.
+    shrunk = [{"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001"]}]
+    assert _counts(pods, shrunk, monkeypatch)["core_nodes_without_member"] == 0
+    # Still going (a Pod being deleted runs on its node): held for it.
+    going = [*pods, _pod("el-1", "u1", "node-003", 7, owner=job)]
+    going[1]["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+    assert _counts(going, jobs, monkeypatch)["core_nodes_without_member"] == 0
+
+
+class _Samples:
+    """A stop event that lets the sampler look `n` times."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def wait(self, timeout: float) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+def test_a_core_preempted_while_an_extra_of_its_group_ran_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    samples = iter(
+        [
+            [_job(7, CORE, "cpu-001"), _job(8, _extra("u2"), "cpu-005")],
+            [_job(7, CORE, "cpu-001", state="PREEMPTED"), _job(8, _extra("u2"), "cpu-005")],
+        ]
+    )
+    monkeypatch.setattr(soak, "slurm_jobs", lambda cfg, also=(): next(samples))
+    world = soak.Soak.__new__(soak.Soak)
+    world.cfg = mock.Mock(spec=StackConfig)
+    world.cores_preempted_first = set()
+    world.watch_elastic(_Samples(2))  # type: ignore[arg-type]
+    assert world.cores_preempted_first == {7}
+    # The extras taken back first, then the core: nothing to count.
+    samples = iter(
+        [
+            [_job(7, CORE, "cpu-001"), _job(8, _extra("u2"), "cpu-005", state="PREEMPTED")],
+            [_job(7, CORE, "cpu-001", state="PREEMPTED")],
+        ]
+    )
+    world.cores_preempted_first = set()
+    world.watch_elastic(_Samples(2))  # type: ignore[arg-type]
+    assert world.cores_preempted_first == set()

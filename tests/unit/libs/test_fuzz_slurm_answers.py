@@ -73,6 +73,7 @@ CALLS: dict[str, Callable[[SlurmRestClient], Any]] = {
     "update_job": lambda c: c.update_job(12, extra="x"),
     "set_excluded_nodes": lambda c: c.set_excluded_nodes(12, "gpu-000"),
     "set_constraints": lambda c: c.set_constraints(12, "[l1-a-abcde|l1-b-fghij]"),
+    "shrink_job": lambda c: c.shrink_job(12, ("cpu-001",)),
     "cancel": lambda c: c.cancel_job(12),
     "drain": lambda c: c.drain_node("gpu-000", "why"),
     "resume": lambda c: c.resume_node("gpu-000"),

@@ -555,6 +555,18 @@ def test_drain_node_error_raises(make_client: MakeClient) -> None:
         client.drain_node("gpu-000", "r")
 
 
+# --- shrink_job ----------------------------------------------------------------------------------
+
+
+def test_a_running_job_is_shrunk_to_the_nodes_named(make_client: MakeClient) -> None:
+    """scontrol update JobId=12 NodeList=cpu-001 as slurmrestd takes it: the nodes to keep."""
+    client, slurm = make_client(lambda request: answer_ok())
+    client.shrink_job(12, ("cpu-001", "cpu-003"))
+    (request,) = slurm.requests
+    assert (request.method, request.url.path) == ("POST", "/slurm/v0.0.40/job/12")
+    assert json.loads(request.content) == {"required_nodes": ["cpu-001", "cpu-003"]}
+
+
 # --- set_constraints -----------------------------------------------------------------------------
 
 

@@ -53,6 +53,25 @@ def test_a_cancelled_job_is_cancelled_once_and_forgotten_once_it_ended() -> None
     assert len(controller.assumed.cancelled) == 0
 
 
+def test_a_pod_replaced_by_one_of_its_name_at_once_has_its_job_cancelled_not_orphaned() -> None:
+    """A StatefulSet's Pod deleted and made again within one reconcile: the key shows only the new
+    Pod, whose jobs are found by its uid. Before, the old Pod's job 7 ran on until the new Pod went
+    too (seen on a fresh CI run: 30 s and more)."""
+    pods = FakePodCache()
+    pods.synced = True
+    controller, slurm, _ = make_controller(pods, make_tracker(make_status(started=True)))
+    slurm.submit_job.return_value = 8
+    again = make_pod()
+    again["metadata"]["uid"] = "uid-2"
+    pods.pods[POD.key] = again
+    controller.reconcile(POD.key)
+    slurm.cancel_job.assert_called_once_with(7)
+    controller.reconcile(POD.key)  # then the new Pod's own job, and job 7 is not cancelled twice
+    slurm.cancel_job.assert_called_once()
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.name.endswith("/uid-2")
+
+
 def test_a_submitted_job_id_is_kept_only_until_the_pod_carries_it() -> None:
     pods = FakePodCache()
     pods.synced = True

@@ -149,6 +149,18 @@ ROWS: list[tuple[str, actions.Observed, Any]] = [
         seen(None, jobs_of_key=(job(job_id=7), job(job_id=8), job("CANCELLED", job_id=6))),
         actions.Cancel((7, 8), actions.CancelCause.POD_DELETED, "Pod deleted"),
     ),
+    (
+        "a new Pod of the name (a StatefulSet's): the earlier Pod's live job is cancelled",
+        seen(pod(), earlier_jobs=(6,)),
+        actions.Cancel(
+            (6,), actions.CancelCause.EARLIER_POD, "its Pod is gone (a new Pod of the same name replaced it)"
+        ),
+    ),
+    (
+        "a new Pod of the name, the earlier Pod's job cancelled already: its own is submitted",
+        seen(pod(), earlier_jobs=(6,), cancel_sent=frozenset({6})),
+        "Submit",
+    ),
     # Pod deleting or finished
     (
         "deleting Pod: its job is cancelled",

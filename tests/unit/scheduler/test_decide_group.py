@@ -314,9 +314,9 @@ ROWS: list[tuple[str, actions.Observed, type]] = [
         actions.Record,
     ),
     (
-        "minCount grew while the job runs: the others wait, the job is never cancelled",
+        "minCount grew while the job runs: the others get linked jobs, the job is never cancelled",
         seen(grown(bound=3), job(started=True), group=min_count(5)),
-        actions.Pend,
+        actions.SubmitExtras,
     ),
     (
         "minCount grew while the prologs run: the Nodes are nominated for the first members",
@@ -613,30 +613,31 @@ def test_a_job_cancelled_before_it_ran_for_another_reason_still_ends_its_members
     assert isinstance(action, actions.Delete) and action.event_reason == "SlurmJobEnded"
 
 
-def test_a_running_job_minCount_grew_past_keeps_running_and_the_others_are_told_why() -> None:
-    """Before: "Slurm job 7's 5 nodes are not all known yet", forever (issue 21)."""
+def test_a_running_job_minCount_grew_past_keeps_running_and_its_new_members_get_linked_jobs() -> None:
+    """Before: "Slurm job 7's 5 nodes are not all known yet", forever (issue 21); then a wait for
+    ever (GroupAllocationFull). Slurm cannot grow a job: each member beyond its nodes gets a job of
+    its own, linked to the core, off its nodes, at its priority (issue 53), one at a time."""
     members = grown(bound=3)
     action = d.decide(seen(members, job(started=True), group=min_count(5)))
-    assert action == actions.Pend(
-        tuple(members[3:]),
-        reasons.REASON_GROUP_FULL,
-        "PodGroup default/train's minCount grew to 5 after Slurm job 7 started on 3 nodes: a running "
-        "Slurm job cannot grow, so the members on its nodes keep running and this one waits for one "
-        "of them to free; set minCount back to 3, or recreate the group to place all 5 as one job",
-    )
+    assert isinstance(action, actions.SubmitExtras) and action.of_core
+    assert [m["metadata"]["name"] for m in action.members] == ["train-3"]
+    assert action.core_job_id == 7 and action.taken == NODES
 
 
-def test_members_past_an_allocated_jobs_nodes_are_told_once_the_others_are_nominated() -> None:
+def test_members_past_an_allocated_jobs_nodes_are_told_they_follow_once_it_runs() -> None:
     members = grown()
     nominate = d.decide(seen(members, job(), group=min_count(5)))
     assert isinstance(nominate, actions.Nominate)
-    assert [p.pod["metadata"]["name"] for p in nominate.placements] == ["train-0", "train-1", "train-2"]
     for i in range(3):
         members[i]["status"]["nominatedNodeName"] = f"node-00{i + 1}"
     told = d.decide(seen(members, job(), group=min_count(5)))
     assert isinstance(told, actions.Pend) and told.reason == reasons.REASON_GROUP_FULL
     assert [p["metadata"]["name"] for p in told.pods] == ["train-3", "train-4"]
-    assert "cannot grow" in told.message
+    assert told.message == (
+        "PodGroup default/train's minCount grew to 5 after Slurm job 7 was given 3 nodes: a Slurm job"
+        " cannot grow, so once it runs, each member beyond its nodes gets a Slurm job of its own,"
+        " linked to it (in its domain, at its priority)"
+    )
 
 
 def test_a_bind_waits_for_the_nodes_the_job_holds_not_for_minCount() -> None:

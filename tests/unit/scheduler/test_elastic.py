@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -16,7 +17,7 @@ from tandem.scheduler.act import act
 from tandem.scheduler.observe import split_jobs
 from tandem.slurm.models import Job, JobStatus
 from tandem.v1 import scheduler_pb2
-from tests.unit.scheduler.scheduler_world import make_gang, make_member, report
+from tests.unit.scheduler.scheduler_world import FakeObjects, make_gang, make_member, report
 from tests.unit.scheduler.test_decide_group import GROUP, SCHEDULER, job, member, min_count, seen
 
 CORE = min_count(2)  # a PodGroup of minCount 2 whose Job runs 4 (parallelism 4)
@@ -127,11 +128,13 @@ def test_the_next_extra_waits_until_the_one_before_holds_its_node() -> None:
         {"type": "PodScheduled", "status": "False", "reason": told.reason, "message": told.message}
     ]
     members[-1] = waits
-    assert d.decide(elastic_seen(members, core_job(), pending)) == actions.Nothing()
+    # Nothing more to submit: only the PodGroup's tally is written.
+    tally = actions.Tally("elastic: 2 of 4 members run: the core on Slurm job 7 (2 nodes)")
+    assert d.decide(elastic_seen(members, core_job(), pending)) == tally
     submitted = replace(
         elastic_seen([*core_bound(), member(2), waits], core_job()), extra_submitted={"uid-2": 20}
     )
-    assert d.decide(submitted) == actions.Nothing()
+    assert d.decide(submitted) == tally
     running = extra_job("uid-2", 20, "cpu-004", started=False)
     action = d.decide(elastic_seen(members, core_job(), running))
     assert isinstance(action, actions.SubmitExtras) and action.taken == ("cpu-001", "cpu-002", "cpu-004")
@@ -139,7 +142,7 @@ def test_the_next_extra_waits_until_the_one_before_holds_its_node() -> None:
 
 def test_an_extra_whose_job_was_submitted_is_not_submitted_again() -> None:
     observed = replace(elastic_seen([*core_bound(), member(2)], core_job()), extra_submitted={"uid-2": 20})
-    assert d.decide(observed) == actions.Nothing()
+    assert isinstance(d.decide(observed), actions.Tally)  # the PodGroup's count, no second submit
 
 
 def test_an_extra_is_recorded_then_bound_to_its_own_jobs_node() -> None:
@@ -349,3 +352,160 @@ def test_the_disruption_is_written_before_the_delete() -> None:
     ]
     condition = kube.strategic_patch.call_args.args[1]["status"]["conditions"][0]
     assert (condition["type"], condition["reason"]) == ("DisruptionTarget", "PreemptionBySlurm")
+
+
+# --- a core shrunk in place: its workload asks for fewer members -------------------------------
+
+
+def test_a_core_whose_workload_asks_for_fewer_members_is_shrunk_to_the_nodes_they_hold() -> None:
+    """Parallelism 4 -> 1 took member 1 (its extras went first): once it is gone, job 7 keeps
+    cpu-001, where member 0 runs, and Slurm releases cpu-002."""
+    action = d.decide(elastic_seen([member(0, 7, "node-001")], core_job(), asked=1))
+    assert action == actions.Shrink(7, ("cpu-001",), ("cpu-002",), 1, (member(0, 7, "node-001"),))
+
+
+def test_the_node_running_the_cores_script_stays_even_when_its_member_left() -> None:
+    """Slurm refuses to release a job's batch host ('Invalid node name specified', measured on the
+    lab): a core of three whose member on cpu-001 (the script's node) and on cpu-003 left keeps
+    cpu-001 with cpu-002 and releases cpu-003 only."""
+    three = JobStatus(
+        replace(core_job().job, nodes=("cpu-001", "cpu-002", "cpu-003"), node_count=3), started=True
+    )
+    left = member(1, 7, "node-002")
+    action = d.decide(elastic_seen([left], three, asked=1, group=min_count(3)))
+    assert action == actions.Shrink(7, ("cpu-001", "cpu-002"), ("cpu-003",), 1, (left,), "cpu-001")
+    # Only the script's node free: nothing Slurm would take back.
+    two = d.decide(elastic_seen([member(1, 7, "node-002")], core_job(), asked=1))
+    assert not isinstance(two, actions.Shrink)
+
+
+def test_a_core_member_still_going_keeps_its_node() -> None:
+    """A Pod being deleted still runs on its node: the node is released only once it is gone."""
+    going = [member(0, 7, "node-001"), member(1, 7, "node-002", deleting=True)]
+    assert not isinstance(d.decide(elastic_seen(going, core_job(), asked=1)), actions.Shrink)
+
+
+@pytest.mark.parametrize(
+    ("why", "members", "asked"),
+    [
+        ("its workload replaces the member (asks for 2)", [member(0, 7, "node-001")], 2),
+        ("the replacement is there, not bound yet", [member(0, 7, "node-001"), member(1, uid="uid-1b")], 2),
+        ("no Job says how many it asks for", [member(0, 7, "node-001")], None),
+    ],
+)
+def test_a_core_member_replaced_keeps_its_node_for_the_replacement(
+    why: str, members: list[dict[str, Any]], asked: int | None
+) -> None:
+    action = d.decide(elastic_seen(members, core_job(), asked=asked))
+    assert not isinstance(action, actions.Shrink), why
+
+
+def test_a_shrink_asked_is_not_asked_again_until_the_job_shows_it() -> None:
+    asked = elastic_seen(
+        [member(0, 7, "node-001")], core_job(), asked=1, job_shrunk_to=frozenset({"cpu-001"})
+    )
+    assert d.decide(asked) == actions.Nothing()
+
+
+def test_a_core_not_running_is_not_shrunk() -> None:
+    allocated = core_job(started=False)
+    assert not isinstance(
+        d.decide(elastic_seen([member(0, 7, "node-001")], allocated, asked=1)), actions.Shrink
+    )
+
+
+def test_a_shrunk_core_holds_just_its_nodes_and_a_new_member_is_an_extra() -> None:
+    """Parallelism 1 -> 3 after the shrink: the core is its one node; the new members get jobs of
+    their own, never a wait for a node the core no longer has."""
+    shrunk = JobStatus(replace(core_job().job, nodes=("cpu-001",), node_count=1), started=True)
+    live = (member(0, 7, "node-001"), member(1), member(2))
+    core, extras = elastic.roles(CORE, live, shrunk, {})  # type: ignore[arg-type]
+    assert [m["metadata"]["name"] for m in core] == ["train-0"]
+    assert [m["metadata"]["name"] for m in extras] == ["train-1", "train-2"]
+    action = d.decide(elastic_seen(list(live), shrunk))
+    assert isinstance(action, actions.SubmitExtras) and action.taken == ("cpu-001",)
+
+
+def test_the_shrink_asks_slurm_once_and_the_podgroup_says_what_was_released() -> None:
+    remaining = make_member(0, "9")
+    remaining["spec"]["nodeName"] = "node-001"
+    remaining["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True, "uid": "job-uid"}
+    ]
+    controller, slurm, _ = make_gang(remaining)
+    controller.caches.kube_jobs = FakeObjects(
+        {"default/train": {"metadata": {"name": "train"}, "spec": {"parallelism": 1, "completions": 4}}}
+    )
+    _core_runs(controller)
+    controller.reconcile("default/pg:train")
+    slurm.shrink_job.assert_called_once_with(9, ("cpu-001",))
+    controller.hands.announce.flush()
+    record: mock.Mock = controller.writers.events.record  # type: ignore[assignment]
+    events = [(c.args[0].get("kind"), c.args[2], c.args[3]) for c in record.call_args_list]
+    assert [e[:2] for e in events] == [(keys.PODGROUP_KIND, reasons.EVENT_JOB_SHRUNK)]
+    assert events[0][2] == (
+        "Slurm job 9 shrunk in place to cpu-001: its workload asks for 1 member; cpu-002 released"
+        " (their members left)"
+    )
+    controller.reconcile("default/pg:train")  # the stream has not shown the new node list yet
+    slurm.shrink_job.assert_called_once()
+
+
+# --- the PodGroup says how many members run of how many asked ---------------------------------
+
+
+def said(message: str) -> Any:
+    """The test's PodGroup, its PodGroupScheduled condition saying `message`."""
+    assert CORE is not None and CORE.podgroup is not None
+    podgroup = {
+        **CORE.podgroup,
+        "status": {
+            "conditions": [
+                {"type": keys.PODGROUP_SCHEDULED, "status": "True", "reason": "Scheduled", "message": message}
+            ]
+        },
+    }
+    return replace(CORE, podgroup=podgroup)
+
+
+def test_the_podgroup_counts_the_members_that_run_against_what_its_workload_asks() -> None:
+    mine, theirs = extra_job("uid-2", 20, "cpu-004"), extra_job("uid-3", 21, "cpu-005")
+    members = [*core_bound(), member(2, 20, "node-004"), member(3, 21, "node-005")]
+    four = (
+        "elastic: 4 of 6 members run: the core on Slurm job 7 (2 nodes) and 2 extra members, each on"
+        " a Slurm job of its own"
+    )
+    assert d.decide(elastic_seen(members, core_job(), mine, theirs, asked=6)) == actions.Tally(four)
+    # Said already: nothing to write.
+    assert (
+        d.decide(elastic_seen(members, core_job(), mine, theirs, asked=6, group=said(four)))
+        == actions.Nothing()
+    )
+
+
+def test_a_core_left_alone_after_its_extras_is_counted_again_and_a_plain_gang_never() -> None:
+    shrunk = JobStatus(replace(core_job().job, nodes=("cpu-001",), node_count=1), started=True)
+    old = said("elastic: 6 of 6 members run: the core on Slurm job 7 (2 nodes) and 4 extra members")
+    action = d.decide(elastic_seen([member(0, 7, "node-001")], shrunk, asked=1, group=old))
+    assert action == actions.Tally("elastic: 1 of 1 members run: the core on Slurm job 7 (1 node)")
+    # A gang that never had extras keeps the condition its bind wrote.
+    plain = said("all members bound to the nodes of Slurm job 7")
+    assert d.decide(elastic_seen(core_bound(), core_job(), asked=2, group=plain)) == actions.Nothing()
+
+
+def test_a_member_within_a_mincount_raised_while_the_core_ran_gets_a_linked_job_at_the_cores_priority() -> (
+    None
+):
+    """minCount 2 -> 3 on a running core of 2: Slurm cannot grow job 9, so the third member's job is
+    linked to it and off its nodes like an extra's, but never below the core (it is the core's)."""
+    members = [make_member(i, "9" if i < 2 else "") for i in range(3)]
+    for m, node in zip(members[:2], ("node-001", "node-002"), strict=True):
+        m["spec"]["nodeName"] = node
+    controller, slurm, _ = make_gang(*members, min_count=3)
+    _core_runs(controller)
+    slurm.submit_job.return_value = 21
+    controller.reconcile("default/pg:train")
+    spec = slurm.submit_job.call_args.args[0]
+    assert spec.name == f"tandem:{SCHEDULER}/default/pg:train/pg-uid+x.uid-2"
+    assert spec.nodes == 1 and spec.excluded_nodes == "cpu-[001-002]"
+    assert not spec.nice and spec.priority is None

@@ -77,6 +77,10 @@ def act(
             exclude(h, o.key, action)
         case actions.Constrain():
             constrain(h, o.key, action)
+        case actions.Shrink():
+            shrink(h, o.key, group, action)
+        case actions.Tally(message=message):
+            h.announce.group_status(group, True, "Scheduled", message)
         case actions.MakeClaims():
             make_claims(h, action)
         case actions.Bind():
@@ -118,6 +122,28 @@ def constrain(h: Hands, key: str, action: actions.Constrain) -> None:
     h.assumed.constraints.assume(str(action.job_id), action.constraints)
     log.info(
         "job constraint updated", extra={"pod": key, "job": action.job_id, "constraints": action.constraints}
+    )
+
+
+def shrink(h: Hands, key: str, group: groups.Group, action: actions.Shrink) -> None:
+    h.writers.slurm.shrink_job(action.job_id, action.keep)
+    h.assumed.shrunk.assume(str(action.job_id), frozenset(action.keep))
+    released = ", ".join(action.released)
+    log.info("core job shrunk", extra={"pod": key, "job": action.job_id, "released": released})
+    members = "1 member" if action.asked == 1 else f"{action.asked} members"
+    h.announce.group_event(
+        group,
+        action.members,
+        "Normal",
+        reasons.EVENT_JOB_SHRUNK,
+        f"Slurm job {action.job_id} shrunk in place to {', '.join(action.keep)}: its workload asks for"
+        f" {members}; {released} released (their members left)"
+        + (
+            f"; {action.script_node} stays, though its member left: it runs the job's batch script,"
+            " which Slurm cannot release (a member the workload adds takes it)"
+            if action.script_node
+            else ""
+        ),
     )
 
 

@@ -77,6 +77,8 @@ class Observed:
     # stream has not shown yet. `job` and `jobs`' core are the group's own.
     extras: Mapping[str, JobStatus] = field(default_factory=dict)
     extra_submitted: Mapping[str, int] = field(default_factory=dict)
+    # A Pod alone: the live jobs of an earlier Pod of its name, which is gone (a StatefulSet's).
+    earlier_jobs: tuple[int, ...] = ()
     # Jobs this process already asked Slurm to cancel (their scripts are shutting down).
     cancel_sent: frozenset[int] = frozenset()
     # Slurm node -> Kubernetes Node, as the syncer publishes it, for the job's nodes.
@@ -95,6 +97,11 @@ class Observed:
     # The constraint this process last set on the pending job, until the job shows it (None: the
     # job's own `features` are what Slurm holds).
     job_constraint: str | None = None
+    # How many members the group's workload (its Job) asks for now; None: not known
+    # (tandem.scheduler.workloads). The nodes this process last asked the core job to shrink to,
+    # until the job shows them.
+    asked: int | None = None
+    job_shrunk_to: frozenset[str] | None = None
     # Slurm's KillWait now (it may change: tandem.scheduler.killwait_source) and where it came
     # from, which a refusal for a grace period cites.
     kill_wait: float = 0.0
@@ -162,6 +169,7 @@ class CancelCause(enum.Enum):
     REFUSED = enum.auto()  # a member refused before it was bound
     OUTGROWN = enum.auto()  # a pending job asking for fewer nodes than the group's size now
     EXTRA = enum.auto()  # an elastic gang's extra member's job: its member or its core not running
+    EARLIER_POD = enum.auto()  # a job of an earlier Pod of a Pod alone's name (which is gone)
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,9 @@ class SubmitExtras:
     taken: tuple[str, ...] = ()
     # The feature of the domain the core landed in ("" for none asked).
     domain: str = ""
+    # Members within minCount beyond the running core (minCount raised while it ran): their jobs
+    # are the core's own priority, not below it.
+    of_core: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,6 +289,29 @@ class Constrain:
 
     job_id: int
     constraints: str
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """Shrink a running core job in place to the nodes its members still hold (its workload asks
+    for fewer members): Slurm releases the others, whose members left."""
+
+    job_id: int
+    keep: tuple[str, ...]
+    released: tuple[str, ...]
+    asked: int  # how many members the workload asks for now
+    members: tuple[JSON, ...] = ()  # the core's, bound (an Event's subject without a PodGroup)
+    # The node running the job's batch script, kept with no member on it (Slurm cannot release
+    # it); "" when a member runs there.
+    script_node: str = ""
+
+
+@dataclass(frozen=True)
+class Tally:
+    """An elastic gang's PodGroupScheduled condition (True) says how many members run of how many
+    its workload asks for."""
+
+    message: str
 
 
 @dataclass(frozen=True)
@@ -334,6 +368,8 @@ Action = (
     | Nominate
     | Exclude
     | Constrain
+    | Shrink
+    | Tally
     | Bind
     | MakeClaims
     | Delete

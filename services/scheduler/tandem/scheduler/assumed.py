@@ -37,6 +37,9 @@ class Assumed:
     excludes: AssumeCache[frozenset[str]] = field(default_factory=AssumeCache)
     # Job id -> the constraint this process last set on it, until the job stream shows it.
     constraints: AssumeCache[str] = field(default_factory=AssumeCache)
+    # Job id -> the nodes this process last asked Slurm to shrink the running job to, until the
+    # job stream shows it holding just those.
+    shrunk: AssumeCache[frozenset[str]] = field(default_factory=AssumeCache)
     # Pod uid (or "podgroup/" + uid) -> (reason, message) of the condition this process last
     # wrote, until the informer shows it: a reconcile in that window must not write (and announce)
     # the same condition again (tandem.scheduler.podapi).
@@ -77,6 +80,9 @@ class Assumed:
                 self.excludes.forget(str(job.job_id))
             if self.constraints.get(str(job.job_id)) == job.job.features:
                 self.constraints.forget(str(job.job_id))
+            shrunk = self.shrunk.get(str(job.job_id))
+            if shrunk is not None and (job.ended or frozenset(job.job.nodes) == shrunk):
+                self.shrunk.forget(str(job.job_id))
 
     def pod_changed(self, old: JSON | None, new: JSON | None) -> None:
         """The informer shows a Pod: the job id or the bind this process wrote, once the Pod shows

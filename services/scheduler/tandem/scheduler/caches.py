@@ -10,7 +10,7 @@ from typing import Protocol
 from tandem import reasons
 from tandem.informer import IndexFunc, Informer
 from tandem.kube import JSON, object_key
-from tandem.scheduler import eligibility, groups
+from tandem.scheduler import eligibility, groups, workloads
 from tandem.scheduler.dra_source import BY_CLAIM, DraCaches, claim_index
 from tandem.scheduler.podapi import condition
 
@@ -26,6 +26,9 @@ BY_PARENT = "parent"
 BY_UNBOUND = "unbound"
 # The Pod informer's index by namespace: what a change of one namespace's tenant policy concerns.
 BY_NAMESPACE = "namespace"
+# The Pod informer's index by the batch/v1 Job controlling a Pod (`ns/name`): what a change of the
+# Job's size concerns (tandem.scheduler.workloads).
+BY_OWNER_JOB = "owner-job"
 
 
 class PodCache(Protocol):
@@ -100,6 +103,7 @@ POD_INDEXES: dict[str, IndexFunc] = {
     BY_NODE: node_index,
     BY_UNBOUND: unbound_index,
     BY_NAMESPACE: namespace_index,
+    BY_OWNER_JOB: workloads.owner_index,
 }
 
 
@@ -135,6 +139,8 @@ class Caches:
     composites: ObjectCache = field(default_factory=_NoPodGroups)
     cluster: ClusterCaches | None = None
     dra: DraCaches | None = None
+    # batch/v1 Jobs, slimmed to the size they ask for (tandem.scheduler.workloads).
+    kube_jobs: ObjectCache = field(default_factory=_NoPodGroups)
 
     def placement_key(self, gkey: str) -> str:
         """The key that places a group: a PodGroup's own, or its CompositePodGroup's when it has a
@@ -168,3 +174,4 @@ class Informers:
     claim_templates: Informer
     slices: Informer
     device_classes: Informer
+    kube_jobs: Informer  # batch/v1 Jobs, slimmed to the size they ask for

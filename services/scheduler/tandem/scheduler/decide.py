@@ -15,6 +15,8 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      its PodGroup, naming a preemption by
                                                      kube-scheduler when that is why)
     job live, its PodGroup deleted                -> cancel the job
+    a live job of an earlier Pod of a Pod alone's -> cancel it (a StatefulSet's Pod deleted and made
+      name                                           again: the earlier one is gone)
     a live job besides the recorded one           -> cancel it (a submit retried after a lost answer)
     bound member, job stopped/ended/requeued/moved -> delete it
     member not bound yet, job ended               -> delete it (but for a job cancelled before it
@@ -26,7 +28,12 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      never evicted by a policy change
     a member invalid, or members disagree         -> reject every member: one Warning Event each
     every member bound                            -> nothing (minCount shrank below the job's
-                                                     nodes, too: the group keeps running)
+                                                     nodes, too: the group keeps running); an
+                                                     elastic gang's PodGroup says how many of how
+                                                     many asked run
+    job running, its workload (a Job) asking for  -> shrink the job in place to the nodes its
+      no more members than live, a node no member    members hold (tandem.scheduler.elastic)
+      holds any more
     no job, fewer than minCount members           -> each member: how many are missing
     no job, more members than Slurm has nodes     -> refuse the group: one Warning Event
     no job, too few Nodes would take the members  -> Unschedulable (kube-scheduler's words), an Event;
@@ -60,8 +67,11 @@ rows included, and runs a Pod alone's rows as a group of one):
                                                      through DRA first gets a claim made (a stale
                                                      one deleted), then the same, then its status
                                                      names the claim
-    job running, minCount grew past its nodes     -> the others wait (GroupAllocationFull), saying
-                                                     so: a running job cannot grow, never cancelled
+    job running, minCount grew past its nodes     -> a PodGroup's members beyond its nodes each get a
+                                                     job of its own linked to it, at its priority
+                                                     (tandem.scheduler.elastic); an LWS or het
+                                                     group's wait (GroupAllocationFull), saying so:
+                                                     a running job cannot grow, never cancelled
                                                      for it
     more members than minCount (elastic)          -> the first minCount are the core, which every
                                                      line here places; each other member gets a job
@@ -158,6 +168,11 @@ def decide(o: Observed) -> Action:
     job_live = job is not None and not job.ended and job.job_id not in o.cancel_sent
     if job_live and job is not None and group is not None and not alone and _podgroup_deleted(group):
         return Cancel((job.job_id,), CancelCause.PODGROUP_DELETED, "its PodGroup was deleted")
+    earlier = tuple(j for j in o.earlier_jobs if j not in o.cancel_sent)
+    if earlier:
+        return Cancel(
+            earlier, CancelCause.EARLIER_POD, "its Pod is gone (a new Pod of the same name replaced it)"
+        )
     extra = tuple(j for j in o.duplicates if j not in o.cancel_sent)
     if extra:
         whose = "the Pod" if alone else "the group"
@@ -172,11 +187,18 @@ def decide(o: Observed) -> Action:
     # elastic); everything below but the extras' own lines is about the core.
     core: tuple[JSON, ...] = live
     extras: tuple[JSON, ...] = ()
-    if o.extras or len(live) > group.min_count:
+    # Also a running core with more members than nodes (minCount raised while it ran: Slurm
+    # cannot grow a job, so the members beyond go on linked jobs of their own).
+    beyond = job is not None and job.running and job.started and 0 < job.job.node_count < len(live)
+    if o.extras or len(live) > group.min_count or beyond:
         core, extras = elastic.roles(group, live, job, o.extras)
         settled = elastic.settle(o, group, job, live)
         if settled is not None:
             return settled
+    if o.asked is not None:
+        shrunk = elastic.shrink(o, group, job, core, live)
+        if shrunk is not None:
+            return shrunk
     replaced: int | None = None
     if job is not None:
         carrying = tuple(
@@ -222,6 +244,8 @@ def decide(o: Observed) -> Action:
     if invalid is not None:
         return invalid
     if not unbound:
+        if job is not None and not alone and elastic.core_whole(job, core):
+            return elastic.tally(o, group, job, core, extras) or Nothing()
         return Nothing()
     job_id = (
         job.job_id if job is not None else o.submitted_job_id or _recorded_by_all(o.recorded, core, replaced)
@@ -261,7 +285,8 @@ def decide(o: Observed) -> Action:
     if job.running and job.started and job.job.nodes:
         if extras and elastic.core_whole(job, core):
             validated = {podstate.uid(m): r for m, r in zip(live, results, strict=True)}
-            return elastic.grow(o, group, job, extras, validated) or Nothing()
+            grown = elastic.grow(o, group, job, core, extras, validated)
+            return grown or elastic.tally(o, group, job, core, extras) or Nothing()
         placed = binding.bind(o, group, job, core)
         if extras and isinstance(placed, Bind):
             return dataclasses.replace(placed, extras=frozenset(podstate.uid(m) for m in extras))

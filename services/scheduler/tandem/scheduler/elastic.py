@@ -9,6 +9,9 @@ like tandem.scheduler.decide, which asks this module about a group's extras:
       with its script started                       not (pending, requeued, stopping, ended)
     a bound extra, its job stopped or requeued   -> delete it, as any member whose job stopped
     an extra not bound, its job ended            -> delete it (its workload makes another)
+    the core running, its workload asking for    -> shrink the core job in place to the nodes
+      no more members than live, a node of it       its members still hold (`shrink`): Slurm
+      held by no member (the member is gone)        releases the others
     the core running whole (every core member    -> for the extras, in this order: record each
       bound)                                        one's job id on it; bind one whose job runs
                                                     with its script started to that job's node;
@@ -27,8 +30,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from tandem import reasons
-from tandem.kube import JSON
+from tandem import keys, reasons
+from tandem.kube import JSON, pod_finished
 from tandem.scheduler import binding, domains, groups, podstate, validation
 from tandem.scheduler.actions import (
     Action,
@@ -39,7 +42,9 @@ from tandem.scheduler.actions import (
     Observed,
     Pend,
     Record,
+    Shrink,
     SubmitExtras,
+    Tally,
 )
 from tandem.slurm import queue
 from tandem.slurm.models import JobStatus
@@ -50,11 +55,14 @@ def roles(
 ) -> tuple[tuple[JSON, ...], tuple[JSON, ...]]:
     """The core's members and the extras, each in rank order. A member with a job of its own is an
     extra; of the others, those bound (on the core's nodes) first, then by rank, fill the core up to
-    minCount, or to the core job's node count when minCount shrank below it."""
-    if group.alone or group.components or group.target.podgroup is None:
-        return live, ()  # a PodGroup's gang only (an LWS group is always its whole size)
+    minCount, or to the core job's node count when minCount shrank below it; a running core holds
+    just its job's nodes (shrunk, or minCount raised while it ran: the members beyond are extras)."""
+    if not group.elastic:
+        return live, ()
     size = group.min_count
-    if job is not None and not job.ended:
+    if job is not None and job.holds_nodes and job.job.node_count:
+        size = job.job.node_count
+    elif job is not None and not job.ended:
         size = max(size, job.job.node_count)
     others = sorted((m for m in live if podstate.uid(m) not in extras), key=lambda m: not podstate.bound(m))
     core = others[:size]
@@ -125,10 +133,80 @@ def settle(o: Observed, group: groups.Group, job: JobStatus | None, live: tuple[
     return None
 
 
+def shrink(
+    o: Observed, group: groups.Group, job: JobStatus | None, core: tuple[JSON, ...], live: tuple[JSON, ...]
+) -> Action | None:
+    """A running core whose workload asks for no more members than are live, with nodes no member
+    holds any more (their members are gone, not merely going: a Pod being deleted still runs on
+    its node): shrunk in place to the nodes its members hold. A member the workload will replace
+    (it asks for more than are live), or has replaced (a core member not bound yet), keeps its
+    node for the replacement."""
+    if o.asked is None or len(live) < o.asked or not _core_runs(job) or job is None:
+        return None
+    if not all(podstate.bound(m) for m in core):
+        return None
+    if not group.elastic or job.job_id in o.cancel_sent:
+        return None
+    on_node = {node for m in o.members if podstate.bound(m) and not pod_finished(m) and (node := _node_of(m))}
+    nodes = job.job.nodes
+    held = tuple(s for s in nodes if o.hosts.get(s) in on_node)
+    if not held:
+        return None  # nobody left: its cancel is decide's
+    # Slurm never releases the node running the job's batch script (its first: `Invalid node name
+    # specified`), so it stays even when its member is the one that left; a member the workload
+    # adds later takes it.
+    script = nodes[0]
+    keep = held if script in held else (script, *held)
+    if len(keep) == len(nodes):
+        return None  # every node still held
+    if o.job_shrunk_to == frozenset(keep):
+        return None  # asked; the stream shows the job's new nodes next
+    released = tuple(s for s in nodes if s not in keep)
+    return Shrink(job.job_id, keep, released, o.asked, core, "" if script in held else script)
+
+
+# How an elastic gang's tally begins: a condition that says one is kept up to date after the last
+# extra leaves too.
+_TALLY = "elastic: "
+
+
+def tally(
+    o: Observed, group: groups.Group, job: JobStatus, core: tuple[JSON, ...], extras: tuple[JSON, ...]
+) -> Action | None:
+    """The core runs whole and nothing else is to do: the PodGroup's condition says how many
+    members run of how many its workload asks for, once the group has had extras (None when it
+    says so already)."""
+    said = _condition_message(group.podgroup)
+    if not extras and not said.startswith(_TALLY):
+        return None
+    bound_extras = sum(1 for m in extras if podstate.bound(m))
+    running = len(core) + bound_extras
+    asked = o.asked if o.asked is not None else len(core) + len(extras)
+    nodes = "1 node" if len(core) == 1 else f"{len(core)} nodes"
+    message = f"{_TALLY}{running} of {asked} members run: the core on Slurm job {job.job_id} ({nodes})"
+    if bound_extras == 1:
+        message += " and 1 extra member on a Slurm job of its own"
+    elif bound_extras:
+        message += f" and {bound_extras} extra members, each on a Slurm job of its own"
+    return None if message == said else Tally(message)
+
+
+def _condition_message(podgroup: JSON | None) -> str:
+    for c in ((podgroup or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == keys.PODGROUP_SCHEDULED:
+            return str(c.get("message") or "")
+    return ""
+
+
+def _node_of(pod: JSON) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
 def grow(
     o: Observed,
     group: groups.Group,
     job: JobStatus,
+    core: tuple[JSON, ...],
     extras: tuple[JSON, ...],
     results: Mapping[str, validation.Validation],
 ) -> Action | None:
@@ -152,12 +230,15 @@ def grow(
     if new and not unplaced:
         validated = (results[podstate.uid(new[0])],)
         ask = domains.asked(group, validated[0].job_annotations)
+        # Within minCount (raised while the core ran): a member of the core on a linked job.
+        rank = extras.index(new[0])
         return SubmitExtras(
             new[:1],
             validated,
             job.job_id,
             tuple(sorted(_taken(job, o.extras.values()))),
             domains.core_domain(o.topology, ask, job.job.nodes),
+            of_core=len(core) + rank < group.min_count,
         )
     if new and unplaced:
         # Told once (the condition shows it after): the extras pending in Slurm say their reasons.

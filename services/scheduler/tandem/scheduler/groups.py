@@ -183,6 +183,13 @@ class Group:
         object.__setattr__(self, "alone", resolved.alone)
         object.__setattr__(self, "title", resolved.title)
 
+    @property
+    def elastic(self) -> bool:
+        """A PodGroup's homogeneous gang, whose members beyond its core run on jobs of their own
+        (tandem.scheduler.elastic); an LWS group is always its whole size, a het job's components
+        are placed whole."""
+        return not self.alone and not self.components and self.target.podgroup is not None
+
     def component_of(self, pod: JSON) -> int:
         """Which component a member belongs to (-1: none of them); 0 for a homogeneous group."""
         if not self.components:

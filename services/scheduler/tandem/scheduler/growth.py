@@ -33,6 +33,12 @@ def size_name(group: groups.Group) -> str:
 def outgrown_message(group: groups.Group, job: JobStatus) -> str:
     """Why members past a running job's nodes wait, when minCount grew after it started."""
     size, wanted, held = size_name(group), group.min_count, job.job.node_count
+    if group.elastic:
+        return (
+            f"{group.title}'s {size} grew to {wanted} after Slurm job {job.job_id} was given {held} nodes:"
+            " a Slurm job cannot grow, so once it runs, each member beyond its nodes gets a Slurm job of"
+            " its own, linked to it (in its domain, at its priority)"
+        )
     return (
         f"{group.title}'s {size} grew to {wanted} after Slurm job {job.job_id} started on {held} nodes: "
         "a running Slurm job cannot grow, so the members on its nodes keep running and this one waits "

@@ -30,6 +30,8 @@ class JobSubmitter(Protocol):
 
     def set_constraints(self, job_id: int, constraints: str) -> None: ...
 
+    def shrink_job(self, job_id: int, keep: tuple[str, ...]) -> None: ...
+
 
 @dataclass(frozen=True)
 class Writers:

@@ -133,12 +133,15 @@ def build_extra_job_spec(
     annotations: Mapping[str, str],
     taken: Sequence[str] = (),
     domain: str = "",
+    of_core: bool = False,
 ) -> JobSpec:
     """The job of an elastic gang's extra member: the core's job annotations (`annotations`, which
     the members agree on) on one node none of `taken` (the core's, the other extras'), in the
     core's `domain`, named after the group and the member (placeholder.extra_ref), and below the
     core when Slurm takes nodes back: `cfg.extra_nice`, or for an explicit priority, that much
-    lower (never 0, which holds a job)."""
+    lower (never 0, which holds a job). `of_core`: a member within minCount beyond a running core
+    (minCount raised while it ran, which Slurm cannot grow): linked alike, at the core's own
+    priority."""
     spec = build_job_spec(
         member,
         cfg,
@@ -149,6 +152,8 @@ def build_extra_job_spec(
     )
     # The core holds the nodes the group requires: an extra requiring them too could never run.
     spec = replace(_in_domain(spec, domain), required_nodes="")
+    if of_core:
+        return spec
     if spec.priority is not None:
         return replace(spec, priority=max(1, spec.priority - cfg.extra_nice))
     return replace(spec, nice=cfg.extra_nice)

@@ -19,7 +19,7 @@ from tandem.manager import Election, Manager
 from tandem.metrics import REGISTRY
 from tandem.mtls import TlsFiles
 from tandem.runner import Runner
-from tandem.scheduler import eligibility, groups, jobspec, watches
+from tandem.scheduler import eligibility, groups, jobspec, watches, workloads
 from tandem.scheduler.caches import (
     BY_NODE,
     BY_PARENT,
@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 informers.device_classes,
                 dra_config(cfg),
             ),
+            informers.kube_jobs,
         ),
         jobs,
         Writers.of(kube, slurm, EventRecorder(kube, "tandem-scheduler")),
@@ -143,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     manager.add_source("ResourceSlices", informers.slices, informers.slices.run)
     manager.add_source("DeviceClasses", informers.device_classes, informers.device_classes.run)
     manager.add_source("bound Pods", informers.bound, informers.bound.run)
+    manager.add_source("Jobs", informers.kube_jobs, informers.kube_jobs.run)
     manager.add_source("the tenant policy", policy, policy.start)
     # Not a source the workers wait for: a topology that cannot be read (RBAC, a release without a
     # syncer publishing one) holds back only the gangs that ask for a domain, which say why.
@@ -254,6 +256,16 @@ def watch_cluster(kube: KubeClient, cfg: SchedulerSettings) -> Informers:
             [f"/apis/{{api}}/{keys.DEVICE_CLASSES}"],
             {},
             api=Versioned(keys.DRA_GROUP, keys.DEVICE_CLASSES, keys.DRA_VERSIONS),
+        ),
+        # An elastic gang's workload: how many members its Job asks for (tandem.scheduler.workloads).
+        kube_jobs=Informer(
+            kube,
+            [f"/apis/batch/v1/namespaces/{ns}/jobs" for ns in namespaces]
+            if namespaces
+            else ["/apis/batch/v1/jobs"],
+            {},
+            transform=workloads.slim_job,
+            same=workloads.same_job,
         ),
     )
 

@@ -14,7 +14,7 @@ from tandem.dra.claims import PodGpus
 from tandem.dra.shape import at
 from tandem.dra.slices import NodeDevices
 from tandem.kube import JSON, pod_finished
-from tandem.scheduler import actions, eligibility, groups, podmemo, podstate
+from tandem.scheduler import actions, eligibility, groups, podmemo, podstate, workloads
 from tandem.scheduler.assumed import Assumed
 from tandem.scheduler.caches import BY_GROUP, BY_PARENT, Caches
 from tandem.scheduler.controller_settings import ControllerSettings
@@ -75,7 +75,8 @@ class Observer:
         pod = self.caches.pods.get(key)
         if pod is None:
             return (), groups.alone(placed, None), self.jobs.for_pod_key(key)  # deleted: by its name
-        return (pod,), groups.alone(placed, pod), self.jobs.for_pod(str(pod["metadata"]["uid"]))
+        # Every job of its name: observe keeps its own (of its uid) apart from an earlier Pod's.
+        return (pod,), groups.alone(placed, pod), self.jobs.for_pod_key(key)
 
     def _as_bound(self, pod: JSON) -> JSON:
         """The Pod as this process bound it, while the informer's copy does not show that yet."""
@@ -92,6 +93,14 @@ class Observer:
         policy = self.settings.policy()
         members, group, jobs = self.members_and_jobs(placed)
         members = tuple(self._as_bound(pod) for pod in members)
+        # A Pod alone: its own jobs, and the live ones of an earlier Pod of its name (a StatefulSet's
+        # Pod deleted and made again at once: one reconcile may see only the new one).
+        earlier: tuple[int, ...] = ()
+        if placed.alone and members:
+            uid = str(members[0]["metadata"]["uid"])
+            theirs = [j for j in jobs if (ref := placeholder.pod_of(j.job)) is not None and ref.uid != uid]
+            earlier = tuple(j.job_id for j in theirs if not j.ended)
+            jobs = [j for j in jobs if j not in theirs]
         recorded: dict[str, int] = {}
         for pod in members:
             uid = str(pod["metadata"]["uid"])
@@ -160,13 +169,20 @@ class Observer:
             duplicates=duplicates,
             extras=extras,
             extra_submitted=extra_submitted,
-            cancel_sent=self._cancels_sent([*(j.job_id for j in jobs), *([submitted] if submitted else [])]),
+            earlier_jobs=earlier,
+            cancel_sent=self._cancels_sent(
+                [*(j.job_id for j in jobs), *earlier, *([submitted] if submitted else [])]
+            ),
             hosts=hosts,
             node_labels=self._node_labels(hosts.values()),
             slurm_nodes=self.jobs.slurm_node_count(),
             fits=actions.NOT_JUDGED,
             job_excludes=self._job_excludes(job),
             job_constraint=self.assumed.constraints.get(str(job.job_id)) if job is not None else None,
+            asked=workloads.asked_of(members, self.caches.kube_jobs.get)
+            if group is not None and group.target.podgroup is not None and not group.alone
+            else None,
+            job_shrunk_to=self.assumed.shrunk.get(str(job.job_id)) if job is not None else None,
             kill_wait=kill_wait.seconds,
             kill_wait_source=kill_wait.source,
             reject_static_cpu=self.settings.reject_static_cpu,

@@ -81,7 +81,14 @@ def submit_extras(
         ):
             spec = jobspec.with_trace_context(
                 jobspec.build_extra_job_spec(
-                    group.ref, pod, cfg, result.requests, result.job_annotations, action.taken, action.domain
+                    group.ref,
+                    pod,
+                    cfg,
+                    result.requests,
+                    result.job_annotations,
+                    action.taken,
+                    action.domain,
+                    action.of_core,
                 ),
                 tracing.current_traceparent(),
             )
@@ -99,13 +106,15 @@ def submit_extras(
             extra={"pod": group.key, "member": object_key(pod), "job": job_id, "core": action.core_job_id},
         )
         h.record(pod, job_id)
-        h.announce.event(
-            pod,
-            "Normal",
-            "SlurmJobSubmitted",
-            f"job {job_id} for this extra member of {group.title} submitted (its core, Slurm job "
-            f"{action.core_job_id}, runs; Slurm takes extras back first)",
+        said = (
+            f"job {job_id} for this member of {group.title} within its minCount submitted, linked to"
+            f" its core (Slurm job {action.core_job_id}, which runs and cannot grow), at the core's"
+            " priority"
+            if action.of_core
+            else f"job {job_id} for this extra member of {group.title} submitted (its core, Slurm job "
+            f"{action.core_job_id}, runs; Slurm takes extras back first)"
         )
+        h.announce.event(pod, "Normal", "SlurmJobSubmitted", said)
 
 
 def _told(placeholder: jobspec.PlaceholderConfig, kill_wait: float) -> jobspec.PlaceholderConfig:

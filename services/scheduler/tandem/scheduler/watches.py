@@ -9,6 +9,7 @@ controller-runtime's Watches(source, handler, predicates) shape (tandem.watches)
     Nodes                            a heartbeat                            every unbound Pod's
     bound Pods (other schedulers')   no room freed                          the Pods no Node took
     PodGroups, CompositePodGroups                                           the group's, its members'
+    Jobs (batch/v1)                  the size it asks for did not move      its Pods' groups
     ResourceClaims, their templates                                         the Pods naming them
     Slurm jobs (the syncer's stream) a job ending after its Pod went        its Pod's (urgent when
                                                                             it started or ends)
@@ -36,6 +37,7 @@ from tandem.scheduler.assumed import Assumed
 from tandem.scheduler.caches import (
     BY_GROUP,
     BY_NAMESPACE,
+    BY_OWNER_JOB,
     BY_PARENT,
     BY_UNBOUND,
     BY_UNSCHEDULABLE,
@@ -105,6 +107,7 @@ class SchedulerWatches:
         )
         self.on_podgroup = on_change(Watch(queue, self._podgroup_keys))
         self.on_composite = on_change(Watch(queue, self._composite_keys))
+        self.on_kube_job = on_change(Watch(queue, self._kube_job_keys))
         self.on_claim = on_change(Watch(queue, self._claim_keys))
         self.on_claim_template = on_change(Watch(queue, self._claim_template_keys))
         self._job = Watch(queue, self._job_keys, (self._not_after_its_pod_went,), _bind_or_stop)
@@ -211,6 +214,13 @@ class SchedulerWatches:
             return []
         children = self.caches.podgroups.by_index(BY_PARENT, change.key)
         return [groups.key_of_composite(composite), *(groups.key_of_podgroup(c) for c in children)]
+
+    def _kube_job_keys(self, change: Change) -> list[Key]:
+        """A Job asks for another number of Pods (the informer drops every other update): its Pods'
+        groups look again (an elastic gang's core shrinks when its workload asks for fewer)."""
+        WAKEUPS.inc(source="workload size")
+        pods = self.caches.pods.by_index(BY_OWNER_JOB, change.key)
+        return list(dict.fromkeys(self.caches.key_of(p) for p in pods))
 
     def _claim_keys(self, change: Change) -> list[Key]:
         """A ResourceClaim came or changed: the Pods naming it look again (one made from a template
@@ -347,6 +357,7 @@ def register(
     informers.podgroups.on_change = watches.on_podgroup
     informers.composites.on_change = watches.on_composite
     informers.claims.on_change = watches.on_claim
+    informers.kube_jobs.on_change = watches.on_kube_job
     informers.claim_templates.on_change = watches.on_claim_template
     jobs.on_change = watches.on_job
     jobs.on_node_moved = watches.on_node_moved

@@ -24,6 +24,11 @@
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups/status, compositepodgroups/status]
   verbs: [patch]
+# Elastic gangs: how many members a gang's Job asks for now (its parallelism), so that a core is
+# shrunk in Slurm only when the workload scaled down, never while a member is being replaced.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch]
 # GPUs by claim: the ResourceClaims (and templates) the Pods name, read; each claim allocated the
 # devices Slurm chose and reserved for its Pod before the bind: the finalizer (patch), the status.
 # A Pod asking nvidia.com/gpu of a Node that serves it through DRA gets a claim made for it
