@@ -17,7 +17,6 @@ from devstack import config, slurm
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from tandem import keys, reasons
-from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
@@ -190,4 +189,3 @@ def test_parallelism_up_gives_each_new_member_a_job_and_down_cancels_the_extras_
         f"\n[measure] parallelism 2 -> 6: four extras bound in {took_up:.2f}s; "
         f"6 -> 2: their jobs ended in {took_down:.2f}s"
     )
-
