@@ -6,8 +6,7 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
     REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
-2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), an elastic Indexed Job
-(minCount 2) whose parallelism goes up and down between 1 and 5, a heterogeneous gang (a
+2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), a heterogeneous gang (a
 CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster serves them), a Deployment
 scaled up and down, a plain Slurm job (some time-limited, some preempting from the high partition,
 some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU node (GPU 0 as MIG slices
@@ -71,7 +70,6 @@ from tandem.placeholder import extra_member, parse_job_name
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
-ELASTIC_JOB = "soak-elastic-job"  # the one elastic Indexed Job the churn scales
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
@@ -91,10 +89,6 @@ class Soak:
         self.composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
         self.serves_composites = _served(self.kube, self.composites)
         self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
-        self.batch_jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-        # A Job's own gang (spec.scheduling) keeps a minCount below its parallelism only where the
-        # Workload API is beta (Kubernetes 1.36's Job controller makes the two equal: no extras).
-        self.elastic_jobs = self.podgroup_api.endswith("/v1beta1")
         # Core jobs seen preempted while an extra of their group ran (the sampler's).
         self.cores_preempted_first: set[int] = set()
         self.done: Counter[str] = Counter()
@@ -368,31 +362,6 @@ class Soak:
                 raise
             self.kube.post(self.deployments, body)
         self.done["deployment scaled"] += 1
-
-    def scale_elastic_job(self) -> None:
-        """An Indexed Job whose gang's minCount is 2 and parallelism 1-5: a core of 2 (or of 1 after
-        a shrink) and extras, which a scale-down ends first, and a core shrunk in place when it must
-        (issue 53)."""
-        parallelism = self.rng.randint(1, 5)
-        body = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": ELASTIC_JOB},
-            "spec": {
-                "completionMode": "Indexed",
-                "completions": 50,
-                "parallelism": parallelism,
-                "scheduling": {"schedulingPolicy": {"gang": {"minCount": 2}}},
-                "template": {"spec": {**self._pod("x")["spec"], "restartPolicy": "Never"}},
-            },
-        }
-        try:
-            self.kube.merge_patch(f"{self.batch_jobs}/{ELASTIC_JOB}", {"spec": {"parallelism": parallelism}})
-        except KubeError as e:
-            if not e.not_found:
-                raise
-            self.kube.post(self.batch_jobs, body)
-        self.done["elastic job scaled"] += 1
 
     def watch_elastic(self, stop: threading.Event) -> None:
         """Every 2 s: an elastic gang's core job preempted while an extra of its group ran at the

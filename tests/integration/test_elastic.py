@@ -5,7 +5,6 @@ and leaves the core running."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from devstack import config, slurm
+from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from tandem import keys, reasons
@@ -57,24 +56,6 @@ def _elastic_job(cfg: StackConfig, name: str, parallelism: int, min_count: int) 
             },
         },
     }
-
-
-def _slurm_node(kube_node: str) -> str:
-    """The lab's Slurm node on a Node (node-003 hosts cpu-003)."""
-    return config.slurm_node_name(int(kube_node.rsplit("-", 1)[1]))
-
-
-def _accounted_states(cfg: StackConfig, job_id: int) -> list[str]:
-    """Each of the job's accounting records, oldest first (-D: a resized job's records too)."""
-    out = subprocess.run(
-        ["sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "-o", "State"],
-        env=slurm.slurm_env(cfg),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-    ).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
 def _members(core: k8s.CoreV1Api, job: str) -> dict[int, k8s.V1Pod]:

@@ -101,7 +101,7 @@ def test_a_gang_bound_short_of_its_mincount_is_partly_bound(monkeypatch: pytest.
             p["metadata"]["uid"],
             "node-001" if i == 0 else "",
             7 if i == 0 else None,
-            owner=soak.ELASTIC_JOB,
+            owner="train",
         )
         for i, p in enumerate(pods)
     ]
@@ -126,7 +126,7 @@ def test_a_node_of_an_elastic_jobs_core_with_no_member_on_it_is_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Its Job asked for one member; the core still holds the node the other left."""
-    job = soak.ELASTIC_JOB
+    job = "train"
     pods = [_pod("el-0", "u0", "node-001", 7, owner=job)]
     jobs = [{"id": 7, "name": CORE, "state": "RUNNING", "nodes": ["cpu-001", "cpu-003"]}]
     assert _counts(pods, jobs, monkeypatch)["core_nodes_without_member"] == 1
