@@ -28,7 +28,8 @@ Invariants, counted after the settle (each must be 0):
                           while an extra of the same group ran (Slurm takes the extras back first)
   core_nodes_without_member  a node of an elastic Job's running core job on whose Node no member of
                           the group is bound (a member that left holds its node: its workload asked
-                          for fewer, and the core was not shrunk)
+                          for fewer, and the core was not shrunk), but its batch host (its first
+                          node), which Slurm cannot release
   failed_hook_drains      a Slurm node Slurm drained because Tandem's prolog or epilog failed
   stale_killwait_drains   a Slurm node drained at KillWait for a Pod that is gone or finished
   drains_for_pods_elsewhere  a KillWait drain, seen at any time of the run, naming a Pod that was
@@ -387,7 +388,8 @@ class Soak:
         self, live_pods: list[dict[str, Any]], placeholder: list[dict[str, Any]], kube_node: dict[str, str]
     ) -> int:
         """Nodes of the elastic Job's running core jobs on whose Node no member of the group is
-        (bound, or still going): its workload replaces a member that left, else the core shrinks."""
+        (bound, or still going): its workload replaces a member that left, else the core shrinks to
+        the nodes its members hold and its batch host (the first: Slurm cannot release it)."""
         held: dict[str, set[str]] = {}
         for p in live_pods:
             group = ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
@@ -405,7 +407,7 @@ class Soak:
                 or j["state"] != "RUNNING"
             ):
                 continue
-            for n in j["nodes"]:
+            for n in j["nodes"][1:]:
                 if kube_node.get(n) not in held.get(ref.key, set()):
                     count += 1
                     print(f"[soak] core job {j['id']} holds {n}, where no member of {ref.key} is", flush=True)

@@ -137,6 +137,12 @@ def test_a_node_of_an_elastic_jobs_core_with_no_member_on_it_is_counted(
     going = [*pods, _pod("el-1", "u1", "node-003", 7, owner=job)]
     going[1]["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"
     assert _counts(going, jobs, monkeypatch)["core_nodes_without_member"] == 0
+    # Only an extra left beside a core job whose batch host Slurm keeps: nothing Slurm would
+    # release; a second node kept for nobody is counted.
+    extra = [_pod("el-3", "u3", "node-005", 8, owner=job)]
+    kept = [shrunk[0], _job(8, _extra("u3"), "cpu-005")]
+    assert _counts(extra, kept, monkeypatch)["core_nodes_without_member"] == 0
+    assert _counts(extra, [jobs[0], kept[1]], monkeypatch)["core_nodes_without_member"] == 1
 
 
 class _Samples:

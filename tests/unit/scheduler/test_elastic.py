@@ -379,6 +379,28 @@ def test_the_node_running_the_cores_script_stays_even_when_its_member_left() -> 
     assert not isinstance(two, actions.Shrink)
 
 
+def test_a_core_every_member_of_which_left_keeps_its_batch_host_and_its_extras_run_on() -> None:
+    """A Job whose completions stay fixed scales down by readiness, not index: parallelism 4 -> 1
+    may take both core members and keep an extra. The extra runs on; the core releases cpu-002
+    and holds its batch host alone (Slurm cannot release it), for the group's next member."""
+    mine = extra_job("uid-2", 20, "cpu-004")
+    only_extra = [member(2, 20, "node-004")]
+    action = d.decide(elastic_seen(only_extra, core_job(), mine, asked=1))
+    assert action == actions.Shrink(7, ("cpu-001",), ("cpu-002",), 1, (), "cpu-001")
+    # Shrunk: the extra keeps its job, and the PodGroup says the core holds a node for nobody.
+    shrunk = JobStatus(replace(core_job().job, nodes=("cpu-001",), node_count=1), started=True)
+    assert d.decide(elastic_seen(only_extra, shrunk, mine, asked=1)) == actions.Tally(
+        "elastic: 1 of 1 members run: the core on Slurm job 7 (1 node, no member left on it) and 1"
+        " extra member on a Slurm job of its own"
+    )
+    # Scaled up again: the new member is the core's, given its job and bound to the node it kept.
+    new = member(0, uid="uid-0b")
+    assert d.decide(elastic_seen([*only_extra, new], shrunk, mine, asked=2)) == actions.Record((new,), 7)
+    again = d.decide(elastic_seen([*only_extra, member(0, 7, uid="uid-0b")], shrunk, mine, asked=2))
+    assert isinstance(again, actions.Bind) and not again.extra
+    assert [(p.pod["metadata"]["uid"], p.slurm_node) for p in again.placements] == [("uid-0b", "cpu-001")]
+
+
 def test_a_core_member_still_going_keeps_its_node() -> None:
     """A Pod being deleted still runs on its node: the node is released only once it is gone."""
     going = [member(0, 7, "node-001"), member(1, 7, "node-002", deleting=True)]

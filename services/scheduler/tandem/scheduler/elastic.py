@@ -10,8 +10,8 @@ like tandem.scheduler.decide, which asks this module about a group's extras:
     a bound extra, its job stopped or requeued   -> delete it, as any member whose job stopped
     an extra not bound, its job ended            -> delete it (its workload makes another)
     the core running, its workload asking for    -> shrink the core job in place to the nodes
-      no more members than live, a node of it       its members still hold (`shrink`): Slurm
-      held by no member (the member is gone)        releases the others
+      no more members than live, a node of it       its members still hold (`shrink`) and its
+      held by no member (the member is gone)        batch host: Slurm releases the others
     the core running whole (every core member    -> for the extras, in this order: record each
       bound)                                        one's job id on it; bind one whose job runs
                                                     with its script started to that job's node;
@@ -73,8 +73,10 @@ def roles(
 
 
 def core_whole(job: JobStatus | None, core: tuple[JSON, ...]) -> bool:
-    """The core runs with its script started and every core member bound: extras may run."""
-    return _core_runs(job) and bool(core) and all(podstate.bound(m) for m in core)
+    """The core runs with its script started and every core member bound: extras may run. A core
+    no member is left in (scaled down past it, its batch host kept) is whole too: the extras that
+    ran beside it run on."""
+    return _core_runs(job) and all(podstate.bound(m) for m in core)
 
 
 def _core_runs(job: JobStatus | None) -> bool:
@@ -150,11 +152,11 @@ def shrink(
     on_node = {node for m in o.members if podstate.bound(m) and not pod_finished(m) and (node := _node_of(m))}
     nodes = job.job.nodes
     held = tuple(s for s in nodes if o.hosts.get(s) in on_node)
-    if not held:
-        return None  # nobody left: its cancel is decide's
     # Slurm never releases the node running the job's batch script (its first: `Invalid node name
     # specified`), so it stays even when its member is the one that left; a member the workload
-    # adds later takes it.
+    # adds later takes it. So too when every core member left and only extras run (a Job whose
+    # completions stay fixed scales down by readiness, not index, and may take the core first):
+    # the extras run on, the core holds its batch host alone for the group's next member.
     script = nodes[0]
     keep = held if script in held else (script, *held)
     if len(keep) == len(nodes):
@@ -182,7 +184,10 @@ def tally(
     bound_extras = sum(1 for m in extras if podstate.bound(m))
     running = len(core) + bound_extras
     asked = o.asked if o.asked is not None else len(core) + len(extras)
-    nodes = "1 node" if len(core) == 1 else f"{len(core)} nodes"
+    held = max(len(core), job.job.node_count)
+    nodes = "1 node" if held == 1 else f"{held} nodes"
+    if not core:
+        nodes += ", no member left on it"
     message = f"{_TALLY}{running} of {asked} members run: the core on Slurm job {job.job_id} ({nodes})"
     if bound_extras == 1:
         message += " and 1 extra member on a Slurm job of its own"
