@@ -1,10 +1,12 @@
 """Issue 53: an elastic gang on the lab. An Indexed Job of parallelism 4 whose PodGroup's minCount is
 2 runs as a core Slurm job of 2 nodes and one job per extra member, each linked to the core by its
 name and niced below it; a higher-tier `sbatch` that needs two of those nodes takes the extras back
-and leaves the core running."""
+and leaves the core running; scaled 4 -> 6 -> 1, the Slurm side follows, the core shrunk in place
+and its released node given to a job waiting for it."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +17,9 @@ from kubernetes import client as k8s
 from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
+from devstack.slurm import slurm_env
 from tandem import keys, reasons
+from tandem.slurm.hostlist import expand
 from tests.integration import helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.usefixtures("clean")]
@@ -169,4 +173,77 @@ def test_parallelism_up_gives_each_new_member_a_job_and_down_cancels_the_extras_
     print(
         f"\n[measure] parallelism 2 -> 6: four extras bound in {took_up:.2f}s; "
         f"6 -> 2: their jobs ended in {took_down:.2f}s"
+    )
+
+
+def _slurm_node(kube_node: str) -> str:
+    return config.slurm_node_name(int(kube_node.split("-")[1]))
+
+
+def test_an_elastic_indexed_job_scaled_4_6_1_grows_and_shrinks_slurm_and_frees_the_cores_node(
+    stack_cfg: StackConfig, core: k8s.CoreV1Api, batch: k8s.BatchV1Api
+) -> None:
+    """An elastic Indexed Job (completions changed with parallelism, so the Job controller removes
+    the highest indexes): 4 -> 6 gives the two new members jobs of their own; 6 -> 1 ends the extras'
+    jobs and shrinks the core in place to index 0's node, its batch host, and an exclusive `sbatch`
+    waiting for index 1's node runs there."""
+    name = h.unique("elastic")
+    spec = _elastic_job(stack_cfg, name, parallelism=4, min_count=2)
+    spec["spec"]["template"]["metadata"]["annotations"].pop(h.PREFIX + "excluded-nodes")  # all 8 nodes
+    batch.create_namespaced_job(NS, spec)
+    four = h.wait_until("the core and both extras bound", lambda: _all_bound(core, name, 4), 60)
+    core_id = _job_ids(four)[0]
+    host, other = (_slurm_node(four[i].spec.node_name) for i in (0, 1))
+    assert expand(h.rest_job(stack_cfg, core_id)["nodes"]) == sorted([host, other])
+
+    started = time.monotonic()
+    batch.patch_namespaced_job(name, NS, {"spec": {"parallelism": 6, "completions": 6}})
+    six = h.wait_until("four extras bound", lambda: _all_bound(core, name, 6), 60)
+    took_up = time.monotonic() - started
+    ids = _job_ids(six)
+    assert ids[1] == core_id and len({ids[i] for i in range(2, 6)} | {core_id}) == 5, ids
+    assert len({p.spec.node_name for p in six.values()}) == 6
+
+    # A job that needs index 1's node whole waits behind the core.
+    waiting = h.sbatch(stack_cfg, "--exclusive", "-N1", f"--nodelist={other}")
+    h.wait_until("the sbatch pending", lambda: h.rest_job(stack_cfg, waiting)["job_state"] == "PENDING", 10)
+
+    started = time.monotonic()
+    one = {"parallelism": 1, "completions": 1, "scheduling": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+    batch.patch_namespaced_job(name, NS, {"spec": one})
+
+    def shrunk() -> bool:
+        return expand(h.rest_job(stack_cfg, core_id)["nodes"]) == [host]
+
+    h.wait_until("the core shrunk to index 0's node", shrunk, 60)
+    took_shrink = time.monotonic() - started
+    h.wait_until(
+        "the waiting sbatch running on the released node",
+        lambda: h.rest_job(stack_cfg, waiting)["job_state"] == "RUNNING",
+        30,
+    )
+    took_freed = time.monotonic() - started
+    assert expand(h.rest_job(stack_cfg, waiting)["nodes"]) == [other]
+    for i in range(2, 6):
+        assert h.rest_job(stack_cfg, ids[i])["job_state"] not in ("RUNNING", "PENDING"), i
+    assert h.rest_job(stack_cfg, core_id)["job_state"] == "RUNNING"
+    left = h.wait_until("index 0 alone", lambda: _all_bound(core, name, 1), 30)
+    assert left[0].metadata.uid == four[0].metadata.uid and left[0].spec.node_name == four[0].spec.node_name
+
+    # Slurm's accounting records the resize; the PodGroup says what was released.
+    sacct = subprocess.run(
+        ["sacct", "-j", str(core_id), "-D", "-X", "-n", "-P", "-o", "JobID,State,NodeList"],
+        env=slurm_env(stack_cfg),
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+    assert "RESIZING" in sacct, sacct
+    events = core.list_namespaced_event(NS, field_selector=f"reason={reasons.EVENT_JOB_SHRUNK}").items
+    said = [e.message for e in events if f"Slurm job {core_id} shrunk in place to {host}" in e.message]
+    assert said and f"{other} released" in said[0], [e.message for e in events]
+    print(
+        f"\n[measure] parallelism 4 -> 6: two extras bound in {took_up:.2f}s; 6 -> 1: core shrunk in"
+        f" {took_shrink:.2f}s, the waiting sbatch ran on the released node at {took_freed:.2f}s"
     )
