@@ -6,7 +6,8 @@ settle time, the invariants that say nothing was lost, duplicated or left locked
     REPLICAS=2 make up && .venv/bin/python bench/soak.py ...   (two schedulers, two syncers)
 
 Churn (about one action a second): a single Pod (some finish by themselves), a gang (PodGroup of
-2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), a heterogeneous gang (a
+2-3), an elastic gang (minCount 2, 3-4 members: a core job and extras), an elastic Indexed Job
+(minCount 2, or 1 at parallelism 1) scaled up and down between 1 and 5 members, a heterogeneous gang (a
 CompositePodGroup of a 2-CPU leader and 1-2 workers, where the cluster serves them), a Deployment
 scaled up and down, a plain Slurm job (some time-limited, some preempting from the high partition,
 some scancel'ed), Pods deleted at random, and on a lab with the mixed GPU node (GPU 0 as MIG slices
@@ -71,6 +72,7 @@ from tandem.placeholder import extra_member, parse_job_name
 from tandem.slurm.hostlist import expand
 
 NAMESPACE = "bench"
+ELASTIC_JOB = "soak-elastic-job"  # the one elastic Indexed Job the churn scales
 RESTARTED_ONCE = ("slurmctld", "slurmrestd", "slurmdbd", "kube-apiserver")
 OURS = ("k8s: Node ", "k8s: slurmd Pod ")
 TAINT_PREFIX = "soak-taint-"  # what `Soak._name("taint")` makes
@@ -90,6 +92,10 @@ class Soak:
         self.composites = f"/apis/{COMPOSITE_API}/namespaces/{namespace}/compositepodgroups"
         self.serves_composites = _served(self.kube, self.composites)
         self.deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+        self.batch_jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        # A Job's own gang (spec.scheduling) keeps a minCount below its parallelism only where the
+        # Workload API is beta (Kubernetes 1.36's Job controller makes the two equal: no extras).
+        self.elastic_jobs = self.podgroup_api.endswith("/v1beta1")
         # Core jobs seen preempted while an extra of their group ran (the sampler's).
         self.cores_preempted_first: set[int] = set()
         self.done: Counter[str] = Counter()
@@ -119,6 +125,7 @@ class Soak:
             (self.elastic_gang, 1),
             *([(self.het_gang, 1)] if self.serves_composites else []),
             (self.scale_deployment, 2),
+            *([(self.scale_elastic_job, 2)] if self.elastic_jobs else []),
             (self.plain_job, 3),
             (self.delete_some, 3),
             (self.scancel_some, 1),
@@ -127,13 +134,20 @@ class Soak:
             *([(self.shard_pod, 2), (self.shard_job, 1)] if self.shard_node is not None else []),
         ]
         weights = [w for _, w in actions]
+        # Every kind once first, in a random order, then drawn by weight: a short run exercises each
+        # whatever the draws (a fresh CI run drew no heterogeneous gang in 115 actions).
+        untried = [a for a, _ in actions]
+        self.rng.shuffle(untried)
         while not stop.wait(self.rng.uniform(0.5, 1.5)):
-            act = self.rng.choices([a for a, _ in actions], weights)[0]
+            first = bool(untried)
+            act = untried.pop(0) if first else self.rng.choices([a for a, _ in actions], weights)[0]
             try:
                 act()
             except (KubeError, subprocess.CalledProcessError, OSError) as e:
                 # The API server or Slurm is being restarted: that is the point.
                 self.errors[f"{act.__name__}: {type(e).__name__}"] += 1
+                if first:
+                    untried.append(act)  # refused while a daemon restarted: once more, later
 
     def _name(self, kind: str) -> str:
         self.serial += 1
@@ -363,6 +377,37 @@ class Soak:
                 raise
             self.kube.post(self.deployments, body)
         self.done["deployment scaled"] += 1
+
+    def scale_elastic_job(self) -> None:
+        """An elastic Indexed Job (completions changed with parallelism, so a scale-down removes the
+        highest indexes) of 1-5 members, its gang's minCount 2 (1 at parallelism 1: never above
+        it): a core and extras, the extras ended first on a scale-down, the core shrunk in place
+        when it must, a minCount raised again met by linked jobs (issue 53)."""
+        size = self.rng.randint(1, 5)
+        scale = {
+            "parallelism": size,
+            "completions": size,
+            "scheduling": {"schedulingPolicy": {"gang": {"minCount": min(2, size)}}},
+        }
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": ELASTIC_JOB},
+            "spec": {
+                **scale,
+                "completionMode": "Indexed",
+                # The churn deletes members at random: each counts as a failure of the Job.
+                "backoffLimit": 100000,
+                "template": {"spec": {**self._pod("x")["spec"], "restartPolicy": "Never"}},
+            },
+        }
+        try:
+            self.kube.merge_patch(f"{self.batch_jobs}/{ELASTIC_JOB}", {"spec": scale})
+        except KubeError as e:
+            if not e.not_found:
+                raise
+            self.kube.post(self.batch_jobs, body)
+        self.done["elastic job scaled"] += 1
 
     def watch_elastic(self, stop: threading.Event) -> None:
         """Every 2 s: an elastic gang's core job preempted while an extra of its group ran at the

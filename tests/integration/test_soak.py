@@ -48,6 +48,8 @@ def test_a_short_soak_keeps_every_invariant(stack_cfg: StackConfig, soak_namespa
     assert result.done["elastic gangs created"] > 0, result.done  # a core and extras (issue 53)
     if h.podgroups()[1] == "v1beta1":  # Kubernetes 1.37: CompositePodGroups too, as het jobs
         assert result.done["het gangs created"] > 0, result.done
+        # and a Job's own gang below its parallelism: an elastic Indexed Job scaled up and down
+        assert result.done["elastic job scaled"] > 0, result.done
     if h.podgroups()[1] == "v1beta1":  # and DeviceTaintRules (GA): GPU Pods on the mixed node, taints
         assert result.done["gpu taints made"] > 0, result.done
         assert sum(n for what, n in result.done.items() if what.startswith("gpu pods")) > 0, result.done

@@ -4,6 +4,8 @@ core does."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from typing import Any
 from unittest import mock
 
@@ -12,6 +14,7 @@ import pytest
 from bench import soak
 from devstack.config import StackConfig
 from tandem import keys
+from tandem.kube import KubeError
 
 SCHEDULER = "tandem"
 CORE = f"tandem:{SCHEDULER}/soak/pg:el/pg-uid"
@@ -179,3 +182,26 @@ def test_a_core_preempted_while_an_extra_of_its_group_ran_is_seen(monkeypatch: p
     world.cores_preempted_first = set()
     world.watch_elastic(_Samples(2))  # type: ignore[arg-type]
     assert world.cores_preempted_first == set()
+
+
+def test_the_elastic_job_is_scaled_as_an_elastic_indexed_job_its_mincount_never_above_its_size() -> None:
+    """Completions move with parallelism (the Job controller then removes the highest indexes, the
+    extras first), and the API server refuses a gang minCount above the parallelism."""
+    world = soak.Soak.__new__(soak.Soak)
+    world.cfg = mock.Mock(spec=StackConfig, scheduler_name=SCHEDULER)
+    world.namespace, world.batch_jobs = "soak", "/apis/batch/v1/namespaces/soak/jobs"
+    world.done = Counter()
+    world.kube = mock.Mock()
+    world.kube.merge_patch.side_effect = KubeError(404, "NotFound", "not found")
+    sizes = set()
+    for seed in range(12):
+        world.rng = random.Random(seed)
+        world.scale_elastic_job()
+        scale = world.kube.merge_patch.call_args.args[1]["spec"]
+        size, min_count = scale["parallelism"], scale["scheduling"]["schedulingPolicy"]["gang"]["minCount"]
+        sizes.add(size)
+        assert scale["completions"] == size and min_count == min(2, size)
+        made = world.kube.post.call_args.args[1]["spec"]
+        assert made["completionMode"] == "Indexed" and made["completions"] == made["parallelism"]
+    assert 1 in sizes and max(sizes) > 2
+    assert world.done["elastic job scaled"] == 12
