@@ -93,7 +93,8 @@ def bare_room(cfg: StackConfig) -> float:
             ids.append(slurm.submit_job(blocker))
             _started(marks, "core")
             _started(marks, "blocker")
-            ids.append(slurm.submit_job(_job("waiting", marks)))
+            # Off the core's nodes, as an extra's job is: else it starts beside the core at once.
+            ids.append(slurm.submit_job(_job("waiting", marks, excluded_nodes=",".join(nodes[:2]))))
             time.sleep(1.0)  # Slurm has looked at it: it pends for Resources
             t = time.time()
             slurm.cancel_job(ids[1], signal="KILL")
