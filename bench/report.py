@@ -71,8 +71,9 @@ COLUMNS: dict[str, Sequence[Column]] = {
     "gang": GANG,
     "topology": TOPOLOGY,
 }
-# Runs whose result holds one row per element of a list.
-ROWS_OF = {"gang": "sizes"}
+# Runs whose result holds one row per element of these lists; an elastic row (bench/elastic.py)
+# is named by what it measures, in the size column.
+ROWS_OF = {"gang": ("sizes", "elastic")}
 SECTIONS = {
     "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
@@ -141,7 +142,13 @@ def _rows(name: str, result: dict[str, Any]) -> list[dict[str, Any]]:
     listed = ROWS_OF.get(name.split("-")[0])
     if listed is None:
         return [result]
-    return [{**result, **row} for row in result.get(listed) or [] if isinstance(row, dict)] or [result]
+    rows = []
+    for key in listed:
+        for row in result.get(key) or []:
+            if isinstance(row, dict):
+                named = {"size": f"elastic: {row['what']}"} if "what" in row and "size" not in row else {}
+                rows.append({**result, **row, **named})
+    return rows or [result]
 
 
 def _columns(name: str, records: list[dict[str, Any]]) -> Sequence[Column]:
@@ -159,8 +166,8 @@ def _machine_key(record: dict[str, Any]) -> str:
 
 
 def table(name: str, records: list[dict[str, Any]], machines: Mapping[str, str] | None = None) -> list[str]:
-    """One row per run (per group size, for gangs); `machines` names each run's machine (by its
-    record's `machine`), as the Machine section lists them."""
+    """One row per run (per group size and elastic measure, for gangs); `machines` names each
+    run's machine (by its record's `machine`), as the Machine section lists them."""
     records = DERIVED.get(name, lambda rs: rs)(records)
     columns = _columns(name, records)
     machines = machines or {}

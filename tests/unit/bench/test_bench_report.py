@@ -88,12 +88,16 @@ def test_a_gang_run_is_a_row_per_group_size(tmp_path: Path) -> None:
             "runs": 5,
         },
     ]
-    _run(tmp_path, "gang", "after", {"sizes": sizes, "target_met": True})
+    elastic = [
+        {"what": "room -> extra running", "bare_p50": 0.17, "tandem_p50": 0.16, "bare_max": 0.19, "runs": 5}
+    ]
+    _run(tmp_path, "gang", "after", {"sizes": sizes, "elastic": elastic, "target_met": True})
     section = report.render(report.load(tmp_path)).split("## Gangs")[1]
     rows = [line for line in section.splitlines() if line.startswith("| after")]
-    assert len(rows) == 2
+    assert len(rows) == 3
     assert "| 2 | 0.61 | 0.83 |" in rows[0]
     assert "| het 1+3 | 0.90 | 1.25 |" in rows[1]
+    assert "| elastic: room -> extra running | 0.17 | 0.16 | 0.19 | - | 5 |" in rows[2]
 
 
 def test_a_topology_run_shows_the_big_gangs_figures(tmp_path: Path) -> None:
