@@ -8,6 +8,7 @@ from collections import Counter
 
 from bench import soak
 from tandem.kube import KubeError
+from tests.unit.bench.stops import Ticks
 
 KINDS = (
     "single_pod",
@@ -25,17 +26,6 @@ KINDS = (
     "shard_pod",
     "shard_job",
 )
-
-
-class _Ticks:
-    """A stop event that lets the churn act `n` times."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def wait(self, timeout: float) -> bool:
-        self.n -= 1
-        return self.n < 0
 
 
 def _world(seed: int, refuse_once: str = "") -> tuple[soak.Soak, list[str]]:
@@ -65,13 +55,13 @@ def _world(seed: int, refuse_once: str = "") -> tuple[soak.Soak, list[str]]:
 def test_every_kind_acts_once_before_any_acts_twice() -> None:
     for seed in range(20):
         world, calls = _world(seed)
-        world.churn(_Ticks(len(KINDS)))  # type: ignore[arg-type]
+        world.churn(Ticks(len(KINDS)))  # type: ignore[arg-type]
         assert sorted(calls) == sorted(KINDS), seed
 
 
 def test_a_kind_refused_in_the_first_round_is_tried_again_before_the_draws() -> None:
     world, calls = _world(3, refuse_once="het_gang")
-    world.churn(_Ticks(len(KINDS) + 1))  # type: ignore[arg-type]
+    world.churn(Ticks(len(KINDS) + 1))  # type: ignore[arg-type]
     assert calls.count("het_gang") == 2 and set(calls) == set(KINDS)
     assert calls[-1] == "het_gang"
     assert world.errors == Counter({"het_gang: KubeError": 1})

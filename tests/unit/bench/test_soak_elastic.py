@@ -15,6 +15,7 @@ from bench import soak
 from devstack.config import StackConfig
 from tandem import keys
 from tandem.kube import KubeError
+from tests.unit.bench.stops import Ticks
 
 SCHEDULER = "tandem"
 CORE = f"tandem:{SCHEDULER}/soak/pg:el/pg-uid"
@@ -148,17 +149,6 @@ def test_a_node_of_an_elastic_jobs_core_with_no_member_on_it_is_counted(
     assert _counts(extra, [jobs[0], kept[1]], monkeypatch)["core_nodes_without_member"] == 1
 
 
-class _Samples:
-    """A stop event that lets the sampler look `n` times."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def wait(self, timeout: float) -> bool:
-        self.n -= 1
-        return self.n < 0
-
-
 def test_a_core_preempted_while_an_extra_of_its_group_ran_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     samples = iter(
         [
@@ -170,7 +160,7 @@ def test_a_core_preempted_while_an_extra_of_its_group_ran_is_seen(monkeypatch: p
     world = soak.Soak.__new__(soak.Soak)
     world.cfg = mock.Mock(spec=StackConfig)
     world.cores_preempted_first = set()
-    world.watch_elastic(_Samples(2))  # type: ignore[arg-type]
+    world.watch_elastic(Ticks(2))  # type: ignore[arg-type]
     assert world.cores_preempted_first == {7}
     # The extras taken back first, then the core: nothing to count.
     samples = iter(
@@ -180,7 +170,7 @@ def test_a_core_preempted_while_an_extra_of_its_group_ran_is_seen(monkeypatch: p
         ]
     )
     world.cores_preempted_first = set()
-    world.watch_elastic(_Samples(2))  # type: ignore[arg-type]
+    world.watch_elastic(Ticks(2))  # type: ignore[arg-type]
     assert world.cores_preempted_first == set()
 
 
