@@ -401,6 +401,15 @@ def test_a_core_every_member_of_which_left_keeps_its_batch_host_and_its_extras_r
     assert [(p.pod["metadata"]["uid"], p.slurm_node) for p in again.placements] == [("uid-0b", "cpu-001")]
 
 
+def test_no_node_is_released_while_the_node_mapping_is_unknown() -> None:
+    """The syncer's Slurm node -> Node mapping not there yet (a restart): no member seems to hold
+    any node, yet every one may; nothing is released."""
+    unmapped = replace(elastic_seen([member(0, 7, "node-001")], core_job(), asked=1), hosts={})
+    assert not isinstance(d.decide(unmapped), actions.Shrink)
+    partly = replace(unmapped, hosts={"cpu-001": "node-001"})
+    assert not isinstance(d.decide(partly), actions.Shrink)
+
+
 def test_a_core_member_still_going_keeps_its_node() -> None:
     """A Pod being deleted still runs on its node: the node is released only once it is gone."""
     going = [member(0, 7, "node-001"), member(1, 7, "node-002", deleting=True)]

@@ -151,6 +151,8 @@ def shrink(
         return None
     on_node = {node for m in o.members if podstate.bound(m) and not pod_finished(m) and (node := _node_of(m))}
     nodes = job.job.nodes
+    if any(s not in o.hosts for s in nodes):
+        return None  # which Node a node is not known (yet): a member may run on any of them
     held = tuple(s for s in nodes if o.hosts.get(s) in on_node)
     # Slurm never releases the node running the job's batch script (its first: `Invalid node name
     # specified`), so it stays even when its member is the one that left; a member the workload
