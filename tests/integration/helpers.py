@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -199,13 +200,16 @@ def pod_story(
     pod = get_pod(core, name, namespace)
     # A deleted Pod's Events outlive it: they say who deleted it and why.
     events = "; ".join(f"{e.reason}: {e.message}" for e in events_for(core, name, namespace))
-    logged = (
-        f"; scheduler log: {scheduler_log_about(cfg, f'{namespace}/{name}')}"
-        f"; API calls on it: {' | '.join(audit.requests_on(cfg, 'pods', namespace, name)) or 'none logged'}"
-        f"; its jobs in Slurm's accounting: {accounting_about(cfg, f'/{namespace}/{name}/')}"
-        if cfg
-        else ""
-    )
+    logged = ""
+    if cfg:
+        jobs = accounting_about(cfg, f"/{namespace}/{name}/")
+        calls = " | ".join(audit.requests_on(cfg, "pods", namespace, name)) or "none logged"
+        logged = (
+            f"; scheduler log: {scheduler_log_about(cfg, f'{namespace}/{name}')}"
+            f"; API calls on it: {calls}"
+            f"; its jobs in Slurm's accounting: {jobs}"
+            f"; slurmctld on them: {slurmctld_log_about(cfg, JOB_ROW.findall(jobs))}"
+        )
     if pod is None:
         return f"{namespace}/{name}: gone; events: {events or 'none'}{logged}"
     cond = scheduled_condition(pod)
@@ -251,6 +255,25 @@ def accounting_about(cfg: StackConfig, part_of_name: str) -> str:
         return "sacct did not answer"
     rows = [line.split("|") for line in out.splitlines() if part_of_name in line]
     return " | ".join(f"{r[0]} {' '.join(r[2:])}" for r in rows) or "none"
+
+
+# A job id at the start of each of accounting_about's rows.
+JOB_ROW = re.compile(r"(?:^|[|] )(\d+) ")
+
+
+def slurmctld_log_about(cfg: StackConfig, job_ids: list[str], last: int = 6) -> str:
+    """slurmctld's last log lines naming any of these jobs: why Slurm refused or ended one (a CI
+    run's refusals said only "Requested topology configuration is not available")."""
+    if not job_ids:
+        return "no job"
+    alternatives = "|".join(map(re.escape, job_ids))
+    wanted = re.compile(rf"JobId=(?:{alternatives})\b")
+    try:
+        text = (cfg.state_dir / "log" / "slurmctld.log").read_text(errors="replace")
+    except OSError as e:
+        return f"no log ({e.strerror})"
+    lines = [line.strip() for line in text.splitlines() if wanted.search(line) and "Recovered" not in line]
+    return " | ".join(lines[-last:]) or "nothing logged"
 
 
 def scheduler_log_about(cfg: StackConfig, pod: str, last: int = 8) -> str:

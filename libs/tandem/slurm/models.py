@@ -86,6 +86,14 @@ class Job:
     def script_started(self) -> bool:
         return self.extra.endswith(STARTED_MARKER)
 
+    @property
+    def refused_at_submit(self) -> bool:
+        """Slurm's record of a submit it refused: slurmctld keeps one for some refusals (measured:
+        "Requested node/topology configuration is not available"), FAILED for BadConstraints and
+        never given a node. The submit that made it got an error, not this id: it was never anyone's
+        job, whatever its name says."""
+        return self.state == "FAILED" and self.state_reason == "BadConstraints" and not self.nodes
+
 
 @dataclass(frozen=True)
 class JobStatus:

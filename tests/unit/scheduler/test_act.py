@@ -268,6 +268,50 @@ def test_a_submit_refused_for_slurms_topology_as_it_is_now_is_tried_again(error:
     assert slurm.submit_job.call_count == 2
 
 
+def test_slurms_record_of_a_refused_submit_is_not_taken_for_the_pods_job() -> None:
+    """A CI run: slurmctld keeps a record of some refused submits (FAILED, BadConstraints, no node,
+    with the placeholder's name). The scheduler took it for the Pod's job, which "ended before the
+    Pod was bound", and deleted the Pod it was about to submit again."""
+    pods = FakePodCache()
+    pods.synced = True
+    pods.pods[POD.key] = make_pod()
+    jobs = make_tracker()
+    controller, slurm, kube = make_controller(pods, jobs)
+    error = "Requested topology configuration is not available"
+    slurm.submit_job.side_effect = [
+        SlurmApiError(
+            f"POST job/submit: HTTP 500: Batch job submission failed: {error}", 500, errors=(error,)
+        ),
+        7,
+    ]
+    with pytest.raises(NotYet):
+        controller.reconcile(POD.key)
+    name = placeholder.job_name(POD, SCHEDULER)
+    record = Job(job_id=6, name=name, admin_comment=name, state="FAILED", state_reason="BadConstraints")
+    report(jobs, JobStatus(record))
+    status = [c.args[1] for c in kube.strategic_patch.call_args_list if c.args[0].endswith("/status")]
+    pods.pods[POD.key] = {**make_pod(), "status": {"conditions": [status[-1]["status"]["conditions"][0]]}}
+    controller.reconcile(POD.key)
+    kube.delete.assert_not_called()
+    assert slurm.submit_job.call_count == 2
+    assert jobs.for_pod_key(POD.key) == []
+
+
+def test_a_placeholder_slurm_failed_while_it_pended_still_ends_its_unbound_pod() -> None:
+    """Only a record first seen refused is nobody's: a job seen pending that Slurm then failed is
+    the Pod's, and it ended."""
+    name = placeholder.job_name(POD, SCHEDULER)
+    jobs = make_tracker(JobStatus(Job(job_id=7, name=name, admin_comment=name, state="PENDING")))
+    report(
+        jobs,
+        JobStatus(
+            Job(job_id=7, name=name, admin_comment=name, state="FAILED", state_reason="BadConstraints")
+        ),
+    )
+    assert [j.job_id for j in jobs.for_pod_key(POD.key)] == [7]
+    assert jobs.for_pod_key(POD.key)[0].ended
+
+
 def test_a_submit_refused_for_another_reason_is_not_tried_again() -> None:
     pods = FakePodCache()
     pods.synced = True

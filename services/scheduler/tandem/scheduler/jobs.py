@@ -216,6 +216,10 @@ class JobTracker:
             return None  # another scheduler's job, or no placeholder at all (whatever its name)
         pod = placeholder.pod_of(job)
         old = self._jobs.get(job.job_id)
+        if old is None and job.refused_at_submit:
+            # Taken for the Pod's job, it "ended before the Pod was bound" and the Pod was deleted
+            # for a refusal the scheduler retries (a CI run, 2026-12-04).
+            return None
         if pod is None and old is not None:
             # A pushed start may carry no name; keep the one we know.
             pod = placeholder.pod_of(old.job)
