@@ -82,12 +82,17 @@ def slurmd_pods(raw: KubeClient, namespace: str) -> list[JSON]:
     return [p for p in items if slurmd.slurm_node_of(p, namespace) is not None]
 
 
+def kube_node_of(raw: KubeClient, slurmd_namespace: str) -> dict[str, str]:
+    """Each Slurm node -> the Node its slurmd Pod runs on."""
+    return {
+        str(slurmd.slurm_node_of(p, slurmd_namespace)): slurmd.host_of(p)
+        for p in slurmd_pods(raw, slurmd_namespace)
+    }
+
+
 def snapshot(raw: KubeClient, pods_path: str, slurmd_namespace: str, jobs: Iterable[Job]) -> Snapshot:
     return Snapshot(
         pods=tuple(raw.get(pods_path).get("items") or []),
         jobs={j.job_id: j for j in jobs},
-        kube_node_of={
-            str(slurmd.slurm_node_of(p, slurmd_namespace)): slurmd.host_of(p)
-            for p in slurmd_pods(raw, slurmd_namespace)
-        },
+        kube_node_of=kube_node_of(raw, slurmd_namespace),
     )

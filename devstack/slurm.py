@@ -509,7 +509,7 @@ def without_tandem_hooks(cfg: StackConfig) -> Iterator[None]:
     """Slurm with no Tandem prolog or epilog while inside, the lab's again after: slurmctld and
     every slurmd restart into each (slurmd reads its Prolog at start). Refused while any job is
     in the queue: one that started with the hooks would end without its epilog, its Node locked."""
-    queued = _queued_jobs(cfg)
+    queued = queued_jobs(cfg)
     if queued:
         raise RuntimeError(f"Slurm still has jobs {', '.join(queued)}: no run without the hooks now")
     _run_slurm_with(cfg, slurm_conf(cfg, hooks=False), slurmds=True)
@@ -539,7 +539,7 @@ def _run_slurm_with(cfg: StackConfig, conf: str, slurmds: bool = False) -> None:
     )
 
 
-def _queued_jobs(cfg: StackConfig) -> list[str]:
+def queued_jobs(cfg: StackConfig) -> list[str]:
     """Every job id in Slurm's queue, whatever its state; none when Slurm does not answer."""
     out = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env(cfg), capture_output=True, text=True)
     return out.stdout.split() if out.returncode == 0 else []
@@ -617,7 +617,7 @@ def nodes_up(cfg: StackConfig) -> bool:
 def cancel_all_jobs(cfg: StackConfig) -> None:
     """Before slurmd stops: jobs' slurmstepd processes would otherwise outlive the stack."""
     env = slurm_env(cfg)
-    jobs = _queued_jobs(cfg)
+    jobs = queued_jobs(cfg)
     if not jobs:
         return
     subprocess.run(["scancel", "--signal=KILL", "--full", *jobs], env=env, capture_output=True)
