@@ -1,10 +1,13 @@
 """Latency against offered load, four arms on the same Nodes in one run (issue 55).
 
-Truly bare Slurm's capacity is measured first (a burst of jobs with no Tandem prolog); then, in
-each of `--rounds` rounds, every arm meets the same Poisson arrivals at 25, 50, 75 and 90 % of it
-(bench/lifecycle.py: finite lifetimes, teardown inside the window, latency from each arrival's
-intended time). The arms' order rotates from round to round, and so does the rates' (no arm or
-rate always first on a warm cache or last after the others' leftovers). Figures are per-run
+Bare Slurm's capacity in a Tandem cluster is measured first: a burst of jobs that live as the
+runs' do, so that epilogs overlap later starts as under a steady load (a first try took truly bare
+Slurm's burst rate, with no epilogs in it, and at 90 % of that the bare arm's prologs timed out and
+drained 62 of 64 nodes). Then, in each of `--rounds` rounds, every arm meets the same Poisson
+arrivals at 25, 50, 75 and 90 % of it (bench/lifecycle.py: finite lifetimes, teardown inside
+the window, latency from each arrival's intended time). The arms' order rotates from round to
+round, and so does the rates' (no arm or rate always first on a warm cache or last after the
+others' leftovers). Figures are per-run
 values summarised as medians with bootstrap 95 % intervals over the rounds (bench/stats.py).
 
     NODES=64 make up && .venv/bin/python bench/curve.py --rounds 5 --seconds 60
@@ -24,15 +27,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from bench import cpu, lifecycle, openloop, stats
-from bench.lifecycle import ARMS, KUBE_SCHEDULER, SLURM_ARMS, TANDEM, TRULY_BARE, ArmRun
+from bench.lifecycle import ARMS, BARE, KUBE_SCHEDULER, SLURM_ARMS, TANDEM, TRULY_BARE, ArmRun
 from bench.schedule import (
-    bare_slurm,
     clean_tandem,
     ensure_namespace,
     left_clean,
@@ -76,6 +79,43 @@ def slurm_for(cfg: StackConfig, arm: str) -> Iterator[None]:
         yield
 
 
+def capacity(cfg: StackConfig, n: int, lifetime: float) -> float:
+    """Bare Slurm's capacity in a Tandem cluster: n jobs of the runs' own script (its lifetime,
+    so epilogs overlap the later starts as they do under a steady load) submitted at once, over
+    the time from the first submit to the last start."""
+    slurm = slurm_client(cfg)
+    try:
+        sent, ran, problems = lifecycle.slurm_jobs(cfg, slurm, [0.0] * n, lifetime, "capacity")
+    finally:
+        slurm.close()
+    if problems or not ran:
+        raise SystemExit(f"the capacity burst failed: {'; '.join(problems)[:500]}")
+    return len(ran) / (max(ran.values()) - min(s.sent for s in sent))
+
+
+def drained_nodes(cfg: StackConfig) -> dict[str, str]:
+    """Slurm nodes drained now, each with its reason."""
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-t", "drain,draining,drained", "-o", "%N|%E"],
+        env=devstack_slurm.slurm_env(cfg),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def resume(cfg: StackConfig, nodes: Sequence[str]) -> None:
+    subprocess.run(
+        ["scontrol", "update", f"nodename={','.join(nodes)}", "state=resume"],
+        env=devstack_slurm.slurm_env(cfg),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+
+
 def run_one(cfg: StackConfig, arm: str, rate: float, args: argparse.Namespace, seed: int, tag: str) -> ArmRun:
     wait_until_quiet(cfg, settle=1.0)
     idle = lifecycle.idle_rates(cfg, args.quiet)
@@ -102,6 +142,12 @@ def run_one(cfg: StackConfig, arm: str, rate: float, args: argparse.Namespace, s
             problems += left_clean(cfg)
     finally:
         slurm.close()
+    drained = drained_nodes(cfg)
+    if drained:
+        # A prolog that timed out drained its node: said, and the node put back for the next runs.
+        reasons = sorted(set(drained.values()))
+        problems.append(f"{len(drained)} nodes drained during the run ({'; '.join(reasons)[:200]})")
+        resume(cfg, sorted(drained))
     run = ArmRun(arm, rate, sent, ran, args.warmup, sent[0].intended - arrivals[0] if sent else started)
     run.window = ended - started
     run.cpu = lifecycle.minus_idle(used, idle, run.window)
@@ -265,8 +311,8 @@ def main() -> None:
         "--fractions", default=",".join(map(str, FRACTIONS)), help="offered rates, of capacity"
     )
     parser.add_argument("--arms", default=",".join(ARMS))
-    parser.add_argument("--capacity", type=float, help="truly bare Slurm's jobs/s, instead of measuring it")
-    parser.add_argument("--burst", type=int, default=200, help="jobs in the capacity burst")
+    parser.add_argument("--capacity", type=float, help="bare Slurm's jobs/s, instead of measuring it")
+    parser.add_argument("--burst", type=int, default=300, help="jobs in the capacity burst")
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     if unknown := set(arms) - set(ARMS):
@@ -277,13 +323,13 @@ def main() -> None:
     ensure_namespace(cfg)
     clean_tandem(cfg)
     wait_until_quiet(cfg)
-    capacity = args.capacity
-    if capacity is None:
-        with slurm_for(cfg, TRULY_BARE):
-            wait_until_quiet(cfg)
-            capacity, _, _ = bare_slurm(cfg, args.burst, 8, None)
-    rates = [round(f * capacity, 2) for f in fractions]
-    print(f"stack: {cfg.nodes} nodes; truly bare capacity {capacity:.1f} jobs/s; rates {rates}", flush=True)
+    if drained := drained_nodes(cfg):
+        raise SystemExit(f"nodes drained before the run: {', '.join(sorted(drained))}")
+    measured = args.capacity or capacity(cfg, args.burst, args.lifetime)
+    rates = [round(f * measured, 2) for f in fractions]
+    said = f"stack: {cfg.nodes} nodes; bare Slurm's capacity {measured:.1f} jobs/s; rates {rates}"
+    print(said, flush=True)
+    print(said, file=sys.stderr, flush=True)
     runs: list[dict[str, Any]] = []
     for r, round_plan in enumerate(plan(arms, len(rates), args.rounds)):
         by_arm: dict[str, list[int]] = {}
@@ -297,19 +343,19 @@ def main() -> None:
                     record["round"] = r
                     runs.append(record)
                     lat = record["latency"] or {}
-                    print(
+                    line = (
                         f"round {r} {arm} at {rates[k]}/s: {record['measured']} measured, "
                         f"p50 {lat.get('p50', float('nan')):.3f} p99 {lat.get('p99', float('nan')):.3f} s, "
                         f"slip max {record['slip_max']:.3f} s, window {record['window_s']:.0f} s"
-                        + (
-                            f"; problems: {'; '.join(record['problems'])[:300]}" if record["problems"] else ""
-                        ),
-                        flush=True,
                     )
+                    if record["problems"]:
+                        line += f"; problems: {'; '.join(record['problems'])[:300]}"
+                    print(line, flush=True)
+                    print(line, file=sys.stderr, flush=True)  # bench/record.py shows stdout at the end
     summary = summarize(runs)
     within = highest_within_slo(summary)
     print()
-    print(table(summary, capacity))
+    print(table(summary, measured))
     bare_best = within.get(TRULY_BARE)
     print()
     for arm in arms:
@@ -317,7 +363,7 @@ def main() -> None:
         share = f" ({best / bare_best:.2f} of truly bare's)" if best and bare_best else ""
         print(f"{arm}: highest rate within the SLO (p99 <= {SLO_FACTOR:g} x truly bare's): {best}{share}")
     result = {
-        "capacity": round(capacity, 2),
+        "capacity": round(measured, 2),
         "fractions": fractions,
         "rates": rates,
         "rounds": args.rounds,
@@ -328,6 +374,10 @@ def main() -> None:
         "highest_within_slo": within,
         "highest_within_slo_vs_truly_bare": {
             arm: (round(best / bare_best, 3) if best and bare_best else None) for arm, best in within.items()
+        },
+        "highest_within_slo_vs_bare": {
+            arm: (round(best / b, 3) if best and (b := within.get(BARE)) else None)
+            for arm, best in within.items()
         },
         "runs": runs,
         "checks_failed": [

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import manifest
+from bench import manifest, report_curve
 from bench.record import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +75,7 @@ COLUMNS: dict[str, Sequence[Column]] = {
 # is named by what it measures, in the size column.
 ROWS_OF = {"gang": ("sizes", "elastic")}
 SECTIONS = {
+    "curve": "Load curve: latency against offered load, four arms on the same Nodes, interleaved",
     "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
     "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
@@ -247,17 +248,33 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
     ]
     for name in sorted(runs, key=lambda n: (list(SECTIONS).index(n) if n in SECTIONS else 99, n)):
         records = runs[name]
+        out += [f"## {SECTIONS.get(name, name)}", ""]
+        if name == "curve":
+            out += report_curve.section(records, lambda r: _describe(r, machines))
+        else:
+            out += [*table(name, records, machines), ""]
         out += [
-            f"## {SECTIONS.get(name, name)}",
-            "",
-            *table(name, records, machines),
-            "",
             "Reproduce (from a checkout of the row's commit):",
             "",
         ]
         commands = sorted({(int(r.get("nodes") or 0), " ".join(_portable(r["command"]))) for r in records})
         out += ["```sh", *(_up(nodes) + command for nodes, command in commands), "```", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _describe(record: dict[str, Any], machines: Mapping[str, str]) -> str:
+    """A run as one line: its label and checks, commit, date, nodes and machine."""
+    return (
+        f"{_run_cell(record)}, {_commit_cell(record)}, {str(record.get('at', ''))[:10]}, "
+        f"{record.get('nodes') or '-'} nodes, machine {machines.get(_machine_key(record), '-')}"
+    )
+
+
+def images(runs: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """The images BENCHMARKS.md shows (path from the repository's root -> SVG text): the latest
+    load curve's."""
+    records = runs.get("curve") or []
+    return report_curve.images(records[-1]["result"]) if records else {}
 
 
 def main() -> None:
@@ -268,13 +285,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true", help="fail if the file is not what the runs say")
     args = parser.parse_args()
-    text = render(load(args.results))
+    runs = load(args.results)
+    text = render(runs)
+    drawn = {args.out.parent / path: svg for path, svg in images(runs).items()}
     if args.check:
-        if not args.out.exists() or args.out.read_text() != text:
-            sys.exit(f"{args.out} is not what {args.results} says: run bench/report.py")
+        stale = [str(p) for p, svg in drawn.items() if not p.exists() or p.read_text() != svg]
+        if not args.out.exists() or args.out.read_text() != text or stale:
+            sys.exit(
+                f"{', '.join([str(args.out), *stale])} not what {args.results} says: run bench/report.py"
+            )
         return
     args.out.write_text(text)
-    print(f"wrote {args.out}")
+    for path, svg in drawn.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(svg)
+    print(f"wrote {args.out}" + (f" and {len(drawn)} images" if drawn else ""))
 
 
 if __name__ == "__main__":
