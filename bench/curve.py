@@ -312,7 +312,12 @@ def main() -> None:
     )
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--capacity", type=float, help="bare Slurm's jobs/s, instead of measuring it")
-    parser.add_argument("--burst", type=int, default=300, help="jobs in the capacity burst")
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=1200,
+        help="jobs in the capacity burst (300 measured 50/s, 1,200 31/s: long enough for a steady state)",
+    )
     args = parser.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     if unknown := set(arms) - set(ARMS):
