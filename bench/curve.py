@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from bench import cpu, lifecycle, openloop, stats
-from bench.lifecycle import ARMS, BARE, KUBE_SCHEDULER, SLURM_ARMS, TANDEM, TRULY_BARE, ArmRun
+from bench.lifecycle import ARMS, KUBE_SCHEDULER, SLURM_ARMS, TANDEM, TRULY_BARE, ArmRun
 from bench.schedule import (
     clean_tandem,
     ensure_namespace,
@@ -379,10 +379,6 @@ def main() -> None:
         "highest_within_slo": within,
         "highest_within_slo_vs_truly_bare": {
             arm: (round(best / bare_best, 3) if best and bare_best else None) for arm, best in within.items()
-        },
-        "highest_within_slo_vs_bare": {
-            arm: (round(best / b, 3) if best and (b := within.get(BARE)) else None)
-            for arm, best in within.items()
         },
         "runs": runs,
         "checks_failed": [

@@ -66,13 +66,19 @@ def table(result: Mapping[str, Any]) -> list[str]:
 def slo_lines(result: Mapping[str, Any]) -> list[str]:
     within = result.get("highest_within_slo") or {}
     share = result.get("highest_within_slo_vs_truly_bare") or {}
+    bare = within.get("bare")
+    of_bare = {arm: best / bare for arm, best in within.items() if best is not None and bare}
     out = []
     for arm in ARMS:
         if arm in within:
             best = within[arm]
             said = f"{best:g}/s" if best is not None else "none of the rates"
-            ratio = f" ({share[arm]:.2f} of truly bare's)" if share.get(arm) is not None else ""
-            out.append(f"- {ARM_TITLES[arm]}: {said}{ratio}")
+            ratios = [
+                f"{found[arm]:.2f} of {whose}"
+                for found, whose in ((share, "truly bare's"), (of_bare, "bare's"))
+                if found.get(arm) is not None
+            ]
+            out.append(f"- {ARM_TITLES[arm]}: {said}" + (f" ({', '.join(ratios)})" if ratios else ""))
     return out
 
 
@@ -130,12 +136,14 @@ def images(result: Mapping[str, Any]) -> dict[str, str]:
 def section(records: list[dict[str, Any]], describe_run: Callable[[dict[str, Any]], str]) -> list[str]:
     """Every run's table, newest last; the newest's curves drawn."""
     out = [
-        "Open-loop Poisson arrivals at fractions of truly bare Slurm's capacity (its burst rate, measured",
-        "first in the run); every job or Pod lives 5 s once it runs and then goes, inside the",
-        "window; latency from each arrival's intended time; CPU over the whole window minus each",
-        "process's idle rate measured just before; API requests as the API server's audit log counts",
-        "them. Each figure is the median over the rounds, [its bootstrap 95 % interval]; two arms",
-        "differ only where the intervals do not overlap. The SLO: truly bare's p99 at the rate, doubled.",
+        "Open-loop Poisson arrivals at fractions of bare Slurm's capacity in a Tandem cluster (the",
+        "start rate of a burst of jobs that live as the runs' do, measured first in the run); every",
+        "job or Pod lives as long once it runs and then goes (a Pod is deleted: its job's cancel,",
+        "epilog and unlock follow), inside the window; latency from each arrival's intended time, not",
+        "its send; CPU over the whole window minus each process's idle rate measured just before;",
+        "API requests as the API server's audit log counts them, by the arm's scheduler. Each figure",
+        "is the median over the rounds [its bootstrap 95 % interval]; two arms differ only where the",
+        "intervals do not overlap. The SLO at a rate: truly bare Slurm's p99 there, doubled.",
         "",
     ]
     for record in records:
@@ -143,7 +151,8 @@ def section(records: list[dict[str, Any]], describe_run: Callable[[dict[str, Any
         out += [
             f"**{describe_run(record)}**: capacity {result.get('capacity')} jobs/s, "
             f"{result.get('rounds')} rounds of {result.get('seconds'):g} s measured after "
-            f"{result.get('warmup'):g} s of warm-up at each rate",
+            f"{result.get('warmup'):g} s of warm-up at each rate, each job or Pod living "
+            f"{result.get('lifetime', 5):g} s",
             "",
             *table(result),
             "",
