@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import cpu, lifecycle, openloop
 from bench.schedule import clean_tandem, ensure_namespace, wait_until_quiet
-from devstack import audit, stack
+from devstack import audit, identities, stack
 from devstack.config import StackConfig
 from devstack.table import format_table
 
@@ -40,7 +40,8 @@ COUNTERS = {
     "tandem_hook_calls_total": "route",
 }
 SERVICE_PREFIX = "tandem-"
-TANDEM_USERS = "system:serviceaccount:tandem:"
+# Tandem's ServiceAccounts, as the API server's audit names them.
+TANDEM_USERS = f"system:serviceaccount:{identities.MAIN.namespace}:"
 
 Ledger = dict[tuple[str, str, str], float]  # (service, counter, what) -> count
 
