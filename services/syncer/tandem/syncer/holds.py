@@ -159,6 +159,9 @@ class HoldStore:
         self._trouble: dict[str, Trouble] = {}
         # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
         self._looked_up: dict[int, float] = {}
+        # Job id -> when JobTerminating read from Slurm itself that the job no longer ran (it had
+        # ended, or was cleaning up): its epilogs' releases need not ask Slurm again (`release_left`).
+        self._left: dict[int, float] = {}
         # Job id -> its KillWait deadline and outcome (what JobTerminating recorded).
         self._killwaits: dict[int, KillWait] = {}
         # Slurm node -> the jobs whose KillWait entry names it: a node's pass reads its own, not
@@ -190,6 +193,28 @@ class HoldStore:
         with self._lock:
             self._holds[slurm_node].pop(job_id, None)
             self._released[slurm_node][job_id] = self.clock()
+            self._seq += 1
+            seq = self._seq
+        self.on_change(node_key(slurm_node))
+        return seq
+
+    def left(self, job_id: int) -> None:
+        """Record that Slurm, read just now for a placeholder's end, says its job no longer runs."""
+        with self._lock:
+            self._left[job_id] = self.clock()
+
+    def release_left(self, slurm_node: str, job_id: int) -> int | None:
+        """Record an epilog's release as `release` does, but only if the job's end was read from
+        Slurm (`left`) after the job's last hold of this node: a requeued job's new run holds the
+        node after that read, and then None (the release must ask Slurm)."""
+        now = self.clock()
+        with self._lock:
+            at = self._left.get(job_id)
+            hold = self._holds[slurm_node].get(job_id)
+            if at is None or now - at > REMEMBER_SECONDS or (hold is not None and hold.since >= at):
+                return None
+            self._holds[slurm_node].pop(job_id, None)
+            self._released[slurm_node][job_id] = now
             self._seq += 1
             seq = self._seq
         self.on_change(node_key(slurm_node))
@@ -311,6 +336,9 @@ class HoldStore:
                 for job_id, at in list(self._looked_up.items()):
                     if now - at > LOOKUP_AGAIN_SECONDS:
                         del self._looked_up[job_id]
+                for job_id, at in list(self._left.items()):
+                    if now - at > REMEMBER_SECONDS:
+                        del self._left[job_id]
                 for job_id, entry in list(self._killwaits.items()):
                     if now - entry.drain_at > REMEMBER_SECONDS:  # its call (and Slurm's KillWait) long over
                         self._drop_killwait(job_id)

@@ -157,18 +157,22 @@ class NodeLocks:
         """The job no longer holds the node; return once a pass has carried that out (the node
         unlocked, or kept for another holder, or kept while Slurm is not read). Refused while
         Slurm, asked now, says the job still holds the node: an epilog calls once its job ended,
-        and nothing a caller says unlocks a node under a running job."""
-        try:
-            status = self.mirror.refresh_job(job_id)
-        except SlurmApiError as e:
-            raise LockFailed(f"Slurm API: {e}", unavailable=True) from e
-        if status is not None and _runs_on(status, slurm_node):
-            UNLOCKS_REFUSED.inc()
-            raise LockFailed(
-                f"Slurm says job {job_id} still holds {slurm_node} ({status.job.state}): a node is"
-                " unlocked for a job once it ended (its epilog's call), never under it"
-            )
-        seq = self.store.release(slurm_node, job_id)
+        and nothing a caller says unlocks a node under a running job. A placeholder's end
+        (JobTerminating) read that from Slurm already, unless its job held the node again since
+        (a requeued run): then Slurm is not asked again (one slurmrestd read a Pod less)."""
+        seq = self.store.release_left(slurm_node, job_id)
+        if seq is None:
+            try:
+                status = self.mirror.refresh_job(job_id)
+            except SlurmApiError as e:
+                raise LockFailed(f"Slurm API: {e}", unavailable=True) from e
+            if status is not None and _runs_on(status, slurm_node):
+                UNLOCKS_REFUSED.inc()
+                raise LockFailed(
+                    f"Slurm says job {job_id} still holds {slurm_node} ({status.job.state}): a node"
+                    " is unlocked for a job once it ended (its epilog's call), never under it"
+                )
+            seq = self.store.release(slurm_node, job_id)
         self.queue.add(slurm_node, urgent=True)
 
         def settled() -> bool:
@@ -192,6 +196,12 @@ class NodeLocks:
         if pod is None:  # no slurmd Pod (any more): nothing to lock or unlock
             raise LockFailed(self._no_slurmd(slurm_node))
         return self._view(slurm_node, pod, holds)
+
+    def terminating(self, verified: JobStatus) -> None:
+        """A placeholder's end, its job as read just now from Slurm (`verified`, Callers.placeholder):
+        if Slurm says it runs on none of its nodes any more, its epilogs' releases need not ask."""
+        if verified.job.nodes and not any(_runs_on(verified, n) for n in verified.job.nodes):
+            self.store.left(verified.job_id)
 
     def killwait_steps(
         self, status: JobStatus, ref: PodRef, script_node: str, drain_in: float, timeout: float

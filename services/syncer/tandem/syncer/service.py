@@ -167,10 +167,11 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
         # As in JobStarted. A batch is its thread's (SlurmMirror.batch): it is sent within this step,
         # before the wait below, after which the steps may go on on another of the pool's threads.
         with self.mirror.broker.batch():
-            self.callers.placeholder(
+            verified = self.callers.placeholder(
                 context, request.job_id, request.placeholder, request.slurm_node, request.job_token
             )
             status = self.mirror.job_terminating(request.job_id, request.slurm_node)
+        self.locks.terminating(verified)
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
