@@ -191,12 +191,16 @@ class HoldStore:
     def release(self, slurm_node: str, job_id: int) -> int:
         """Record an epilog's release; returns its number (see `outcome`)."""
         with self._lock:
-            self._holds[slurm_node].pop(job_id, None)
-            self._released[slurm_node][job_id] = self.clock()
-            self._seq += 1
-            seq = self._seq
+            seq = self._record_release(slurm_node, job_id)
         self.on_change(node_key(slurm_node))
         return seq
+
+    def _record_release(self, slurm_node: str, job_id: int) -> int:
+        """The release itself (lock held); its number."""
+        self._holds[slurm_node].pop(job_id, None)
+        self._released[slurm_node][job_id] = self.clock()
+        self._seq += 1
+        return self._seq
 
     def left(self, job_id: int) -> None:
         """Record that Slurm, read just now for a placeholder's end, says its job no longer runs."""
@@ -213,10 +217,7 @@ class HoldStore:
             hold = self._holds[slurm_node].get(job_id)
             if at is None or now - at > REMEMBER_SECONDS or (hold is not None and hold.since >= at):
                 return None
-            self._holds[slurm_node].pop(job_id, None)
-            self._released[slurm_node][job_id] = now
-            self._seq += 1
-            seq = self._seq
+            seq = self._record_release(slurm_node, job_id)
         self.on_change(node_key(slurm_node))
         return seq
 
