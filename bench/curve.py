@@ -25,15 +25,15 @@ bare's, "runs" (every run's own figures, bench/lifecycle.describe) and checks_fa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench import cpu, lifecycle, openloop, stats
+from bench.arms import slurm_for
 from bench.lifecycle import ARMS, KUBE_SCHEDULER, SLURM_ARMS, TANDEM, TRULY_BARE, ArmRun
 from bench.schedule import (
     clean_tandem,
@@ -64,19 +64,6 @@ def plan(arms: Sequence[str], rates: int, rounds: int) -> list[list[tuple[str, i
 def seed_of(round_index: int, rate_index: int) -> int:
     """The same arrivals for every arm in one round at one rate; others elsewhere."""
     return 1000 * round_index + rate_index
-
-
-@contextlib.contextmanager
-def slurm_for(cfg: StackConfig, arm: str) -> Iterator[None]:
-    if arm == TRULY_BARE:
-        # Refused while any job is queued (a cancelled one completing included): waited out.
-        deadline = time.monotonic() + 120
-        while devstack_slurm.queued_jobs(cfg) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        with devstack_slurm.without_tandem_hooks(cfg):
-            yield
-    else:
-        yield
 
 
 def capacity(cfg: StackConfig, n: int, lifetime: float) -> float:

@@ -1,32 +1,36 @@
-"""Gang latency: a group of Pods placed as one Slurm job, against a bare multi-node Slurm job.
+"""Gang latency on four arms (issue 55): a group of Pods placed as one, beside the same group as
+one Slurm job, in one run on one stack.
 
-For groups of 2, 4 and 8 members (one node each), in one run on one stack:
-  bare   - a Slurm job of that many nodes straight to slurmrestd, from submit to its script
-           running (the script writes the time);
-  Tandem - a PodGroup (gang, minCount = size) and its members, from the last member's creation
-           to every member bound (seen on a watch).
-and a heterogeneous row (--het, default 1+3: a leader of 4 CPUs and workers of 1), and elastic rows
-(bench/elastic.py: an elastic gang's extra member starting once Slurm has room, and taken back by a
-higher tier, each beside a bare Slurm job; --no-elastic for none):
-  bare   - a Slurm heterogeneous job of those two components, from submit to its script running;
-  Tandem - a CompositePodGroup of two PodGroups (leader, workers) and their members, from the last
-           member's creation to every member bound (one het job, each member on its component).
-Each is repeated --repeat times, one at a time, each from an idle cluster (every Slurm node idle
-for a second: Slurm schedules at most every 250 ms here, so a run does not inherit the last one's
-pass).
+For gangs of 2, 4 and 8 members (one node each), a heterogeneous row (--het, default 1+3: a leader
+of 4 CPUs and workers of 1) and two elastic rows (bench/elastic.py; --no-elastic for none):
+  truly-bare      - a multi-node (or het) Slurm job to slurmrestd, Slurm without Tandem's prolog
+                    and epilog, from submit to its script running (the script writes the time);
+  bare            - the same job in a Tandem cluster;
+  kube-scheduler  - the same PodGroup (gang, minCount = size; a het row's CompositePodGroup) and
+                    members placed by kube-scheduler's own gang scheduling, each member kept off
+                    the others' Nodes as a job's nodes are; from the last member's creation to
+                    every member bound (seen on a watch);
+  tandem          - the same, placed by Tandem: one Slurm job for the group.
+Elastic rows (kube-scheduler has none: they measure Slurm starting or taking back a member's job):
+  room      - an elastic gang's extra member bound once Slurm has room (Slurm arms: a waiting job);
+  take-back - a high tier asking the extra's node: its job running, and the extra's Pod gone.
+Every trial starts from an idle cluster (each Slurm node idle for a second: Slurm schedules at most
+every 250 ms here, so a trial does not inherit the last one's pass); the arms are interleaved
+round by round (bench/arms.py). A Tandem trial is checked: each member on a node of its group's
+Slurm job, members on Nodes of their own, nothing left locked after.
 
-    make up && .venv/bin/python bench/gang.py --repeat 5
+    make up && .venv/bin/python bench/gang.py --rounds 5
 
-Prints a table, then one JSON line: {"sizes": [{"size", "bare_p50", "tandem_p50", ...}, ...]}.
-Target: tandem_p50 <= bare_p50 + 0.3 s for every size.
+Prints a table, then one JSON line (bench/arms.result): per row and arm, the medians and their
+bootstrap 95 % intervals, and every trial.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
-import statistics
 import tempfile
 import threading
 import time
@@ -36,12 +40,16 @@ from typing import Any
 
 import httpx
 
-from bench import elastic
-from bench.schedule import ensure_namespace, slurm_client, wait_for_no_jobs
+from bench import arms as arms_harness
+from bench import checks, elastic
+from bench.arms import TrialFailed
+from bench.lifecycle import ARMS, BARE, KUBE_SCHEDULER, TANDEM, TRULY_BARE
+from bench.schedule import ensure_namespace, left_clean, slurm_client, wait_for_no_jobs
 from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
 from devstack.table import format_table
+from tandem import keys
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
 
@@ -115,25 +123,41 @@ def bare(cfg: StackConfig, size: int, het: tuple[int, int] | None = None) -> flo
         slurm.close()
 
 
-def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
-    """Seconds from the last member's creation to every member bound."""
-    wait_idle(cfg)
-    group = f"gang-{size}-{run}"
-    bound: dict[str, float] = {}
-    everyone = threading.Event()
-    version = raw.get(PODS)["metadata"]["resourceVersion"]
+class Members:
+    """A watch of when each Pod named `<group>-...` is bound, and the Pod as bound."""
 
-    def watch() -> None:
-        for event in raw.watch(PODS, {"resourceVersion": version}, 120):
+    def __init__(self, raw: KubeClient, group: str, size: int) -> None:
+        self.raw, self.group, self.size = raw, group, size
+        self.bound: dict[str, float] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.everyone = threading.Event()
+        version = raw.get(PODS)["metadata"]["resourceVersion"]
+        threading.Thread(target=self._watch, args=(version,), daemon=True).start()
+
+    def _watch(self, version: str) -> None:
+        for event in self.raw.watch(PODS, {"resourceVersion": version}, 150):
             obj = event.get("object") or {}
             name = str((obj.get("metadata") or {}).get("name") or "")
-            if name.startswith(f"{group}-") and (obj.get("spec") or {}).get("nodeName"):
-                bound.setdefault(name, time.time())
-                if len(bound) == size:
-                    everyone.set()
+            if name.startswith(f"{self.group}-") and (obj.get("spec") or {}).get("nodeName"):
+                self.bound.setdefault(name, time.time())
+                self.pods.setdefault(name, obj)
+                if len(self.bound) == self.size:
+                    self.everyone.set()
                     return
 
-    threading.Thread(target=watch, daemon=True).start()
+    def wait(self, timeout: float = 120.0) -> None:
+        if not self.everyone.wait(timeout):
+            raise TrialFailed(
+                f"{self.group}: only {len(self.bound)} of {self.size} members bound after {timeout:.0f} s"
+            )
+
+
+def group_bound(cfg: StackConfig, raw: KubeClient, size: int, group: str, scheduler: str) -> dict[str, float]:
+    """Seconds from the last member's creation to every member bound, for a PodGroup (gang,
+    minCount = size) placed by `scheduler`; checked: each member on a Node of its own, and for
+    Tandem on a node of the group's Slurm job, nothing left locked after."""
+    wait_idle(cfg)
+    members = Members(raw, group, size)
     raw.post(
         podgroups(cfg),
         {
@@ -143,46 +167,30 @@ def tandem(cfg: StackConfig, raw: KubeClient, size: int, run: int) -> float:
             "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
         },
     )
-    last = 0.0
-    for i in range(size):
-        raw.post(PODS, _member(cfg, f"{group}-{i}", group))
-        last = time.time()
-    if not everyone.wait(120):
-        raise SystemExit(f"{group}: only {len(bound)} of {size} members bound after 120 s")
-    latency = max(bound.values()) - last
-    for i in range(size):
-        raw.delete(f"{PODS}/{group}-{i}", {"gracePeriodSeconds": 0})
-    raw.delete(f"{podgroups(cfg)}/{group}")
-    slurm = slurm_client(cfg)
+    names = [f"{group}-{i}" for i in range(size)]
     try:
-        wait_for_no_jobs(slurm, "tandem:")
+        last = 0.0
+        for name in names:
+            raw.post(PODS, _member(cfg, name, group, scheduler=scheduler))
+            last = time.time()
+        members.wait()
+        latency = max(members.bound.values()) - last
+        problems = placed(cfg, members.pods, scheduler)
     finally:
-        slurm.close()
-    _wait_for_no_pods(raw)
-    return latency
+        _end(cfg, raw, names, [f"{podgroups(cfg)}/{group}"])
+    problems += _left_clean(cfg, scheduler)
+    if problems:
+        raise TrialFailed("; ".join(problems))
+    return {"seconds": latency}
 
 
-def tandem_het(cfg: StackConfig, raw: KubeClient, het: tuple[int, int], run: int) -> float:
+def group_het_bound(
+    cfg: StackConfig, raw: KubeClient, het: tuple[int, int], group: str, scheduler: str
+) -> dict[str, float]:
     """Seconds from the last member's creation to every member bound, for a CompositePodGroup of
-    a leader PodGroup and a worker PodGroup of these sizes."""
+    a leader PodGroup and a worker PodGroup of these sizes, placed by `scheduler`."""
     wait_idle(cfg)
-    group = f"het-{het[0]}-{het[1]}-{run}"
-    size = sum(het)
-    bound: dict[str, float] = {}
-    everyone = threading.Event()
-    version = raw.get(PODS)["metadata"]["resourceVersion"]
-
-    def watch() -> None:
-        for event in raw.watch(PODS, {"resourceVersion": version}, 120):
-            obj = event.get("object") or {}
-            name = str((obj.get("metadata") or {}).get("name") or "")
-            if name.startswith(f"{group}-") and (obj.get("spec") or {}).get("nodeName"):
-                bound.setdefault(name, time.time())
-                if len(bound) == size:
-                    everyone.set()
-                    return
-
-    threading.Thread(target=watch, daemon=True).start()
+    members = Members(raw, group, sum(het))
     raw.post(
         composites(),
         {
@@ -210,29 +218,65 @@ def tandem_het(cfg: StackConfig, raw: KubeClient, het: tuple[int, int], run: int
                 },
             },
         )
-    names = []
-    last = 0.0
-    for child, count in children.items():
-        cpu = str(LEADER_CPUS) if child.endswith("-leader") else "1"
-        for i in range(count):
-            names.append(f"{child}-{i}")
-            raw.post(PODS, _member(cfg, names[-1], child, cpu))
+    names = [f"{child}-{i}" for child, count in children.items() for i in range(count)]
+    try:
+        last = 0.0
+        for name in names:
+            cpu = str(LEADER_CPUS) if "-leader-" in name else "1"
+            raw.post(PODS, _member(cfg, name, name.rsplit("-", 1)[0], cpu, scheduler, spread_as=group))
             last = time.time()
-    if not everyone.wait(120):
-        raise SystemExit(f"{group}: only {len(bound)} of {size} members bound after 120 s")
-    latency = max(bound.values()) - last
-    for name in names:
-        raw.delete(f"{PODS}/{name}", {"gracePeriodSeconds": 0})
-    for child in children:
-        raw.delete(f"{podgroups(cfg)}/{child}")
-    raw.delete(f"{composites()}/{group}")
+        members.wait()
+        latency = max(members.bound.values()) - last
+        problems = placed(cfg, members.pods, scheduler)
+    finally:
+        _end(cfg, raw, names, [*(f"{podgroups(cfg)}/{c}" for c in children), f"{composites()}/{group}"])
+    problems += _left_clean(cfg, scheduler)
+    if problems:
+        raise TrialFailed("; ".join(problems))
+    return {"seconds": latency}
+
+
+def placed(cfg: StackConfig, pods: dict[str, dict[str, Any]], scheduler: str) -> list[str]:
+    """Every member on a Node of its own; Tandem's on a node of the Slurm job they name."""
+    hosts = [str(p["spec"]["nodeName"]) for p in pods.values()]
+    wrong = [f"{len(hosts) - len(set(hosts))} members share a Node"] if len(set(hosts)) < len(hosts) else []
+    if scheduler != cfg.scheduler_name:
+        return wrong
+    slurm = slurm_client(cfg)
+    try:
+        jobs = {j.job_id: j for j in slurm.list_jobs() or []}
+    finally:
+        slurm.close()
+    kube_node_of = checks.kube_node_of(
+        raw := KubeClient.from_kubeconfig(str(cfg.kubeconfig)), config.SLURM_NAMESPACE
+    )
+    raw.close()
+    for name, pod in sorted(pods.items()):
+        job = jobs.get(job_id) if (job_id := keys.recorded_job_id(pod)) is not None else None
+        if job is None:
+            wrong.append(f"{name} is bound with no Slurm job")
+        elif pod["spec"]["nodeName"] not in {kube_node_of.get(n) for n in job.nodes}:
+            wrong.append(f"{name} is bound to {pod['spec']['nodeName']}, not to a node of Slurm job {job_id}")
+    return wrong
+
+
+def _end(cfg: StackConfig, raw: KubeClient, pods: list[str], groups: list[str]) -> None:
+    for name in pods:
+        with contextlib.suppress(KubeError):
+            raw.delete(f"{PODS}/{name}", {"gracePeriodSeconds": 0})
+    for path in groups:
+        with contextlib.suppress(KubeError):
+            raw.delete(path)
     slurm = slurm_client(cfg)
     try:
         wait_for_no_jobs(slurm, "tandem:")
     finally:
         slurm.close()
     _wait_for_no_pods(raw)
-    return latency
+
+
+def _left_clean(cfg: StackConfig, scheduler: str) -> list[str]:
+    return left_clean(cfg) if scheduler == cfg.scheduler_name else []
 
 
 COMPOSITE_GROUP_VERSION = "scheduling.k8s.io/v1alpha3"
@@ -242,13 +286,24 @@ def composites() -> str:
     return f"/apis/{COMPOSITE_GROUP_VERSION}/namespaces/{NAMESPACE}/compositepodgroups"
 
 
-def _member(cfg: StackConfig, name: str, group: str, cpu: str = "1") -> dict[str, Any]:
-    return {
+def _member(
+    cfg: StackConfig,
+    name: str,
+    group: str,
+    cpu: str = "1",
+    scheduler: str | None = None,
+    spread_as: str | None = None,
+) -> dict[str, Any]:
+    """A member of PodGroup `group`. For kube-scheduler, kept off its group's other members'
+    Nodes (`spread_as`: the label they share, the group's by default), as a gang of N nodes is
+    for Slurm: else it packs them onto one Node."""
+    scheduler = scheduler or cfg.scheduler_name
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "schedulerName": cfg.scheduler_name,
+            "schedulerName": scheduler,
             "schedulingGroup": {"podGroupName": group},
             "terminationGracePeriodSeconds": 1,
             "containers": [
@@ -260,6 +315,20 @@ def _member(cfg: StackConfig, name: str, group: str, cpu: str = "1") -> dict[str
             ],
         },
     }
+    if scheduler != cfg.scheduler_name:
+        label = {SPREAD_LABEL: spread_as or group}
+        pod["metadata"]["labels"] = label
+        pod["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": label}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        }
+    return pod
+
+
+SPREAD_LABEL = "bench.tandem.dev/gang"
 
 
 def _wait_for_no_pods(raw: KubeClient, timeout: float = 60.0) -> None:
@@ -275,7 +344,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repeat", type=int, default=5, help="runs per size and phase")
+    parser.add_argument("--rounds", "--repeat", type=int, default=5, help="interleaved rounds of every arm")
     parser.add_argument("--sizes", default="2,4,8", help="group sizes (members = nodes)")
     parser.add_argument(
         "--het", default="1+3", help="a heterogeneous row: leader+workers members ('' for none)"
@@ -283,13 +352,18 @@ def main() -> None:
     parser.add_argument(
         "--no-elastic", action="store_true", help="no elastic rows (an extra member's start and take-back)"
     )
+    parser.add_argument("--arms", default=",".join(ARMS))
     args = parser.parse_args()
     cfg = config.StackConfig.from_env()
-    sizes: list[int | tuple[int, int]] = [int(s) for s in args.sizes.split(",")]
+    arms = [a for a in args.arms.split(",") if a]
+    if unknown := set(arms) - set(ARMS):
+        raise SystemExit(f"no arm {', '.join(sorted(unknown))}; the arms are {', '.join(ARMS)}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    het = None
     if args.het:
         first, _, rest = args.het.partition("+")
-        sizes.append((int(first), int(rest)))
-    largest = max(s if isinstance(s, int) else sum(s) for s in sizes)
+        het = (int(first), int(rest))
+    largest = max([*sizes, sum(het or (0,))])
     if largest > cfg.nodes:
         raise SystemExit(f"a group of {largest} needs {largest} nodes; this stack has {cfg.nodes}")
     ensure_namespace(cfg)
@@ -298,133 +372,108 @@ def main() -> None:
         raw.get(podgroups(cfg))
     except (KubeError, httpx.HTTPError) as e:
         raise SystemExit(f"this cluster serves no PodGroups ({e}): the lab's `make up` enables them") from e
-    rows, results = [], []
-    for shape in sizes:
-        if isinstance(shape, int):
-            size: int | str = shape
-            bare_runs = [bare(cfg, shape) for _ in range(args.repeat)]
-            tandem_runs = [tandem(cfg, raw, shape, run) for run in range(args.repeat)]
-        else:
-            try:
-                raw.get(composites())
-            except (KubeError, httpx.HTTPError) as e:
-                print(f"no heterogeneous row: this cluster serves no CompositePodGroups ({e})")
-                continue
-            size = f"het {shape[0]}+{shape[1]}"
-            bare_runs = [bare(cfg, sum(shape), shape) for _ in range(args.repeat)]
-            tandem_runs = [tandem_het(cfg, raw, shape, run) for run in range(args.repeat)]
-        b50, t50 = statistics.median(bare_runs), statistics.median(tandem_runs)
-        print(
-            f"size {size}: bare {sorted(round(x, 3) for x in bare_runs)}; "
-            f"Tandem {sorted(round(x, 3) for x in tandem_runs)}",
-            flush=True,
-        )
-        rows.append(
-            [
-                str(size),
-                f"{b50:.3f}",
-                f"{max(bare_runs):.3f}",
-                f"{t50:.3f}",
-                f"{max(tandem_runs):.3f}",
-                f"{t50 - b50:+.3f}",
-            ]
-        )
-        results.append(
-            {
-                "size": size,
-                "bare_p50": round(b50, 3),
-                "tandem_p50": round(t50, 3),
-                "bare_max": round(max(bare_runs), 3),
-                "tandem_max": round(max(tandem_runs), 3),
-                "runs": args.repeat,
-            }
-        )
-    elastic_rows = [] if args.no_elastic else _elastic(cfg, raw, args.repeat)
+    if het is not None:
+        try:
+            raw.get(composites())
+        except (KubeError, httpx.HTTPError) as e:
+            print(f"no heterogeneous row: this cluster serves no CompositePodGroups ({e})")
+            het = None
+    rows = trials(cfg, raw, sizes, het, elastic_rows=not args.no_elastic)
+    tried = arms_harness.run(cfg, arms, args.rounds, rows, say=lambda line: print(line, flush=True))
     raw.close()
+    result = arms_harness.result(tried, FIGURES, args.rounds, about=ABOUT)
     print()
-    print(
-        format_table(
-            [
-                [
-                    "members = nodes",
-                    "bare p50 s",
-                    "bare max s",
-                    "Tandem p50 s",
-                    "Tandem max s",
-                    "Tandem - bare",
-                ],
-                *rows,
-            ]
-        )
-    )
+    print(report_arms_table(result))
+    print(json.dumps(result))
+
+
+FIGURES = (("seconds", "to running (Slurm) or all bound s"), ("pod_gone", "the extra's Pod gone s"))
+ABOUT = "gangs of 2, 4 and 8 nodes, a het job of 1+3, and an elastic gang's extra member"
+
+
+def trials(
+    cfg: StackConfig, raw: KubeClient, sizes: list[int], het: tuple[int, int] | None, elastic_rows: bool
+) -> dict[str, dict[str, arms_harness.Trial]]:
+    """Each row's trial per arm it applies to. kube-scheduler has no elastic rows: what they
+    measure is Slurm starting or taking back a member's job."""
+    kube = "default-scheduler"
+
+    def job(nodes: int, het: tuple[int, int] | None = None) -> arms_harness.Trial:
+        return lambda r: {"seconds": bare(cfg, nodes, het)}
+
+    def group(size: int, scheduler: str, tag: str) -> arms_harness.Trial:
+        return lambda r: group_bound(cfg, raw, size, f"{tag}-{size}-{r}", scheduler)
+
+    def het_group(h: tuple[int, int], scheduler: str, tag: str) -> arms_harness.Trial:
+        return lambda r: group_het_bound(cfg, raw, h, f"{tag}-{r}", scheduler)
+
+    rows: dict[str, dict[str, arms_harness.Trial]] = {}
+    for size in sizes:
+        rows[f"{size} members"] = {
+            TRULY_BARE: job(size),
+            BARE: job(size),
+            KUBE_SCHEDULER: group(size, kube, "k"),
+            TANDEM: group(size, cfg.scheduler_name, "t"),
+        }
+    if het is not None:
+        rows[f"het {het[0]}+{het[1]}"] = {
+            TRULY_BARE: job(sum(het), het),
+            BARE: job(sum(het), het),
+            KUBE_SCHEDULER: het_group(het, kube, "kh"),
+            TANDEM: het_group(het, cfg.scheduler_name, "th"),
+        }
     if elastic_rows:
-        print()
-        print(
-            format_table(
+
+        def room_bare(r: int) -> dict[str, float]:
+            wait_idle(cfg)
+            return {"seconds": elastic.bare_room(cfg)}
+
+        def room_tandem(r: int) -> dict[str, float]:
+            wait_idle(cfg)
+            return {"seconds": elastic.tandem_room(cfg, raw, NAMESPACE, r, _member)}
+
+        def back_bare(r: int) -> dict[str, float]:
+            wait_idle(cfg)
+            return {"seconds": elastic.bare_take_back(cfg)}
+
+        def back_tandem(r: int) -> dict[str, float]:
+            wait_idle(cfg)
+            try:
+                gone, started = elastic.tandem_take_back(cfg, raw, NAMESPACE, r, _member)
+            finally:
+                _wait_for_no_pods(raw)
+            return {"seconds": started, "pod_gone": gone}
+
+        rows["elastic: room -> extra running (Slurm: the waiting job)"] = {
+            TRULY_BARE: room_bare,
+            BARE: room_bare,
+            TANDEM: room_tandem,
+        }
+        rows["elastic: a high tier asks the extra's node -> its job running"] = {
+            TRULY_BARE: back_bare,
+            BARE: back_bare,
+            TANDEM: back_tandem,
+        }
+    return rows
+
+
+def report_arms_table(result: dict[str, Any]) -> str:
+    rows = [["row", "arm", "runs", *(title for _, title in FIGURES)]]
+    for row in result["rows"]:
+        for arm, cell in row["arms"].items():
+            failed = f" ({cell['failed']} failed)" if cell["failed"] else ""
+            rows.append(
                 [
-                    [
-                        "elastic gang (core 2, one extra)",
-                        "bare p50 s",
-                        "bare max s",
-                        "Tandem p50 s",
-                        "Tandem max s",
-                    ],
-                    *[
-                        [
-                            r["what"],
-                            f"{r['bare_p50']:.3f}",
-                            f"{r['bare_max']:.3f}",
-                            f"{r['tandem_p50']:.3f}",
-                            f"{r['tandem_max']:.3f}",
-                        ]
-                        for r in elastic_rows
-                    ],
+                    row["row"],
+                    arm,
+                    f"{cell['runs']}{failed}",
+                    *(
+                        f"{c['median']:.3g} [{c['low']:.3g}, {c['high']:.3g}]" if (c := cell.get(k)) else "-"
+                        for k, _ in FIGURES
+                    ),
                 ]
             )
-        )
-    met = all(r["tandem_p50"] <= r["bare_p50"] + TARGET_SECONDS for r in results)
-    print(
-        f"\ntarget: Tandem p50 <= bare p50 + {TARGET_SECONDS} s for every size: {'met' if met else 'NOT met'}"
-    )
-    print(json.dumps({"sizes": results, "elastic": elastic_rows, "target_met": met}))
-
-
-def _elastic(cfg: StackConfig, raw: KubeClient, repeat: int) -> list[dict[str, Any]]:
-    """An extra member's start once Slurm has room, and its take-back by a higher tier, each beside
-    a bare Slurm job's, interleaved run by run (bench/elastic.py)."""
-    room: tuple[list[float], list[float]] = ([], [])
-    back: tuple[list[float], list[float], list[float]] = ([], [], [])
-    for run in range(repeat):
-        wait_idle(cfg)
-        room[0].append(elastic.bare_room(cfg))
-        wait_idle(cfg)
-        room[1].append(elastic.tandem_room(cfg, raw, NAMESPACE, run, _member))
-        wait_idle(cfg)
-        back[0].append(elastic.bare_take_back(cfg))
-        wait_idle(cfg)
-        gone, started = elastic.tandem_take_back(cfg, raw, NAMESPACE, run, _member)
-        back[1].append(started)
-        back[2].append(gone)
-        _wait_for_no_pods(raw)
-    for what, bare_runs, tandem_runs in (("room", *room), ("take-back", back[0], back[1])):
-        shown = [sorted(round(x, 3) for x in runs) for runs in (bare_runs, tandem_runs)]
-        print(f"elastic {what}: bare {shown[0]}; Tandem {shown[1]}")
-
-    def row(what: str, bare_runs: list[float], tandem_runs: list[float]) -> dict[str, Any]:
-        return {
-            "what": what,
-            "bare_p50": round(statistics.median(bare_runs), 3),
-            "bare_max": round(max(bare_runs), 3),
-            "tandem_p50": round(statistics.median(tandem_runs), 3),
-            "tandem_max": round(max(tandem_runs), 3),
-            "runs": repeat,
-        }
-
-    return [
-        row("room -> extra running (bare: job running)", room[0], room[1]),
-        row("high tier asks its node -> preemptor running", back[0], back[1]),
-        row("high tier asks its node -> extra's Pod gone", back[0], back[2]),
-    ]
+    return format_table(rows)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import manifest, report_curve
+from bench import manifest, report_arms, report_curve
 from bench.record import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,8 +79,19 @@ SECTIONS = {
     "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
     "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
-    "gang": "Gangs: a group placed as one Slurm job, against a bare multi-node job",
+    "gang": "Gangs: a group placed as one, beside one multi-node Slurm job and kube-scheduler's gang",
     "topology": "Topology: gangs asking for one rack among churn, and a big gang freeing a rack",
+}
+
+# What a section's rows measure, on the arms method (bench/report_arms.py).
+ABOUT = {
+    "gang": (
+        "A row is a gang of that many members, one node each (a het row: a leader component and a"
+        " worker component): for the Slurm arms one multi-node job, from its submit to its script"
+        " running; for kube-scheduler (its gang scheduling, the same PodGroup, members kept one"
+        " per Node) and Tandem, from the last member's creation to every member bound. Each trial"
+        " starts from an idle cluster."
+    ),
 }
 
 
@@ -251,6 +262,15 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
         out += [f"## {SECTIONS.get(name, name)}", ""]
         if name == "curve":
             out += report_curve.section(records, lambda r: _describe(r, machines))
+        elif newer := [r for r in records if report_arms.is_arms(r)]:
+            # Runs on the earlier method (one sample per arm, no intervals) stay in their file,
+            # not beside these: their figures are not comparable.
+            earlier = len(records) - len(newer)
+            out += report_arms.section(newer, lambda r: _describe(r, machines), ABOUT.get(name, ""))
+            if earlier:
+                kept = f"`bench/results/{name}.jsonl`"
+                out += [f"{earlier} earlier runs, on the earlier method, are kept in {kept}.", ""]
+            records = newer
         else:
             out += [*table(name, records, machines), ""]
         out += [
