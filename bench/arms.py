@@ -21,6 +21,7 @@ from bench import stats
 from bench.lifecycle import TRULY_BARE
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
+from devstack.table import format_table
 
 # Round index -> the trial's figures by name.
 Trial = Callable[[int], Mapping[str, float]]
@@ -123,3 +124,24 @@ def result(
         ],
         **more,
     }
+
+
+def text_table(result: Mapping[str, Any]) -> str:
+    """The run's summary as the terminal shows it: a line per row and arm."""
+    figures = [(str(k), str(t)) for k, t in result.get("figures") or []]
+    rows = [["row", "arm", "runs", *(title for _, title in figures)]]
+    for row in result.get("rows") or []:
+        for arm, cell in row["arms"].items():
+            failed = f" ({cell['failed']} failed)" if cell["failed"] else ""
+            rows.append(
+                [
+                    row["row"],
+                    arm,
+                    f"{cell['runs']}{failed}",
+                    *(
+                        f"{c['median']:.3g} [{c['low']:.3g}, {c['high']:.3g}]" if (c := cell.get(k)) else "-"
+                        for k, _ in figures
+                    ),
+                ]
+            )
+    return format_table(rows)

@@ -104,9 +104,19 @@ def resume(cfg: StackConfig, nodes: Sequence[str]) -> None:
 
 
 def run_one(cfg: StackConfig, arm: str, rate: float, args: argparse.Namespace, seed: int, tag: str) -> ArmRun:
+    arrivals = openloop.poisson_arrivals(rate, args.warmup + args.seconds, seed)
+    return run_arrivals(cfg, arm, rate, arrivals, args, tag)
+
+
+def run_arrivals(
+    cfg: StackConfig, arm: str, rate: float, arrivals: list[float], args: argparse.Namespace, tag: str
+) -> ArmRun:
+    """One arm meeting these arrivals (seconds from the start; the first `args.warmup` of them
+    not measured), each living `args.lifetime` once it runs, and what it cost: CPU over the
+    window minus the idle measured for `args.quiet` seconds just before, the API server's count,
+    and the checks."""
     wait_until_quiet(cfg, settle=1.0)
     idle = lifecycle.idle_rates(cfg, args.quiet)
-    arrivals = openloop.poisson_arrivals(rate, args.warmup + args.seconds, seed)
     slurm = slurm_client(cfg)
     before = cpu.sample_stack(cfg)
     started = time.time()

@@ -48,7 +48,6 @@ from bench.schedule import ensure_namespace, left_clean, slurm_client, wait_for_
 from devstack import config
 from devstack import kube as devkube
 from devstack.config import StackConfig
-from devstack.table import format_table
 from tandem import keys
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
@@ -383,7 +382,7 @@ def main() -> None:
     raw.close()
     result = arms_harness.result(tried, FIGURES, args.rounds, about=ABOUT)
     print()
-    print(report_arms_table(result))
+    print(arms_harness.text_table(result))
     print(json.dumps(result))
 
 
@@ -455,25 +454,6 @@ def trials(
             TANDEM: back_tandem,
         }
     return rows
-
-
-def report_arms_table(result: dict[str, Any]) -> str:
-    rows = [["row", "arm", "runs", *(title for _, title in FIGURES)]]
-    for row in result["rows"]:
-        for arm, cell in row["arms"].items():
-            failed = f" ({cell['failed']} failed)" if cell["failed"] else ""
-            rows.append(
-                [
-                    row["row"],
-                    arm,
-                    f"{cell['runs']}{failed}",
-                    *(
-                        f"{c['median']:.3g} [{c['low']:.3g}, {c['high']:.3g}]" if (c := cell.get(k)) else "-"
-                        for k, _ in FIGURES
-                    ),
-                ]
-            )
-    return format_table(rows)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ COLUMNS: dict[str, Sequence[Column]] = {
 ROWS_OF = {"gang": ("sizes", "elastic")}
 SECTIONS = {
     "curve": "Load curve: latency against offered load, four arms on the same Nodes, interleaved",
-    "burst": "Burst: N Pods at once, against N bare Slurm jobs in the same run",
+    "burst": "Burst: N at once, on four arms: truly bare Slurm, bare Slurm, kube-scheduler, Tandem",
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
     "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
     "gang": "Gangs: a group placed as one, beside one multi-node Slurm job and kube-scheduler's gang",
@@ -85,6 +85,14 @@ SECTIONS = {
 
 # What a section's rows measure, on the arms method (bench/report_arms.py).
 ABOUT = {
+    "burst": (
+        "A row is N jobs or Pods all meant for one instant, each living a few seconds once it runs"
+        " and then going, inside the window: latency from that instant to each one running (a"
+        " script started, a Pod bound); the start rate is N over the time to the last start; CPU"
+        " per Pod over the whole window (create to gone) minus each process's idle rate measured"
+        " just before; API requests per Pod as the API server's audit log counts them, by the"
+        " arm's scheduler."
+    ),
     "gang": (
         "A row is a gang of that many members, one node each (a het row: a leader component and a"
         " worker component): for the Slurm arms one multi-node job, from its submit to its script"
@@ -92,6 +100,11 @@ ABOUT = {
         " per Node) and Tandem, from the last member's creation to every member bound. Each trial"
         " starts from an idle cluster."
     ),
+}
+
+# Sections whose runs a newer method's section replaces: said, their rows not published.
+SUPERSEDED = {
+    "half-load": "A steady offered load is now the load curve's (above): open-loop, four arms, intervals.",
 }
 
 
@@ -262,6 +275,10 @@ def render(runs: dict[str, list[dict[str, Any]]]) -> str:
         out += [f"## {SECTIONS.get(name, name)}", ""]
         if name == "curve":
             out += report_curve.section(records, lambda r: _describe(r, machines))
+        elif name in SUPERSEDED:
+            out += [f"{SUPERSEDED[name]} The {len(records)} runs on the earlier method are kept in"]
+            out += [f"`bench/results/{name}.jsonl`.", ""]
+            continue
         elif newer := [r for r in records if report_arms.is_arms(r)]:
             # Runs on the earlier method (one sample per arm, no intervals) stay in their file,
             # not beside these: their figures are not comparable.

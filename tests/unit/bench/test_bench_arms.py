@@ -110,3 +110,36 @@ def test_the_report_publishes_only_the_arms_runs_of_a_section_and_says_where_the
     assert "0.54" not in text  # the earlier method's figure
     assert "1 earlier runs, on the earlier method, are kept in `bench/results/gang.jsonl`." in text
     assert "bench/gang.py --rounds 5" in text and "--repeat" not in text
+
+
+def _burst_run(arm: str, starts: list[float], sends: list[float], problems: list[str] | None = None) -> Any:
+    from bench import lifecycle, openloop
+
+    t0 = 1000.0
+    sent = [openloop.Sent(i, t0, t0 + lag) for i, lag in enumerate(sends)]
+    run = lifecycle.ArmRun(arm, 0.0, sent, {i: t0 + s for i, s in enumerate(starts)}, 0.0, t0)
+    run.window = 20.0
+    run.cpu = {"tandem-scheduler": 0.2, "tandem-syncer": 0.3, "tandem-hooks": 0.1, "kube-scheduler": 0.05}
+    run.api.update({"system:serviceaccount:tandem:tandem-scheduler": 8})
+    run.problems = problems or []
+    return run
+
+
+def test_a_bursts_latency_and_rate_count_from_its_one_intended_instant_not_each_send() -> None:
+    from bench import burst
+
+    # Four Pods meant for one instant, the last sent 2 s late (a slow client) and bound at 2.5 s.
+    figures = burst.figures(TANDEM, _burst_run(TANDEM, [0.5, 1.0, 1.5, 2.5], [0.0, 0.0, 0.0, 2.0]))
+    assert figures["max"] == pytest.approx(2.5)
+    assert figures["rate"] == pytest.approx(4 / 2.5)
+    assert figures["tandem_cpu"] == pytest.approx(150.0)  # 0.6 s of CPU over 4 Pods, in ms
+    assert figures["api"] == pytest.approx(2.0)
+    # A Slurm arm's jobs cost no API request of a scheduler's: no figure, not a zero.
+    assert "api" not in burst.figures(BARE, _burst_run(BARE, [0.5, 1.0], [0.0, 0.0]))
+
+
+def test_a_burst_that_failed_a_check_is_a_failed_trial() -> None:
+    from bench import burst
+
+    with pytest.raises(arms.TrialFailed, match="bound 2 times"):
+        burst.figures(TANDEM, _burst_run(TANDEM, [0.5], [0.0], ["b0-1-tandem-0 was bound 2 times"]))

@@ -56,18 +56,18 @@ def test_every_run_is_a_row_naming_its_commit_and_figures(tmp_path: Path) -> Non
     assert "NODES=64 make up && .venv/bin/python bench/schedule.py --n 200" in text
 
 
-def test_a_half_load_run_says_what_rate_it_offered(tmp_path: Path) -> None:
-    # Half the bare burst rate is 12/s on one machine and 17/s on another: rows say which.
+def test_a_superseded_sections_runs_are_not_published_and_it_says_where_they_are(tmp_path: Path) -> None:
+    # The steady-rate runs of the earlier method (one sample per arm) beside the load curve's
+    # intervals would read as comparable: they are not.
     for rate in (12, 17):
         command = ("bench/schedule.py", "--rate", str(rate), "--seconds", "30")
         _run(
             tmp_path, "half-load", "after", {"offered_rate": float(rate), "tandem_p50": 1.0}, command=command
         )
     text = report.render(report.load(tmp_path))
-    assert "| nodes | offered Pods/s |" in text
-    rows = [line for line in text.splitlines() if line.startswith("| after")]
-    assert [row.split(" | ")[4] for row in rows] == ["12", "17"]
-    assert "bench/schedule.py --rate 17 --seconds 30" in text
+    assert not [line for line in text.splitlines() if line.startswith("| after")]
+    assert "The 2 runs on the earlier method are kept in\n`bench/results/half-load.jsonl`." in text
+    assert "bench/schedule.py --rate 17" not in text
 
 
 def test_a_run_of_an_unknown_kind_shows_its_numbers(tmp_path: Path) -> None:
