@@ -51,15 +51,18 @@ def run(
     rounds: int,
     rows: Mapping[str, Mapping[str, Trial]],
     say: Callable[[str], None] = print,
+    around: Callable[[str], contextlib.AbstractContextManager[None]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every row's trial on every arm it names, `rounds` times, interleaved: one record each."""
+    """Every row's trial on every arm it names, `rounds` times, interleaved: one record each.
+    `around(arm)` holds each arm's block of trials inside Slurm's switch (a churn kept running
+    through it, say)."""
     trials: list[dict[str, Any]] = []
     for r, order in enumerate(stats.interleaved(list(arms), rounds)):
         for arm in order:
             todo = [(row, by_arm[arm]) for row, by_arm in rows.items() if arm in by_arm]
             if not todo:
                 continue
-            with slurm_for(cfg, arm):
+            with slurm_for(cfg, arm), around(arm) if around else contextlib.nullcontext():
                 for row, trial in todo:
                     trials.append(one(r, arm, row, trial))
                     say(line(trials[-1]))

@@ -78,13 +78,28 @@ SECTIONS = {
     "curve": "Load curve: latency against offered load, four arms on the same Nodes, interleaved",
     "burst": "Burst: N at once, on four arms: truly bare Slurm, bare Slurm, kube-scheduler, Tandem",
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
-    "scale": "Scale: waves of Pods with plain Slurm jobs mixed in",
+    "scale": "Scale: waves of Pods (or jobs) with plain Slurm jobs mixed in, on four arms",
     "gang": "Gangs: a group placed as one, beside one multi-node Slurm job and kube-scheduler's gang",
-    "topology": "Topology: gangs asking for one rack among churn, and a big gang freeing a rack",
+    "topology": "Topology: gangs asking for one rack among churn, and a big gang freeing a rack, on four arms",
 }
 
 # What a section's rows measure, on the arms method (bench/report_arms.py).
 ABOUT = {
+    "scale": (
+        "Each round is one wave per arm: that many Pods (kube-scheduler, Tandem) or one-second jobs"
+        " (the Slurm arms) at once, with plain 2-second Slurm jobs beside them; the figure is the"
+        " wave's start rate, from its first create or submit to its last start. A wave with an"
+        " error (not started in time, an API call refused, a plain job not completed) failed."
+    ),
+    "topology": (
+        "64 nodes labelled into 8 racks of 8. Among a churn of plain whole-node jobs, a gang asks for"
+        " one rack: for the Slurm arms one job with the constraint Tandem gives such a gang, from"
+        " submit to its script running; for kube-scheduler (its topology-aware workload scheduling)"
+        " and Tandem the same PodGroup, from the last member's creation to all bound. Then, with"
+        " QOS preemption and a normal-QOS job on every node, a gang of 8 with QOS high (no"
+        " kube-scheduler arm: it cannot preempt Slurm's jobs). `in one rack` is the share of trials"
+        " whose nodes were all in one rack."
+    ),
     "burst": (
         "A row is N jobs or Pods all meant for one instant, each living a few seconds once it runs"
         " and then going, inside the window: latency from that instant to each one running (a"

@@ -1,15 +1,20 @@
-"""Scale: many Pods through Tandem on many nodes, in waves, with plain Slurm jobs mixed in.
+"""Scale on four arms (issue 55): many Pods (or jobs) in waves, with plain Slurm jobs mixed in.
 
-Each wave creates --wave Pods and submits --jobs plain Slurm jobs, waits until every Pod is bound,
-then deletes the Pods and waits for their jobs to go. It prints each wave's rate as it goes, then
-the peak RSS (VmHWM) of Tandem's services, the API server and slurmctld, and the errors: Pods not
-bound in time, API calls refused, plain jobs that did not complete.
+Each round is a wave for every arm, the arms interleaved (bench/arms.py): --wave at once, and
+--jobs plain 2-second Slurm jobs beside them; its figure is the start rate (the wave's size over
+the time from its first create or submit to its last start: a Pod bound, a job's script running),
+then the wave goes and the stack is let go quiet before the next arm. Arms:
+  truly-bare / bare - one-second jobs to slurmrestd (Slurm without / with Tandem's prolog);
+  kube-scheduler    - Pods placed by kube-scheduler's default scheduler;
+  tandem            - Pods placed by Tandem.
+A wave with errors (a Pod or job not started in time, an API call refused, a plain job that did
+not complete) is a failed trial. The run also gives the peak RSS (VmHWM) of Tandem's services,
+kube-scheduler, the API server and slurmctld over it.
 
-    NODES=1000 make up && .venv/bin/python bench/scale.py --pods 10000 --rate-64 19.0
+    NODES=64 make up && .venv/bin/python bench/scale.py --pods 3000
 
-Last line, JSON: pods, errors, rate (Pods bound per second over all waves), rate_64 (the 64-node
-rate passed with --rate-64, for comparison; null without), rate_vs_64, rss_mib (per process).
-Targets: 0 errors; RSS <= 200 MiB for the scheduler and the syncer; rate >= 0.9 x rate_64.
+Prints a table, then one JSON line (bench/arms.result, with rss_mib per process).
+Targets: 0 errors; RSS <= 200 MiB for the scheduler and the syncer.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from bench import arms, lifecycle
+from bench.arms import TrialFailed
+from bench.lifecycle import ARMS, SLURM_ARMS, TANDEM
 from bench.schedule import (
     NAMESPACE,
     clean_tandem,
@@ -33,11 +41,17 @@ from bench.schedule import (
 )
 from devstack import stack
 from devstack.config import StackConfig
-from devstack.table import format_table
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
 
-WATCHED = ("tandem-scheduler", "tandem-syncer", "tandem-hooks", "kube-apiserver", "slurmctld")
+WATCHED = (
+    "tandem-scheduler",
+    "tandem-syncer",
+    "tandem-hooks",
+    "kube-scheduler",
+    "kube-apiserver",
+    "slurmctld",
+)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -50,9 +64,15 @@ def peak_rss_mib(pid: int) -> float:
 
 
 class Wave:
-    def __init__(self, cfg: StackConfig, raw: KubeClient, index: int, size: int) -> None:
+    """A wave of Pods placed by `scheduler` (Tandem's unless named), created at once."""
+
+    def __init__(
+        self, cfg: StackConfig, raw: KubeClient, index: int, size: int, scheduler: str | None = None
+    ) -> None:
         self.cfg, self.raw, self.index, self.size = cfg, raw, index, size
-        self.names = [f"scale-{index}-{i}" for i in range(size)]
+        self.scheduler = scheduler or cfg.scheduler_name
+        tag = "t" if self.scheduler == cfg.scheduler_name else "k"
+        self.names = [f"scale-{tag}{index}-{i}" for i in range(size)]
         self.bound: dict[str, float] = {}
         self.errors: list[str] = []
         self.expected = size
@@ -81,7 +101,7 @@ class Wave:
 
     def _create(self, name: str) -> bool:
         try:
-            self.raw.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_manifest(name, self.cfg.scheduler_name))
+            self.raw.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_manifest(name, self.scheduler))
         except KubeError as e:
             self.errors.append(f"create {name}: {e}")
             return False
@@ -113,7 +133,7 @@ class PlainJobs:
     """Plain Slurm jobs (2 s each) submitted beside a wave, watched while it runs: slurmctld
     forgets a finished job after MinJobAge, so its end is caught as it happens."""
 
-    def __init__(self, cfg: StackConfig, wave: int, count: int) -> None:
+    def __init__(self, cfg: StackConfig, wave: int, count: int, arm: str = "") -> None:
         self.slurm = slurm_client(cfg)
         self.final: dict[int, str] = {}
         spec = JobSpec(
@@ -124,7 +144,7 @@ class PlainJobs:
             memory_mb=100,
         )
         self.ids = [
-            self.slurm.submit_job(replace(spec, name=f"scale-plain-{wave}-{i}")) for i in range(count)
+            self.slurm.submit_job(replace(spec, name=f"scale-plain-{arm}{wave}-{i}")) for i in range(count)
         ]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -152,61 +172,76 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--pods", type=int, default=10_000, help="Pods in all")
-    parser.add_argument("--wave", type=int, default=500, help="Pods per wave (at most the stack's CPUs)")
-    parser.add_argument("--jobs", type=int, default=20, help="plain Slurm jobs per wave")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a wave may take to bind")
-    parser.add_argument("--rate-64", type=float, help="Pods/s of a 64-node run, to compare with")
+    parser.add_argument("--pods", type=int, default=3_000, help="Pods (or jobs) per arm in all")
+    parser.add_argument("--wave", type=int, default=500, help="per wave (at most the stack's CPUs)")
+    parser.add_argument("--jobs", type=int, default=20, help="plain Slurm jobs mixed into each wave")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a wave may take to start")
+    parser.add_argument("--arms", default=",".join(ARMS))
     args = parser.parse_args()
+    chosen = [a for a in args.arms.split(",") if a]
+    if unknown := set(chosen) - set(ARMS):
+        raise SystemExit(f"no arm {', '.join(sorted(unknown))}; the arms are {', '.join(ARMS)}")
     cfg = StackConfig.from_env()
     stack.up(cfg)
+    waves = -(-args.pods // args.wave)
     print(
-        f"stack: {cfg.nodes} nodes; {args.pods} Pods in waves of {args.wave}, {args.jobs} plain jobs each",
+        f"stack: {cfg.nodes} nodes; {waves} waves of {args.wave} per arm, {args.jobs} plain jobs each",
         flush=True,
     )
     ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
     clean_tandem(cfg)
     wait_until_quiet(cfg, timeout=900)
-    rows: list[tuple[str, ...]] = [("wave", "Pods bound", "seconds", "Pods/s", "errors")]
-    errors: list[str] = []
-    bound = 0
-    busy = 0.0
-    index = 0
-    while bound < args.pods and index * args.wave < args.pods:
-        size = min(args.wave, args.pods - index * args.wave)
-        jobs = PlainJobs(cfg, index, args.jobs)
-        wave = Wave(cfg, raw, index, size)
-        took, rate = wave.run(args.timeout)
-        clean_tandem(cfg)
-        wave.errors += jobs.problems()
-        errors += wave.errors
-        bound += len(wave.bound)
-        busy += took
-        rows.append((str(index), str(len(wave.bound)), f"{took:.1f}", f"{rate:.1f}", str(len(wave.errors))))
-        print(format_table(rows[:1] + rows[-1:]).splitlines()[-1], flush=True)
-        index += 1
+
+    def wave(arm: str) -> arms.Trial:
+        def run(r: int) -> dict[str, float]:
+            size = min(args.wave, args.pods - r * args.wave)
+            plain = PlainJobs(cfg, r, args.jobs, arm)
+            if arm in SLURM_ARMS:
+                rate, errors = job_wave(cfg, r, size, arm)
+            else:
+                scheduler = cfg.scheduler_name if arm == TANDEM else "default-scheduler"
+                pods = Wave(cfg, raw, r, size, scheduler)
+                _, rate = pods.run(args.timeout)
+                clean_tandem(cfg)
+                errors = pods.errors
+            errors += plain.problems()
+            wait_until_quiet(cfg, timeout=900, settle=1.0)
+            if errors:
+                raise TrialFailed(f"{len(errors)} errors: {'; '.join(errors[:5])}")
+            return {"rate": rate}
+
+        return run
+
+    rows = {f"waves of {args.wave}, {args.jobs} plain jobs in each": {arm: wave(arm) for arm in chosen}}
+    tried = arms.run(cfg, chosen, waves, rows, lambda line: print(line, flush=True))
     daemons = stack.all_daemons(cfg)
     rss = {name: round(peak_rss_mib(pid), 1) for name in WATCHED if (pid := daemons[name].pid()) is not None}
     raw.close()
+    shown = ", ".join(f"{n} {v:.0f}" for n, v in rss.items())
+    about = f"{cfg.nodes} nodes; peak RSS over the run (VmHWM, MiB): {shown}"
+    result = arms.result(tried, FIGURES, waves, about=about, rss_mib=rss, wave=args.wave)
     print()
-    print(format_table(rows))
-    print()
-    print(format_table([("peak RSS (VmHWM)", "MiB"), *((n, f"{v:.1f}") for n, v in rss.items())]))
-    for e in errors[:20]:
-        print(f"error: {e}")
-    rate = bound / busy if busy else 0.0
-    result = {
-        "nodes": cfg.nodes,
-        "pods": bound,
-        "errors": len(errors),
-        "rate": round(rate, 2),
-        "rate_64": args.rate_64,
-        "rate_vs_64": round(rate / args.rate_64, 3) if args.rate_64 else None,
-        "rss_mib": rss,
-    }
+    print(arms.text_table(result))
+    print(about)
     sys.stdout.flush()
     print(json.dumps(result), flush=True)
+
+
+FIGURES = (("rate", "started /s (a job's script, a Pod bound)"),)
+
+
+def job_wave(cfg: StackConfig, index: int, size: int, arm: str) -> tuple[float, list[str]]:
+    """A wave of `size` one-second jobs submitted at once: their start rate, and what failed."""
+    slurm = slurm_client(cfg)
+    try:
+        sent, ran, problems = lifecycle.slurm_jobs(cfg, slurm, [0.0] * size, 1.0, f"scale-{arm}-{index}")
+    finally:
+        slurm.close()
+    if not ran or not sent:
+        return 0.0, [*problems, "no job ran"]
+    first = min(s.intended for s in sent)
+    return len(ran) / max(1e-6, max(ran.values()) - first), problems
 
 
 if __name__ == "__main__":

@@ -1,23 +1,28 @@
-"""Topology-aware gangs (issue 38): gangs asking for one rack, among a churn of plain Slurm jobs and
-single Pods, against the same jobs submitted bare with the same Slurm options; and a big
-high-QOS gang freeing a whole rack by preemption.
+"""Topology-aware gangs on four arms (issues 38, 55): gangs asking for one rack among a churn of
+plain Slurm jobs, and a big high-QOS gang freeing a whole rack by preemption.
 
 The benchmark labels the stack's 64 Nodes into 8 racks of 8 (one zone) and waits for the syncer to
-give Slurm that topology and every node its rack feature. Then, with the churn running (plain
-1-node whole-node jobs of 2-5 s, single Pods each deleted 3 s after its bind):
-  bare   - a job of `size` nodes straight to slurmrestd with the constraint Tandem gives such a
-           gang (the matching OR of the racks with room), from submit to its script running;
-  Tandem - a gang of `size` Pods asking for one topology.kubernetes.io/rack (its PodGroup's
-           spec.schedulingConstraints on Kubernetes 1.37, the annotation on 1.36), from the last
-           member's creation to every member bound; each gang's nodes checked to be in one rack.
-Sizes 2 to 8, alternating bare and Tandem. Then the churn stops, slurmctld switches to QOS
-preemption, every node gets a normal-QOS whole-node job, and a gang of 8 with QOS high asks for one
-rack (bare, then Tandem): time to start, jobs preempted, racks those jobs were in.
+give Slurm that topology and every node its rack feature. Then, with a churn of plain 1-node
+whole-node jobs of 2-5 s kept running (--churn-jobs), a gang of each --sizes asks for one
+topology.kubernetes.io/rack:
+  truly-bare      - one job of `size` nodes to slurmrestd with the constraint Tandem gives such a
+                    gang (the matching OR of the racks with room), Slurm without Tandem's prolog
+                    and epilog; from submit to its script running;
+  bare            - the same job in a Tandem cluster;
+  kube-scheduler  - the same PodGroup (gang, its spec.schedulingConstraints asking for the rack)
+                    placed by kube-scheduler's topology-aware workload scheduling, each member
+                    kept off the others' Nodes; from the last member's creation to all bound;
+  tandem          - the same PodGroup placed by Tandem (the annotation on Kubernetes 1.36); each
+                    member checked to be on a node of the group's Slurm job.
+Then the churn stops, slurmctld switches to QOS preemption, and in each round, for each Slurm arm
+and Tandem (kube-scheduler cannot preempt Slurm's jobs), every node gets a normal-QOS whole-node
+job and a gang of 8 with QOS high asks for one rack: time to start, jobs preempted, racks those
+jobs ran in. The arms are interleaved round by round (bench/arms.py); a switch of slurm.conf
+restarts Slurm, after which the nodes' rack features are waited for again.
 
-    NODES=64 make up && .venv/bin/python bench/topology.py --gangs 21
+    NODES=64 make up && .venv/bin/python bench/topology.py --rounds 5
 
-Prints a table, then one JSON line. Targets: every gang in one rack; the big gang preempts in one
-rack only.
+Prints a table, then one JSON line (bench/arms.result).
 """
 
 from __future__ import annotations
@@ -28,26 +33,27 @@ import itertools
 import json
 import random
 import shutil
-import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.gang import PODS, _wait_for_no_pods, podgroups
-from bench.schedule import ensure_namespace, slurm_client
-from bench.stats import percentile
+from bench import arms as arms_harness
+from bench.arms import TrialFailed
+from bench.gang import PODS, _member, _wait_for_no_pods, placed, podgroups
+from bench.lifecycle import ARMS, BARE, KUBE_SCHEDULER, TANDEM, TRULY_BARE
+from bench.schedule import ensure_namespace, slurm_client, wait_for_no_jobs
 from devstack import config
 from devstack import kube as devkube
 from devstack import slurm as devstack_slurm
 from devstack.config import StackConfig
-from devstack.table import format_table
 from tandem import keys, topology
 from tandem.kube import KubeClient, KubeError
 from tandem.slurm.models import JobSpec
-from tandem.slurm.rest import SlurmRestClient
+from tandem.slurm.rest import SlurmApiError, SlurmRestClient
 
 ZONE, RACK = config.TOPOLOGY_LEVELS
 RACK_SIZE = 8
@@ -91,13 +97,27 @@ class Binds:
             return [self.at[n] for n in names]
 
 
-def _pod(cfg: StackConfig, name: str, annotations: dict[str, str], labels: dict[str, str]) -> dict[str, Any]:
+def _pod(
+    cfg: StackConfig,
+    name: str,
+    annotations: dict[str, str],
+    labels: dict[str, str],
+    scheduler: str | None = None,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """A bench Pod; a gang member (of PodGroup `group`) placed by kube-scheduler is kept off its
+    group's other members' Nodes, as a job's nodes are (bench/gang.py)."""
+    if group is not None:
+        pod = _member(cfg, name, group, scheduler=scheduler)
+        pod["metadata"].setdefault("labels", {}).update(labels)
+        pod["metadata"]["annotations"] = annotations
+        return pod
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "bench", "annotations": annotations, "labels": labels},
         "spec": {
-            "schedulerName": cfg.scheduler_name,
+            "schedulerName": scheduler or cfg.scheduler_name,
             "terminationGracePeriodSeconds": 1,
             "containers": [
                 {
@@ -261,11 +281,15 @@ def tandem_gang(
     size: int,
     qos: str = "",
     ask: bool = True,
-) -> tuple[float, set[str]]:
-    """Seconds from the last member's creation to every member bound, and the racks of their
-    nodes. `ask`: the gang asks for one rack (without: the same gang, Slurm's tree packing only)."""
+    scheduler: str | None = None,
+) -> tuple[float, set[str], list[str]]:
+    """Seconds from the last member's creation to every member bound, the racks of their nodes,
+    and what the placement check found wrong. `ask`: the gang asks for one rack (without: the
+    same gang, Slurm's tree packing only). `scheduler`: Tandem's unless named (kube-scheduler
+    reads the same PodGroup's constraint: its topology-aware workload scheduling)."""
+    scheduler = scheduler or cfg.scheduler_name
     annotations = {PREFIX + "qos": qos} if qos else {}
-    podgroup = _podgroup_with_constraints(cfg) or not ask
+    podgroup = _podgroup_with_constraints(cfg) or not ask or scheduler != cfg.scheduler_name
     if podgroup:
         raw.post(
             podgroups(cfg),
@@ -286,8 +310,7 @@ def tandem_gang(
     for i in range(size):
         member = f"{name}-{i}"
         if podgroup:
-            pod = _pod(cfg, member, dict(annotations), {})
-            pod["spec"]["schedulingGroup"] = {"podGroupName": name}
+            pod = _pod(cfg, member, dict(annotations), {}, scheduler, group=name)
         else:
             labels = {
                 keys.LWS_NAME_LABEL: name,
@@ -299,15 +322,20 @@ def tandem_gang(
         raw.post(PODS, pod)
         names.append(member)
         last = time.time()
-    bound = binds.wait(names, 180)
-    latency = max(at for at, _ in bound) - last
-    kube_to_slurm = {config.kube_node_name(i): config.slurm_node_name(i) for i in range(cfg.nodes)}
-    racks = {_rack_of(t, kube_to_slurm[node]) for _, node in bound}
-    for member in names:
-        raw.delete(f"{PODS}/{member}", {"gracePeriodSeconds": 0})
-    if podgroup:
-        raw.delete(f"{podgroups(cfg)}/{name}")
-    return latency, racks
+    try:
+        bound = binds.wait(names, 180)
+        latency = max(at for at, _ in bound) - last
+        kube_to_slurm = {config.kube_node_name(i): config.slurm_node_name(i) for i in range(cfg.nodes)}
+        racks = {_rack_of(t, kube_to_slurm[node]) for _, node in bound}
+        wrong = placed(cfg, {m: raw.get(f"{PODS}/{m}") for m in names}, scheduler)
+    finally:
+        for member in names:
+            with contextlib.suppress(KubeError):
+                raw.delete(f"{PODS}/{member}", {"gracePeriodSeconds": 0})
+        if podgroup:
+            with contextlib.suppress(KubeError):
+                raw.delete(f"{podgroups(cfg)}/{name}")
+    return latency, racks, wrong
 
 
 _CONSTRAINTS_SERVED: dict[str, bool] = {}
@@ -321,9 +349,10 @@ def _podgroup_with_constraints(cfg: StackConfig) -> bool:
 
 
 def big_gang(
-    cfg: StackConfig, raw: KubeClient, binds: Binds, t: topology.Topology, tandem: bool
-) -> dict[str, Any]:
-    """A full cluster of normal-QOS jobs, then a gang of one rack with QOS high."""
+    cfg: StackConfig, raw: KubeClient, binds: Binds, t: topology.Topology, tandem: bool, run: int = 0
+) -> dict[str, float]:
+    """A full cluster of normal-QOS jobs, then a gang of one rack with QOS high: seconds to start,
+    jobs preempted, and the racks they ran in."""
     slurm = slurm_client(cfg)
     try:
         fill = [
@@ -343,20 +372,30 @@ def big_gang(
             time.sleep(0.5)
         else:
             raise SystemExit("the fill jobs did not all start")
-        if tandem:
-            seconds, racks = tandem_gang(cfg, raw, binds, t, "big-gang", RACK_SIZE, qos="high")
-        else:
-            seconds, racks, _ = bare_gang(slurm, cfg, t, RACK_SIZE, qos="high")
-        states = slurm.job_states(fill)
+        try:
+            if tandem:
+                seconds, racks, wrong = tandem_gang(
+                    cfg, raw, binds, t, f"big-gang-{run}", RACK_SIZE, qos="high"
+                )
+            else:
+                seconds, racks, _ = bare_gang(slurm, cfg, t, RACK_SIZE, qos="high")
+                wrong = []
+            states = slurm.job_states(fill)
+        finally:
+            for job in fill:
+                with contextlib.suppress(SlurmApiError):
+                    slurm.cancel_job(job, signal="KILL")
         preempted = [j for j in fill if states.get(j, ("",))[0] != "RUNNING"]
         touched = {_rack_of(t, config.slurm_node_name(fill.index(j))) for j in preempted}
-        for job in fill:
-            slurm.cancel_job(job, signal="KILL")
+        wait_for_no_jobs(slurm, "bench-topo-")
+        wait_for_no_jobs(slurm, "tandem:")
+        if wrong:
+            raise TrialFailed("; ".join(wrong))
         return {
-            "seconds": round(seconds, 3),
+            "seconds": seconds,
             "preempted": len(preempted),
             "racks_touched": len(touched),
-            "in_one_rack": len(racks) == 1,
+            "in_one_rack": float(len(racks) == 1),
         }
     finally:
         slurm.close()
@@ -366,97 +405,133 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--gangs", type=int, default=21, help="gangs per phase, sizes 2 to 8 in turn")
+    parser.add_argument("--sizes", default="2,4,8", help="gang sizes among the churn, a row each")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every arm")
     parser.add_argument("--churn-jobs", type=int, default=24, help="plain whole-node jobs kept running")
-    parser.add_argument("--churn-pods", type=int, default=8, help="single Pods kept bound")
+    parser.add_argument("--no-big-gang", action="store_true", help="no big-gang rows")
+    parser.add_argument("--arms", default=",".join(ARMS))
     args = parser.parse_args()
     cfg = config.StackConfig.from_env()
     if cfg.nodes < 64:
         raise SystemExit(f"needs 64 nodes (NODES=64 make up); this stack has {cfg.nodes}")
+    chosen = [a for a in args.arms.split(",") if a]
+    if unknown := set(chosen) - set(ARMS):
+        raise SystemExit(f"no arm {', '.join(sorted(unknown))}; the arms are {', '.join(ARMS)}")
+    sizes = [int(n) for n in args.sizes.split(",") if n]
     ensure_namespace(cfg)
     raw = KubeClient.from_kubeconfig(str(cfg.kubeconfig))
-    t = label_racks(cfg, raw)
+    known = {"t": label_racks(cfg, raw)}
     binds = Binds(raw)
-    sizes = [2 + i % 7 for i in range(args.gangs)]
-    bare_s: list[float] = []
-    tandem_s: list[float] = []
-    free_s: list[float] = []
-    bare_one = tandem_one = free_one = 0
-    churn = Churn(cfg, raw, binds, args.churn_jobs, args.churn_pods)
-    slurm = slurm_client(cfg)
-    try:
-        for n, size in enumerate(sizes):
-            seconds, racks, _ = bare_gang(slurm, cfg, t, size)
-            bare_s.append(seconds)
-            bare_one += len(racks) == 1
-            seconds, racks = tandem_gang(cfg, raw, binds, t, f"gang-{n}", size)
-            tandem_s.append(seconds)
-            tandem_one += len(racks) == 1
-            seconds, free_racks = tandem_gang(cfg, raw, binds, t, f"free-{n}", size, ask=False)
-            free_s.append(seconds)
-            free_one += len(free_racks) == 1
-            print(
-                f"gang {n} of {size}: bare {bare_s[-1]:.3f} s, Tandem {tandem_s[-1]:.3f} s,"
-                f" racks {sorted(racks)}",
-                flush=True,
-            )
-    finally:
-        churn.close()
-        slurm.close()
-    _wait_for_no_pods(raw)
-    cfg = devstack_slurm.switch_preemption(cfg, "qos")
-    try:
-        t = label_racks(cfg, raw)  # the restart dropped the features: back before the big gang
-        big_bare = big_gang(cfg, raw, binds, t, tandem=False)
-        big_tandem = big_gang(cfg, raw, binds, t, tandem=True)
-    finally:
-        cfg = devstack_slurm.switch_preemption(cfg, "partition_prio")
-        binds.stop.set()
-        unlabel(cfg, raw)
-    raw.close()
 
-    def column(runs: list[float], one: int) -> list[str]:
-        return [f"{one}/{len(sizes)}", f"{statistics.median(runs):.3f}", f"{percentile(runs, 0.99):.3f}"]
+    def say(line: str) -> None:
+        print(line, flush=True)
 
-    big = ["time to start s", "jobs preempted", "racks touched by preemption"]
-    rows = [
-        [what, b, a, f]
-        for what, b, a, f in zip(
-            ["gangs of 2-8 in one rack", "time to start p50 s", "time to start p99 s"],
-            column(bare_s, bare_one),
-            column(tandem_s, tandem_one),
-            column(free_s, free_one),
-            strict=True,
-        )
-    ]
-    for what, key in zip(big, ("seconds", "preempted", "racks_touched"), strict=True):
-        rows.append([f"big gang (8, QOS high): {what}", str(big_bare[key]), str(big_tandem[key]), "-"])
-    print()
-    header = ["64 nodes, 8 racks of 8", "bare Slurm (same options)", "Tandem", "Tandem, no ask"]
-    print(format_table([header, *rows]))
-    result = {
-        "gangs": len(sizes),
-        "tandem_in_one_domain": tandem_one,
-        "bare_in_one_domain": bare_one,
-        "share_in_one_domain": round(tandem_one / len(sizes), 3),
-        "bare_p50": round(statistics.median(bare_s), 3),
-        "bare_p99": round(percentile(bare_s, 0.99), 3),
-        "tandem_p50": round(statistics.median(tandem_s), 3),
-        "tandem_p99": round(percentile(tandem_s, 0.99), 3),
-        "no_ask_in_one_domain": free_one,
-        "no_ask_p50": round(statistics.median(free_s), 3),
-        "no_ask_p99": round(percentile(free_s, 0.99), 3),
-        "big_gang_bare": big_bare,
-        "big_gang_tandem": big_tandem,
-        "churn_jobs": args.churn_jobs,
-        "churn_pods": args.churn_pods,
-    }
-    met = tandem_one == len(sizes) and big_tandem["racks_touched"] <= 1 and big_tandem["in_one_rack"]
-    print(
-        "\ntarget: every gang in one rack, the big gang preempting in one rack:"
-        f" {'met' if met else 'NOT met'}"
+    @contextlib.contextmanager
+    def racked(arm: str) -> Iterator[None]:
+        # A switch of slurm.conf restarts Slurm, which drops the nodes' rack features until the
+        # syncer gives them back: waited for before the arm's trials.
+        known["t"] = label_racks(cfg, raw)
+        yield
+
+    @contextlib.contextmanager
+    def churning(arm: str) -> Iterator[None]:
+        with racked(arm):
+            churn = Churn(cfg, raw, binds, args.churn_jobs, 0)
+            try:
+                yield
+            finally:
+                churn.close()
+                slurm = slurm_client(cfg)
+                try:
+                    wait_for_no_jobs(slurm, "bench-topo-")
+                finally:
+                    slurm.close()
+
+    tried = arms_harness.run(
+        cfg, chosen, args.rounds, churn_rows(cfg, raw, binds, known, sizes), say, churning
     )
-    print(json.dumps({**result, "target_met": met}))
+    _wait_for_no_pods(raw)
+    if not args.no_big_gang:
+        cfg = devstack_slurm.switch_preemption(cfg, "qos")
+        try:
+            big = [a for a in chosen if a != KUBE_SCHEDULER]
+            tried += arms_harness.run(cfg, big, args.rounds, big_rows(cfg, raw, binds, known), say, racked)
+        finally:
+            cfg = devstack_slurm.switch_preemption(cfg, "partition_prio")
+    binds.stop.set()
+    unlabel(cfg, raw)
+    raw.close()
+    about = f"64 nodes in 8 racks of 8; {args.churn_jobs} plain whole-node jobs of 2-5 s kept running"
+    result = arms_harness.result(tried, FIGURES, args.rounds, about=about, churn_jobs=args.churn_jobs)
+    print()
+    print(arms_harness.text_table(result))
+    print(json.dumps(result))
+
+
+FIGURES = (
+    ("seconds", "to running (Slurm) or all bound s"),
+    ("in_one_rack", "in one rack"),
+    ("preempted", "jobs preempted"),
+    ("racks_touched", "racks preempted in"),
+)
+
+
+def churn_rows(
+    cfg: StackConfig, raw: KubeClient, binds: Binds, known: dict[str, topology.Topology], sizes: list[int]
+) -> dict[str, dict[str, arms_harness.Trial]]:
+    """A gang of each size asking for one rack, among the churn: as one Slurm job with the
+    constraint Tandem gives such a gang (both Slurm arms), as the same PodGroup for
+    kube-scheduler and for Tandem."""
+
+    def job(size: int) -> arms_harness.Trial:
+        def run(r: int) -> dict[str, float]:
+            slurm = slurm_client(cfg)
+            try:
+                seconds, racks, _ = bare_gang(slurm, cfg, known["t"], size)
+            finally:
+                slurm.close()
+            return {"seconds": seconds, "in_one_rack": float(len(racks) == 1)}
+
+        return run
+
+    def gang(size: int, scheduler: str, tag: str) -> arms_harness.Trial:
+        def run(r: int) -> dict[str, float]:
+            seconds, racks, wrong = tandem_gang(
+                cfg, raw, binds, known["t"], f"{tag}-{size}-{r}", size, scheduler=scheduler
+            )
+            if wrong:
+                raise TrialFailed("; ".join(wrong))
+            return {"seconds": seconds, "in_one_rack": float(len(racks) == 1)}
+
+        return run
+
+    return {
+        f"gang of {size} asking one rack, among churn": {
+            TRULY_BARE: job(size),
+            BARE: job(size),
+            KUBE_SCHEDULER: gang(size, "default-scheduler", "k"),
+            TANDEM: gang(size, cfg.scheduler_name, "t"),
+        }
+        for size in sizes
+    }
+
+
+def big_rows(
+    cfg: StackConfig, raw: KubeClient, binds: Binds, known: dict[str, topology.Topology]
+) -> dict[str, dict[str, arms_harness.Trial]]:
+    """Every node holding a normal-QOS job, a gang of one rack with QOS high (Slurm's QOS
+    preemption: kube-scheduler cannot preempt Slurm's jobs, so it has no arm here)."""
+
+    def big(tandem: bool) -> arms_harness.Trial:
+        return lambda r: big_gang(cfg, raw, binds, known["t"], tandem, r)
+
+    return {
+        f"big gang of {RACK_SIZE}, QOS high, in a full cluster": {
+            TRULY_BARE: big(False),
+            BARE: big(False),
+            TANDEM: big(True),
+        }
+    }
 
 
 if __name__ == "__main__":
