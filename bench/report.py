@@ -80,7 +80,7 @@ SECTIONS = {
     "half-load": "Half load: Pods offered at a steady rate, about half the bare burst rate",
     "scale": "Scale: waves of Pods (or jobs) with plain Slurm jobs mixed in, on four arms",
     "gang": "Gangs: a group placed as one, beside one multi-node Slurm job and kube-scheduler's gang",
-    "topology": "Topology: gangs asking for one rack among churn, and a big gang freeing a rack, on four arms",
+    "topology": "Topology: gangs asking one rack among churn, and a big gang freeing a rack, on four arms",
 }
 
 # What a section's rows measure, on the arms method (bench/report_arms.py).
