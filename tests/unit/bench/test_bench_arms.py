@@ -143,3 +143,22 @@ def test_a_burst_that_failed_a_check_is_a_failed_trial() -> None:
 
     with pytest.raises(arms.TrialFailed, match="bound 2 times"):
         burst.figures(TANDEM, _burst_run(TANDEM, [0.5], [0.0], ["b0-1-tandem-0 was bound 2 times"]))
+
+
+def test_kube_schedulers_gang_members_are_kept_one_per_node_as_a_jobs_nodes_are() -> None:
+    from types import SimpleNamespace
+
+    from bench import gang
+
+    cfg: Any = SimpleNamespace(scheduler_name="tandem")
+    kube = gang._member(cfg, "k-4-0-0", "k-4-0", scheduler="default-scheduler")
+    term = kube["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == kube["metadata"]["labels"] == {gang.SPREAD_LABEL: "k-4-0"}
+    assert kube["spec"]["schedulingGroup"] == {"podGroupName": "k-4-0"}
+    # A het group's two PodGroups share one label: no two of its members on one Node.
+    leader = gang._member(cfg, "kh-0-leader-0", "kh-0-leader", "4", "default-scheduler", spread_as="kh-0")
+    assert leader["metadata"]["labels"] == {gang.SPREAD_LABEL: "kh-0"}
+    # Tandem's members are its own to place (one Slurm job's nodes): no affinity of the benchmark's.
+    tandem = gang._member(cfg, "t-4-0-0", "t-4-0")
+    assert tandem["spec"]["schedulerName"] == "tandem" and "affinity" not in tandem["spec"]
