@@ -254,7 +254,11 @@ def placed(cfg: StackConfig, pods: dict[str, dict[str, Any]], scheduler: str) ->
         job = jobs.get(job_id) if (job_id := keys.recorded_job_id(pod)) is not None else None
         if job is None:
             wrong.append(f"{name} is bound with no Slurm job")
-        elif pod["spec"]["nodeName"] not in {kube_node_of.get(n) for n in job.nodes}:
+            continue
+        # A het job's members name its first component; its nodes are all its components'.
+        components = [jobs[i] for i in job.het_job_ids if i in jobs] or [job]
+        nodes = {n for c in components for n in c.nodes}
+        if pod["spec"]["nodeName"] not in {kube_node_of.get(n) for n in nodes}:
             wrong.append(f"{name} is bound to {pod['spec']['nodeName']}, not to a node of Slurm job {job_id}")
     return wrong
 
