@@ -202,3 +202,59 @@ def test_a_job_first_seen_already_over_wakes_its_node() -> None:
     slurm.jobs[4] = replace(_placeholder(4, state="COMPLETED"), nodes=("cpu-004",))  # never seen running
     mirror.poll_once()
     assert woken == ["cpu-004"]
+
+
+class NodesSlurm(FakeSlurm):
+    """24.11's slurmrestd: a node listing filtered by update_time fails with HTTP 500 ("Unable to
+    query partitions") whenever nodes changed and partitions did not (fixed in 26.05.3); the
+    unfiltered listing answers."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        super().__init__([])
+        self.nodes = nodes
+        self.asked: list[int | None] = []
+        self.partitions_changed = True
+
+    def list_nodes(self, changed_since: int | None = None) -> list[Node] | None:
+        self.asked.append(changed_since)
+        if changed_since is not None and not self.partitions_changed:
+            raise SlurmApiError("GET nodes: HTTP 500: Unable to query partitions", 500)
+        return list(self.nodes)
+
+
+def test_a_node_change_24_11_answers_500_to_a_filtered_listing_is_read_unfiltered() -> None:
+    # A restart of slurmctld dropped the features the syncer gave a node; the partitions did not
+    # change after. Before: every filtered listing failed, and the mirror kept the node as it was
+    # until a partition changed (a gang asking its rack pended BadConstraints for minutes).
+    racked = Node(name="cpu-001", state="IDLE", features=("cpu", "l1-rack-0"))
+    slurm = NodesSlurm([racked])
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    changed: list[str] = []
+    mirror.state.on_node_changed(changed.append)
+    mirror.poll_once()
+    assert mirror.state.node("cpu-001") == racked
+    slurm.nodes = [replace(racked, features=("cpu",))]
+    slurm.partitions_changed = False
+    changed.clear()
+    mirror.poll_once()
+    node = mirror.state.node("cpu-001")
+    assert node is not None and node.features == ("cpu",)
+    assert changed == ["cpu-001"]
+    assert slurm.asked[-2] is not None and slurm.asked[-1] is None
+
+
+def test_a_node_listing_that_fails_otherwise_is_not_asked_again_unfiltered() -> None:
+    # slurmrestd down (no status) or refusing the syncer (401): the poll says so and tries next
+    # round, not twice each round.
+    slurm = NodesSlurm([Node(name="cpu-001", state="IDLE")])
+    mirror = SlurmMirror(slurm, poll_interval=60)
+    mirror.poll_once()
+
+    def down(changed_since: int | None = None) -> list[Node] | None:
+        slurm.asked.append(changed_since)
+        raise SlurmApiError("GET nodes: connection refused", 0)
+
+    slurm.list_nodes = down  # type: ignore[method-assign]
+    before = len(slurm.asked)
+    mirror.poll_once()
+    assert len(slurm.asked) == before + 1

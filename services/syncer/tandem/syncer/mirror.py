@@ -166,13 +166,27 @@ class SlurmMirror:
             # query can fail alone) is logged and tried again next round, not theirs to fail.
             self.state.mark_synced()
             try:
-                nodes = self.slurm.list_nodes(self._nodes_since - 1 if self._nodes_since else None)
+                nodes = self._node_listing()
             except SlurmApiError as e:
                 log.warning("slurm node poll failed", extra={"error": str(e)})
                 return
             if nodes is not None:
                 self._apply_node_list(nodes)
             self._nodes_since = started
+
+    def _node_listing(self) -> list[Node] | None:
+        """The nodes changed since the last listing (None: none did)."""
+        since = self._nodes_since - 1 if self._nodes_since else None
+        try:
+            return self.slurm.list_nodes(since)
+        except SlurmApiError as e:
+            if since is None or e.status != 500:
+                raise
+            # 24.11's slurmrestd answers a filtered listing 500 ("Unable to query partitions")
+            # whenever nodes changed and partitions did not (fixed in 26.05.3): every poll failed
+            # until a partition changed, and what the nodes lost meanwhile (the topology features
+            # a slurmctld restart drops) stayed unseen. Every node, unfiltered, is read instead.
+            return self.slurm.list_nodes(None)
 
     def _light_listing(self) -> dict[int, tuple[str, tuple[str, ...]]] | None:
         """Every job's (state, flags); None before the first read of every job and once Slurm
