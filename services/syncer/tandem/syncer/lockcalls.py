@@ -158,8 +158,9 @@ class NodeLocks:
         unlocked, or kept for another holder, or kept while Slurm is not read). Refused while
         Slurm, asked now, says the job still holds the node: an epilog calls once its job ended,
         and nothing a caller says unlocks a node under a running job. A placeholder's end
-        (JobTerminating) read that from Slurm already, unless its job held the node again since
-        (a requeued run): then Slurm is not asked again (one slurmrestd read a Pod less)."""
+        (JobTerminating) or another of the job's nodes' release read that from Slurm already,
+        unless its job held the node again since (a requeued run): then Slurm is not asked again
+        (one slurmrestd read a Pod less, and one a multi-node job rather than one a node)."""
         seq = self.store.release_left(slurm_node, job_id)
         if seq is None:
             try:
@@ -172,6 +173,9 @@ class NodeLocks:
                     f"Slurm says job {job_id} still holds {slurm_node} ({status.job.state}): a node"
                     " is unlocked for a job once it ended (its epilog's call), never under it"
                 )
+            if status is not None:
+                # Its other nodes' epilogs call too, all at once: one read for them all.
+                self.terminating(status)
             seq = self.store.release(slurm_node, job_id)
         self.queue.add(slurm_node, urgent=True)
 
@@ -198,8 +202,9 @@ class NodeLocks:
         return self._view(slurm_node, pod, holds)
 
     def terminating(self, verified: JobStatus) -> None:
-        """A placeholder's end, its job as read just now from Slurm (`verified`, Callers.placeholder):
-        if Slurm says it runs on none of its nodes any more, its epilogs' releases need not ask."""
+        """A job's end, as read just now from Slurm (`verified`: a placeholder's JobTerminating,
+        Callers.placeholder, or an epilog's release): if Slurm says it runs on none of its nodes
+        any more, its epilogs' releases need not ask again."""
         if verified.job.nodes and not any(_runs_on(verified, n) for n in verified.job.nodes):
             self.store.left(verified.job_id)
 
