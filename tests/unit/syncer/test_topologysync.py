@@ -13,7 +13,7 @@ from tandem import topology
 from tandem.metrics import REGISTRY
 from tandem.slurm.models import Node
 from tandem.slurm.rest import SlurmApiError
-from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS, TopologyConfig, TopologySync
+from tandem.syncer.topologysync import MIN_INTERVAL_SECONDS, RESYNC_SECONDS, TopologyConfig, TopologySync
 
 RACK = "topology.kubernetes.io/rack"
 
@@ -40,7 +40,7 @@ def sync(
 def test_the_labels_reach_slurm_and_the_same_labels_write_nothing(tmp_path: Path) -> None:
     labels = {"cpu-001": {RACK: "a"}, "cpu-002": {RACK: "b"}}
     s, slurm, clock = sync(tmp_path, labels)
-    assert s.reconcile("topology") is None
+    assert s.reconcile("topology") == RESYNC_SECONDS
     text = (tmp_path / "topology.conf").read_text()
     assert "SwitchName=l0-a-" in text and "Nodes=cpu-001" in text
     slurm.reconfigure.assert_called_once()
@@ -76,7 +76,7 @@ def test_the_minimum_interval_is_the_one_configured(tmp_path: Path) -> None:
     clock.now += 1
     assert s.reconcile("topology") == pytest.approx(2.0)
     clock.now += 2
-    assert s.reconcile("topology") is None and slurm.reconfigure.call_count == 2
+    assert s.reconcile("topology") == RESYNC_SECONDS and slurm.reconfigure.call_count == 2
 
 
 def test_slurmctld_gone_after_the_reconfigure_gets_the_previous_file_back(tmp_path: Path) -> None:
@@ -257,3 +257,25 @@ def test_nodes_without_a_levels_label_are_counted_for_the_user(tmp_path: Path) -
         'tandem_topology_nodes_unlabelled{level="topology.kubernetes.io/rack"} 1.0',
         'tandem_topology_nodes_unlabelled{level="topology.kubernetes.io/zone"} 3.0',
     ]
+
+
+def test_features_the_polls_view_missed_are_set_again_by_a_pass_that_asks_slurm(tmp_path: Path) -> None:
+    # Slurm and every slurmd restarted twice between two polls: the poll's view still shows the
+    # domains, Slurm has slurm.conf's features only, and no change of the view woke a pass. Before,
+    # nothing gave them back (a gang asking its rack pended BadConstraints; bench/topology.py).
+    labels: dict[str, Any] = {"cpu-001": {RACK: "a"}}
+    t = topology.build((RACK,), topology.TREE, labels)
+    (a,) = (d.name for d in t.at_level(0))
+    slurm = mock.Mock()
+    slurm.list_nodes.return_value = [Node("cpu-001", "IDLE", features=("cpu",))]
+    clock = Clock()
+    stale = {"cpu-001": ("cpu", a)}
+    s = TopologySync(
+        TopologyConfig((RACK,), topology.TREE), lambda: labels, slurm, features=lambda: stale, clock=clock
+    )
+    # A pass comes back by itself, and one within RESYNC_SECONDS reads the poll's view.
+    assert s.reconcile("topology") == RESYNC_SECONDS
+    assert _features(slurm) == {}
+    clock.now += RESYNC_SECONDS
+    s.reconcile("topology")
+    assert _features(slurm) == {"cpu-001": ("cpu", a)}

@@ -19,8 +19,9 @@ Node by Node): a change waits `DEBOUNCE_SECONDS` for the rest, and writes are at
 Each Slurm node also carries its domains as features (tandem.topology.node_domains), which a
 gang's job names to stay in one domain (`--constraint=[a|b]`, tandem.topology.one_domain). Slurm
 forgets features set so on every reconfigure and restart, whoever makes it: the reconcile runs
-again whenever a node's features change (the Slurm poll shows it) and sets them back. A pending job
-naming a domain pends `BadConstraints` in between, and runs once they are back (measured).
+again whenever a node's features change (the Slurm poll shows it) and sets them back, and at least
+every RESYNC_SECONDS asks Slurm itself (a change the poll's view missed). A pending job naming a
+domain pends `BadConstraints` in between, and runs once they are back (measured).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ FEATURE_WRITES = REGISTRY.counter(
     "Slurm nodes given their topology domains as features (again after a reconfigure), by outcome",
     ["outcome"],
 )
+
+
+# A pass at least this often, which asks Slurm for the nodes' features itself: what the poll's view
+# missed (a restart of slurmctld and every slurmd dropped them while the mirror, between two of
+# its polls, never saw them back: bench/topology.py's switch of slurm.conf) is given back within it.
+RESYNC_SECONDS = 30.0
 
 
 class SlurmControl(Protocol):
@@ -119,6 +126,8 @@ class TopologySync:
         # A reconfigure of ours whose features are not all set again yet: Slurm is asked for them
         # (the poll's view is older than Slurm's, which dropped them) until they are.
         self._reconfigured = False
+        # When a pass last asked Slurm for the features itself rather than the poll's view.
+        self._asked_at = clock()
         # Level key -> how many Nodes miss its label, as last rendered (what the user is told).
         self._unlabelled: dict[str, int] = {}
         REGISTRY.gauge(
@@ -161,19 +170,19 @@ class TopologySync:
             # submitted in between names features Slurm would refuse (issue 53).
             self._set_features(t)
             self._publish(file_key, text, wanted_json)
-            return None
+            return RESYNC_SECONDS
         self._set_features(t)
-        return None
+        return RESYNC_SECONDS
 
     def _set_features(self, t: topology.Topology) -> None:
         """Each Slurm node's features: its own (slurm.conf's) and its domains. Every node is tried;
         a failure is raised after (the runner tries again). Right after this reconfigure, the
-        poll's view is older than Slurm's (which dropped them): Slurm is asked."""
-        seen = (
-            {n.name: n.features for n in self.slurm.list_nodes() or []}
-            if self._reconfigured
-            else self.features()
-        )
+        poll's view is older than Slurm's (which dropped them): Slurm is asked; so it is every
+        RESYNC_SECONDS, for what the poll's view missed."""
+        ask = self._reconfigured or self.clock() - self._asked_at >= RESYNC_SECONDS
+        if ask:
+            self._asked_at = self.clock()
+        seen = {n.name: n.features for n in self.slurm.list_nodes() or []} if ask else self.features()
         failed: list[str] = []
         for node, domains in topology.node_domains(t).items():
             current = seen.get(node)
