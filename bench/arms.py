@@ -100,12 +100,7 @@ def summarize(trials: Sequence[Mapping[str, Any]], figures: Sequence[str]) -> li
             for figure in figures:
                 values = [float(t["figures"][figure]) for t in counted if figure in t["figures"]]
                 if values:
-                    i = stats.median_interval(values)
-                    cell[figure] = {
-                        "median": round(i.median, 4),
-                        "low": round(i.low, 4),
-                        "high": round(i.high, 4),
-                    }
+                    cell[figure] = stats.median_interval(values).as_json()
             arms[arm] = cell
         out.append({"row": row, "arms": arms})
     return out

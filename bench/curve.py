@@ -201,12 +201,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str
         for figure in FIGURES:
             values = [v for r in counted if (v := pick(r, figure)) is not None]
             if values:
-                i = stats.median_interval(values)
-                figures[figure] = {
-                    "median": round(i.median, 4),
-                    "low": round(i.low, 4),
-                    "high": round(i.high, 4),
-                }
+                figures[figure] = stats.median_interval(values).as_json()
         summary.setdefault(arm, {})[rate] = figures
     return summary
 

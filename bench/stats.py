@@ -69,6 +69,10 @@ class Interval:
     def __str__(self) -> str:
         return f"{self.median:.3g} [{self.low:.3g}, {self.high:.3g}]"
 
+    def as_json(self) -> dict[str, float]:
+        """As a run's record keeps it (bench/report_curve.py, bench/report_arms.py read it)."""
+        return {"median": round(self.median, 4), "low": round(self.low, 4), "high": round(self.high, 4)}
+
 
 def median_interval(
     samples: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0

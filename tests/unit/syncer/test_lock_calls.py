@@ -633,14 +633,7 @@ def test_the_epilogs_of_a_multi_node_job_read_it_from_slurm_once(stacks: list[St
     nodes = tuple(Node(n, "ALLOCATED") for n in hosts)
     mirror = _mirror(synced=True, jobs=(running,), nodes=nodes)
     stack = new_stack(stacks, world, mirror)
-    for n in hosts:
-        call(
-            stack.servicer.AcquireNodeLock,
-            syncer_pb2.AcquireNodeLockRequest(
-                slurm_node=n, job_id=42, strict=False, node_token=node_token_for(n)
-            ),
-            call_context(),
-        )
+    _lock_all(stack, hosts, 42)
     ended = Job(job_id=42, name="train", state="COMPLETED", nodes=hosts)
     slurm: Any = mirror.slurm
     slurm.get_job_components.return_value = [ended]
@@ -664,14 +657,7 @@ def test_an_epilog_on_a_node_the_job_still_holds_elsewhere_reads_slurm_for_the_n
     running = Job(job_id=42, name="train", state="RUNNING", nodes=hosts)
     mirror = _mirror(synced=True, jobs=(running,), nodes=tuple(Node(n, "ALLOCATED") for n in hosts))
     stack = new_stack(stacks, world, mirror)
-    for n in hosts:
-        call(
-            stack.servicer.AcquireNodeLock,
-            syncer_pb2.AcquireNodeLockRequest(
-                slurm_node=n, job_id=42, strict=False, node_token=node_token_for(n)
-            ),
-            call_context(),
-        )
+    _lock_all(stack, hosts, 42)
     slurm: Any = mirror.slurm
     slurm.get_job_components.return_value = [
         Job(job_id=42, name="train", state="RUNNING", nodes=("cpu-002",))
@@ -690,3 +676,15 @@ def test_an_epilog_on_a_node_the_job_still_holds_elsewhere_reads_slurm_for_the_n
         )
     assert slurm.get_job_components.call_count == 2
     assert world.lock_of("cpu-002") == "locked"
+
+
+def _lock_all(stack: Stack, slurm_nodes: tuple[str, ...], job_id: int) -> None:
+    """Each node's prolog for the job, locked."""
+    for n in slurm_nodes:
+        call(
+            stack.servicer.AcquireNodeLock,
+            syncer_pb2.AcquireNodeLockRequest(
+                slurm_node=n, job_id=job_id, strict=False, node_token=node_token_for(n)
+            ),
+            call_context(),
+        )
