@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import random
 import shutil
@@ -168,16 +167,12 @@ def unlabel(cfg: StackConfig, raw: KubeClient) -> None:
 
 
 class Churn:
-    """Plain whole-node Slurm jobs of 2-5 s and single Pods bound for 3 s, kept at a level."""
+    """Plain whole-node Slurm jobs of 2-5 s, kept at a level, on every arm alike."""
 
-    def __init__(self, cfg: StackConfig, raw: KubeClient, binds: Binds, jobs: int, pods: int) -> None:
-        self.cfg, self.raw, self.binds = cfg, raw, binds
-        self.jobs, self.pods = jobs, pods
+    def __init__(self, cfg: StackConfig, jobs: int) -> None:
+        self.cfg, self.jobs = cfg, jobs
         self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self._jobs, daemon=True),
-            threading.Thread(target=self._pods, daemon=True),
-        ]
+        self.threads = [threading.Thread(target=self._jobs, daemon=True)]
         for t in self.threads:
             t.start()
 
@@ -197,23 +192,6 @@ class Churn:
             for job in live:
                 slurm.cancel_job(job, signal="KILL")
             slurm.close()
-
-    def _pods(self) -> None:
-        names = itertools.count()
-        live: dict[str, float] = {}
-        while not self.stop.is_set():
-            now = time.time()
-            for name in [n for n in live if n in self.binds.at and now - self.binds.at[n][0] > 3]:
-                self.raw.delete(f"{PODS}/{name}", {"gracePeriodSeconds": 0})
-                del live[name]
-            while len(live) < self.pods:
-                name = f"churn-{next(names)}"
-                self.raw.post(PODS, _pod(self.cfg, name, {}, {}))
-                live[name] = now
-            time.sleep(0.2)
-        for name in live:
-            with contextlib.suppress(KubeError):
-                self.raw.delete(f"{PODS}/{name}", {"gracePeriodSeconds": 0})
 
     def close(self) -> None:
         self.stop.set()
@@ -280,16 +258,15 @@ def tandem_gang(
     name: str,
     size: int,
     qos: str = "",
-    ask: bool = True,
     scheduler: str | None = None,
 ) -> tuple[float, set[str], list[str]]:
     """Seconds from the last member's creation to every member bound, the racks of their nodes,
-    and what the placement check found wrong. `ask`: the gang asks for one rack (without: the
-    same gang, Slurm's tree packing only). `scheduler`: Tandem's unless named (kube-scheduler
-    reads the same PodGroup's constraint: its topology-aware workload scheduling)."""
+    and what the placement check found wrong; the gang asks for one rack. `scheduler`: Tandem's
+    unless named (kube-scheduler reads the same PodGroup's constraint: its topology-aware
+    workload scheduling)."""
     scheduler = scheduler or cfg.scheduler_name
     annotations = {PREFIX + "qos": qos} if qos else {}
-    podgroup = _podgroup_with_constraints(cfg) or not ask or scheduler != cfg.scheduler_name
+    podgroup = _podgroup_with_constraints(cfg) or scheduler != cfg.scheduler_name
     if podgroup:
         raw.post(
             podgroups(cfg),
@@ -299,7 +276,7 @@ def tandem_gang(
                 "metadata": {"name": name},
                 "spec": {
                     "schedulingPolicy": {"gang": {"minCount": size}},
-                    **({"schedulingConstraints": {"topology": [{"key": RACK}]}} if ask else {}),
+                    "schedulingConstraints": {"topology": [{"key": RACK}]},
                 },
             },
         )
@@ -436,7 +413,7 @@ def main() -> None:
     @contextlib.contextmanager
     def churning(arm: str) -> Iterator[None]:
         with racked(arm):
-            churn = Churn(cfg, raw, binds, args.churn_jobs, 0)
+            churn = Churn(cfg, args.churn_jobs)
             try:
                 yield
             finally:

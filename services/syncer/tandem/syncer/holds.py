@@ -159,8 +159,9 @@ class HoldStore:
         self._trouble: dict[str, Trouble] = {}
         # Job id -> when Slurm was asked about it (a job it does not know is not asked again soon).
         self._looked_up: dict[int, float] = {}
-        # Job id -> when JobTerminating read from Slurm itself that the job no longer ran (it had
-        # ended, or was cleaning up): its epilogs' releases need not ask Slurm again (`release_left`).
+        # Job id -> when Slurm, read for the job's end (a placeholder's JobTerminating, or one of
+        # its epilogs' releases), said it ran on none of its nodes: its epilogs' releases need not
+        # ask Slurm again (`release_left`).
         self._left: dict[int, float] = {}
         # Job id -> its KillWait deadline and outcome (what JobTerminating recorded).
         self._killwaits: dict[int, KillWait] = {}
@@ -203,7 +204,7 @@ class HoldStore:
         return self._seq
 
     def left(self, job_id: int) -> None:
-        """Record that Slurm, read just now for a placeholder's end, says its job no longer runs."""
+        """Record that Slurm, read just now for the job's end, says it runs on none of its nodes."""
         with self._lock:
             self._left[job_id] = self.clock()
 

@@ -175,7 +175,7 @@ class NodeLocks:
                 )
             if status is not None:
                 # Its other nodes' epilogs call too, all at once: one read for them all.
-                self.terminating(status)
+                self.job_read(status)
             seq = self.store.release(slurm_node, job_id)
         self.queue.add(slurm_node, urgent=True)
 
@@ -201,7 +201,7 @@ class NodeLocks:
             raise LockFailed(self._no_slurmd(slurm_node))
         return self._view(slurm_node, pod, holds)
 
-    def terminating(self, verified: JobStatus) -> None:
+    def job_read(self, verified: JobStatus) -> None:
         """A job's end, as read just now from Slurm (`verified`: a placeholder's JobTerminating,
         Callers.placeholder, or an epilog's release): if Slurm says it runs on none of its nodes
         any more, its epilogs' releases need not ask again."""

@@ -171,7 +171,7 @@ class SyncerServicer(syncer_pb2_grpc.SyncerServiceServicer):
                 context, request.job_id, request.placeholder, request.slurm_node, request.job_token
             )
             status = self.mirror.job_terminating(request.job_id, request.slurm_node)
-        self.locks.terminating(verified)
+        self.locks.job_read(verified)
         ref = placeholder.pod_of(status.job) if status else None
         if status is None or ref is None:
             return syncer_pb2.JobTerminatingResponse(pod_gone=True)
